@@ -1,0 +1,92 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/redis/rueidis"
+
+	"github.com/fleet-go/fleet/internal/keys"
+)
+
+// Errors that errors.Is can test. Calls wrap them with what went wrong, and
+// keep the cause (a Redis error, a network error, ctx.Err()) in the chain too.
+var (
+	// ErrClosed is returned by calls on a Fleet after Close.
+	ErrClosed = errors.New("fleet: closed")
+	// ErrInvalidName is returned for a name that is empty, too long, or holds
+	// '{', '}', white space, a control character, or a separator its place
+	// in a key forbids. The message names the bad name.
+	ErrInvalidName = keys.ErrInvalidName
+	// ErrInvalidArgument is returned for an argument out of range, such as a
+	// lock hold <= 0 or a negative TTL.
+	ErrInvalidArgument = errors.New("fleet: invalid argument")
+	// ErrInvalidOptions is returned by Open for options it cannot use.
+	ErrInvalidOptions = errors.New("fleet: invalid options")
+	// ErrLayout is returned by Open when the asked key layout cannot work on
+	// the server (compat on a Redis Cluster).
+	ErrLayout = errors.New("fleet: key layout not usable here")
+	// ErrWrongType is returned when a key holds a value of another kind than
+	// the call expects (a hash where a KV string should be, text in a counter).
+	// Nothing is changed.
+	ErrWrongType = errors.New("fleet: key holds the wrong kind of value")
+	// ErrUnavailable is returned when Redis could not be reached or the
+	// connection broke during the call. The call may or may not have taken
+	// effect on the server.
+	ErrUnavailable = errors.New("fleet: redis unavailable")
+	// ErrAuth is returned by Open when the server refuses the credentials.
+	ErrAuth = errors.New("fleet: authentication refused")
+	// ErrDecode is returned when a stored value cannot be decoded into the
+	// type asked for.
+	ErrDecode = errors.New("fleet: cannot decode stored value")
+	// ErrNotObtained is returned by Lock.Acquire when the lock is held by
+	// another and the wait ran out.
+	ErrNotObtained = errors.New("fleet: lock not obtained")
+	// ErrNotHeld is returned by Lease.Release and Lease.Extend when the lease
+	// is no longer the holder: it expired, and perhaps another took the lock.
+	ErrNotHeld = errors.New("fleet: lock not held")
+)
+
+// opErr wraps err, the failure of op on name, with the sentinel that
+// classifies it. ctx errors pass through unchanged in the chain.
+func opErr(op, name string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if kind := classify(err); kind != nil {
+		return fmt.Errorf("fleet: %s %q: %w: %w", op, name, kind, err)
+	}
+	return fmt.Errorf("fleet: %s %q: %w", op, name, err)
+}
+
+// classify returns the sentinel for a Redis or network error, or nil when the
+// error already says enough (ctx errors, fleet's own sentinels).
+func classify(err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return nil
+	}
+	for _, s := range []error{ErrClosed, ErrWrongType, ErrUnavailable, ErrInvalidName, ErrInvalidArgument, ErrDecode, ErrNotHeld, ErrNotObtained} {
+		if errors.Is(err, s) {
+			return nil
+		}
+	}
+	if errors.Is(err, rueidis.ErrClosing) {
+		return ErrClosed
+	}
+	if re, ok := rueidis.IsRedisErr(err); ok {
+		msg := re.Error()
+		switch {
+		case strings.HasPrefix(msg, "WRONGTYPE"), strings.Contains(msg, "not an integer"):
+			return ErrWrongType
+		case strings.HasPrefix(msg, "WRONGPASS"), strings.HasPrefix(msg, "NOAUTH"), strings.HasPrefix(msg, "NOPERM"):
+			return ErrAuth
+		case strings.HasPrefix(msg, "LOADING"), strings.HasPrefix(msg, "CLUSTERDOWN"), strings.HasPrefix(msg, "TRYAGAIN"),
+			strings.HasPrefix(msg, "MASTERDOWN"), strings.HasPrefix(msg, "BUSY"):
+			return ErrUnavailable
+		}
+		return nil
+	}
+	return ErrUnavailable
+}

@@ -1,0 +1,282 @@
+package fleet
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/fleet-go/fleet/internal/keys"
+)
+
+// Layout is a key layout (SCHEMA.md).
+type Layout string
+
+const (
+	// LayoutAuto picks compat on a single node and tagged on a cluster.
+	LayoutAuto Layout = ""
+	// LayoutCompat spells the documented keys byte for byte, so fleet shares
+	// a single node with any client that follows the documented schema.
+	LayoutCompat Layout = "compat"
+	// LayoutTagged puts a hash tag on each queue, pool, lock and worker, so
+	// every script's keys share one slot: required on a Redis Cluster.
+	LayoutTagged Layout = "tagged"
+)
+
+// Defaults of Options.
+const (
+	// DefaultCacheTTL bounds how long a client-side cached read is kept.
+	// Invalidation from the server keeps it fresh long before that.
+	DefaultCacheTTL = time.Minute
+	// DefaultDialTimeout bounds connecting to a node.
+	DefaultDialTimeout = 5 * time.Second
+)
+
+// Options configures Open. The zero value of each field means its default;
+// exactly one of URL, Addrs and Client must be set.
+type Options struct {
+	// URL is a Redis URL: redis://[user:password@]host:port[/db], or
+	// rediss:// for TLS. More cluster seeds go in repeated addr= query
+	// parameters (redis://h1:7000?addr=h2:7001).
+	URL string
+	// Addrs lists "host:port" seeds: one node, or some nodes of a cluster.
+	Addrs []string
+	// Client wraps a rueidis client that the caller owns: Close does not
+	// close it. fleet cannot hook invalidations into a client it did not
+	// build, so waits (locks, claims, configs) fall back to polling with
+	// backoff on it.
+	Client rueidis.Client
+
+	// Username and Password authenticate with ACL (or requirepass). They
+	// override the URL's.
+	Username string
+	Password string
+	// TLSConfig turns TLS on with this configuration (custom CA, client
+	// certificates). Without it, rediss:// uses the system roots.
+	TLSConfig *tls.Config
+	// DB selects a database number on a single node. Defaults to 0 or the
+	// URL's.
+	DB int
+
+	// Layout picks the key layout. Defaults to LayoutAuto. LayoutCompat on a
+	// cluster is refused with ErrLayout.
+	Layout Layout
+	// Prefix goes before every key and channel, to isolate tests or several
+	// fleets in one database. It may not hold '{', '}', white space or
+	// control characters. Defaults to none.
+	Prefix string
+
+	// DisableCache turns off client-side caching, for servers without RESP3
+	// client tracking. Reads then always go to the server.
+	DisableCache bool
+	// CacheTTL bounds how long a cached read is kept. Defaults to
+	// DefaultCacheTTL.
+	CacheTTL time.Duration
+	// DialTimeout bounds connecting to a node. Defaults to DefaultDialTimeout.
+	DialTimeout time.Duration
+	// Logger receives what background work has to say. Defaults to silent.
+	Logger *slog.Logger
+}
+
+// Fleet is a connection to the shared state of one fleet. It is safe for
+// concurrent use; the primitives it hands out share its connection.
+type Fleet struct {
+	client   rueidis.Client
+	owned    bool
+	keys     keys.Keys
+	layout   Layout
+	cluster  bool
+	cache    bool // invalidations reach us: cached reads and wake-ups work
+	cacheTTL time.Duration
+	log      *slog.Logger
+	watch    *watcher
+
+	closed    atomic.Bool
+	closeOnce sync.Once
+	done      chan struct{} // closed by Close: background work ends
+	wg        sync.WaitGroup
+}
+
+// Open connects to Redis, detects a cluster, and picks the key layout.
+// It returns ErrInvalidOptions for options it cannot use, ErrAuth when the
+// server refuses the credentials, ErrLayout for compat on a cluster, and
+// ErrUnavailable when no node answers.
+func Open(ctx context.Context, opts Options) (*Fleet, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	f := &Fleet{
+		cacheTTL: opts.CacheTTL,
+		log:      opts.Logger,
+		watch:    newWatcher(),
+		done:     make(chan struct{}),
+	}
+	if f.cacheTTL == 0 {
+		f.cacheTTL = DefaultCacheTTL
+	}
+	if f.log == nil {
+		f.log = slog.New(slog.DiscardHandler)
+	}
+	if opts.Client != nil {
+		f.client = opts.Client
+	} else {
+		co, err := opts.clientOption()
+		if err != nil {
+			return nil, err
+		}
+		co.OnInvalidations = f.watch.onInvalidations
+		client, err := rueidis.NewClient(co)
+		if errors.Is(err, rueidis.ErrNoCache) {
+			f.log.Warn("fleet: server has no RESP3 client tracking; caching off")
+			co.DisableCache = true
+			client, err = rueidis.NewClient(co)
+		}
+		if err != nil {
+			return nil, connectErr(co.InitAddress, err)
+		}
+		f.client, f.owned, f.cache = client, true, !co.DisableCache
+	}
+	f.cluster = f.client.Mode() == rueidis.ClientModeCluster
+	f.layout = opts.Layout
+	switch {
+	case f.layout == LayoutAuto && f.cluster:
+		f.layout = LayoutTagged
+	case f.layout == LayoutAuto:
+		f.layout = LayoutCompat
+	case f.layout == LayoutCompat && f.cluster:
+		f.closeClient()
+		return nil, fmt.Errorf("%w: the compat layout spreads one queue's keys over many slots, which a Redis Cluster cannot script; use LayoutTagged (or LayoutAuto), and Migrate a compat database first", ErrLayout)
+	}
+	f.keys = keys.New(opts.Prefix, f.layout == LayoutTagged)
+	if err := f.client.Do(ctx, f.client.B().Ping().Build()).Error(); err != nil {
+		f.closeClient()
+		return nil, connectErr(nil, err)
+	}
+	return f, nil
+}
+
+func connectErr(addrs []string, err error) error {
+	where := ""
+	if len(addrs) > 0 {
+		where = " to " + strings.Join(addrs, ",")
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("fleet: connect%s: %w", where, err)
+	}
+	kind := classify(err)
+	if kind == nil {
+		kind = ErrUnavailable
+	}
+	return fmt.Errorf("fleet: connect%s: %w: %w", where, kind, err)
+}
+
+func (o *Options) validate() error {
+	set := 0
+	if o.URL != "" {
+		set++
+	}
+	if len(o.Addrs) > 0 {
+		set++
+	}
+	if o.Client != nil {
+		set++
+	}
+	if set != 1 {
+		return fmt.Errorf("%w: set exactly one of URL, Addrs and Client (%d set)", ErrInvalidOptions, set)
+	}
+	switch o.Layout {
+	case LayoutAuto, LayoutCompat, LayoutTagged:
+	default:
+		return fmt.Errorf("%w: Layout %q is not compat, tagged or empty", ErrInvalidOptions, o.Layout)
+	}
+	if strings.ContainsAny(o.Prefix, "{}") || strings.IndexFunc(o.Prefix, func(r rune) bool { return r <= ' ' || r == 0x7f }) >= 0 {
+		return fmt.Errorf("%w: Prefix %q holds a brace, white space or a control character", ErrInvalidOptions, o.Prefix)
+	}
+	if o.CacheTTL < 0 || o.DialTimeout < 0 || o.DB < 0 {
+		return fmt.Errorf("%w: CacheTTL, DialTimeout and DB may not be negative", ErrInvalidOptions)
+	}
+	return nil
+}
+
+func (o *Options) clientOption() (rueidis.ClientOption, error) {
+	var co rueidis.ClientOption
+	if o.URL != "" {
+		var err error
+		if co, err = rueidis.ParseURL(o.URL); err != nil {
+			return co, fmt.Errorf("%w: URL: %w", ErrInvalidOptions, err)
+		}
+	} else {
+		co.InitAddress = append([]string(nil), o.Addrs...)
+	}
+	if o.Username != "" {
+		co.Username = o.Username
+	}
+	if o.Password != "" {
+		co.Password = o.Password
+	}
+	if o.DB != 0 {
+		co.SelectDB = o.DB
+	}
+	if o.TLSConfig != nil {
+		cfg := o.TLSConfig.Clone()
+		if cfg.ServerName == "" && co.TLSConfig != nil {
+			cfg.ServerName = co.TLSConfig.ServerName
+		}
+		co.TLSConfig = cfg
+	}
+	co.DisableCache = co.DisableCache || o.DisableCache
+	co.ClientName = "fleet"
+	co.Dialer.Timeout = o.DialTimeout
+	if co.Dialer.Timeout == 0 {
+		co.Dialer.Timeout = DefaultDialTimeout
+	}
+	return co, nil
+}
+
+// Layout returns the key layout in use.
+func (f *Fleet) Layout() Layout { return f.layout }
+
+// Cluster reports whether the server is a Redis Cluster.
+func (f *Fleet) Cluster() bool { return f.cluster }
+
+// Client returns the underlying rueidis client, for commands fleet does not
+// wrap. Keys written through it are the caller's business.
+func (f *Fleet) Client() rueidis.Client { return f.client }
+
+// Close ends every goroutine the Fleet started and closes the client it
+// built (never a client passed in Options.Client). Calls after Close return
+// ErrClosed. Close is idempotent.
+func (f *Fleet) Close() error {
+	f.closeOnce.Do(func() {
+		f.closed.Store(true)
+		close(f.done)
+		f.watch.closeAll()
+		f.wg.Wait()
+		f.closeClient()
+	})
+	return nil
+}
+
+func (f *Fleet) closeClient() {
+	if f.owned {
+		f.client.Close()
+	}
+}
+
+// alive returns ErrClosed after Close, and ctx's error once it is done.
+func (f *Fleet) alive(ctx context.Context) error {
+	if f.closed.Load() {
+		return ErrClosed
+	}
+	return ctx.Err()
+}

@@ -1,0 +1,273 @@
+// Package fleettest starts throwaway redis-server processes, a single node or a
+// Redis Cluster, for tests, examples and benchmarks. It needs the redis-server
+// and redis-cli binaries on PATH (Debian: apt-get install -y redis-server).
+//
+// Servers keep nothing on disk beyond a temporary directory, listen on
+// 127.0.0.1 only, and die with the process that started them (Linux), so a
+// crashed test leaves no server behind.
+package fleettest
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// ErrNoRedisServer is returned when redis-server or redis-cli is not on PATH.
+var ErrNoRedisServer = errors.New("fleettest: redis-server not found on PATH (install it: apt-get install -y redis-server, or set FLEET_REDIS_URL)")
+
+// TLS names the files of a TLS listener. CA signs the clients' certificates
+// when ClientAuth is set.
+type TLS struct {
+	CertFile   string // server certificate (PEM)
+	KeyFile    string // server key (PEM)
+	CAFile     string // CA certificate (PEM)
+	ClientAuth bool   // require client certificates; defaults to false
+}
+
+// Config describes a server to start. The zero value starts a plain single
+// node on a free port.
+type Config struct {
+	// Port is the plain TCP port. Defaults to a free port.
+	Port int
+	// Cluster starts the node with cluster-enabled yes.
+	Cluster bool
+	// TLS, when set, adds a TLS listener on a second free port.
+	TLS *TLS
+	// AppendOnly turns AOF on (appendfsync always), so a restart keeps data.
+	AppendOnly bool
+	// Args are extra redis-server arguments, such as "--maxmemory", "10mb".
+	Args []string
+}
+
+// Server is one redis-server process. Its methods are safe for concurrent use.
+type Server struct {
+	// Addr is the plain address, "127.0.0.1:port".
+	Addr string
+	// Port is the plain TCP port.
+	Port int
+	// TLSPort is the TLS port, 0 without TLS.
+	TLSPort int
+	// Dir is the server's working directory.
+	Dir string
+
+	mu   sync.Mutex
+	args []string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that nothing listens on now.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Available reports whether redis-server and redis-cli are on PATH.
+func Available() error {
+	for _, bin := range []string{"redis-server", "redis-cli"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			return ErrNoRedisServer
+		}
+	}
+	return nil
+}
+
+// StartServer starts a redis-server and waits until it answers PING.
+func StartServer(ctx context.Context, cfg Config) (*Server, error) {
+	if err := Available(); err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "fleettest-redis-")
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{Dir: dir, Port: cfg.Port}
+	if s.Port == 0 {
+		if s.Port, err = FreePort(); err != nil {
+			return nil, err
+		}
+	}
+	s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port))
+	s.args = []string{
+		"--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
+		"--dir", dir, "--save", "", "--daemonize", "no",
+		"--logfile", filepath.Join(dir, "redis.log"),
+	}
+	if cfg.AppendOnly {
+		s.args = append(s.args, "--appendonly", "yes", "--appendfsync", "always")
+	} else {
+		s.args = append(s.args, "--appendonly", "no")
+	}
+	if cfg.Cluster {
+		busPort, err := FreePort()
+		if err != nil {
+			return nil, err
+		}
+		s.args = append(s.args, "--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(busPort),
+			"--cluster-config-file", filepath.Join(dir, "nodes.conf"), "--cluster-node-timeout", "5000")
+	}
+	if cfg.TLS != nil {
+		if s.TLSPort, err = FreePort(); err != nil {
+			return nil, err
+		}
+		auth := "no"
+		if cfg.TLS.ClientAuth {
+			auth = "yes"
+		}
+		s.args = append(s.args, "--tls-port", strconv.Itoa(s.TLSPort),
+			"--tls-cert-file", cfg.TLS.CertFile, "--tls-key-file", cfg.TLS.KeyFile,
+			"--tls-ca-cert-file", cfg.TLS.CAFile, "--tls-auth-clients", auth)
+	}
+	s.args = append(s.args, cfg.Args...)
+	if err := s.start(ctx); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Server) start(ctx context.Context) error {
+	cmd := exec.Command("redis-server", s.args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("fleettest: start redis-server: %w", err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	s.mu.Lock()
+	s.cmd, s.done = cmd, done
+	s.mu.Unlock()
+	if err := waitPing(ctx, s.Addr, done); err != nil {
+		s.kill()
+		return fmt.Errorf("fleettest: redis-server on %s did not come up: %w%s", s.Addr, err, s.logTail())
+	}
+	return nil
+}
+
+func (s *Server) logTail() string {
+	b, err := os.ReadFile(filepath.Join(s.Dir, "redis.log"))
+	if err != nil || len(b) == 0 {
+		return ""
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) > 5 {
+		lines = lines[len(lines)-5:]
+	}
+	return "\n  redis.log: " + strings.Join(lines, "\n  ")
+}
+
+// waitPing dials addr until the server answers PING with PONG.
+func waitPing(ctx context.Context, addr string, exited <-chan struct{}) error {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	for {
+		if err := ping(addr); err == nil {
+			return nil
+		}
+		select {
+		case <-exited:
+			return errors.New("the process exited")
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+func ping(addr string) error {
+	conn, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(time.Second))
+	if _, err := conn.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if !strings.HasPrefix(line, "+PONG") {
+		return fmt.Errorf("unexpected reply %q", strings.TrimSpace(line))
+	}
+	return nil
+}
+
+func (s *Server) kill() {
+	s.mu.Lock()
+	cmd, done := s.cmd, s.done
+	s.cmd = nil
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	<-done
+}
+
+// URL returns the server's redis:// URL.
+func (s *Server) URL() string { return "redis://" + s.Addr }
+
+// Kill ends the process at once with SIGKILL, as a crash would. Restart
+// brings it back on the same port.
+func (s *Server) Kill() { s.kill() }
+
+// Restart stops the server (SIGTERM, so an AOF is flushed) and starts it
+// again on the same ports with the same arguments.
+func (s *Server) Restart(ctx context.Context) error {
+	s.stopGraceful()
+	return s.start(ctx)
+}
+
+func (s *Server) stopGraceful() {
+	s.mu.Lock()
+	cmd, done := s.cmd, s.done
+	s.cmd = nil
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+	}
+}
+
+// Stop ends the server and removes its directory.
+func (s *Server) Stop() {
+	s.kill()
+	os.RemoveAll(s.Dir)
+}
+
+// Cli runs redis-cli against the server and returns its trimmed output.
+func (s *Server) Cli(ctx context.Context, args ...string) (string, error) {
+	return cli(ctx, s.Port, args...)
+}
+
+func cli(ctx context.Context, port int, args ...string) (string, error) {
+	full := append([]string{"-h", "127.0.0.1", "-p", strconv.Itoa(port)}, args...)
+	out, err := exec.CommandContext(ctx, "redis-cli", full...).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("fleettest: redis-cli %s: %w: %s", strings.Join(args, " "), err, out)
+	}
+	return strings.TrimSpace(string(out)), nil
+}

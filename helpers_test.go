@@ -1,0 +1,92 @@
+package fleet_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/fleet-go/fleet"
+	"github.com/fleet-go/fleet/internal/redistest"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+// env is one test's Fleet on one target, with a raw client to arrange and
+// assert what is in Redis, and the test's key prefix.
+type env struct {
+	F      *fleet.Fleet
+	Raw    rueidis.Client
+	Prefix string
+	Tg     redistest.Target
+}
+
+// open opens a Fleet on tg under a fresh prefix, closed when the test ends.
+func open(t *testing.T, tg redistest.Target, mods ...func(*fleet.Options)) *env {
+	t.Helper()
+	e := &env{Tg: tg, Raw: redistest.Client(t, tg), Prefix: redistest.Prefix(t, tg)}
+	e.F = openOn(t, tg, e.Prefix, mods...)
+	return e
+}
+
+// openOn opens another Fleet on the same target and prefix.
+func openOn(t *testing.T, tg redistest.Target, prefix string, mods ...func(*fleet.Options)) *fleet.Fleet {
+	t.Helper()
+	opts := fleet.Options{URL: tg.URL, Prefix: prefix, Layout: fleet.LayoutCompat}
+	if tg.Tagged {
+		opts.Layout = fleet.LayoutTagged
+	}
+	for _, m := range mods {
+		m(&opts)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	f, err := fleet.Open(ctx, opts)
+	if err != nil {
+		t.Fatalf("open %s: %v", tg.Name, err)
+	}
+	t.Cleanup(func() { _ = f.Close() })
+	return f
+}
+
+// ctx returns a context that ends with the test, bounded to a minute.
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return c
+}
+
+// key spells a key the way the layout does, for asserting what is stored.
+func (e *env) key(compat, tagged string) string {
+	if e.Tg.Tagged {
+		return e.Prefix + tagged
+	}
+	return e.Prefix + compat
+}
+
+// keys lists every key the test left in Redis.
+func (e *env) keys(t *testing.T) []string { return redistest.Keys(t, e.Raw, e.Prefix) }
+
+// get reads a string key raw ("" and false when missing).
+func (e *env) get(t *testing.T, key string) (string, bool) {
+	t.Helper()
+	s, err := e.Raw.Do(context.Background(), e.Raw.B().Get().Key(key).Build()).ToString()
+	if rueidis.IsRedisNil(err) {
+		return "", false
+	}
+	if err != nil {
+		t.Fatalf("get %s: %v", key, err)
+	}
+	return s, true
+}
+
+// do runs a raw command and fails the test on error.
+func (e *env) do(t *testing.T, cmd rueidis.Completed) rueidis.RedisResult {
+	t.Helper()
+	r := e.Raw.Do(context.Background(), cmd)
+	if err := r.Error(); err != nil && !rueidis.IsRedisNil(err) {
+		t.Fatalf("raw command: %v", err)
+	}
+	return r
+}

@@ -1,0 +1,31 @@
+package fleet
+
+import (
+	"embed"
+
+	"github.com/redis/rueidis"
+)
+
+// scriptFS holds the Lua scripts, one file per operation (scripts/*.lua).
+//
+//go:embed scripts/*.lua
+var scriptFS embed.FS
+
+// script loads an embedded script. Exec sends EVALSHA and falls back to EVAL
+// on NOSCRIPT, so SCRIPT FLUSH or a restarted server never breaks a call.
+func script(name string) *rueidis.Lua {
+	return rueidis.NewLuaScript(mustRead(name))
+}
+
+// readOnlyScript loads an embedded script that only reads (EVALSHA_RO).
+func readOnlyScript(name string) *rueidis.Lua {
+	return rueidis.NewLuaScriptReadOnly(mustRead(name))
+}
+
+func mustRead(name string) string {
+	b, err := scriptFS.ReadFile("scripts/" + name)
+	if err != nil {
+		panic("fleet: missing embedded script " + name) // a build defect, never input
+	}
+	return string(b)
+}

@@ -1,0 +1,167 @@
+package fleet
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// watcher turns the server's client-side caching invalidations into wake-ups.
+// A waiter reads a key through the cache (track), which makes the server
+// promise one invalidation when the key next changes, expires or is deleted;
+// the invalidation wakes the key's waiters. A nil invalidation (tracking was
+// reset, a connection dropped) wakes everyone, since any change may have been
+// missed.
+type watcher struct {
+	mu     sync.Mutex
+	gates  map[string]*gate
+	closed bool
+}
+
+// gate is the wake-up point of one key. one wakes a single waiter (lock
+// hand-off: waking all would make a herd); each listener's own channel wakes
+// every listener.
+type gate struct {
+	refs      int
+	one       chan struct{}
+	listeners map[chan struct{}]struct{}
+}
+
+func newWatcher() *watcher { return &watcher{gates: make(map[string]*gate)} }
+
+// join returns the gate of key, to wait on its one channel; leave undoes it.
+func (w *watcher) join(key string) *gate {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	g := w.gates[key]
+	if g == nil {
+		g = &gate{one: make(chan struct{}, 1)}
+		w.gates[key] = g
+	}
+	g.refs++
+	return g
+}
+
+func (w *watcher) leave(key string, g *gate) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if g.refs--; g.refs == 0 && w.gates[key] == g {
+		delete(w.gates, key)
+	}
+}
+
+// listen returns a channel that receives after each change of key, until
+// stop is called. Wake-ups coalesce: the channel holds at most one.
+func (w *watcher) listen(key string) (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	g := w.join(key)
+	w.mu.Lock()
+	if g.listeners == nil {
+		g.listeners = make(map[chan struct{}]struct{})
+	}
+	g.listeners[ch] = struct{}{}
+	w.mu.Unlock()
+	return ch, func() {
+		w.mu.Lock()
+		delete(g.listeners, ch)
+		w.mu.Unlock()
+		w.leave(key, g)
+	}
+}
+
+func poke(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+func (g *gate) wake() {
+	poke(g.one)
+	for ch := range g.listeners {
+		poke(ch)
+	}
+}
+
+// wakeOne wakes one waiter of key, if any. Used when this process changed
+// the key itself and invalidations are off.
+func (w *watcher) wakeOne(key string) {
+	w.mu.Lock()
+	if g := w.gates[key]; g != nil {
+		poke(g.one)
+	}
+	w.mu.Unlock()
+}
+
+// onInvalidations is the rueidis hook (it runs on the connection's reader,
+// so it never blocks).
+func (w *watcher) onInvalidations(msgs []rueidis.RedisMessage) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if msgs == nil {
+		for _, g := range w.gates {
+			g.wake()
+		}
+		return
+	}
+	for _, m := range msgs {
+		k, err := m.ToString()
+		if err != nil {
+			continue
+		}
+		if g := w.gates[k]; g != nil {
+			g.wake()
+		}
+	}
+}
+
+// closeAll wakes every waiter so that it sees the Fleet is closed.
+func (w *watcher) closeAll() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.closed = true
+	for _, g := range w.gates {
+		g.wake()
+	}
+}
+
+// track reads key through the client-side cache so that the server sends an
+// invalidation when it next changes. It returns the cached or fresh value
+// (nil when the key does not exist).
+func (f *Fleet) track(ctx context.Context, key string) (*string, error) {
+	res := f.client.DoCache(ctx, f.client.B().Get().Key(key).Cache(), f.cacheTTL)
+	s, err := res.ToString()
+	if rueidis.IsRedisNil(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// backoff is a capped exponential backoff with full jitter.
+type backoff struct {
+	min, max time.Duration
+	n        int
+}
+
+func (b *backoff) next() time.Duration {
+	d := b.min << min(b.n, 16)
+	if d > b.max || d <= 0 {
+		d = b.max
+	}
+	b.n++
+	return d/2 + randDuration(d/2)
+}
+
+// randDuration returns a random duration in [0, d].
+func randDuration(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return rand.N(d + 1)
+}
