@@ -89,3 +89,7 @@ func (c *Counter) Delete(ctx context.Context) (bool, error) {
 	n, err := cl.Do(ctx, cl.B().Del().Key(c.key).Build()).AsInt64()
 	return n == 1, opErr("counter delete", c.name, err)
 }
+
+// Err returns the error every call of the Counter would return for its name
+// (ErrInvalidName), or nil.
+func (c *Counter) Err() error { return c.err }

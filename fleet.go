@@ -97,6 +97,7 @@ type Fleet struct {
 	cacheTTL time.Duration
 	log      *slog.Logger
 	watch    *watcher
+	queues   sync.Map // queue name -> the codec of the Queue[T] made in this process (queue.go)
 
 	closed    atomic.Bool
 	closeOnce sync.Once

@@ -176,3 +176,7 @@ func millis(d time.Duration) string {
 	}
 	return strconv.FormatInt(ms, 10)
 }
+
+// Err returns the error every call of the KV would return for its name
+// (ErrInvalidName), or nil.
+func (kv *KV) Err() error { return kv.err }

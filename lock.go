@@ -277,3 +277,7 @@ func (l *Lease) keepAlive(ctx context.Context, cancel context.CancelCauseFunc, h
 		}
 	}
 }
+
+// Err returns the error every call of the Lock would return for its name
+// (ErrInvalidName), or nil.
+func (l *Lock) Err() error { return l.err }
