@@ -95,8 +95,11 @@ func (l *Lock) Acquire(ctx context.Context, opts LockOptions) (*Lease, error) {
 	}
 	token := newToken()
 	lease, pttl, err := l.try(ctx, token, opts.Hold)
-	if lease != nil || err != nil || opts.Wait == 0 {
+	if lease != nil || err != nil {
 		return lease, opErr("lock acquire", l.name, err)
+	}
+	if opts.Wait == 0 {
+		return nil, opErr("lock acquire", l.name, ErrNotObtained)
 	}
 	deadline := time.NewTimer(opts.Wait)
 	defer deadline.Stop()

@@ -1,0 +1,209 @@
+package fleet_test
+
+import (
+	"encoding/json"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/fleet-go/fleet"
+	"github.com/fleet-go/fleet/internal/redistest"
+)
+
+type harvestState struct {
+	Site  string `json:"site"`
+	Count int    `json:"count"`
+}
+
+func TestKVSetGet(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		t.Parallel()
+		e := open(t, tg)
+		kv := e.F.KV("warmup")
+		c := ctx(t)
+		if err := kv.Set(c, "raw", []byte{0, 1, 2, 0xff}, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := kv.Set(c, "text", "hello", 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := kv.Set(c, "state", harvestState{Site: "x", Count: 3}, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if err := kv.Set(c, "last-harvest", 1712345678.5, 0); err != nil {
+			t.Fatal(err)
+		}
+		// Stored as the schema says: raw bytes and strings as they are, other values as JSON.
+		want := map[string]string{
+			"raw":          "\x00\x01\x02\xff",
+			"text":         "hello",
+			"state":        `{"site":"x","count":3}`,
+			"last-harvest": "1712345678.5",
+		}
+		for k, v := range want {
+			if got, ok := e.get(t, e.Prefix+"fleet:kv:warmup:"+k); !ok || got != v {
+				t.Errorf("stored %s = %q, %v; want %q", k, got, ok, v)
+			}
+		}
+		if b, ok, err := kv.Get(c, "raw"); err != nil || !ok || string(b) != want["raw"] {
+			t.Fatalf("Get raw = %q, %v, %v", b, ok, err)
+		}
+		if s, ok, err := kv.GetString(c, "text"); err != nil || !ok || s != "hello" {
+			t.Fatalf("GetString = %q, %v, %v", s, ok, err)
+		}
+		st, ok, err := fleet.GetAs[harvestState](c, kv, "state")
+		if err != nil || !ok || st != (harvestState{Site: "x", Count: 3}) {
+			t.Fatalf("GetAs = %+v, %v, %v", st, ok, err)
+		}
+		ts, ok, err := fleet.GetAs[float64](c, kv, "last-harvest")
+		if err != nil || !ok || ts != 1712345678.5 {
+			t.Fatalf("GetAs float = %v, %v, %v", ts, ok, err)
+		}
+		if ttl, ok, err := kv.TTL(c, "state"); err != nil || !ok || ttl <= 50*time.Second || ttl > time.Minute {
+			t.Fatalf("TTL = %v, %v, %v", ttl, ok, err)
+		}
+		if ttl, ok, err := kv.TTL(c, "text"); err != nil || !ok || ttl != 0 {
+			t.Fatalf("TTL without expiry = %v, %v, %v", ttl, ok, err)
+		}
+		// Missing is a result, not an error.
+		if b, ok, err := kv.Get(c, "missing"); err != nil || ok || b != nil {
+			t.Fatalf("Get missing = %q, %v, %v", b, ok, err)
+		}
+		if v, ok, err := fleet.GetAs[harvestState](c, kv, "missing"); err != nil || ok || v != (harvestState{}) {
+			t.Fatalf("GetAs missing = %+v, %v, %v", v, ok, err)
+		}
+		// Namespaces are separate.
+		if _, ok, _ := e.F.KV("other").Get(c, "text"); ok {
+			t.Fatal("namespace other sees warmup's key")
+		}
+		if ok, err := kv.Delete(c, "text"); !ok || err != nil {
+			t.Fatalf("Delete = %v, %v", ok, err)
+		}
+		if ok, err := kv.Delete(c, "text"); ok || err != nil {
+			t.Fatalf("second Delete = %v, %v", ok, err)
+		}
+		if _, ok, _ := kv.Get(c, "text"); ok {
+			t.Fatal("deleted key still read")
+		}
+		got := e.keys(t)
+		wantKeys := []string{e.Prefix + "fleet:kv:warmup:last-harvest", e.Prefix + "fleet:kv:warmup:raw", e.Prefix + "fleet:kv:warmup:state"}
+		if !slices.Equal(got, wantKeys) {
+			t.Fatalf("keys = %v, want %v", got, wantKeys)
+		}
+	})
+}
+
+func TestKVTTLExpires(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		t.Parallel()
+		e := open(t, tg)
+		kv := e.F.KV("short")
+		c := ctx(t)
+		if err := kv.Set(c, "k", "v", 50*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok, _ := kv.Get(c, "k"); !ok {
+			t.Fatal("value gone at once")
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			_, ok, err := kv.Get(c, "k")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("cached value outlived its TTL")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+}
+
+// A write by another client reaches a reader that has the value cached.
+func TestKVCachedReadSeesOtherWriters(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		t.Parallel()
+		e := open(t, tg)
+		other := openOn(t, tg, e.Prefix)
+		c := ctx(t)
+		reader, writer := e.F.KV("cfg"), other.KV("cfg")
+		if err := writer.Set(c, "mode", "a", 0); err != nil {
+			t.Fatal(err)
+		}
+		for range 3 { // the first read fills the cache, the next ones hit it
+			if s, _, _ := reader.GetString(c, "mode"); s != "a" {
+				t.Fatalf("read %q, want a", s)
+			}
+		}
+		for i, v := range []string{"b", "c", "d"} {
+			if err := writer.Set(c, "mode", v, 0); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, time.Second, func() bool { s, _, _ := reader.GetString(c, "mode"); return s == v }, "reader never saw write %d (%q)", i, v)
+		}
+		// A raw client's write (no fleet involved) invalidates too.
+		e.do(t, e.Raw.B().Set().Key(e.Prefix+"fleet:kv:cfg:mode").Value("raw").Build())
+		waitFor(t, time.Second, func() bool { s, _, _ := reader.GetString(c, "mode"); return s == "raw" }, "reader never saw the raw write")
+		if _, err := writer.Delete(c, "mode"); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, time.Second, func() bool { _, ok, _ := reader.Get(c, "mode"); return !ok }, "reader never saw the delete")
+	})
+}
+
+func TestKVWrongTypeChangesNothing(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		t.Parallel()
+		e := open(t, tg)
+		key := e.Prefix + "fleet:kv:ns:hash"
+		e.do(t, e.Raw.B().Hset().Key(key).FieldValue().FieldValue("f", "v").Build())
+		kv := e.F.KV("ns")
+		c := ctx(t)
+		if _, _, err := kv.Get(c, "hash"); !errors.Is(err, fleet.ErrWrongType) {
+			t.Fatalf("Get on a hash: %v, want ErrWrongType", err)
+		}
+		if err := kv.Set(c, "hash", "x", 0); !errors.Is(err, fleet.ErrWrongType) {
+			t.Fatalf("Set on a hash: %v, want ErrWrongType", err)
+		}
+		if v, _ := e.Raw.Do(c, e.Raw.B().Hget().Key(key).Field("f").Build()).ToString(); v != "v" {
+			t.Fatalf("hash changed: f=%q", v)
+		}
+		// A value that does not decode into T.
+		if err := kv.Set(c, "text", "not json", 0); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := fleet.GetAs[harvestState](c, kv, "text"); !errors.Is(err, fleet.ErrDecode) {
+			t.Fatalf("GetAs of text: %v, want ErrDecode", err)
+		}
+		if err := kv.Set(c, "bad", make(chan int), 0); !errors.Is(err, fleet.ErrInvalidArgument) {
+			t.Fatalf("Set of a channel: %v, want ErrInvalidArgument", err)
+		}
+		if err := kv.Set(c, "neg", "x", -time.Second); !errors.Is(err, fleet.ErrInvalidArgument) {
+			t.Fatalf("Set with negative ttl: %v, want ErrInvalidArgument", err)
+		}
+		if _, ok := e.get(t, e.Prefix+"fleet:kv:ns:neg"); ok {
+			t.Fatal("a refused Set wrote")
+		}
+		var raw json.RawMessage
+		if raw, _, _ = fleet.GetAs[json.RawMessage](c, kv, "text"); string(raw) != "" {
+			// json.RawMessage decodes JSON only: "not json" is not JSON.
+			t.Fatalf("GetAs RawMessage = %q", raw)
+		}
+	})
+}
+
+// waitFor polls cond until it holds or d passes.
+func waitFor(t *testing.T, d time.Duration, cond func() bool, format string, args ...any) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf(format, args...)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
