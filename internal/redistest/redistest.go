@@ -84,6 +84,8 @@ func Main(m *testing.M) {
 			// rueidis closes the connections a cluster refresh replaced after
 			// a fixed 5 s sleep, in a goroutine of its own; it ends by itself.
 			goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*clusterClient)._refresh.func2"),
+			// and runs a delayed cluster refresh (under a second) the same way.
+			goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*call).DelayDo.func1"),
 		); err != nil {
 			fmt.Fprintf(os.Stderr, "goroutines outlived the tests: %v\n", err)
 			code = 1
