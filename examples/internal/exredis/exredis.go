@@ -1,0 +1,25 @@
+// Package exredis gives the examples a Redis: FLEET_REDIS_URL when set, else
+// a throwaway redis-server that the example starts and stops itself.
+package exredis
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/fleet-go/fleet/fleettest"
+)
+
+// URL returns the Redis URL to use and a function that stops what was
+// started (a no-op for FLEET_REDIS_URL).
+func URL(ctx context.Context) (url string, stop func(), err error) {
+	if url := os.Getenv("FLEET_REDIS_URL"); url != "" {
+		return url, func() {}, nil
+	}
+	s, err := fleettest.StartServer(ctx, fleettest.Config{})
+	if err != nil {
+		return "", nil, fmt.Errorf("no FLEET_REDIS_URL, and no throwaway redis-server: %w", err)
+	}
+	fmt.Fprintf(os.Stderr, "using a throwaway redis-server on %s\n", s.Addr)
+	return s.URL(), s.Stop, nil
+}
