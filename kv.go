@@ -17,15 +17,16 @@ import (
 // read costs no round trip, and a write by any client reaches the next read
 // through the server's invalidation. A KV is safe for concurrent use.
 type KV struct {
-	f   *Fleet
-	ns  string
-	err error
+	f    *Fleet
+	ns   string
+	base string // every key of the namespace: base + key
+	err  error
 }
 
 // KV returns the namespace ns. A bad ns makes every call of the KV return
 // ErrInvalidName.
 func (f *Fleet) KV(ns string) *KV {
-	return &KV{f: f, ns: ns, err: keys.Check(keys.KindNamespace, ns)}
+	return &KV{f: f, ns: ns, base: f.keys.KV(ns, ""), err: keys.Check(keys.KindNamespace, ns)}
 }
 
 func (kv *KV) key(ctx context.Context, key string) (string, error) {
@@ -38,7 +39,7 @@ func (kv *KV) key(ctx context.Context, key string) (string, error) {
 	if err := kv.f.alive(ctx); err != nil {
 		return "", err
 	}
-	return kv.f.keys.KV(kv.ns, key), nil
+	return kv.base + key, nil
 }
 
 // encode turns a value into the bytes stored: []byte, string and
@@ -88,50 +89,51 @@ func (f *Fleet) setString(ctx context.Context, key, value string, ttl time.Durat
 // Get returns the bytes stored under key. A missing key is not an error:
 // ok is false and err nil.
 func (kv *KV) Get(ctx context.Context, key string) (value []byte, ok bool, err error) {
+	s, ok, err := kv.GetString(ctx, key)
+	if !ok {
+		return nil, ok, err
+	}
+	return []byte(s), true, nil
+}
+
+// GetString is Get for text; it saves Get's copy into a []byte.
+func (kv *KV) GetString(ctx context.Context, key string) (string, bool, error) {
 	k, err := kv.key(ctx, key)
 	if err != nil {
-		return nil, false, opErr("kv get", key, err)
+		return "", false, opErr("kv get", key, err)
 	}
-	res := kv.get(ctx, k)
-	b, err := res.AsBytes()
+	c := kv.f.client
+	var res rueidis.RedisResult
+	if kv.f.cache {
+		res = c.DoCache(ctx, c.B().Get().Key(k).Cache(), kv.f.cacheTTL)
+	} else {
+		res = c.Do(ctx, c.B().Get().Key(k).Build())
+	}
+	s, err := res.ToString()
 	if rueidis.IsRedisNil(err) {
-		return nil, false, nil
+		return "", false, nil
 	}
 	if err != nil {
-		return nil, false, opErr("kv get", key, err)
+		return "", false, opErr("kv get", key, err)
 	}
-	return b, true, nil
-}
-
-func (kv *KV) get(ctx context.Context, k string) rueidis.RedisResult {
-	c := kv.f.client
-	if kv.f.cache {
-		return c.DoCache(ctx, c.B().Get().Key(k).Cache(), kv.f.cacheTTL)
-	}
-	return c.Do(ctx, c.B().Get().Key(k).Build())
-}
-
-// GetString is Get for text.
-func (kv *KV) GetString(ctx context.Context, key string) (string, bool, error) {
-	b, ok, err := kv.Get(ctx, key)
-	return string(b), ok, err
+	return s, true, nil
 }
 
 // GetAs decodes the value under key into a T: JSON for most types, the raw
 // bytes for string and []byte. A missing key gives ok false and no error;
 // a value that does not decode gives ErrDecode.
 func GetAs[T any](ctx context.Context, kv *KV, key string) (value T, ok bool, err error) {
-	b, ok, err := kv.Get(ctx, key)
+	s, ok, err := kv.GetString(ctx, key)
 	if err != nil || !ok {
 		return value, ok, err
 	}
 	switch p := any(&value).(type) {
 	case *string:
-		*p = string(b)
+		*p = s
 	case *[]byte:
-		*p = b
+		*p = []byte(s)
 	default:
-		if err := json.Unmarshal(b, &value); err != nil {
+		if err := json.Unmarshal([]byte(s), &value); err != nil {
 			return value, false, opErr("kv get", key, fmt.Errorf("%w: into %T: %w", ErrDecode, value, err))
 		}
 	}

@@ -86,7 +86,7 @@ func (l *Lock) check(ctx context.Context, hold time.Duration) error {
 // another holds it. It returns ErrNotObtained when the wait runs out,
 // ErrInvalidArgument for Hold <= 0 or Wait < 0, and ctx's error when ctx
 // ends first.
-func (l *Lock) Acquire(ctx context.Context, opts LockOptions) (*Lease, error) {
+func (l *Lock) Acquire(ctx context.Context, opts LockOptions) (_ *Lease, err error) {
 	if err := l.check(ctx, opts.Hold); err != nil {
 		return nil, opErr("lock acquire", l.name, err)
 	}
@@ -105,6 +105,13 @@ func (l *Lock) Acquire(ctx context.Context, opts LockOptions) (*Lease, error) {
 	defer deadline.Stop()
 	g := l.f.watch.join(l.key)
 	defer l.f.watch.leave(l.key, g)
+	defer func() {
+		if err != nil {
+			// A waiter that gives up may have taken a wake-up meant to
+			// hand the lock on: pass it to the next waiter.
+			poke(g.one)
+		}
+	}()
 	bo := backoff{min: 2 * time.Millisecond, max: 250 * time.Millisecond}
 	for {
 		// Arm the server's invalidation for the key, and catch a release
@@ -186,9 +193,10 @@ func (l *Lease) Release(ctx context.Context) error {
 	if n != 1 {
 		return opErr("lock release", lk.name, ErrNotHeld)
 	}
-	if !lk.f.cache {
-		lk.f.watch.wakeOne(lk.key)
-	}
+	// Hand the lock to a waiter of this process at once. Waiters of other
+	// processes are woken by the invalidation of the key, which they armed
+	// when their try failed.
+	lk.f.watch.wakeOne(lk.key)
 	return nil
 }
 

@@ -96,6 +96,9 @@ func Check(kind Kind, name string) error {
 	case !utf8.ValidString(name):
 		return bad("is not valid UTF-8")
 	}
+	if asciiPlain(name, kind) {
+		return nil
+	}
 	for _, r := range name {
 		switch {
 		case r == '{' || r == '}':
@@ -113,6 +116,21 @@ func Check(kind Kind, name string) error {
 	return nil
 }
 
+// asciiPlain is Check's fast path: true when name is printable ASCII with
+// none of the characters kind forbids.
+func asciiPlain(name string, kind Kind) bool {
+	seg, bar := kind.segment(), kind == KindType || kind == KindWorker
+	for i := 0; i < len(name); i++ {
+		switch c := name[i]; {
+		case c <= ' ' || c >= 0x7f || c == '{' || c == '}':
+			return false
+		case c == ':' && seg, c == '|' && bar:
+			return false
+		}
+	}
+	return true
+}
+
 // Join checks every name in turn and returns the first error.
 func Join(errs ...error) error {
 	for _, err := range errs {
@@ -128,10 +146,10 @@ func (k Keys) join(parts ...string) string {
 }
 
 // KV is fleet:kv:<ns>:<key> (string).
-func (k Keys) KV(ns, key string) string { return k.join("fleet", "kv", ns, key) }
+func (k Keys) KV(ns, key string) string { return k.prefix + "fleet:kv:" + ns + ":" + key }
 
 // Counter is fleet:counter:<name> (string, integer).
-func (k Keys) Counter(name string) string { return k.join("fleet", "counter", name) }
+func (k Keys) Counter(name string) string { return k.prefix + "fleet:counter:" + name }
 
 // Lock is fleet:lock:<name> (string: the holder's token, TTL = hold).
 func (k Keys) Lock(name string) string { return k.join("fleet", "lock", k.tag(name)) }
