@@ -114,6 +114,30 @@ func SingleURL(tb testing.TB) string {
 	return url
 }
 
+// SingleURLOrErr is SingleURL for code without a testing.TB, such as
+// Example functions.
+func SingleURLOrErr() (string, error) { return single.get(startSingle) }
+
+// DeletePrefix deletes every key under prefix, for code without a
+// testing.TB.
+func DeletePrefix(url, prefix string) {
+	opt, err := rueidis.ParseURL(url)
+	if err != nil {
+		return
+	}
+	opt.DisableCache = true
+	c, err := rueidis.NewClient(opt)
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, k := range scan(ctx, c, prefix) {
+		c.Do(ctx, c.B().Del().Key(k).Build())
+	}
+}
+
 // ClusterURL returns the URL (seeds) of the three-master cluster, starting
 // it on first use.
 func ClusterURL(tb testing.TB) string {

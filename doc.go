@@ -1,0 +1,42 @@
+// Package fleet gives a fleet of workers its shared state over Redis: typed
+// task queues with leases, retries and dead letters; pools of claimable
+// items with exclusive leases; locks, counters and namespaced values; bounded
+// output streams; an event bus; and a worker runtime. It is a library, not a
+// daemon: what a master process would do (sweeping expired reservations,
+// pushing config) are functions the host process calls.
+//
+// # Connecting
+//
+// [Open] connects from a Redis URL (redis://, rediss:// for TLS, user and
+// password for ACL, a database number), from a list of addresses, or wraps a
+// rueidis client the caller owns. It detects a Redis Cluster and picks the key
+// layout: [LayoutCompat], the documented keys byte for byte, on a single node;
+// [LayoutTagged], with a hash tag per queue, pool, lock and worker, on a
+// cluster. [Options.Prefix] goes before every key. A [Fleet] is safe for
+// concurrent use; [Fleet.Close] ends every goroutine it started.
+//
+// # Primitives
+//
+//   - [Fleet.KV]: namespaced values with optional TTLs; reads go through
+//     client-side caching, so a repeated read costs no round trip and a write
+//     anywhere reaches the next read through the server's invalidation.
+//   - [Fleet.Counter]: an atomic integer.
+//   - [Fleet.Lock]: a token lease with a fencing token; waiters wake when
+//     the holder releases; [Lock.Do] runs a function under the lock and can
+//     keep the lease alive while it runs.
+//
+// # Names
+//
+// Names never hold '{', '}', white space or control characters; a name that
+// stands between other parts of a key (a KV namespace, a queue, a pool, a
+// type, a worker id) never holds ':', and types and worker ids never hold
+// '|'. A bad name gives [ErrInvalidName] from every call of its handle (and
+// from its Err method), naming the bad name; nothing is written.
+//
+// # Errors
+//
+// Errors wrap sentinels that errors.Is can test ([ErrWrongType],
+// [ErrUnavailable], [ErrNotObtained], [ErrNotHeld], ...) together with their
+// cause: a Redis error, a network error, or the context's error. A missing
+// value is a result (ok false), not an error.
+package fleet
