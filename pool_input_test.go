@@ -368,7 +368,8 @@ func TestPoolWaitingClaim(t *testing.T) {
 				if _, err := putter.Put(ctx(t), cookie{}, cookieTags{Site: "y"}, 0); err != nil { // not a match
 					t.Fatal(err)
 				}
-				time.Sleep(100 * time.Millisecond)
+				// Long enough that a backoff (without caching) sleeps ~1 s now.
+				time.Sleep(1500 * time.Millisecond)
 				put := time.Now()
 				if _, err := putter.Put(ctx(t), cookie{}, cookieTags{Site: "x"}, 0); err != nil {
 					t.Fatal(err)
@@ -377,7 +378,7 @@ func TestPoolWaitingClaim(t *testing.T) {
 				if r.err != nil || r.cl == nil {
 					t.Fatalf("waiting Claim = %v, %v", r.cl, r.err)
 				}
-				if d := r.at.Sub(put); d > 2*time.Second {
+				if d := r.at.Sub(put); d > 300*time.Millisecond {
 					t.Fatalf("woken %v after the put", d)
 				}
 				// Woken by a release (by the other client).
@@ -386,7 +387,7 @@ func TestPoolWaitingClaim(t *testing.T) {
 					t.Fatalf("the putter's Claim = %v, %v; want none (the waiter holds it)", held, err)
 				}
 				ch = claim()
-				time.Sleep(300 * time.Millisecond)
+				time.Sleep(1500 * time.Millisecond)
 				rel := time.Now()
 				if err := r.cl.Release(ctx(t)); err != nil {
 					t.Fatal(err)
@@ -395,7 +396,7 @@ func TestPoolWaitingClaim(t *testing.T) {
 				if r2.err != nil || r2.cl == nil {
 					t.Fatalf("waiting Claim = %v, %v", r2.cl, r2.err)
 				}
-				if d := r2.at.Sub(rel); d > 2*time.Second {
+				if d := r2.at.Sub(rel); d > 300*time.Millisecond {
 					t.Fatalf("woken %v after the release", d)
 				}
 				// The wait runs out: none, no error.
