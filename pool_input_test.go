@@ -265,7 +265,16 @@ func TestPoolInterop(t *testing.T) {
 		payload := base64.StdEncoding.EncodeToString([]byte(`{"cookies":{"a":"b"},"user_agent":"py","site":"z"}`))
 		exp := fmt.Sprintf("%.3f", float64(time.Now().Add(time.Hour).UnixMilli())/1000)
 		e.do(t, e.Raw.B().Hset().Key(hash).FieldValue().
-			FieldValue("py-1", `{"p": "`+payload+`", "t": {"site": "z", "fresh": true}, "x": `+exp+`}`).
+			FieldValue("py-1", `{"p": "`+payload+`", "t": {"site": "z", "fresh": true}, "x": `+exp+`}`).Build())
+		// A put indexes what the index lacks.
+		if _, err := p.Put(c, cookie{}, cookieTags{Site: "w"}, 0); err != nil {
+			t.Fatal(err)
+		}
+		if got := e.smembers(t, e.idxKey("interop", "t:site:sz")); !slices.Equal(got, []string{"py-1"}) {
+			t.Fatalf("site=z index after a put: %v", got)
+		}
+		// py-2 stays unindexed until a claim that finds none looks for it.
+		e.do(t, e.Raw.B().Hset().Key(hash).FieldValue().
 			FieldValue("py-2", `{"p":"`+payload+`","t":{"site":"z","fresh":true,"extra":[1]},"x":null}`).Build())
 		items, err := p.Where(fleet.Eq("site", "z")).List(c)
 		if err != nil || len(items) != 2 {
@@ -292,7 +301,7 @@ func TestPoolInterop(t *testing.T) {
 		}
 		// A foreign client claims the fleet item its own way: fleet skips it.
 		e.do(t, e.Raw.B().Set().Key(e.poolKey("interop", ":claim:"+id)).Value("1").ExSeconds(60).Build())
-		if cl, err := p.Claim(c, fleet.ClaimOptions{Hold: time.Second}); cl != nil || err != nil {
+		if cl, err := p.Where(fleet.Eq("site", "x")).Claim(c, fleet.ClaimOptions{Hold: time.Second}); cl != nil || err != nil {
 			t.Fatalf("Claim of a foreign-claimed item = %+v, %v", cl, err)
 		}
 	})
