@@ -90,6 +90,12 @@ func TestPoolFilters(t *testing.T) {
 		if err != nil || len(listed) != 12 {
 			t.Fatalf("List = %d items, %v; want 12", len(listed), err)
 		}
+		// An exponent-form float matches in the script as in Go.
+		if cl, err := p.Where(fleet.Eq("ratio", 1e-7), fleet.Eq("score", 3)).Claim(ctx(t), fleet.ClaimOptions{Hold: time.Minute}); err != nil || cl == nil || cl.Item.Tags.Ratio != 1e-7 {
+			t.Fatalf("Claim ratio=1e-7 = %+v, %v", cl, err)
+		} else if err := cl.Release(ctx(t)); err != nil {
+			t.Fatal(err)
+		}
 		// MarkBad removes the item for every reader.
 		bad := got[0].Item.ID
 		if err := got[0].MarkBad(ctx(t), "clearance rejected"); err != nil {
