@@ -8,3 +8,56 @@ func (k Keys) PoolClaim(name, item string) string { return k.Pool(name) + ":clai
 
 // PoolClaimPrefix is the part of every claim key of pool name before the item id.
 func (k Keys) PoolClaimPrefix(name string) string { return k.Pool(name) + ":claim:" }
+
+// PoolIndex holds the derived keys of one pool: indexes and claim owners
+// that fleet adds beyond the documented keys, rebuilt from the pool hash by
+// Pool.Rebuild. They live under fleet:pidx:<name> (tagged:
+// fleet:pidx:{<name>}), a family apart from fleet:pool:<name>:..., so that no
+// derived key can be mistaken for a documented claim key. In the tagged
+// layout each carries the pool's tag, so it shares the pool hash's slot.
+type PoolIndex struct {
+	// Base is fleet:pidx:<name>: the prefix of every key below (with the
+	// trailing ':'); scripts build tag index and owner keys from it.
+	Base string
+	// All is fleet:pidx:<name>:all (set of every indexed item id).
+	All string
+	// Exp is fleet:pidx:<name>:exp (zset: item id -> expires_at in unix
+	// milliseconds; items without expiry are absent).
+	Exp string
+	// Tags is fleet:pidx:<name>:tags (set of the tag index keys in use).
+	Tags string
+	// Signal is fleet:pidx:<name>:sig (string, integer): bumped when an item
+	// becomes claimable (put, release, reindex), to wake waiting claimers.
+	Signal string
+	// Scan is fleet:pidx:<name>:scan (string): the HSCAN cursor of the
+	// incremental reindex that puts and claims run when the hash holds
+	// items the index lacks.
+	Scan string
+}
+
+// PoolIndex returns the derived keys of pool name.
+func (k Keys) PoolIndex(name string) PoolIndex {
+	base := k.join("fleet", "pidx", k.tag(name)) + ":"
+	return PoolIndex{
+		Base:   base,
+		All:    base + "all",
+		Exp:    base + "exp",
+		Tags:   base + "tags",
+		Signal: base + "sig",
+		Scan:   base + "scan",
+	}
+}
+
+// PoolTagIndex is fleet:pidx:<name>:t:<field>:<canon> (set of item ids
+// whose tag field has the value canon stands for). canon is the value's
+// canonical form: "s" + the string (or "h" + its SHA-1 in hex when longer
+// than 128 bytes), "T" or "F" for a boolean, "n" + the number (an integer
+// in decimal below 1e15, else C's %.17g).
+func (k Keys) PoolTagIndex(name, field, canon string) string {
+	return k.PoolIndex(name).Base + "t:" + field + ":" + canon
+}
+
+// PoolOwner is fleet:pidx:<name>:own:<item> (string: the claim owner's
+// random token, TTL = hold, set and deleted with the claim key). The claim
+// key stays "1" as documented; this key lets only the owner end its claim.
+func (k Keys) PoolOwner(name, item string) string { return k.PoolIndex(name).Base + "own:" + item }
