@@ -3,11 +3,9 @@ package fleet_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/fleet-go/fleet"
-	"github.com/fleet-go/fleet/fleettest"
 )
 
 // CfCookie and CfCookieTags are a pool's contract: payload and tags.
@@ -21,37 +19,14 @@ type CfCookieTags struct {
 	Fresh bool   `json:"fresh"`
 }
 
-// exampleFleet opens a Fleet on FLEET_REDIS_URL, or on a throwaway
-// redis-server, under a prefix of its own.
-func exampleFleet(ctx context.Context) (*fleet.Fleet, func(), error) {
-	url, stop := os.Getenv("FLEET_REDIS_URL"), func() {}
-	if url == "" {
-		s, err := fleettest.StartServer(ctx, fleettest.Config{})
-		if err != nil {
-			return nil, nil, err
-		}
-		url, stop = s.URL(), s.Stop
-	}
-	f, err := fleet.Open(ctx, fleet.Options{URL: url, Prefix: fmt.Sprintf("example%d:", time.Now().UnixNano())})
-	if err != nil {
-		stop()
-		return nil, nil, err
-	}
-	return f, func() { _ = f.Close(); stop() }, nil
-}
-
 func ExamplePool() {
 	ctx := context.Background()
-	f, done, err := exampleFleet(ctx)
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
+	f, done := exampleFleet("pool")
 	defer done()
 	pool := fleet.NewPool[CfCookie, CfCookieTags](f, "cf-cookies", fleet.PoolOptions{})
 
 	// producer
-	_, err = pool.Put(ctx, CfCookie{Cookies: map[string]string{"cf_clearance": "abc"}, UserAgent: "Mozilla/5.0"},
+	_, err := pool.Put(ctx, CfCookie{Cookies: map[string]string{"cf_clearance": "abc"}, UserAgent: "Mozilla/5.0"},
 		CfCookieTags{Site: "x", Fresh: true}, 25*time.Minute)
 	if err != nil {
 		fmt.Println(err)
