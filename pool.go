@@ -298,16 +298,6 @@ func (c *poolCore) indexStep(ctx context.Context, cursor string, force bool) (ne
 	return next, added, nil
 }
 
-// pokeAll wakes every waiter and listener of key, for changes made by this
-// process when invalidations are off.
-func (w *watcher) pokeAll(key string) {
-	w.mu.Lock()
-	if g := w.gates[key]; g != nil {
-		g.wake()
-	}
-	w.mu.Unlock()
-}
-
 // serverNow reads the server's clock, which every expiry is measured on.
 func (c *poolCore) serverNow(ctx context.Context) (time.Time, error) {
 	return timeReply(c.f.client.Do(ctx, c.f.client.B().Time().Build()))

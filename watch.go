@@ -96,6 +96,16 @@ func (w *watcher) wakeOne(key string) {
 	w.mu.Unlock()
 }
 
+// pokeAll wakes every waiter and listener of key, for changes made by this
+// process when invalidations are off.
+func (w *watcher) pokeAll(key string) {
+	w.mu.Lock()
+	if g := w.gates[key]; g != nil {
+		g.wake()
+	}
+	w.mu.Unlock()
+}
+
 // onInvalidations is the rueidis hook (it runs on the connection's reader,
 // so it never blocks).
 func (w *watcher) onInvalidations(msgs []rueidis.RedisMessage) {
