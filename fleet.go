@@ -163,6 +163,10 @@ func Open(ctx context.Context, opts Options) (*Fleet, error) {
 		f.closeClient()
 		return nil, connectErr(nil, err)
 	}
+	if err := f.checkMarker(ctx); err != nil {
+		f.closeClient()
+		return nil, err
+	}
 	return f, nil
 }
 

@@ -33,8 +33,9 @@ func TestOpenPicksLayout(t *testing.T) {
 		{cluster, fleet.LayoutTagged, fleet.LayoutTagged, true, nil},
 		{cluster, fleet.LayoutCompat, "", true, fleet.ErrLayout},
 	}
-	for _, tc := range cases {
-		f, err := fleet.Open(c, fleet.Options{URL: tc.url, Layout: tc.layout})
+	for i, tc := range cases {
+		prefix := "open-layout-" + strconv.Itoa(i) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
+		f, err := fleet.Open(c, fleet.Options{URL: tc.url, Layout: tc.layout, Prefix: prefix})
 		if !errors.Is(err, tc.err) {
 			t.Fatalf("Open(%s, %q) = %v, want %v", tc.url, tc.layout, err, tc.err)
 		}
@@ -45,6 +46,7 @@ func TestOpenPicksLayout(t *testing.T) {
 			t.Errorf("Open(%s, %q): layout %q cluster %v; want %q %v", tc.url, tc.layout, f.Layout(), f.Cluster(), tc.want, tc.cluster)
 		}
 		f.Close()
+		redistest.DeletePrefix(tc.url, prefix)
 	}
 }
 

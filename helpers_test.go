@@ -2,6 +2,7 @@ package fleet_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -65,8 +66,11 @@ func (e *env) key(compat, tagged string) string {
 	return e.Prefix + compat
 }
 
-// keys lists every key the test left in Redis.
-func (e *env) keys(t *testing.T) []string { return redistest.Keys(t, e.Raw, e.Prefix) }
+// keys lists every key the test left in Redis, but the layout marker that
+// Open writes (TestMarker checks that one).
+func (e *env) keys(t *testing.T) []string {
+	return slices.DeleteFunc(redistest.Keys(t, e.Raw, e.Prefix), func(k string) bool { return k == e.Prefix+"fleet:meta" })
+}
 
 // get reads a string key raw ("" and false when missing).
 func (e *env) get(t *testing.T, key string) (string, bool) {

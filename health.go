@@ -1,0 +1,139 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Health problem codes, stable for scripts.
+const (
+	// HealthAOFOff: appendonly is off, so configs, gens, pools and queues
+	// do not survive a restart.
+	HealthAOFOff = "aof-off"
+	// HealthEviction: maxmemory-policy is not noeviction, so Redis may evict
+	// leases, tasks and pool items under memory pressure.
+	HealthEviction = "eviction-policy"
+	// HealthNoTracking: client-side caching is off (no RESP3 client
+	// tracking, or turned off), so reads cost round trips and waits poll.
+	HealthNoTracking = "no-client-tracking"
+	// HealthClusterSlots: not every cluster slot is served, or the cluster
+	// state is not ok.
+	HealthClusterSlots = "cluster-slots"
+)
+
+// HealthProblem is one thing that would lose data or break fleet.
+type HealthProblem struct {
+	Code    string `json:"code"`
+	Node    string `json:"node,omitempty"`
+	Message string `json:"message"`
+}
+
+// NodeHealth is what Health read off one node.
+type NodeHealth struct {
+	Addr            string `json:"addr"`
+	Version         string `json:"version"`
+	AOF             bool   `json:"aof"`
+	MaxmemoryPolicy string `json:"maxmemory_policy"`
+	UsedMemory      int64  `json:"used_memory"`
+	Keys            int64  `json:"keys"`
+}
+
+// HealthReport is the result of Health. It is healthy when Problems is
+// empty.
+type HealthReport struct {
+	Layout   Layout          `json:"layout"`
+	Cluster  bool            `json:"cluster"`
+	Cache    bool            `json:"client_cache"`
+	Slots    int             `json:"slots_ok,omitempty"`
+	Nodes    []NodeHealth    `json:"nodes"`
+	Problems []HealthProblem `json:"problems"`
+}
+
+// OK reports whether no problem was found.
+func (r HealthReport) OK() bool { return len(r.Problems) == 0 }
+
+// Health reads every node's INFO (and CLUSTER INFO on a cluster) and reports
+// what would lose data or break fleet: AOF off, a maxmemory-policy other than
+// noeviction, client-side caching off, cluster slots not all served. An
+// error means Health could not read a node; problems are not errors.
+func (f *Fleet) Health(ctx context.Context) (HealthReport, error) {
+	r := HealthReport{Layout: f.layout, Cluster: f.cluster, Cache: f.cache, Problems: []HealthProblem{}}
+	if err := f.alive(ctx); err != nil {
+		return r, err
+	}
+	nodes := f.client.Nodes()
+	addrs := make([]string, 0, len(nodes))
+	for a := range nodes {
+		addrs = append(addrs, a)
+	}
+	slices.Sort(addrs)
+	for _, addr := range addrs {
+		n := nodes[addr]
+		text, err := n.Do(ctx, n.B().Info().Section("server", "persistence", "memory", "keyspace", "replication").Build()).ToString()
+		if err != nil {
+			return r, opErr("health", addr, err)
+		}
+		info := parseInfo(text)
+		if info["role"] == "slave" {
+			continue // a replica follows its master's data
+		}
+		nh := NodeHealth{Addr: addr, Version: info["redis_version"], AOF: info["aof_enabled"] == "1", MaxmemoryPolicy: info["maxmemory_policy"]}
+		nh.UsedMemory, _ = strconv.ParseInt(info["used_memory"], 10, 64)
+		for k, v := range info {
+			if strings.HasPrefix(k, "db") { // db0:keys=3,expires=0,avg_ttl=0
+				if kv, ok := strings.CutPrefix(v, "keys="); ok {
+					n, _ := strconv.ParseInt(strings.SplitN(kv, ",", 2)[0], 10, 64)
+					nh.Keys += n
+				}
+			}
+		}
+		r.Nodes = append(r.Nodes, nh)
+		if !nh.AOF {
+			r.Problems = append(r.Problems, HealthProblem{Code: HealthAOFOff, Node: addr,
+				Message: "appendonly is off: configs, gens, pools and queues are lost on restart (set appendonly yes, appendfsync everysec)"})
+		}
+		if nh.MaxmemoryPolicy != "" && nh.MaxmemoryPolicy != "noeviction" {
+			r.Problems = append(r.Problems, HealthProblem{Code: HealthEviction, Node: addr,
+				Message: fmt.Sprintf("maxmemory-policy is %s: Redis may evict leases, tasks and pool items (set noeviction)", nh.MaxmemoryPolicy)})
+		}
+	}
+	if !f.cache {
+		r.Problems = append(r.Problems, HealthProblem{Code: HealthNoTracking,
+			Message: "client-side caching is off (no RESP3 client tracking, DisableCache, or a caller-owned client): reads cost round trips and waits poll"})
+	}
+	if f.cluster {
+		var text string
+		var err error
+		for _, addr := range addrs {
+			n := nodes[addr]
+			if text, err = n.Do(ctx, n.B().ClusterInfo().Build()).ToString(); err == nil {
+				break
+			}
+		}
+		if err != nil {
+			return r, opErr("health", "cluster info", err)
+		}
+		info := parseInfo(text)
+		r.Slots, _ = strconv.Atoi(info["cluster_slots_ok"])
+		if info["cluster_state"] != "ok" || r.Slots != 16384 {
+			r.Problems = append(r.Problems, HealthProblem{Code: HealthClusterSlots,
+				Message: fmt.Sprintf("cluster_state is %s and %d of 16384 slots are served", info["cluster_state"], r.Slots)})
+		}
+	}
+	return r, nil
+}
+
+// parseInfo reads "key:value" lines of INFO and CLUSTER INFO.
+func parseInfo(text string) map[string]string {
+	out := make(map[string]string)
+	text = strings.TrimPrefix(text, "txt:") // a RESP3 verbatim string's format
+	for line := range strings.SplitSeq(text, "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok && !strings.HasPrefix(k, "#") {
+			out[k] = v
+		}
+	}
+	return out
+}
