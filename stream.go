@@ -1,0 +1,312 @@
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/rueidis"
+
+	"github.com/fleet-go/fleet/internal/keys"
+)
+
+// Defaults of StreamOptions.
+const (
+	// DefaultStreamMaxLen is the most members a stream keeps.
+	DefaultStreamMaxLen = 50_000
+	// DefaultStreamMaxAge is how long a stream keeps a member.
+	DefaultStreamMaxAge = time.Hour
+)
+
+var streamPushScript = script("stream_push.lua")
+
+// StreamOptions bounds a stream. The zero value means the defaults.
+type StreamOptions struct {
+	// MaxLen is the most members kept: each push drops the oldest beyond it.
+	// Negative is ErrInvalidArgument. Defaults to DefaultStreamMaxLen.
+	MaxLen int
+	// MaxAge is how long a member is kept: each push drops those older.
+	// Negative is ErrInvalidArgument. Defaults to DefaultStreamMaxAge.
+	MaxAge time.Duration
+}
+
+// Stream is the bounded output stream of one automation type
+// (stream:<type>, a sorted set). Each member is the JSON envelope of one
+// output, scored by its time in unix seconds:
+//
+//	{"id":"0193...","ts":1733130000.123,"data":<the output as JSON>}
+//
+// id is a UUIDv7, so two equal outputs are still two members, and members
+// of the same millisecond sort in the order one process pushed them; ts
+// equals the score, in seconds with millisecond precision. Every push trims
+// the stream to MaxLen members and MaxAge of age in the same script, so a
+// stream never outgrows its bounds. A Stream is safe for concurrent use.
+type Stream[T any] struct {
+	f      *Fleet
+	typ    string
+	key    string
+	topic  string // the channel of Emit: event:<type>.emit
+	maxLen int
+	maxAge time.Duration
+	err    error
+	now    func() time.Time // the clock; tests set it
+}
+
+// NewStream returns the stream of automation type typ. A bad typ or bad
+// options make every call of the Stream return ErrInvalidName or
+// ErrInvalidArgument; Err reports it at once.
+func NewStream[T any](f *Fleet, typ string, opts StreamOptions) *Stream[T] {
+	s := &Stream[T]{f: f, typ: typ, key: f.keys.Stream(typ), topic: f.keys.Event(typ + ".emit"),
+		maxLen: opts.MaxLen, maxAge: opts.MaxAge, now: time.Now}
+	if s.maxLen == 0 {
+		s.maxLen = DefaultStreamMaxLen
+	}
+	if s.maxAge == 0 {
+		s.maxAge = DefaultStreamMaxAge
+	}
+	switch {
+	case opts.MaxLen < 0:
+		s.err = fmt.Errorf("%w: StreamOptions.MaxLen %d is negative", ErrInvalidArgument, opts.MaxLen)
+	case opts.MaxAge < 0:
+		s.err = fmt.Errorf("%w: StreamOptions.MaxAge %v is negative", ErrInvalidArgument, opts.MaxAge)
+	}
+	s.err = keys.Join(keys.Check(keys.KindStream, typ), s.err)
+	return s
+}
+
+// Err returns the error that every call of the Stream returns because of
+// its name or options, or nil.
+func (s *Stream[T]) Err() error { return s.err }
+
+// Type returns the stream's automation type.
+func (s *Stream[T]) Type() string { return s.typ }
+
+// StreamEntry is one member of a stream, decoded. Its JSON is the envelope
+// stored in Redis: {"id": ID, "ts": Time as unix seconds, "data": Data}.
+type StreamEntry[T any] struct {
+	// ID is the entry's UUIDv7, unique to this entry.
+	ID string
+	// Time is when the entry was pushed (millisecond precision); its unix
+	// seconds are the member's score.
+	Time time.Time
+	// Data is the output.
+	Data T
+}
+
+// envelope is the stored form of a StreamEntry. Field order is the JSON's.
+type envelope struct {
+	ID   string          `json:"id"`
+	TS   float64         `json:"ts"`
+	Data json.RawMessage `json:"data"`
+}
+
+// MarshalJSON encodes the entry as its envelope.
+func (e StreamEntry[T]) MarshalJSON() ([]byte, error) {
+	data, err := json.Marshal(e.Data)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(envelope{ID: e.ID, TS: unixSeconds(e.Time), Data: data})
+}
+
+// UnmarshalJSON decodes an envelope. It refuses one without an id, a ts or
+// data.
+func (e *StreamEntry[T]) UnmarshalJSON(b []byte) error {
+	var env struct {
+		ID   *string          `json:"id"`
+		TS   *float64         `json:"ts"`
+		Data *json.RawMessage `json:"data"`
+	}
+	if err := json.Unmarshal(b, &env); err != nil {
+		return err
+	}
+	if env.ID == nil || *env.ID == "" || env.TS == nil || env.Data == nil {
+		return errors.New("not a fleet stream envelope (id, ts and data required)")
+	}
+	var data T
+	if err := json.Unmarshal(*env.Data, &data); err != nil {
+		return fmt.Errorf("data into %T: %w", data, err)
+	}
+	*e = StreamEntry[T]{ID: *env.ID, Time: fromUnixSeconds(*env.TS), Data: data}
+	return nil
+}
+
+// unixSeconds is t in unix seconds, to the millisecond.
+func unixSeconds(t time.Time) float64 { return float64(t.UnixMilli()) / 1000 }
+
+func fromUnixSeconds(s float64) time.Time {
+	return time.UnixMilli(int64(math.Round(s * 1000)))
+}
+
+func formatScore(s float64) string { return strconv.FormatFloat(s, 'f', -1, 64) }
+
+// member builds one stored member: its envelope and score.
+func (s *Stream[T]) member(v T, now time.Time) (id, score, member string, err error) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return "", "", "", fmt.Errorf("%w: cannot encode %T as JSON: %w", ErrInvalidArgument, v, err)
+	}
+	u, err := uuid.NewV7()
+	if err != nil {
+		return "", "", "", err
+	}
+	ts := unixSeconds(now)
+	b, err := json.Marshal(envelope{ID: u.String(), TS: ts, Data: data})
+	if err != nil {
+		return "", "", "", err
+	}
+	return u.String(), formatScore(ts), string(b), nil
+}
+
+func (s *Stream[T]) check(ctx context.Context) error {
+	if s.err != nil {
+		return s.err
+	}
+	return s.f.alive(ctx)
+}
+
+// Push adds v to the stream and trims the stream to its bounds, in one
+// script. It returns the new entry's id. It returns ErrInvalidArgument when
+// v does not encode as JSON and ErrWrongType, changing nothing, when the
+// key holds something other than a sorted set.
+func (s *Stream[T]) Push(ctx context.Context, v T) (string, error) {
+	ids, err := s.push(ctx, "stream push", []T{v})
+	if err != nil {
+		return "", err
+	}
+	return ids[0], nil
+}
+
+// PushMany adds every value of vs, in order, and trims, in one script and
+// one round trip. It returns the ids in the order of vs. When one value
+// does not encode, nothing is pushed.
+func (s *Stream[T]) PushMany(ctx context.Context, vs []T) ([]string, error) {
+	if len(vs) == 0 {
+		if err := s.check(ctx); err != nil {
+			return nil, opErr("stream push", s.typ, err)
+		}
+		return nil, nil
+	}
+	return s.push(ctx, "stream push", vs)
+}
+
+func (s *Stream[T]) push(ctx context.Context, op string, vs []T) ([]string, error) {
+	_, ids, err := s.pushMembers(ctx, op, vs)
+	return ids, err
+}
+
+// pushMembers pushes vs and returns their members as well as their ids.
+func (s *Stream[T]) pushMembers(ctx context.Context, op string, vs []T) (members, ids []string, err error) {
+	if err := s.check(ctx); err != nil {
+		return nil, nil, opErr(op, s.typ, err)
+	}
+	now := s.now()
+	args := make([]string, 2, 2+2*len(vs))
+	args[0] = strconv.Itoa(s.maxLen)
+	args[1] = "(" + formatScore(unixSeconds(now)-s.maxAge.Seconds())
+	ids = make([]string, len(vs))
+	members = make([]string, len(vs))
+	for i, v := range vs {
+		id, score, member, err := s.member(v, now)
+		if err != nil {
+			return nil, nil, opErr(op, s.typ, err)
+		}
+		ids[i], members[i] = id, member
+		args = append(args, score, member)
+	}
+	if err := streamPushScript.Exec(ctx, s.f.client, []string{s.key}, args).Error(); err != nil {
+		return nil, nil, opErr(op, s.typ, err)
+	}
+	return members, ids, nil
+}
+
+// Emit pushes v (as Push) and then publishes the same envelope JSON on the
+// channel event:<type>.emit, the low-latency signal of the documented
+// schema; subscribe to it with Subscribe[StreamEntry[T]](ctx, f,
+// "<type>.emit", opts). The publish is a second command (on a Redis Cluster
+// the stream and the channel live in different slots): when the push
+// worked and the publish failed, Emit returns the id with the publish
+// error, and the entry stays in the stream.
+func (s *Stream[T]) Emit(ctx context.Context, v T) (string, error) {
+	members, ids, err := s.pushMembers(ctx, "stream emit", []T{v})
+	if err != nil {
+		return "", err
+	}
+	if err := s.f.publishRaw(ctx, s.topic, members[0]); err != nil {
+		return ids[0], opErr("stream emit: publish", s.typ, err)
+	}
+	return ids[0], nil
+}
+
+// Pop removes and returns up to n of the oldest entries, oldest first
+// (ZPOPMIN). Members that do not decode are removed too and reported in a
+// *StreamDecodeError (errors.Is ErrDecode) returned with the entries that
+// did decode. n <= 0 is ErrInvalidArgument.
+func (s *Stream[T]) Pop(ctx context.Context, n int) ([]StreamEntry[T], error) {
+	if err := s.checkN(ctx, n); err != nil {
+		return nil, opErr("stream pop", s.typ, err)
+	}
+	c := s.f.client
+	zs, err := c.Do(ctx, c.B().Zpopmin().Key(s.key).Count(int64(n)).Build()).AsZScores()
+	if err != nil {
+		return nil, opErr("stream pop", s.typ, err)
+	}
+	return s.decode(zs)
+}
+
+// Peek returns up to n of the oldest entries, oldest first, leaving them in
+// the stream (ZRANGE 0 n-1). Undecodable members are reported as by Pop.
+// n <= 0 is ErrInvalidArgument.
+func (s *Stream[T]) Peek(ctx context.Context, n int) ([]StreamEntry[T], error) {
+	if err := s.checkN(ctx, n); err != nil {
+		return nil, opErr("stream peek", s.typ, err)
+	}
+	c := s.f.client
+	zs, err := c.Do(ctx, c.B().Zrange().Key(s.key).Min("0").Max(strconv.Itoa(n-1)).Withscores().Build()).AsZScores()
+	if err != nil {
+		return nil, opErr("stream peek", s.typ, err)
+	}
+	return s.decode(zs)
+}
+
+// Len returns the number of members in the stream (ZCARD).
+func (s *Stream[T]) Len(ctx context.Context) (int64, error) {
+	if err := s.check(ctx); err != nil {
+		return 0, opErr("stream len", s.typ, err)
+	}
+	c := s.f.client
+	n, err := c.Do(ctx, c.B().Zcard().Key(s.key).Build()).AsInt64()
+	return n, opErr("stream len", s.typ, err)
+}
+
+func (s *Stream[T]) checkN(ctx context.Context, n int) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	if n <= 0 {
+		return fmt.Errorf("%w: count %d must be > 0", ErrInvalidArgument, n)
+	}
+	return nil
+}
+
+func (s *Stream[T]) decode(zs []rueidis.ZScore) ([]StreamEntry[T], error) {
+	out := make([]StreamEntry[T], 0, len(zs))
+	var bad []BadMember
+	for _, z := range zs {
+		var e StreamEntry[T]
+		if err := json.Unmarshal([]byte(z.Member), &e); err != nil {
+			bad = append(bad, BadMember{Raw: z.Member, Score: z.Score, Err: err})
+			continue
+		}
+		out = append(out, e)
+	}
+	if bad != nil {
+		return out, &StreamDecodeError{Stream: s.typ, Members: bad}
+	}
+	return out, nil
+}

@@ -1,0 +1,388 @@
+package fleet_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"regexp"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/rueidis"
+
+	"github.com/fleet-go/fleet"
+	"github.com/fleet-go/fleet/internal/redistest"
+)
+
+type scraped struct {
+	URL  string `json:"url"`
+	Code int    `json:"code"`
+}
+
+// at returns a clock stuck at t.
+func at(t time.Time) func() time.Time { return func() time.Time { return t } }
+
+func datas[T any](es []fleet.StreamEntry[T]) []T {
+	out := make([]T, len(es))
+	for i, e := range es {
+		out[i] = e.Data
+	}
+	return out
+}
+
+// zrange returns every member and score of a zset, raw.
+func (e *env) zrange(t *testing.T, key string) []rueidis.ZScore {
+	t.Helper()
+	zs, err := e.Raw.Do(context.Background(), e.Raw.B().Zrange().Key(key).Min("0").Max("-1").Withscores().Build()).AsZScores()
+	if err != nil {
+		t.Fatalf("zrange %s: %v", key, err)
+	}
+	return zs
+}
+
+var envelopeRE = regexp.MustCompile(`^\{"id":"([0-9a-f-]{36})","ts":([0-9]+(?:\.[0-9]{1,3})?),"data":(.*)\}$`)
+
+func TestStreamPushPeekPop(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		t.Parallel()
+		e := open(t, tg)
+		c := ctx(t)
+		s := fleet.NewStream[scraped](e.F, "cf-scraper", fleet.StreamOptions{})
+		if s.Err() != nil {
+			t.Fatal(s.Err())
+		}
+		base := time.Now().Truncate(time.Millisecond)
+		// Pushed newest first: Pop and Peek still give the oldest first.
+		pushes := []struct {
+			at time.Time
+			v  scraped
+		}{
+			{base.Add(2 * time.Second), scraped{"c", 200}},
+			{base, scraped{"a", 200}},
+			{base.Add(time.Second), scraped{"a", 200}}, // equal output: still its own member
+		}
+		ids := map[string]time.Time{}
+		for _, p := range pushes {
+			fleet.SetStreamClock(s, at(p.at))
+			id, err := s.Push(c, p.v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids[id] = p.at
+		}
+		if len(ids) != 3 {
+			t.Fatalf("ids not unique: %v", ids)
+		}
+		if n, err := s.Len(c); err != nil || n != 3 {
+			t.Fatalf("Len = %d, %v; want 3", n, err)
+		}
+
+		// What is in Redis: one zset, stream:<type> in both layouts, scored by
+		// unix seconds, members the JSON envelope.
+		key := e.Prefix + "stream:cf-scraper"
+		if got := e.keys(t); !slices.Equal(got, []string{key}) {
+			t.Fatalf("keys = %v, want [%s]", got, key)
+		}
+		zs := e.zrange(t, key)
+		wantData := []string{`{"url":"a","code":200}`, `{"url":"a","code":200}`, `{"url":"c","code":200}`}
+		for i, z := range zs {
+			m := envelopeRE.FindStringSubmatch(z.Member)
+			if m == nil {
+				t.Fatalf("member %d = %s, not the envelope", i, z.Member)
+			}
+			u, err := uuid.Parse(m[1])
+			if err != nil || u.Version() != 7 {
+				t.Fatalf("id %q is not a UUIDv7 (%v)", m[1], err)
+			}
+			ts, _ := strconv.ParseFloat(m[2], 64)
+			if ts != z.Score || !ids[m[1]].Equal(time.UnixMilli(int64(ts*1000+0.5))) {
+				t.Fatalf("member %d: ts %v, score %v, pushed at %v", i, ts, z.Score, ids[m[1]])
+			}
+			if m[3] != wantData[i] {
+				t.Fatalf("member %d data = %s, want %s", i, m[3], wantData[i])
+			}
+		}
+
+		peek, err := s.Peek(c, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := datas(peek); !slices.Equal(got, []scraped{{"a", 200}, {"a", 200}}) {
+			t.Fatalf("Peek = %+v", got)
+		}
+		if !peek[0].Time.Equal(base) || ids[peek[0].ID] != base {
+			t.Fatalf("Peek[0] = %v %v, want time %v", peek[0].ID, peek[0].Time, base)
+		}
+		if n, _ := s.Len(c); n != 3 {
+			t.Fatalf("Peek removed: Len = %d", n)
+		}
+		pop, err := s.Pop(c, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := datas(pop); !slices.Equal(got, []scraped{{"a", 200}, {"a", 200}, {"c", 200}}) {
+			t.Fatalf("Pop = %+v", got)
+		}
+		if pop[0].ID == pop[1].ID {
+			t.Fatal("equal outputs share an id")
+		}
+		if got, err := s.Pop(c, 1); err != nil || len(got) != 0 {
+			t.Fatalf("Pop of empty = %v, %v", got, err)
+		}
+		if got := e.keys(t); len(got) != 0 {
+			t.Fatalf("keys left: %v", got)
+		}
+	})
+}
+
+func TestStreamBoundByCount(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		t.Parallel()
+		e := open(t, tg)
+		c := ctx(t)
+		s := fleet.NewStream[int](e.F, "counted", fleet.StreamOptions{MaxLen: 5})
+		// One PushMany: one timestamp for all; the UUIDv7 ids keep their order.
+		ids, err := s.PushMany(c, []int{0, 1, 2, 3, 4, 5, 6, 7})
+		if err != nil || len(ids) != 8 {
+			t.Fatalf("PushMany = %v, %v", ids, err)
+		}
+		if n, _ := s.Len(c); n != 5 {
+			t.Fatalf("Len = %d, want 5", n)
+		}
+		got, err := s.Peek(c, 100)
+		if err != nil || !slices.Equal(datas(got), []int{3, 4, 5, 6, 7}) {
+			t.Fatalf("Peek = %v, %v; want the 5 newest", datas(got), err)
+		}
+		if got[0].ID != ids[3] {
+			t.Fatalf("ids out of order: %s, want %s", got[0].ID, ids[3])
+		}
+		if _, err := s.Push(c, 8); err != nil {
+			t.Fatal(err)
+		}
+		got, _ = s.Peek(c, 100)
+		if !slices.Equal(datas(got), []int{4, 5, 6, 7, 8}) {
+			t.Fatalf("after one more push: %v", datas(got))
+		}
+		// The default bound is 50,000: a larger batch is trimmed to it.
+		big := fleet.NewStream[int](e.F, "big", fleet.StreamOptions{})
+		vs := make([]int, fleet.DefaultStreamMaxLen+10)
+		for i := range vs {
+			vs[i] = i
+		}
+		if _, err := big.PushMany(c, vs); err != nil {
+			t.Fatal(err)
+		}
+		if n, _ := big.Len(c); n != fleet.DefaultStreamMaxLen {
+			t.Fatalf("big Len = %d", n)
+		}
+		if first, _ := big.Peek(c, 1); len(first) != 1 || first[0].Data != 10 {
+			t.Fatalf("big oldest = %+v, want 10", first)
+		}
+	})
+}
+
+func TestStreamBoundByAge(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		t.Parallel()
+		e := open(t, tg)
+		c := ctx(t)
+		now := time.Now()
+		s := fleet.NewStream[string](e.F, "aged", fleet.StreamOptions{MaxAge: time.Minute})
+		for _, p := range []struct {
+			ago time.Duration
+			v   string
+		}{{2 * time.Hour, "old1"}, {2 * time.Hour, "old2"}, {90 * time.Second, "old3"}, {30 * time.Second, "fresh"}} {
+			fleet.SetStreamClock(s, at(now.Add(-p.ago)))
+			if _, err := s.Push(c, p.v); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Each push trimmed by its own clock: at -30s, "old1" and "old2" (-2h) are gone, "old3" (-90s) is younger than a minute before -30s.
+		got, _ := s.Peek(c, 10)
+		if !slices.Equal(datas(got), []string{"old3", "fresh"}) {
+			t.Fatalf("Peek = %v", datas(got))
+		}
+		fleet.SetStreamClock(s, at(now))
+		if _, err := s.Push(c, "now"); err != nil {
+			t.Fatal(err)
+		}
+		got, _ = s.Peek(c, 10)
+		if !slices.Equal(datas(got), []string{"fresh", "now"}) {
+			t.Fatalf("Peek = %v, want the entries of the last minute", datas(got))
+		}
+		// The default age bound is an hour.
+		d := fleet.NewStream[string](e.F, "aged-default", fleet.StreamOptions{})
+		fleet.SetStreamClock(d, at(now.Add(-fleet.DefaultStreamMaxAge-time.Second)))
+		_, _ = d.Push(c, "too old")
+		fleet.SetStreamClock(d, at(now.Add(-fleet.DefaultStreamMaxAge+time.Minute)))
+		_, _ = d.Push(c, "kept")
+		fleet.SetStreamClock(d, at(now))
+		_, _ = d.Push(c, "now")
+		if got, _ := d.Peek(c, 10); !slices.Equal(datas(got), []string{"kept", "now"}) {
+			t.Fatalf("default age: %v", datas(got))
+		}
+	})
+}
+
+func TestStreamBadInput(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		t.Parallel()
+		e := open(t, tg)
+		c := ctx(t)
+		for _, name := range []string{"", "a b", "{x}", "a\nb"} {
+			s := fleet.NewStream[int](e.F, name, fleet.StreamOptions{})
+			if !errors.Is(s.Err(), fleet.ErrInvalidName) {
+				t.Fatalf("NewStream(%q).Err() = %v", name, s.Err())
+			}
+			if _, err := s.Push(c, 1); !errors.Is(err, fleet.ErrInvalidName) {
+				t.Fatalf("Push on %q: %v", name, err)
+			}
+			if _, err := s.Pop(c, 1); !errors.Is(err, fleet.ErrInvalidName) {
+				t.Fatalf("Pop on %q: %v", name, err)
+			}
+		}
+		for _, o := range []fleet.StreamOptions{{MaxLen: -1}, {MaxAge: -time.Second}} {
+			if err := fleet.NewStream[int](e.F, "x", o).Err(); !errors.Is(err, fleet.ErrInvalidArgument) {
+				t.Fatalf("options %+v: %v", o, err)
+			}
+		}
+		anyS := fleet.NewStream[any](e.F, "any", fleet.StreamOptions{})
+		if _, err := anyS.Push(c, make(chan int)); !errors.Is(err, fleet.ErrInvalidArgument) {
+			t.Fatalf("Push of a channel: %v", err)
+		}
+		if _, err := anyS.PushMany(c, []any{1, func() {}}); !errors.Is(err, fleet.ErrInvalidArgument) {
+			t.Fatalf("PushMany with a func: %v", err)
+		}
+		if _, err := anyS.Pop(c, 0); !errors.Is(err, fleet.ErrInvalidArgument) {
+			t.Fatalf("Pop(0): %v", err)
+		}
+		if _, err := anyS.Peek(c, -1); !errors.Is(err, fleet.ErrInvalidArgument) {
+			t.Fatalf("Peek(-1): %v", err)
+		}
+		cancelled, cancel := context.WithCancel(context.Background())
+		cancel()
+		if _, err := anyS.Push(cancelled, 1); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Push with a cancelled ctx: %v", err)
+		}
+		if got := e.keys(t); len(got) != 0 {
+			t.Fatalf("refused calls wrote %v", got)
+		}
+
+		// A key of another type: ErrWrongType, nothing changed.
+		key := e.Prefix + "stream:taken"
+		e.do(t, e.Raw.B().Set().Key(key).Value("v").Build())
+		w := fleet.NewStream[int](e.F, "taken", fleet.StreamOptions{})
+		if _, err := w.Push(c, 1); !errors.Is(err, fleet.ErrWrongType) {
+			t.Fatalf("Push on a string: %v", err)
+		}
+		if _, err := w.PushMany(c, []int{1, 2}); !errors.Is(err, fleet.ErrWrongType) {
+			t.Fatalf("PushMany on a string: %v", err)
+		}
+		if _, err := w.Emit(c, 1); !errors.Is(err, fleet.ErrWrongType) {
+			t.Fatalf("Emit on a string: %v", err)
+		}
+		if _, err := w.Pop(c, 1); !errors.Is(err, fleet.ErrWrongType) {
+			t.Fatalf("Pop on a string: %v", err)
+		}
+		if _, err := w.Peek(c, 1); !errors.Is(err, fleet.ErrWrongType) {
+			t.Fatalf("Peek on a string: %v", err)
+		}
+		if _, err := w.Len(c); !errors.Is(err, fleet.ErrWrongType) {
+			t.Fatalf("Len on a string: %v", err)
+		}
+		if v, ok := e.get(t, key); !ok || v != "v" {
+			t.Fatalf("the string changed: %q %v", v, ok)
+		}
+
+		f2 := openOn(t, tg, e.Prefix)
+		s2 := fleet.NewStream[int](f2, "closed", fleet.StreamOptions{})
+		_ = f2.Close()
+		if _, err := s2.Push(c, 1); !errors.Is(err, fleet.ErrClosed) {
+			t.Fatalf("Push after Close: %v", err)
+		}
+	})
+}
+
+func TestStreamUndecodableMembers(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		t.Parallel()
+		e := open(t, tg)
+		c := ctx(t)
+		s := fleet.NewStream[scraped](e.F, "mixed", fleet.StreamOptions{})
+		key := e.Prefix + "stream:mixed"
+		now := float64(time.Now().Unix())
+		// Written by something else: not JSON, JSON without the envelope, and
+		// an envelope whose data is not a scraped.
+		e.do(t, e.Raw.B().Zadd().Key(key).ScoreMember().
+			ScoreMember(now-3, "not json").
+			ScoreMember(now-2, `{"url":"x","code":1}`).
+			ScoreMember(now-1, `{"id":"i","ts":1,"data":"a string"}`).Build())
+		if _, err := s.Push(c, scraped{"ok", 200}); err != nil {
+			t.Fatal(err)
+		}
+		for _, op := range []struct {
+			name string
+			fn   func(context.Context, int) ([]fleet.StreamEntry[scraped], error)
+		}{{"Peek", s.Peek}, {"Pop", s.Pop}} {
+			got, err := op.fn(c, 10)
+			if !errors.Is(err, fleet.ErrDecode) {
+				t.Fatalf("%s: err %v, want ErrDecode", op.name, err)
+			}
+			var de *fleet.StreamDecodeError
+			if !errors.As(err, &de) || len(de.Members) != 3 || de.Members[0].Raw != "not json" ||
+				de.Members[1].Raw != `{"url":"x","code":1}` || de.Members[2].Score != now-1 || de.Stream != "mixed" {
+				t.Fatalf("%s: %#v", op.name, err)
+			}
+			if !slices.Equal(datas(got), []scraped{{"ok", 200}}) {
+				t.Fatalf("%s: decoded %v", op.name, datas(got))
+			}
+		}
+		if n, _ := s.Len(c); n != 0 {
+			t.Fatalf("Pop left %d members", n)
+		}
+	})
+}
+
+func TestStreamEmit(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		t.Parallel()
+		e := open(t, tg)
+		c := ctx(t)
+		s := fleet.NewStream[scraped](e.F, "emitter", fleet.StreamOptions{})
+		sub, err := fleet.Subscribe[fleet.StreamEntry[scraped]](c, e.F, "emitter.emit", fleet.SubscribeOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Close()
+		raw, err := fleet.Subscribe[json.RawMessage](c, e.F, "emitter.emit", fleet.SubscribeOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer raw.Close()
+		id, err := s.Emit(c, scraped{"u", 204})
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case got := <-sub.C():
+			if got.ID != id || got.Data != (scraped{"u", 204}) || time.Since(got.Time) > time.Minute {
+				t.Fatalf("event = %+v, want id %s", got, id)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("no emit event")
+		}
+		// The event is the stream member, byte for byte.
+		zs := e.zrange(t, e.Prefix+"stream:emitter")
+		select {
+		case got := <-raw.C():
+			if len(zs) != 1 || string(got) != zs[0].Member {
+				t.Fatalf("event %s, member %v", got, zs)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("no raw emit event")
+		}
+	})
+}
