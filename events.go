@@ -115,19 +115,17 @@ func Subscribe[T any](ctx context.Context, f *Fleet, topic string, opts Subscrib
 		}
 	}
 	first := make(chan error, 1)
-	f.wg.Add(2)
-	go func() { // end the run when the Fleet closes
-		defer f.wg.Done()
+	watching := f.spawn(func() { // end the run when the Fleet closes
 		select {
 		case <-f.done:
 			cancel(ErrClosed)
 		case <-runCtx.Done():
 		}
-	}()
-	go func() {
-		defer f.wg.Done()
-		s.run(rueidis.WithOnSubscriptionHook(runCtx, hook), ready, first)
-	}()
+	})
+	if !watching || !f.spawn(func() { s.run(rueidis.WithOnSubscriptionHook(runCtx, hook), ready, first) }) {
+		cancel(ErrClosed)
+		return nil, opErr("subscribe", topic, ErrClosed)
+	}
 	select {
 	case <-ready:
 		return s, nil

@@ -101,6 +101,7 @@ type Fleet struct {
 
 	closed    atomic.Bool
 	closeOnce sync.Once
+	spawnMu   sync.Mutex // orders spawn's wg.Add before Close's wg.Wait
 	done      chan struct{} // closed by Close: background work ends
 	wg        sync.WaitGroup
 }
@@ -263,7 +264,9 @@ func (f *Fleet) Client() rueidis.Client { return f.client }
 // ErrClosed. Close is idempotent.
 func (f *Fleet) Close() error {
 	f.closeOnce.Do(func() {
+		f.spawnMu.Lock()
 		f.closed.Store(true)
+		f.spawnMu.Unlock()
 		close(f.done)
 		f.watch.closeAll()
 		f.wg.Wait()
@@ -284,4 +287,21 @@ func (f *Fleet) alive(ctx context.Context) error {
 		return ErrClosed
 	}
 	return ctx.Err()
+}
+
+// spawn runs fn in a goroutine that Close waits for, and reports whether it
+// did: once Close has begun it runs nothing. fn must return soon after
+// f.done closes.
+func (f *Fleet) spawn(fn func()) bool {
+	f.spawnMu.Lock()
+	defer f.spawnMu.Unlock()
+	if f.closed.Load() {
+		return false
+	}
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		fn()
+	}()
+	return true
 }

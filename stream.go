@@ -299,7 +299,17 @@ func (s *Stream[T]) decode(zs []rueidis.ZScore) ([]StreamEntry[T], error) {
 	var bad []BadMember
 	for _, z := range zs {
 		var e StreamEntry[T]
-		if err := json.Unmarshal([]byte(z.Member), &e); err != nil {
+		err := json.Unmarshal([]byte(z.Member), &e)
+		if err != nil {
+			// The documented schema says only "member = JSON": a client
+			// that writes its output bare, without fleet's envelope, is
+			// read as T with no id and the score as its time.
+			var data T
+			if json.Unmarshal([]byte(z.Member), &data) == nil && !looksLikeEnvelope(z.Member) {
+				e, err = StreamEntry[T]{Time: fromUnixSeconds(z.Score), Data: data}, nil
+			}
+		}
+		if err != nil {
 			bad = append(bad, BadMember{Raw: z.Member, Score: z.Score, Err: err})
 			continue
 		}
@@ -309,4 +319,16 @@ func (s *Stream[T]) decode(zs []rueidis.ZScore) ([]StreamEntry[T], error) {
 		return out, &StreamDecodeError{Stream: s.typ, Members: bad}
 	}
 	return out, nil
+}
+
+// looksLikeEnvelope reports whether a member carries an envelope's fields,
+// so that a broken envelope is reported rather than read as bare data.
+func looksLikeEnvelope(member string) bool {
+	var probe map[string]json.RawMessage
+	if json.Unmarshal([]byte(member), &probe) != nil {
+		return false
+	}
+	_, id := probe["id"]
+	_, data := probe["data"]
+	return id && data
 }

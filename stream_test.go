@@ -314,8 +314,9 @@ func TestStreamUndecodableMembers(t *testing.T) {
 		s := fleet.NewStream[scraped](e.F, "mixed", fleet.StreamOptions{})
 		key := e.Prefix + "stream:mixed"
 		now := float64(time.Now().Unix())
-		// Written by something else: not JSON, JSON without the envelope, and
-		// an envelope whose data is not a scraped.
+		// Written by something else: not JSON, bare JSON without the envelope
+		// (read as data, as the documented schema only says "member = JSON"),
+		// and an envelope whose data is not a scraped.
 		e.do(t, e.Raw.B().Zadd().Key(key).ScoreMember().
 			ScoreMember(now-3, "not json").
 			ScoreMember(now-2, `{"url":"x","code":1}`).
@@ -332,12 +333,15 @@ func TestStreamUndecodableMembers(t *testing.T) {
 				t.Fatalf("%s: err %v, want ErrDecode", op.name, err)
 			}
 			var de *fleet.StreamDecodeError
-			if !errors.As(err, &de) || len(de.Members) != 3 || de.Members[0].Raw != "not json" ||
-				de.Members[1].Raw != `{"url":"x","code":1}` || de.Members[2].Score != now-1 || de.Stream != "mixed" {
+			if !errors.As(err, &de) || len(de.Members) != 2 || de.Members[0].Raw != "not json" ||
+				de.Members[1].Score != now-1 || de.Stream != "mixed" {
 				t.Fatalf("%s: %#v", op.name, err)
 			}
-			if !slices.Equal(datas(got), []scraped{{"ok", 200}}) {
+			if !slices.Equal(datas(got), []scraped{{"x", 1}, {"ok", 200}}) {
 				t.Fatalf("%s: decoded %v", op.name, datas(got))
+			}
+			if got[0].ID != "" || got[0].Time.Unix() != int64(now-2) {
+				t.Fatalf("%s: bare member read as id %q time %v", op.name, got[0].ID, got[0].Time)
 			}
 		}
 		if n, _ := s.Len(c); n != 0 {
