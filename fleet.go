@@ -101,7 +101,7 @@ type Fleet struct {
 
 	closed    atomic.Bool
 	closeOnce sync.Once
-	spawnMu   sync.Mutex // orders spawn's wg.Add before Close's wg.Wait
+	spawnMu   sync.Mutex    // orders spawn's wg.Add before Close's wg.Wait
 	done      chan struct{} // closed by Close: background work ends
 	wg        sync.WaitGroup
 }
