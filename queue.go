@@ -260,7 +260,7 @@ func (q *Queue[T]) validate(p T) error {
 		}
 		fields = append(fields, ns+" (fails "+rule+")")
 	}
-	return fmt.Errorf("%w: %s: %w", ErrInvalidPayload, strings.Join(fields, ", "), err)
+	return fmt.Errorf("%w: %s", ErrInvalidPayload, strings.Join(fields, ", "))
 }
 
 // newTaskID returns a UUIDv7: unique across processes, ordered by time.
@@ -628,4 +628,3 @@ func (q *Queue[T]) reserve(ctx context.Context, n int) ([]*Task[T], reserveState
 	}
 	return tasks, st, nil
 }
-
