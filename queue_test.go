@@ -228,13 +228,14 @@ func TestQueueVanishedWorker(t *testing.T) {
 
 // TestQueueStress: 2,000 tasks, 8 consumers, random nacks and abandoned
 // reservations, a sweeper running: every task is acked exactly once, none is
-// lost, and every redelivery follows a nack or a lease that ran out.
+// lost, and every redelivery follows a nack or a deadline that passed (an
+// abandoned reservation, or one whose ack came too late: ErrLeaseLost).
 func TestQueueStress(t *testing.T) {
 	const tasks, consumers = 2000, 8
 	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
 		t.Parallel()
 		e := open(t, tg)
-		q := fastQueue(e.F, "stress", 250*time.Millisecond)
+		q := fastQueue(e.F, "stress", 700*time.Millisecond)
 		payloads := make([]job, tasks)
 		for i := range payloads {
 			payloads[i] = jobN(i)
@@ -248,9 +249,13 @@ func TestQueueStress(t *testing.T) {
 		var wg sync.WaitGroup
 		wg.Go(func() { _ = fleet.RunSweeper(sctx, e.F, fleet.SweeperOptions{Interval: 50 * time.Millisecond}) })
 
-		type record struct{ deliveries, acks, nacks, abandons int }
+		type delivery struct {
+			at, deadline time.Time
+			attempts     int
+			outcome      string // ack, nack, abandon, lost
+		}
 		var mu sync.Mutex
-		recs := map[string]*record{}
+		recs := map[string][]*delivery{}
 		acked := 0
 		allDone := make(chan struct{})
 		for c := range consumers {
@@ -264,41 +269,39 @@ func TestQueueStress(t *testing.T) {
 						return
 					}
 					for i, task := range got {
+						d := &delivery{at: time.Now(), deadline: task.Deadline(), attempts: task.Attempts}
 						mu.Lock()
-						r := recs[task.ID]
-						if r == nil {
-							r = &record{}
-							recs[task.ID] = r
-						}
-						if task.Attempts != r.nacks+r.abandons {
-							t.Errorf("task %s delivered with attempts %d after %d nacks and %d abandons", task.ID, task.Attempts, r.nacks, r.abandons)
-						}
-						r.deliveries++
-						roll := (len(task.ID) + int(task.ID[len(task.ID)-1]) + i + c + r.deliveries*7) % 20
+						recs[task.ID] = append(recs[task.ID], d)
+						n := len(recs[task.ID])
+						mu.Unlock()
+						roll := (int(task.ID[len(task.ID)-1]) + int(task.ID[len(task.ID)-2]) + i + c + n*7) % 20
+						var err error
 						switch {
-						case roll == 0 && r.deliveries < 3:
-							r.abandons++
-							mu.Unlock()
+						case roll == 0 && n < 3:
+							d.outcome = "abandon"
 							continue
-						case roll < 3 && r.deliveries < 3:
-							r.nacks++
-							mu.Unlock()
-							if err := task.Nack(sctx, errors.New("random")); err != nil {
-								t.Error(err)
+						case roll < 3 && n < 3:
+							d.outcome = "nack"
+							err = task.Nack(sctx, errors.New("random"))
+						default:
+							d.outcome = "ack"
+							err = task.Ack(sctx)
+						}
+						if errors.Is(err, fleet.ErrLeaseLost) {
+							d.outcome = "lost" // too slow: the deadline passed
+							continue
+						}
+						if err != nil {
+							t.Errorf("%s %s: %v", d.outcome, task.ID, err)
+							continue
+						}
+						if d.outcome == "ack" {
+							mu.Lock()
+							if acked++; acked == tasks {
+								close(allDone)
 							}
-							continue
+							mu.Unlock()
 						}
-						mu.Unlock()
-						if err := task.Ack(sctx); err != nil {
-							t.Errorf("ack %s: %v", task.ID, err)
-							continue
-						}
-						mu.Lock()
-						r.acks++
-						if acked++; acked == tasks {
-							close(allDone)
-						}
-						mu.Unlock()
 					}
 				}
 			})
@@ -310,27 +313,46 @@ func TestQueueStress(t *testing.T) {
 		}
 		stop()
 		wg.Wait()
-		mu.Lock()
-		defer mu.Unlock()
 		if len(recs) != tasks {
 			t.Fatalf("%d distinct tasks delivered, want %d", len(recs), tasks)
 		}
-		abandons := 0
+		expired := 0
 		for _, id := range ids {
-			r := recs[id]
-			if r == nil || r.acks != 1 || r.deliveries != 1+r.nacks+r.abandons {
-				t.Fatalf("task %s: %+v", id, r)
+			ds := recs[id]
+			acks := 0
+			for i, d := range ds {
+				if d.attempts != i {
+					t.Fatalf("task %s: delivery %d has attempts %d", id, i, d.attempts)
+				}
+				if d.outcome == "ack" {
+					acks++
+				}
+				if i == 0 {
+					continue
+				}
+				switch prev := ds[i-1]; prev.outcome {
+				case "nack":
+				case "abandon", "lost":
+					expired++
+					if d.at.Before(prev.deadline.Add(-5 * time.Millisecond)) {
+						t.Fatalf("task %s redelivered at %v, before its deadline %v", id, d.at, prev.deadline)
+					}
+				default:
+					t.Fatalf("task %s redelivered after %q", id, prev.outcome)
+				}
 			}
-			abandons += r.abandons
+			if acks != 1 || ds[len(ds)-1].outcome != "ack" {
+				t.Fatalf("task %s acked %d times: %v", id, acks, ds)
+			}
 		}
-		if abandons == 0 {
-			t.Fatal("no reservation was abandoned: the test proves nothing")
+		if expired == 0 {
+			t.Fatal("no reservation expired: the test proves nothing")
 		}
 		st, err := q.Stats(ctx(t))
 		if err != nil || st != (fleet.QueueStats{}) {
 			t.Fatalf("Stats %+v %v", st, err)
 		}
-		t.Logf("%d abandoned reservations came back", abandons)
+		t.Logf("%d expired reservations came back", expired)
 	})
 }
 
