@@ -525,9 +525,6 @@ func (q *Queue[T]) await(ctx context.Context, n int, wait time.Duration, st rese
 				return nil, err
 			}
 			lastErr, st = err, s
-			if err == nil {
-				bo.n = 0
-			}
 		}
 		// Arm the server's invalidation of the pending list, and catch a push
 		// that came between the reserve and now.
