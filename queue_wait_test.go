@@ -84,7 +84,7 @@ func TestQueueIdleWaitCost(t *testing.T) {
 			before := roundTrips(t, s)
 			time.Sleep(3 * time.Second)
 			idle := roundTrips(t, s) - before - 1 // minus our INFO
-			limit := int64(6)                            // 3 s: ~3 polls, plus slack
+			limit := int64(6)                     // 3 s: ~3 polls, plus slack
 			if noCache {
 				limit = 12 // the backoff climbs to 1 s first
 			}
