@@ -3,7 +3,6 @@ package fleet_test
 import (
 	"context"
 	"fmt"
-	"regexp"
 	"slices"
 	"strconv"
 	"sync"
@@ -35,7 +34,7 @@ var benchCookie = cookie{Cookies: map[string]string{"cf_clearance": "0123456789a
 
 // fill puts n items, 1% of them on each of 100 sites, from 64 goroutines
 // (rueidis pipelines their concurrent calls).
-func fill(b *testing.B, p *fleet.Pool[cookie, cookieTags], n int) {
+func fillPool(b *testing.B, p *fleet.Pool[cookie, cookieTags], n int) {
 	b.Helper()
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -60,16 +59,6 @@ func fill(b *testing.B, p *fleet.Pool[cookie, cookieTags], n int) {
 	}
 }
 
-func usedMemory(b *testing.B, e *env) int64 {
-	s, err := e.Raw.Do(context.Background(), e.Raw.B().Info().Section("memory").Build()).ToString()
-	if err != nil {
-		b.Fatal(err)
-	}
-	m := regexp.MustCompile(`used_memory:(\d+)`).FindStringSubmatch(s)
-	n, _ := strconv.ParseInt(m[1], 10, 64)
-	return n
-}
-
 func BenchmarkPoolPut(b *testing.B) {
 	p, _ := benchPool(b, "bench-put")
 	b.SetParallelism(8)
@@ -88,7 +77,7 @@ func BenchmarkPoolPut(b *testing.B) {
 
 func BenchmarkPoolClaimRelease50(b *testing.B) {
 	p, _ := benchPool(b, "bench-claim")
-	fill(b, p, 1000)
+	fillPool(b, p, 1000)
 	b.ResetTimer()
 	var left atomic.Int64
 	left.Store(int64(b.N))
@@ -120,7 +109,7 @@ func BenchmarkPoolClaimLatency(b *testing.B) {
 			p, e := benchPool(b, "bench-lat")
 			before := usedMemory(b, e)
 			start := time.Now()
-			fill(b, p, n)
+			fillPool(b, p, n)
 			fillRate := float64(n) / time.Since(start).Seconds()
 			perItem := float64(usedMemory(b, e)-before) / float64(n)
 			q := p.Where(fleet.Eq("site", "s42"))

@@ -8,6 +8,18 @@ type Queue struct {
 	Body       string // fleet:queue:<name>:processing:body (hash: id -> body)
 	Scheduled  string // fleet:queue:<name>:scheduled (zset: body -> ready_at)
 	Dead       string // fleet:queue:<name>:dead (list of dead bodies)
+
+	// Lease is fleet:queue:<name>:processing:lease (hash: id -> lease token;
+	// derived). It holds the token of each reservation that fleet made, so
+	// that only the reservation's owner can ack, nack or extend it. Losing it
+	// only revokes the leases in flight: their tasks come back through the
+	// sweeper when their deadlines pass, so it never needs rebuilding.
+	Lease string
+	// Dedup is fleet:queue:<name>:dedup (hash: dedup key -> task id;
+	// derived). An entry lives while its task is pending, scheduled or in
+	// flight, and ends when the task is acked or dead-lettered. It can be
+	// rebuilt from the "dedup" field of the bodies in the documented keys.
+	Dedup string
 }
 
 // Queue returns the keys of queue name.
@@ -19,9 +31,14 @@ func (k Keys) Queue(name string) Queue {
 		Body:       base + ":processing:body",
 		Scheduled:  base + ":scheduled",
 		Dead:       base + ":dead",
+		Lease:      base + ":processing:lease",
+		Dedup:      base + ":dedup",
 	}
 }
 
 // Queues is fleet:queues (set of queue names; derived): the queue registry
-// that lets a sweeper find every queue without scanning the keyspace.
+// that lets a sweeper find every queue without scanning the keyspace. It is
+// not tagged, so on a cluster it lives in another slot than the queues' keys
+// and is never touched by a queue script. It can be rebuilt by scanning for
+// fleet:queue:* keys.
 func (k Keys) Queues() string { return k.join("fleet", "queues") }

@@ -1,0 +1,44 @@
+package fleet
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Errors of task queues, for errors.Is.
+var (
+	// ErrInvalidPayload is returned by Submit, SubmitMany and SubmitJSON for
+	// a payload that fails validation (the message lists the failing fields)
+	// or is over QueueOptions.MaxPayloadBytes. Nothing is written. An HTTP
+	// front end maps it to 422.
+	ErrInvalidPayload = errors.New("fleet: invalid task payload")
+	// ErrBadJSON is returned by SubmitJSON for bytes that are not one JSON
+	// value of the queue's payload type (syntax, unknown field, wrong type,
+	// trailing data). Nothing is written. An HTTP front end maps it to 400.
+	ErrBadJSON = errors.New("fleet: bad task JSON")
+	// ErrUnknownQueue is returned by SubmitJSON for a queue that no NewQueue
+	// of this process made. An HTTP front end maps it to 404.
+	ErrUnknownQueue = errors.New("fleet: unknown queue")
+	// ErrLeaseLost is returned by Task.Ack, Nack, Bury and Extend when the
+	// reservation is no longer the caller's: its deadline passed and the
+	// task was re-queued (and perhaps reserved by another), or it was
+	// already ended. Nothing is changed.
+	ErrLeaseLost = errors.New("fleet: task lease lost")
+	// ErrNotDead is returned by Queue.RequeueDead when no dead letter has
+	// the id, or the one that has it cannot be re-queued (a poison body).
+	ErrNotDead = errors.New("fleet: no such dead letter")
+)
+
+// queueErr is opErr for queue calls: fleet's queue sentinels pass through
+// as they are, anything else is classified as opErr does.
+func queueErr(op, name string, err error) error {
+	if err == nil {
+		return nil
+	}
+	for _, s := range []error{ErrInvalidPayload, ErrBadJSON, ErrUnknownQueue, ErrLeaseLost, ErrNotDead} {
+		if errors.Is(err, s) {
+			return fmt.Errorf("fleet: %s %q: %w", op, name, err)
+		}
+	}
+	return opErr(op, name, err)
+}

@@ -1,0 +1,627 @@
+package fleet
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-playground/validator/v10"
+	"github.com/google/uuid"
+
+	"github.com/fleet-go/fleet/internal/keys"
+)
+
+var (
+	queueSubmitScript  = script("queue_submit.lua")
+	queueReserveScript = script("queue_reserve.lua")
+	queueAckScript     = script("queue_ack.lua")
+	queueNackScript    = script("queue_nack.lua")
+	queueExtendScript  = script("queue_extend.lua")
+)
+
+// Defaults of QueueOptions.
+const (
+	// DefaultMaxAttempts is how many times a task runs before it is
+	// dead-lettered.
+	DefaultMaxAttempts = 10
+	// DefaultLease is how long a reservation lasts before the sweeper may
+	// hand the task to another worker.
+	DefaultLease = 30 * time.Second
+	// DefaultBackoffBase is the retry delay after the first failure.
+	DefaultBackoffBase = time.Second
+	// DefaultBackoffMax caps the retry delay.
+	DefaultBackoffMax = 10 * time.Minute
+	// DefaultDeadMax bounds how many dead letters a queue keeps.
+	DefaultDeadMax = 10_000
+	// DefaultDeadMaxAge bounds how long a dead letter is kept.
+	DefaultDeadMaxAge = 7 * 24 * time.Hour
+	// DefaultMaxPayloadBytes bounds a task's encoded payload.
+	DefaultMaxPayloadBytes = 1 << 20
+	// MaxReserve bounds how many tasks one Reserve may take.
+	MaxReserve = 1000
+)
+
+// QueueOptions configures a Queue. The zero value of each field means its
+// default; negative values are refused with ErrInvalidArgument.
+type QueueOptions struct {
+	// MaxAttempts is how many times a task runs: after that many failures
+	// (nacks, or leases that ran out) it goes to the dead letters. Defaults
+	// to DefaultMaxAttempts.
+	MaxAttempts int
+	// Lease is the visibility timeout of a reservation: past it the sweeper
+	// re-queues the task, and the late worker's Ack, Nack and Extend get
+	// ErrLeaseLost. Defaults to DefaultLease.
+	Lease time.Duration
+	// BackoffBase is the delay before the first retry; retry k waits
+	// BackoffBase*2^(k-1), capped by BackoffMax, with jitter (between half
+	// and all of it). Defaults to DefaultBackoffBase.
+	BackoffBase time.Duration
+	// BackoffMax caps the retry delay. Defaults to DefaultBackoffMax.
+	BackoffMax time.Duration
+	// DeadMax bounds the dead letters by count, oldest dropped first.
+	// Defaults to DefaultDeadMax.
+	DeadMax int
+	// DeadMaxAge bounds the dead letters by age (RunSweeper trims them).
+	// Defaults to DefaultDeadMaxAge.
+	DeadMaxAge time.Duration
+	// MaxPayloadBytes bounds a task's payload as JSON; a bigger one is
+	// refused with ErrInvalidPayload. Defaults to DefaultMaxPayloadBytes.
+	MaxPayloadBytes int
+}
+
+func (o QueueOptions) withDefaults() (QueueOptions, error) {
+	switch {
+	case o.MaxAttempts < 0:
+		return o, fmt.Errorf("%w: QueueOptions.MaxAttempts %d is negative", ErrInvalidArgument, o.MaxAttempts)
+	case o.Lease < 0:
+		return o, fmt.Errorf("%w: QueueOptions.Lease %v is negative", ErrInvalidArgument, o.Lease)
+	case o.BackoffBase < 0:
+		return o, fmt.Errorf("%w: QueueOptions.BackoffBase %v is negative", ErrInvalidArgument, o.BackoffBase)
+	case o.BackoffMax < 0:
+		return o, fmt.Errorf("%w: QueueOptions.BackoffMax %v is negative", ErrInvalidArgument, o.BackoffMax)
+	case o.DeadMax < 0:
+		return o, fmt.Errorf("%w: QueueOptions.DeadMax %d is negative", ErrInvalidArgument, o.DeadMax)
+	case o.DeadMaxAge < 0:
+		return o, fmt.Errorf("%w: QueueOptions.DeadMaxAge %v is negative", ErrInvalidArgument, o.DeadMaxAge)
+	case o.MaxPayloadBytes < 0:
+		return o, fmt.Errorf("%w: QueueOptions.MaxPayloadBytes %d is negative", ErrInvalidArgument, o.MaxPayloadBytes)
+	}
+	if o.MaxAttempts == 0 {
+		o.MaxAttempts = DefaultMaxAttempts
+	}
+	if o.Lease == 0 {
+		o.Lease = DefaultLease
+	}
+	if o.BackoffBase == 0 {
+		o.BackoffBase = DefaultBackoffBase
+	}
+	if o.BackoffMax == 0 {
+		o.BackoffMax = DefaultBackoffMax
+	}
+	if o.BackoffMax < o.BackoffBase {
+		return o, fmt.Errorf("%w: QueueOptions.BackoffMax %v is below BackoffBase %v", ErrInvalidArgument, o.BackoffMax, o.BackoffBase)
+	}
+	if o.DeadMax == 0 {
+		o.DeadMax = DefaultDeadMax
+	}
+	if o.DeadMaxAge == 0 {
+		o.DeadMaxAge = DefaultDeadMaxAge
+	}
+	if o.MaxPayloadBytes == 0 {
+		o.MaxPayloadBytes = DefaultMaxPayloadBytes
+	}
+	return o, nil
+}
+
+// retryDelay is the backoff before retry number attempts (1 for the first).
+func (o QueueOptions) retryDelay(attempts int) time.Duration {
+	d := o.BackoffBase << min(max(attempts-1, 0), 40)
+	if d > o.BackoffMax || d <= 0 {
+		d = o.BackoffMax
+	}
+	return d/2 + randDuration(d/2)
+}
+
+// Queue is a typed task queue (fleet:queue:<name> and its :processing,
+// :processing:body, :scheduled and :dead keys; SCHEMA.md). Delivery is at
+// least once: a task comes back when its worker nacks it or lets its lease
+// run out, until MaxAttempts, and then goes to the dead letters. A Queue is
+// safe for concurrent use.
+type Queue[T any] struct {
+	f     *Fleet
+	name  string
+	k     keys.Queue
+	opts  QueueOptions
+	err   error
+	check bool // T is a struct (or a pointer to one): validate it
+
+	registered atomic.Int64 // unix ms of the last SADD to the registry
+}
+
+// queueEntry is what f.queues holds for a queue name: the untyped side of
+// the latest Queue[T] this process made for it.
+type queueEntry interface {
+	submitJSON(ctx context.Context, raw []byte) (string, error)
+	options() QueueOptions
+}
+
+// NewQueue returns the queue name of payload type T. A bad name or options
+// is kept and returned by every call of the Queue (see Err). NewQueue also
+// records the queue in this process, so that Fleet.SubmitJSON can decode
+// into T by name (the latest NewQueue of a name wins) and RunSweeper uses
+// its options. It does not touch Redis: the queue joins the fleet-wide
+// registry (fleet:queues) on its first submit.
+func NewQueue[T any](f *Fleet, name string, opts QueueOptions) *Queue[T] {
+	q := &Queue[T]{f: f, name: name}
+	if f == nil {
+		q.err = fmt.Errorf("%w: NewQueue needs a Fleet", ErrInvalidArgument)
+		return q
+	}
+	q.k = f.keys.Queue(name)
+	q.opts, q.err = opts.withDefaults()
+	if err := keys.Check(keys.KindQueue, name); err != nil {
+		q.err = err
+	}
+	rt := reflect.TypeFor[T]()
+	if rt.Kind() == reflect.Pointer {
+		rt = rt.Elem()
+	}
+	q.check = rt.Kind() == reflect.Struct
+	if q.err == nil {
+		f.queues.Store(name, queueEntry(q))
+	}
+	return q
+}
+
+// Name returns the queue's name.
+func (q *Queue[T]) Name() string { return q.name }
+
+// Err returns the error every call of the Queue would return for its name
+// or options (ErrInvalidName, ErrInvalidArgument), or nil.
+func (q *Queue[T]) Err() error { return q.err }
+
+// Options returns the options in force, defaults filled in.
+func (q *Queue[T]) Options() QueueOptions { return q.opts }
+
+func (q *Queue[T]) options() QueueOptions { return q.opts }
+
+func (q *Queue[T]) ready(ctx context.Context) error {
+	if q.err != nil {
+		return q.err
+	}
+	return q.f.alive(ctx)
+}
+
+// payloadValidator checks payloads; it caches each type's rules, and is safe
+// for concurrent use. Failing fields are named by their JSON names.
+var payloadValidator = func() *validator.Validate {
+	v := validator.New(validator.WithRequiredStructEnabled())
+	v.RegisterTagNameFunc(func(f reflect.StructField) string {
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		switch name {
+		case "-":
+			return ""
+		case "":
+			return f.Name
+		}
+		return name
+	})
+	return v
+}()
+
+// encodePayload validates p and returns it as JSON.
+func (q *Queue[T]) encodePayload(p T) ([]byte, error) {
+	if err := q.validate(p); err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(p)
+	if err != nil {
+		return nil, fmt.Errorf("%w: cannot encode %T as JSON: %w", ErrInvalidPayload, p, err)
+	}
+	if len(b) > q.opts.MaxPayloadBytes {
+		return nil, fmt.Errorf("%w: %d bytes of JSON, more than MaxPayloadBytes %d", ErrInvalidPayload, len(b), q.opts.MaxPayloadBytes)
+	}
+	return b, nil
+}
+
+func (q *Queue[T]) validate(p T) error {
+	if !q.check {
+		return nil
+	}
+	v := reflect.ValueOf(p)
+	if v.Kind() == reflect.Pointer && v.IsNil() {
+		return fmt.Errorf("%w: nil %T", ErrInvalidPayload, p)
+	}
+	err := payloadValidator.Struct(p)
+	if err == nil {
+		return nil
+	}
+	var ve validator.ValidationErrors
+	if !errors.As(err, &ve) {
+		return fmt.Errorf("%w: %w", ErrInvalidPayload, err)
+	}
+	fields := make([]string, 0, len(ve))
+	for _, fe := range ve {
+		ns := fe.Namespace()
+		if _, rest, ok := strings.Cut(ns, "."); ok {
+			ns = rest
+		}
+		rule := fe.Tag()
+		if fe.Param() != "" {
+			rule += "=" + fe.Param()
+		}
+		fields = append(fields, ns+" (fails "+rule+")")
+	}
+	return fmt.Errorf("%w: %s", ErrInvalidPayload, strings.Join(fields, ", "))
+}
+
+// newTaskID returns a UUIDv7: unique across processes, ordered by time.
+func newTaskID() (string, error) {
+	id, err := uuid.NewV7()
+	if err != nil {
+		return "", fmt.Errorf("fleet: task id: %w", err)
+	}
+	return id.String(), nil
+}
+
+// newBody spells a task body: {"id":...,"payload":...,"attempts":0}, plus
+// "dedup" when the task has a dedup key.
+func newBody(id string, payload []byte, dedup string) string {
+	var b strings.Builder
+	b.Grow(len(payload) + len(id) + len(dedup) + 48)
+	b.WriteString(`{"id":`)
+	b.WriteString(strconv.Quote(id)) // a UUID: no byte needs JSON escaping
+	b.WriteString(`,"payload":`)
+	b.Write(payload)
+	b.WriteString(`,"attempts":0`)
+	if dedup != "" {
+		d, _ := json.Marshal(dedup) // a string always encodes
+		b.WriteString(`,"dedup":`)
+		b.Write(d)
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+// register adds the queue to the fleet-wide registry (fleet:queues), at most
+// about once a second per handle, so that a sweeper finds it even after the
+// registry was lost. On a cluster the registry lives in another slot than
+// the queue, so this is a command of its own, never part of a queue script.
+func (q *Queue[T]) register(ctx context.Context) error {
+	now := time.Now().UnixMilli()
+	last := q.registered.Load()
+	if now-last < 1000 || !q.registered.CompareAndSwap(last, now) {
+		return nil
+	}
+	c := q.f.client
+	if err := c.Do(ctx, c.B().Sadd().Key(q.f.keys.Queues()).Member(q.name).Build()).Error(); err != nil {
+		q.registered.Store(0)
+		return err
+	}
+	return nil
+}
+
+// wakeLocal wakes a local waiter after a push when invalidations are off.
+func (q *Queue[T]) wakeLocal() {
+	if !q.f.cache {
+		q.f.watch.wakeOne(q.k.Pending)
+	}
+}
+
+// Submit validates payload (go-playground/validator tags on T) and pushes
+// it as a new task at the tail of the queue. It returns the task's id, a
+// UUIDv7. May return ErrInvalidPayload (the message lists the failing
+// fields; nothing is written), ErrWrongType, ErrUnavailable.
+func (q *Queue[T]) Submit(ctx context.Context, payload T) (string, error) {
+	ids, err := q.submitMany(ctx, "submit", []T{payload})
+	if err != nil {
+		return "", err
+	}
+	return ids[0], nil
+}
+
+// SubmitMany validates every payload, then pushes them all in one command
+// (one round trip), in order. Either all are pushed or none: one invalid
+// payload fails the call with ErrInvalidPayload and nothing is written.
+func (q *Queue[T]) SubmitMany(ctx context.Context, payloads []T) ([]string, error) {
+	return q.submitMany(ctx, "submit many", payloads)
+}
+
+func (q *Queue[T]) submitMany(ctx context.Context, op string, payloads []T) ([]string, error) {
+	if err := q.ready(ctx); err != nil {
+		return nil, queueErr(op, q.name, err)
+	}
+	if len(payloads) == 0 {
+		return nil, nil
+	}
+	ids := make([]string, len(payloads))
+	bodies := make([]string, len(payloads))
+	for i, p := range payloads {
+		b, err := q.encodePayload(p)
+		if err != nil {
+			if len(payloads) > 1 {
+				err = fmt.Errorf("payload %d: %w", i, err)
+			}
+			return nil, queueErr(op, q.name, err)
+		}
+		if ids[i], err = newTaskID(); err != nil {
+			return nil, queueErr(op, q.name, err)
+		}
+		bodies[i] = newBody(ids[i], b, "")
+	}
+	if err := q.register(ctx); err != nil {
+		return nil, queueErr(op, q.name, err)
+	}
+	c := q.f.client
+	if err := c.Do(ctx, c.B().Rpush().Key(q.k.Pending).Element(bodies...).Build()).Error(); err != nil {
+		return nil, queueErr(op, q.name, err)
+	}
+	q.wakeLocal()
+	return ids, nil
+}
+
+// SubmitOptions says how SubmitWith pushes a task.
+type SubmitOptions struct {
+	// NotBefore delays the task: it waits in :scheduled until then. Defaults
+	// to none (the task is ready at once).
+	NotBefore time.Time
+	// DedupKey makes the submit idempotent: while a task submitted with the
+	// same key is pending, scheduled or in flight, another submit with it
+	// adds nothing and returns that task's id. The key is free again once
+	// the task is acked or dead-lettered. Defaults to none.
+	DedupKey string
+}
+
+// SubmitWith is Submit with a delay and/or a dedup key. It returns the new
+// task's id, or the id of the live task that holds opts.DedupKey.
+func (q *Queue[T]) SubmitWith(ctx context.Context, payload T, opts SubmitOptions) (string, error) {
+	const op = "submit"
+	if err := q.ready(ctx); err != nil {
+		return "", queueErr(op, q.name, err)
+	}
+	if opts.DedupKey != "" && (len(opts.DedupKey) > keys.MaxNameLen || !isText(opts.DedupKey)) {
+		return "", queueErr(op, q.name, fmt.Errorf("%w: dedup key of %d bytes must be valid text of at most %d bytes", ErrInvalidArgument, len(opts.DedupKey), keys.MaxNameLen))
+	}
+	b, err := q.encodePayload(payload)
+	if err != nil {
+		return "", queueErr(op, q.name, err)
+	}
+	id, err := newTaskID()
+	if err != nil {
+		return "", queueErr(op, q.name, err)
+	}
+	readyAt := ""
+	if !opts.NotBefore.IsZero() {
+		readyAt = secondsString(opts.NotBefore)
+	}
+	if err := q.register(ctx); err != nil {
+		return "", queueErr(op, q.name, err)
+	}
+	got, err := queueSubmitScript.Exec(ctx, q.f.client, []string{q.k.Pending, q.k.Scheduled, q.k.Dedup},
+		[]string{id, newBody(id, b, opts.DedupKey), opts.DedupKey, readyAt}).ToString()
+	if err != nil {
+		return "", queueErr(op, q.name, err)
+	}
+	if got == id && readyAt == "" {
+		q.wakeLocal()
+	}
+	return got, nil
+}
+
+func isText(s string) bool {
+	return strings.ToValidUTF8(s, "\uFFFD") == s && strings.IndexFunc(s, func(r rune) bool { return r < ' ' || r == 0x7f }) < 0
+}
+
+// secondsString spells t as unix seconds with milliseconds, the unit of the
+// :processing and :scheduled scores.
+func secondsString(t time.Time) string {
+	return strconv.FormatFloat(unixSeconds(t), 'f', 3, 64)
+}
+
+// SubmitJSON decodes raw strictly into the payload type of the queue named
+// queue (unknown fields and trailing data are refused), validates it, and
+// submits it. The queue must have been made by NewQueue in this process.
+// The errors tell an HTTP front end what to answer: ErrUnknownQueue (404),
+// ErrBadJSON (400), ErrInvalidPayload (422); nothing is written for any.
+func (f *Fleet) SubmitJSON(ctx context.Context, queue string, raw []byte) (string, error) {
+	e, ok := f.queues.Load(queue)
+	if !ok {
+		return "", queueErr("submit json", queue, ErrUnknownQueue)
+	}
+	return e.(queueEntry).submitJSON(ctx, raw)
+}
+
+func (q *Queue[T]) submitJSON(ctx context.Context, raw []byte) (string, error) {
+	if len(raw) > q.opts.MaxPayloadBytes {
+		return "", queueErr("submit json", q.name, fmt.Errorf("%w: %d bytes, more than MaxPayloadBytes %d", ErrInvalidPayload, len(raw), q.opts.MaxPayloadBytes))
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	var p T
+	if err := dec.Decode(&p); err != nil {
+		return "", queueErr("submit json", q.name, fmt.Errorf("%w: %w", ErrBadJSON, err))
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return "", queueErr("submit json", q.name, fmt.Errorf("%w: trailing data after the JSON value", ErrBadJSON))
+	}
+	return q.Submit(ctx, p)
+}
+
+// Reserve takes up to n tasks (1 <= n <= MaxReserve) from the head of the
+// queue, each with a lease of QueueOptions.Lease, after moving the due
+// scheduled tasks onto the queue, all in one atomic script. When none is
+// ready it waits up to wait for one (0: no wait): woken by the server's
+// invalidation of the queue key when the Fleet caches (a task submitted to
+// an idle queue is picked up within a millisecond or so), with a poll every
+// second as the fallback, or polling with a capped backoff without caching.
+// It returns no tasks and a nil error when the wait ran out.
+//
+// A body that is not a JSON object with a string id, or whose payload no
+// longer decodes into T or validates, is poison: it goes to the dead letters
+// with the reason and is not returned. (The documented original hands an
+// id-less body out once, unregistered; a typed worker cannot decode it nor
+// end it, so fleet keeps it in :dead for an operator instead.)
+//
+// May return ErrInvalidArgument, ErrWrongType, ErrUnavailable, ErrClosed,
+// and ctx's error.
+func (q *Queue[T]) Reserve(ctx context.Context, n int, wait time.Duration) ([]*Task[T], error) {
+	const op = "reserve"
+	if err := q.ready(ctx); err != nil {
+		return nil, queueErr(op, q.name, err)
+	}
+	if n < 1 || n > MaxReserve {
+		return nil, queueErr(op, q.name, fmt.Errorf("%w: n %d is not in [1, %d]", ErrInvalidArgument, n, MaxReserve))
+	}
+	if wait < 0 {
+		return nil, queueErr(op, q.name, fmt.Errorf("%w: wait %v is negative", ErrInvalidArgument, wait))
+	}
+	tasks, st, err := q.reserve(ctx, n)
+	if len(tasks) > 0 || wait == 0 || (err != nil && !transient(err)) {
+		return tasks, queueErr(op, q.name, err)
+	}
+	tasks, err = q.await(ctx, n, wait, st, err)
+	return tasks, queueErr(op, q.name, err)
+}
+
+// transient reports whether err may go away by itself (a connection that
+// broke, a server that restarts).
+func transient(err error) bool {
+	return errors.Is(err, ErrUnavailable) || (classify(err) == ErrUnavailable && !errors.Is(err, ErrClosed))
+}
+
+// reserveState is what a reserve call learned about the queue.
+type reserveState struct {
+	left      int64         // pending tasks left
+	nextReady time.Duration // until the next scheduled task is due; -1: none
+}
+
+// await waits for tasks; see Reserve.
+func (q *Queue[T]) await(ctx context.Context, n int, wait time.Duration, st reserveState, lastErr error) ([]*Task[T], error) {
+	f := q.f
+	end := time.NewTimer(wait)
+	defer end.Stop()
+	g := f.watch.join(q.k.Pending)
+	defer f.watch.leave(q.k.Pending, g)
+	bo := backoff{min: 2 * time.Millisecond, max: time.Second}
+	tryNow, retried := false, false
+	for {
+		if tryNow {
+			tasks, s, err := q.reserve(ctx, n)
+			if len(tasks) > 0 {
+				// Pass the wake on: another local waiter takes what is
+				// left, or re-arms the invalidation that this pop used up.
+				poke(g.one)
+				return tasks, nil
+			}
+			if err != nil && !transient(err) {
+				return nil, err
+			}
+			lastErr, st = err, s
+		}
+		// Arm the server's invalidation of the pending list, and catch a push
+		// that came between the reserve and now.
+		sleep := bo.next()
+		if f.cache && lastErr == nil {
+			l, err := f.client.DoCache(ctx, f.client.B().Llen().Key(q.k.Pending).Cache(), f.cacheTTL).AsInt64()
+			if err == nil {
+				if l > 0 && !retried {
+					tryNow, retried = true, true
+					continue
+				}
+				sleep = time.Second // only covers a lost invalidation
+			}
+		}
+		retried = false
+		if st.nextReady >= 0 && st.nextReady < sleep {
+			sleep = max(st.nextReady, time.Millisecond)
+		}
+		t := time.NewTimer(sleep)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-f.done:
+			t.Stop()
+			return nil, ErrClosed
+		case <-end.C:
+			t.Stop()
+			return nil, lastErr
+		case <-g.one:
+			// With caching, the loop re-arms first and tries when the list
+			// holds anything; without, a local push woke us: try.
+			tryNow = !f.cache || lastErr != nil
+			retried = false
+		case <-t.C:
+			tryNow = true
+		}
+		t.Stop()
+	}
+}
+
+// reserve runs the reserve script once and decodes what it returns.
+func (q *Queue[T]) reserve(ctx context.Context, n int) ([]*Task[T], reserveState, error) {
+	st := reserveState{nextReady: -1}
+	res, err := queueReserveScript.Exec(ctx, q.f.client,
+		[]string{q.k.Pending, q.k.Processing, q.k.Body, q.k.Lease, q.k.Scheduled, q.k.Dead},
+		[]string{strconv.Itoa(n), millis(q.opts.Lease), newToken() + ".", "1000", strconv.Itoa(q.opts.DeadMax)}).ToArray()
+	if err != nil {
+		return nil, st, err
+	}
+	if len(res) < 4 || (len(res)-4)%3 != 0 {
+		return nil, st, fmt.Errorf("fleet: reserve: unexpected reply of %d elements", len(res))
+	}
+	nowStr, _ := res[0].ToString()
+	now, _ := strconv.ParseInt(nowStr, 10, 64)
+	st.left, _ = res[1].AsInt64()
+	if next, _ := res[2].ToString(); next != "" {
+		if s, err := strconv.ParseFloat(next, 64); err == nil {
+			st.nextReady = max(time.Duration(s*1000-float64(now))*time.Millisecond, 0)
+		}
+	}
+	deadline := now + q.opts.Lease.Milliseconds()
+	tasks := make([]*Task[T], 0, (len(res)-4)/3)
+	var buryErr error
+	for i := 4; i < len(res); i += 3 {
+		id, _ := res[i].ToString()
+		token, _ := res[i+1].ToString()
+		body, _ := res[i+2].ToString()
+		t := &Task[T]{ID: id, q: q, token: token, body: body}
+		t.deadline.Store(deadline)
+		w, err := parseBody(body)
+		if err == nil && w.ID != id {
+			err = errors.New("body id changed") // cannot happen: the script read it
+		}
+		if err == nil {
+			t.Attempts, t.dedup = w.Attempts, w.Dedup
+			payload := w.Payload
+			if len(payload) == 0 {
+				payload = json.RawMessage("null")
+			}
+			if err = json.Unmarshal(payload, &t.Payload); err != nil {
+				err = fmt.Errorf("payload does not decode into %T: %w", t.Payload, err)
+			} else if err = q.validate(t.Payload); err != nil {
+				err = fmt.Errorf("payload no longer validates: %w", err)
+			}
+		}
+		if err != nil {
+			// Poison: bury it under this very lease, so it never loops.
+			if berr := t.end(ctx, "bury", w.Attempts, err.Error(), true); berr != nil {
+				buryErr = berr
+			}
+			continue
+		}
+		tasks = append(tasks, t)
+	}
+	if len(tasks) == 0 && buryErr != nil {
+		return nil, st, buryErr
+	}
+	return tasks, st, nil
+}

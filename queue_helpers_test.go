@@ -1,0 +1,149 @@
+package fleet_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/fleet-go/fleet"
+)
+
+// job is the payload of the queue tests.
+type job struct {
+	URL string `json:"url" validate:"required,url"`
+	N   int    `json:"n" validate:"gte=0,lte=1000"`
+}
+
+// qkeys spells the keys of queue name in the test's layout.
+type qkeys struct {
+	Pending, Processing, Body, Lease, Scheduled, Dead, Dedup, Registry string
+}
+
+func (e *env) qk(name string) qkeys {
+	base := e.key("fleet:queue:"+name, "fleet:queue:{"+name+"}")
+	return qkeys{
+		Pending:    base,
+		Processing: base + ":processing",
+		Body:       base + ":processing:body",
+		Lease:      base + ":processing:lease",
+		Scheduled:  base + ":scheduled",
+		Dead:       base + ":dead",
+		Dedup:      base + ":dedup",
+		Registry:   e.Prefix + "fleet:queues",
+	}
+}
+
+// dump reads every key the test left in Redis, as key -> readable content
+// (type-prefixed; lists in order, hashes and sets sorted, zsets by score).
+func (e *env) dump(t *testing.T) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	c := e.Raw
+	bg := context.Background()
+	for _, k := range e.keys(t) {
+		typ, _ := c.Do(bg, c.B().Type().Key(k).Build()).ToString()
+		var v string
+		switch typ {
+		case "string":
+			s, _ := c.Do(bg, c.B().Get().Key(k).Build()).ToString()
+			v = s
+		case "list":
+			l, _ := c.Do(bg, c.B().Lrange().Key(k).Start(0).Stop(-1).Build()).AsStrSlice()
+			v = strings.Join(l, "\n")
+		case "set":
+			l, _ := c.Do(bg, c.B().Smembers().Key(k).Build()).AsStrSlice()
+			slices.Sort(l)
+			v = strings.Join(l, "\n")
+		case "hash":
+			m, _ := c.Do(bg, c.B().Hgetall().Key(k).Build()).AsStrMap()
+			var l []string
+			for f, x := range m {
+				l = append(l, f+"="+x)
+			}
+			slices.Sort(l)
+			v = strings.Join(l, "\n")
+		case "zset":
+			zs, _ := c.Do(bg, c.B().Zrange().Key(k).Min("0").Max("-1").Withscores().Build()).AsZScores()
+			var l []string
+			for _, z := range zs {
+				l = append(l, z.Member+"@"+strconv.FormatFloat(z.Score, 'f', 3, 64))
+			}
+			v = strings.Join(l, "\n")
+		}
+		out[k] = typ + ":" + v
+	}
+	return out
+}
+
+func (e *env) lrange(t *testing.T, key string) []string {
+	t.Helper()
+	l, err := e.do(t, e.Raw.B().Lrange().Key(key).Start(0).Stop(-1).Build()).AsStrSlice()
+	if err != nil && !rueidis.IsRedisNil(err) {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func (e *env) hgetall(t *testing.T, key string) map[string]string {
+	t.Helper()
+	m, err := e.do(t, e.Raw.B().Hgetall().Key(key).Build()).AsStrMap()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func (e *env) zscores(t *testing.T, key string) []rueidis.ZScore {
+	t.Helper()
+	zs, err := e.do(t, e.Raw.B().Zrange().Key(key).Min("0").Max("-1").Withscores().Build()).AsZScores()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return zs
+}
+
+// serverNow reads the server's clock.
+func (e *env) serverNow(t *testing.T) time.Time {
+	t.Helper()
+	r, err := e.Raw.Do(context.Background(), e.Raw.B().Time().Build()).AsStrSlice()
+	if err != nil || len(r) != 2 {
+		t.Fatalf("TIME: %v %v", r, err)
+	}
+	s, _ := strconv.ParseInt(r[0], 10, 64)
+	us, _ := strconv.ParseInt(r[1], 10, 64)
+	return time.Unix(s, us*1000)
+}
+
+// near fails unless score (unix seconds) is within tol of want.
+func near(t *testing.T, what string, score float64, want time.Time, tol time.Duration) {
+	t.Helper()
+	got := time.UnixMilli(int64(score * 1000))
+	if d := got.Sub(want); d < -tol || d > tol {
+		t.Fatalf("%s = %v, want %v ± %v (off by %v)", what, got, want, tol, d)
+	}
+}
+
+// decodeMap decodes a JSON object for field-by-field assertions.
+func decodeMap(t *testing.T, s string) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal([]byte(s), &m); err != nil {
+		t.Fatalf("not a JSON object: %q: %v", s, err)
+	}
+	return m
+}
+
+func fastQueue(f *fleet.Fleet, name string, lease time.Duration) *fleet.Queue[job] {
+	return fleet.NewQueue[job](f, name, fleet.QueueOptions{
+		Lease: lease, BackoffBase: 5 * time.Millisecond, BackoffMax: 20 * time.Millisecond, MaxAttempts: 100,
+	})
+}
+
+func jobN(i int) job { return job{URL: fmt.Sprintf("https://example.com/%d", i), N: i % 1000} }

@@ -1,0 +1,196 @@
+package fleet
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// Task is a reserved task: the payload and the lease that only its holder
+// can end. End it with exactly one of Ack, Nack or Bury before Deadline, or
+// Extend the lease. Its methods are safe for concurrent use.
+type Task[T any] struct {
+	// ID is the task's id, stable across retries.
+	ID string
+	// Payload is the task's payload.
+	Payload T
+	// Attempts counts the earlier runs of the task that failed (nacks, and
+	// leases that ran out): 0 on the first delivery.
+	Attempts int
+
+	q        *Queue[T]
+	token    string
+	dedup    string
+	body     string       // as stored in :processing:body
+	deadline atomic.Int64 // unix ms
+}
+
+// Token returns the lease token of this reservation, stored in
+// fleet:queue:<name>:processing:lease while it holds.
+func (t *Task[T]) Token() string { return t.token }
+
+// Deadline returns when the lease runs out (server clock).
+func (t *Task[T]) Deadline() time.Time { return time.UnixMilli(t.deadline.Load()) }
+
+// Body returns the task's body as stored in Redis.
+func (t *Task[T]) Body() string { return t.body }
+
+// wireBody is the part of a body that fleet reads.
+type wireBody struct {
+	ID       string          `json:"id"`
+	Payload  json.RawMessage `json:"payload"`
+	Attempts int             `json:"attempts"`
+	Dedup    string          `json:"dedup"`
+}
+
+func parseBody(body string) (wireBody, error) {
+	var w wireBody
+	if err := json.Unmarshal([]byte(body), &w); err != nil {
+		return w, fmt.Errorf("body is not a task: %w", err)
+	}
+	if w.ID == "" {
+		return w, errors.New("body has no usable id")
+	}
+	if w.Attempts < 0 {
+		w.Attempts = 0
+	}
+	return w, nil
+}
+
+// rewriteBody returns body with fields set (nil deletes one). Fields that
+// fleet does not know are kept; the payload keeps its bytes.
+func rewriteBody(body string, set map[string]any) (string, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(body), &m); err != nil {
+		return "", err
+	}
+	for k, v := range set {
+		if v == nil {
+			delete(m, k)
+			continue
+		}
+		b, err := json.Marshal(v)
+		if err != nil {
+			return "", err
+		}
+		m[k] = b
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(m); err != nil {
+		return "", err
+	}
+	return strings.TrimSuffix(buf.String(), "\n"), nil
+}
+
+// deadEntry is a body as it goes to the dead letters: the task's fields,
+// attempts counted, plus "error" and "dead_at" (unix seconds).
+func deadEntry(body string, attempts int, cause string, now time.Time) string {
+	s, err := rewriteBody(body, map[string]any{"attempts": attempts, "error": cause, "dead_at": json.Number(secondsString(now))})
+	if err != nil {
+		// Not a JSON object: keep the raw body inside a wrapper, the shape
+		// that queue_reserve gives poison.
+		b, _ := json.Marshal(map[string]any{"body": body, "error": cause, "dead_at": json.Number(secondsString(now))})
+		return string(b)
+	}
+	return s
+}
+
+// Ack ends the reservation: the task is done and leaves Redis (its body, its
+// lease and its dedup key). May return ErrLeaseLost (the deadline passed
+// and the task was re-queued; nothing changes), ErrUnavailable.
+func (t *Task[T]) Ack(ctx context.Context) error {
+	q := t.q
+	if err := q.ready(ctx); err != nil {
+		return queueErr("ack", q.name, err)
+	}
+	n, err := queueAckScript.Exec(ctx, q.f.client, []string{q.k.Processing, q.k.Body, q.k.Lease, q.k.Dedup},
+		[]string{t.ID, t.token, t.dedup}).AsInt64()
+	if err == nil && n != 1 {
+		err = fmt.Errorf("%w: task %s", ErrLeaseLost, t.ID)
+	}
+	return queueErr("ack", q.name, err)
+}
+
+// Nack ends the reservation as failed with cause: the attempt is counted
+// and the task is retried after the backoff (through :scheduled), or goes
+// to the dead letters with cause once it has failed MaxAttempts times. May
+// return ErrLeaseLost (nothing changes), ErrUnavailable.
+func (t *Task[T]) Nack(ctx context.Context, cause error) error {
+	msg := "nacked"
+	if cause != nil {
+		msg = cause.Error()
+	}
+	attempts := t.Attempts + 1
+	return queueErr("nack", t.q.name, t.end(ctx, "nack", attempts, msg, attempts >= t.q.opts.MaxAttempts))
+}
+
+// Bury ends the reservation and moves the task to the dead letters at once,
+// with cause: for failures that no retry can fix. May return ErrLeaseLost
+// (nothing changes), ErrUnavailable.
+func (t *Task[T]) Bury(ctx context.Context, cause error) error {
+	msg := "buried"
+	if cause != nil {
+		msg = cause.Error()
+	}
+	return queueErr("bury", t.q.name, t.end(ctx, "bury", t.Attempts+1, msg, true))
+}
+
+func (t *Task[T]) end(ctx context.Context, op string, attempts int, cause string, bury bool) error {
+	q := t.q
+	if err := q.ready(ctx); err != nil {
+		return err
+	}
+	delay := "-1"
+	var body string
+	if bury {
+		body = deadEntry(t.body, attempts, cause, time.Now())
+	} else {
+		var err error
+		if body, err = rewriteBody(t.body, map[string]any{"attempts": attempts, "error": cause}); err != nil {
+			return fmt.Errorf("fleet: %s: rewrite body: %w", op, err)
+		}
+		delay = millis(q.opts.retryDelay(attempts))
+	}
+	n, err := queueNackScript.Exec(ctx, q.f.client,
+		[]string{q.k.Processing, q.k.Body, q.k.Lease, q.k.Scheduled, q.k.Dead, q.k.Dedup},
+		[]string{t.ID, t.token, body, delay, t.dedup, strconv.Itoa(q.opts.DeadMax)}).AsInt64()
+	if err != nil {
+		return err
+	}
+	if n != 1 {
+		return fmt.Errorf("%w: task %s", ErrLeaseLost, t.ID)
+	}
+	return nil
+}
+
+// Extend sets the lease to run out lease from now (server clock). A lease
+// whose deadline passed can still be extended while the sweeper has not
+// re-queued the task. May return ErrInvalidArgument for lease <= 0,
+// ErrLeaseLost (nothing changes), ErrUnavailable.
+func (t *Task[T]) Extend(ctx context.Context, lease time.Duration) error {
+	q := t.q
+	if err := q.ready(ctx); err != nil {
+		return queueErr("extend", q.name, err)
+	}
+	if lease <= 0 {
+		return queueErr("extend", q.name, fmt.Errorf("%w: lease %v must be > 0", ErrInvalidArgument, lease))
+	}
+	d, err := queueExtendScript.Exec(ctx, q.f.client, []string{q.k.Processing, q.k.Lease},
+		[]string{t.ID, t.token, millis(lease)}).AsInt64()
+	if err == nil && d == 0 {
+		err = fmt.Errorf("%w: task %s", ErrLeaseLost, t.ID)
+	}
+	if err != nil {
+		return queueErr("extend", q.name, err)
+	}
+	t.deadline.Store(d)
+	return nil
+}

@@ -1,0 +1,30 @@
+-- queue_submit: push one task with a dedup key and/or a ready time.
+-- KEYS[1]  fleet:queue:<name>            list: pending bodies
+-- KEYS[2]  fleet:queue:<name>:scheduled  zset: body -> ready_at (unix s)
+-- KEYS[3]  fleet:queue:<name>:dedup      hash: dedup key -> id (derived)
+-- ARGV[1]  task id
+-- ARGV[2]  body
+-- ARGV[3]  dedup key, or ''
+-- ARGV[4]  ready_at (unix s), or '' for now
+-- returns  the id of the task: ARGV[1] when pushed, or the id of the live
+--          task that holds the same dedup key (then nothing changes)
+local want = {'list', 'zset', 'hash'}
+for i, k in ipairs(KEYS) do
+  local t = redis.call('TYPE', k).ok
+  if t ~= 'none' and t ~= want[i] then
+    return redis.error_reply('WRONGTYPE ' .. k .. ' holds a ' .. t .. ', not a ' .. want[i])
+  end
+end
+if ARGV[3] ~= '' then
+  local first = redis.call('HGET', KEYS[3], ARGV[3])
+  if first then
+    return first
+  end
+  redis.call('HSET', KEYS[3], ARGV[3], ARGV[1])
+end
+if ARGV[4] ~= '' then
+  redis.call('ZADD', KEYS[2], ARGV[4], ARGV[2])
+else
+  redis.call('RPUSH', KEYS[1], ARGV[2])
+end
+return ARGV[1]

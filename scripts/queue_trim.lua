@@ -1,0 +1,38 @@
+-- queue_trim: bound the dead letters by count and by age (oldest first).
+-- KEYS[1]  fleet:queue:<name>:dead  list: dead letters, oldest at the head
+-- ARGV[1]  most entries kept (0: no bound)
+-- ARGV[2]  oldest age kept, in milliseconds (0: no bound); an entry without
+--          a numeric "dead_at" (written by another client) stops the age trim
+-- ARGV[3]  most entries removed by age in this call
+-- returns  how many entries were removed
+local t = redis.call('TYPE', KEYS[1]).ok
+if t ~= 'none' and t ~= 'list' then
+  return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ' holds a ' .. t .. ', not a list')
+end
+local removed = 0
+local bound = tonumber(ARGV[1])
+if bound > 0 then
+  local n = redis.call('LLEN', KEYS[1])
+  if n > bound then
+    redis.call('LTRIM', KEYS[1], -bound, -1)
+    removed = n - bound
+  end
+end
+local age = tonumber(ARGV[2])
+if age > 0 then
+  local now = redis.call('TIME')
+  local cutoff = tonumber(now[1]) + tonumber(now[2]) / 1000000 - age / 1000
+  for _ = 1, tonumber(ARGV[3]) do
+    local head = redis.call('LINDEX', KEYS[1], 0)
+    if not head then
+      break
+    end
+    local ok, v = pcall(cjson.decode, head)
+    if not ok or type(v) ~= 'table' or type(v.dead_at) ~= 'number' or v.dead_at >= cutoff then
+      break
+    end
+    redis.call('LPOP', KEYS[1])
+    removed = removed + 1
+  end
+end
+return removed
