@@ -54,6 +54,7 @@ func run(workers, requests int, fresh time.Duration, site string) error {
 		return err
 	}
 	defer f.Close()
+	defer exredis.Cleanup(context.WithoutCancel(ctx), f.Client(), prefix)
 
 	inflight := f.Counter("scraper:inflight")
 	harvests := f.Counter("harvester:runs")
@@ -88,10 +89,6 @@ func run(workers, requests int, fresh time.Duration, site string) error {
 		site, workers*requests, runs, peak.Load(), left)
 	if left != 0 || runs < 1 {
 		return fmt.Errorf("in-flight counter ended at %d (want 0), harvests %d (want >= 1)", left, runs)
-	}
-	// Clean up what this run wrote.
-	for _, k := range []string{"fleet:counter:scraper:inflight", "fleet:counter:harvester:runs", "fleet:kv:harvester-state:" + site, "fleet:fence:harvest:" + site} {
-		f.Client().Do(ctx, f.Client().B().Del().Key(prefix+k).Build())
 	}
 	return nil
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/redis/rueidis"
+
 	"github.com/fleet-go/fleet/fleettest"
 )
 
@@ -22,4 +24,24 @@ func URL(ctx context.Context) (url string, stop func(), err error) {
 	}
 	fmt.Fprintf(os.Stderr, "using a throwaway redis-server on %s\n", s.Addr)
 	return s.URL(), s.Stop, nil
+}
+
+// Cleanup deletes every key under prefix (SCAN on each node), so that an
+// example leaves nothing behind on a server of yours.
+func Cleanup(ctx context.Context, c rueidis.Client, prefix string) {
+	for _, n := range c.Nodes() {
+		var cursor uint64
+		for {
+			e, err := n.Do(ctx, n.B().Scan().Cursor(cursor).Match(prefix+"*").Count(1000).Build()).AsScanEntry()
+			if err != nil {
+				return
+			}
+			for _, k := range e.Elements {
+				c.Do(ctx, c.B().Del().Key(k).Build())
+			}
+			if cursor = e.Cursor; cursor == 0 {
+				break
+			}
+		}
+	}
 }
