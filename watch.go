@@ -28,6 +28,8 @@ type gate struct {
 	refs      int
 	one       chan struct{}
 	listeners map[chan struct{}]struct{}
+	lockq     []*lockWaiter // lock waiters a holder may hand over to (lock_wait.go)
+	handovers int           // hand-overs in a row
 }
 
 func newWatcher() *watcher { return &watcher{gates: make(map[string]*gate)} }

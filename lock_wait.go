@@ -1,0 +1,185 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+var lockHandoverScript = script("lock_handover.lua")
+
+// maxHandovers bounds how many times in a row a lock passes straight from a
+// holder to a waiter of the same process; then a plain release lets the
+// waiters of other processes have their turn.
+const maxHandovers = 8
+
+// lockWaiter is one Acquire waiting on a lock in this process. A releasing
+// holder of the same process may pick it (assigned) and pass it the lock
+// with one script: got then receives the new lease, or nil when the hand
+// over failed and the waiter must try for itself.
+type lockWaiter struct {
+	token    string
+	hold     time.Duration
+	assigned bool // guarded by watcher.mu
+	queued   bool // guarded by watcher.mu
+	got      chan *Lease
+}
+
+// enqueue puts w at the back (or, when it lost a hand-over, the front) of
+// the gate's waiters.
+func (w *watcher) enqueue(g *gate, lw *lockWaiter, front bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if lw.queued {
+		return
+	}
+	lw.queued, lw.assigned = true, false
+	if front {
+		g.lockq = append([]*lockWaiter{lw}, g.lockq...)
+	} else {
+		g.lockq = append(g.lockq, lw)
+	}
+}
+
+// dequeue takes lw out of the gate's waiters and reports whether a holder
+// had already picked it, in which case a delivery on lw.got is coming.
+func (w *watcher) dequeue(g *gate, lw *lockWaiter) (assigned bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if lw.queued {
+		for i, x := range g.lockq {
+			if x == lw {
+				g.lockq = append(g.lockq[:i], g.lockq[i+1:]...)
+				break
+			}
+		}
+		lw.queued = false
+	}
+	return lw.assigned
+}
+
+// pickWaiter takes the first waiter of key for a hand-over, or returns nil
+// when there is none or the lock was handed over maxHandovers times in a
+// row (which resets the count).
+func (w *watcher) pickWaiter(key string) *lockWaiter {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	g := w.gates[key]
+	if g == nil || len(g.lockq) == 0 {
+		return nil
+	}
+	if g.handovers >= maxHandovers {
+		g.handovers = 0
+		return nil
+	}
+	g.handovers++
+	lw := g.lockq[0]
+	g.lockq = g.lockq[1:]
+	lw.queued, lw.assigned = false, true
+	return lw
+}
+
+// handover passes the lease's lock to lw in one script and delivers the
+// outcome to lw. It reports whether the lock was passed.
+func (l *Lease) handover(ctx context.Context, lw *lockWaiter) (bool, error) {
+	lk := l.lock
+	s, err := lockHandoverScript.Exec(ctx, lk.f.client, []string{lk.key, lk.fence},
+		[]string{l.token, lw.token, millis(lw.hold)}).ToString()
+	if err != nil {
+		lw.got <- nil
+		if rueidis.IsRedisNil(err) {
+			return false, nil
+		}
+		return false, err
+	}
+	fence, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		lw.got <- nil
+		return false, err
+	}
+	lw.got <- &Lease{lock: lk, token: lw.token, fence: fence}
+	return true, nil
+}
+
+// wait blocks until the lock is taken for token, opts.Wait runs out, ctx
+// ends or the Fleet closes. Waiters wake on a hand-over from a holder of
+// this process, on the invalidation of the lock key (a release anywhere),
+// or on a capped, jittered backoff as the fallback.
+func (l *Lock) wait(ctx context.Context, token string, opts LockOptions, pttl time.Duration) (lease *Lease, err error) {
+	deadline := time.NewTimer(opts.Wait)
+	defer deadline.Stop()
+	watch := l.f.watch
+	g := watch.join(l.key)
+	defer watch.leave(l.key, g)
+	lw := &lockWaiter{token: token, hold: opts.Hold, got: make(chan *Lease, 1)}
+	watch.enqueue(g, lw, false)
+	handed := false // the lease came by a hand-over: its delivery is consumed
+	defer func() {
+		if watch.dequeue(g, lw) && !handed {
+			// A holder picked this waiter: its delivery is one round trip away.
+			if got := <-lw.got; got != nil {
+				if lease == nil {
+					// Handed over after giving up: pass it on.
+					_ = got.Release(context.WithoutCancel(ctx))
+				}
+			}
+		}
+		if err != nil {
+			// A waiter that gives up may have taken a wake-up meant to
+			// hand the lock on: pass it to the next waiter.
+			poke(g.one)
+		}
+	}()
+	bo := backoff{min: 2 * time.Millisecond, max: 250 * time.Millisecond}
+	for {
+		wait := bo.next()
+		if l.f.cache {
+			// Arm the server's invalidation for the key, and catch a
+			// release that came between the failed try and now.
+			held, err := l.f.track(ctx, l.key)
+			if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+				return nil, err
+			}
+			if held == nil {
+				wait = 0
+			}
+			// With invalidations on, the backoff only covers a missed one.
+			wait = min(wait*8, time.Second)
+		}
+		if pttl >= 0 && wait > pttl {
+			wait = pttl
+		}
+		if wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil, ctx.Err()
+			case <-deadline.C:
+				t.Stop()
+				return nil, ErrNotObtained
+			case <-l.f.done:
+				t.Stop()
+				return nil, ErrClosed
+			case got := <-lw.got:
+				t.Stop()
+				if got != nil {
+					handed = true
+					return got, nil
+				}
+				// The holder lost the lock before it could hand it over:
+				// keep this waiter's place and try at once.
+				watch.enqueue(g, lw, true)
+			case <-g.one:
+			case <-t.C:
+			}
+			t.Stop()
+		}
+		if lease, pttl, err = l.try(ctx, token, opts.Hold); lease != nil || err != nil {
+			return lease, err
+		}
+	}
+}
