@@ -103,8 +103,10 @@ type MigrateReport struct {
 	// target's progress record.
 	Resumed bool
 	// Unknown counts source keys under the fleet's families whose shape no
-	// layout documents; UnknownKeys lists the first of them (Listed). They
-	// are skipped, never guessed at.
+	// layout documents, and members of a pool's tag registry
+	// (fleet:pidx:<pool>:tags, a set of key names) of no known shape;
+	// UnknownKeys lists the first of them (Listed), members as "<member> (a
+	// member of <key>)". They are skipped, never guessed at.
 	Unknown     int64
 	UnknownKeys []string
 	// Vanished counts keys that expired or were deleted between SCAN and
@@ -459,7 +461,7 @@ func (m *migration) copyBatch(ctx context.Context, batch []string) error {
 		m.rep.Scanned++
 		p, ok := sk.Parse(key)
 		if !ok {
-			m.unknown(key)
+			m.unknown(key, true)
 			continue
 		}
 		if p.Family == keys.FamMeta || p.Family == keys.FamMigrate {
@@ -522,8 +524,7 @@ func (m *migration) copyBatch(ctx context.Context, batch []string) error {
 				if t, ok := sk.Translate(mb, tk); ok {
 					moved = append(moved, t)
 				} else {
-					m.unknown(fmt.Sprintf("%s (a member of %s)", mb, k.src))
-					m.rep.Skipped-- // counted as a key by unknown; this is a member
+					m.unknown(fmt.Sprintf("%s (a member of %s)", mb, k.src), false)
 				}
 			}
 			writes = append(writes, tc.B().Del().Key(k.dst).Build())
@@ -562,10 +563,13 @@ func (m *migration) copyBatch(ctx context.Context, batch []string) error {
 	return nil
 }
 
-// unknown counts and lists a key of no known shape.
-func (m *migration) unknown(key string) {
+// unknown counts and lists a key of no known shape: a source key (skipped),
+// or a member of a pool's tag registry (dropped from the copy).
+func (m *migration) unknown(key string, isKey bool) {
 	m.rep.Unknown++
-	m.rep.Skipped++
+	if isKey {
+		m.rep.Skipped++
+	}
 	if len(m.rep.UnknownKeys) < m.opts.Listed {
 		m.rep.UnknownKeys = append(m.rep.UnknownKeys, key)
 	}
