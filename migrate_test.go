@@ -282,6 +282,12 @@ func checkTarget(t *testing.T, dst *env, live map[int]bool, fence int64) {
 	if err != nil || len(xs) != 2 {
 		t.Fatalf("pool where site=x: %v %d", err, len(xs))
 	}
+	// The tag registry's members, key names, were re-spelled.
+	tags, _ := dst.do(t, dst.Raw.B().Smembers().Key(p+"fleet:pidx:{cookies}:tags").Build()).AsStrSlice()
+	slices.Sort(tags)
+	if want := []string{p + "fleet:pidx:{cookies}:t:site:sx", p + "fleet:pidx:{cookies}:t:site:sy:z"}; !slices.Equal(tags, want) {
+		t.Errorf("tag registry %q, want %q", tags, want)
+	}
 	claimed := map[string]bool{}
 	for range 3 {
 		cl, err := pool.Claim(c, fleet.ClaimOptions{Hold: time.Minute, Wait: 10 * time.Second})
@@ -424,4 +430,25 @@ func BenchmarkMigrate(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Logf("with verification: %d keys in %v (%.0f keys/s)", rep.Copied, time.Since(start), float64(rep.Copied)/time.Since(start).Seconds())
+}
+
+// TestMigrateTagRegistryMembers re-spells the key names a pool's tag
+// registry holds, and lists (and drops) a member of no known shape, which
+// the verification then reports.
+func TestMigrateTagRegistryMembers(t *testing.T) {
+	src := open(t, singleCompat(t))
+	dst := open(t, clusterTagged(t))
+	sp, dp := src.Prefix, dst.Prefix
+	src.do(t, src.Raw.B().Sadd().Key(sp+"fleet:pidx:p:tags").Member(sp+"fleet:pidx:p:t:f:sv", "garbage").Build())
+	rep, err := fleet.Migrate(ctx(t), src.F, dst.F, fleet.MigrateOptions{})
+	if !errors.Is(err, fleet.ErrMigrateMismatch) || len(rep.Mismatches) != 1 || rep.Mismatches[0].Family != "pidx:tags" {
+		t.Fatalf("%v %+v", err, rep.Mismatches)
+	}
+	if rep.Unknown != 1 || rep.Skipped != 1 || len(rep.UnknownKeys) != 1 || rep.UnknownKeys[0] != "garbage (a member of "+sp+"fleet:pidx:p:tags)" {
+		t.Errorf("unknown %d %q, skipped %d", rep.Unknown, rep.UnknownKeys, rep.Skipped) // skipped: the marker
+	}
+	got, _ := dst.do(t, dst.Raw.B().Smembers().Key(dp+"fleet:pidx:{p}:tags").Build()).AsStrSlice()
+	if !slices.Equal(got, []string{dp + "fleet:pidx:{p}:t:f:sv"}) {
+		t.Errorf("target registry %q", got)
+	}
 }
