@@ -255,8 +255,11 @@ func identify(ctx context.Context, f *Fleet) ([]migNode, string, error) {
 			return nil, "", opErr("migrate: read INFO of", addr, err)
 		}
 		role, err := rs[1].ToArray()
-		if err != nil || len(role) == 0 {
-			return nil, "", opErr("migrate: read ROLE of", addr, errors.Join(err, errors.New("empty reply")))
+		if err == nil && len(role) == 0 {
+			err = errors.New("empty ROLE reply")
+		}
+		if err != nil {
+			return nil, "", opErr("migrate: read ROLE of", addr, err)
 		}
 		if r, _ := role[0].ToString(); r != "master" && f.cluster {
 			continue
