@@ -1,0 +1,324 @@
+package keys
+
+import "strings"
+
+// Family names a shape of key: one row of docs/SCHEMA.md (documented or
+// derived). Migrations count keys and elements per family.
+type Family string
+
+// The families of keys, one per shape in docs/SCHEMA.md.
+const (
+	FamKV              Family = "kv"                     // fleet:kv:<ns>:<key>
+	FamCounter         Family = "counter"                // fleet:counter:<name>
+	FamLock            Family = "lock"                   // fleet:lock:<name>
+	FamFence           Family = "fence"                  // fleet:fence:<lock> (derived)
+	FamCatalog         Family = "catalog"                // fleet:catalog
+	FamMeta            Family = "meta"                   // fleet:meta (derived: the layout marker)
+	FamMigrate         Family = "migrate"                // fleet:migrate (derived: a migration's progress record)
+	FamQueues          Family = "queues"                 // fleet:queues (derived)
+	FamQueuePending    Family = "queue"                  // fleet:queue:<name>
+	FamQueueProcessing Family = "queue:processing"       // fleet:queue:<name>:processing
+	FamQueueBody       Family = "queue:processing:body"  // fleet:queue:<name>:processing:body
+	FamQueueLease      Family = "queue:processing:lease" // ... (derived)
+	FamQueueScheduled  Family = "queue:scheduled"        // fleet:queue:<name>:scheduled
+	FamQueueDead       Family = "queue:dead"             // fleet:queue:<name>:dead
+	FamQueueDedup      Family = "queue:dedup"            // ... (derived)
+	FamPool            Family = "pool"                   // fleet:pool:<name>
+	FamPoolClaim       Family = "pool:claim"             // fleet:pool:<name>:claim:<item>
+	FamPoolAll         Family = "pidx:all"               // fleet:pidx:<pool>:all (derived)
+	FamPoolExp         Family = "pidx:exp"               // fleet:pidx:<pool>:exp (derived)
+	FamPoolTags        Family = "pidx:tags"              // fleet:pidx:<pool>:tags (derived; members are key names)
+	FamPoolSignal      Family = "pidx:sig"               // fleet:pidx:<pool>:sig (derived)
+	FamPoolScan        Family = "pidx:scan"              // fleet:pidx:<pool>:scan (derived)
+	FamPoolTagIndex    Family = "pidx:t"                 // fleet:pidx:<pool>:t:<field>:<canon> (derived)
+	FamPoolOwner       Family = "pidx:own"               // fleet:pidx:<pool>:own:<item> (derived)
+	FamWorkerHardware  Family = "wkr:hardware"           // wkr:<type>:<id>:hardware
+	FamWorkerConfig    Family = "wkr:config"             // wkr:<type>:<id>:config
+	FamWorkerGen       Family = "wkr:gen"                // wkr:<type>:<id>:gen
+	FamWorkerState     Family = "wkr:state"              // wkr:<type>:<id>:state
+	FamWorkerStats     Family = "wkr:stats"              // wkr:<type>:<id>:stats
+	FamWorkers         Family = "wkrs"                   // wkrs:<type>
+	FamAllWorkers      Family = "wkrs:all"               // wkrs:all
+	FamStream          Family = "stream"                 // stream:<type>
+)
+
+var (
+	singles = map[string]Family{"catalog": FamCatalog, "meta": FamMeta, "migrate": FamMigrate, "queues": FamQueues}
+	// queueTails maps what follows a queue's name to its key's family.
+	queueTails = map[string]Family{
+		"":                  FamQueuePending,
+		":processing":       FamQueueProcessing,
+		":processing:body":  FamQueueBody,
+		":processing:lease": FamQueueLease,
+		":scheduled":        FamQueueScheduled,
+		":dead":             FamQueueDead,
+		":dedup":            FamQueueDedup,
+	}
+	workerFields = map[string]Family{
+		"hardware": FamWorkerHardware,
+		"config":   FamWorkerConfig,
+		"gen":      FamWorkerGen,
+		"state":    FamWorkerState,
+		"stats":    FamWorkerStats,
+	}
+)
+
+// Key is a key name taken apart: its family and the names in it. Which
+// fields are set depends on the family: Name is the entity (kv namespace,
+// counter, lock, queue, pool, type of a worker, worker set or stream), ID
+// the worker id, Item the pool item id or kv key, Field and Canon a pool
+// tag index's tag field and canonical value.
+type Key struct {
+	Family Family
+	Name   string
+	ID     string
+	Item   string
+	Field  string
+	Canon  string
+}
+
+// Parse takes apart key, a key name in this layout and under this prefix.
+// It reports false for a key of no shape in docs/SCHEMA.md, and for one
+// whose names Check refuses: such a key is never guessed at.
+func (k Keys) Parse(key string) (Key, bool) {
+	rest, ok := strings.CutPrefix(key, k.prefix)
+	if !ok {
+		return Key{}, false
+	}
+	var p Key
+	switch {
+	case strings.HasPrefix(rest, "fleet:"):
+		p, ok = k.parseFleet(rest[len("fleet:"):])
+	case strings.HasPrefix(rest, "wkrs:"):
+		p, ok = parseWorkers(rest[len("wkrs:"):])
+	case strings.HasPrefix(rest, "wkr:"):
+		p, ok = k.parseWorker(rest[len("wkr:"):])
+	case strings.HasPrefix(rest, "stream:"):
+		p = Key{Family: FamStream, Name: rest[len("stream:"):]}
+		ok = Check(KindStream, p.Name) == nil
+	default:
+		return Key{}, false
+	}
+	if !ok {
+		return Key{}, false
+	}
+	// A key is of this layout only if this layout spells it back the same.
+	if s, good := k.Spell(p); !good || s != key {
+		return Key{}, false
+	}
+	return p, true
+}
+
+// entity splits an entity name off rest: the text up to the first ':' in
+// the compat layout, or a whole "{name}" in the tagged one. tail is what
+// follows the entity (with its leading ':'), or "".
+func (k Keys) entity(rest string) (name, tail string, ok bool) {
+	if k.tagged {
+		if !strings.HasPrefix(rest, "{") {
+			return "", "", false
+		}
+		end := strings.IndexByte(rest, '}')
+		if end < 0 {
+			return "", "", false
+		}
+		return rest[1:end], rest[end+1:], true
+	}
+	if i := strings.IndexByte(rest, ':'); i >= 0 {
+		return rest[:i], rest[i:], true
+	}
+	return rest, "", true
+}
+
+func (k Keys) parseFleet(rest string) (Key, bool) {
+	fam, rest, _ := strings.Cut(rest, ":")
+	switch fam {
+	case "catalog", "meta", "migrate", "queues":
+		if rest != "" {
+			return Key{}, false
+		}
+		return Key{Family: singles[fam]}, true
+	case "kv":
+		ns, key, ok := strings.Cut(rest, ":")
+		return Key{Family: FamKV, Name: ns, Item: key}, ok && Check(KindNamespace, ns) == nil && Check(KindKey, key) == nil
+	case "counter":
+		return Key{Family: FamCounter, Name: rest}, Check(KindCounter, rest) == nil
+	case "lock", "fence":
+		name := rest
+		if k.tagged {
+			if len(rest) < 2 || rest[0] != '{' || rest[len(rest)-1] != '}' {
+				return Key{}, false
+			}
+			name = rest[1 : len(rest)-1]
+		}
+		f := FamLock
+		if fam == "fence" {
+			f = FamFence
+		}
+		return Key{Family: f, Name: name}, Check(KindLock, name) == nil
+	case "queue":
+		name, tail, ok := k.entity(rest)
+		if !ok || Check(KindQueue, name) != nil {
+			return Key{}, false
+		}
+		f, known := queueTails[tail]
+		return Key{Family: f, Name: name}, known
+	case "pool":
+		name, tail, ok := k.entity(rest)
+		if !ok || Check(KindPool, name) != nil {
+			return Key{}, false
+		}
+		if tail == "" {
+			return Key{Family: FamPool, Name: name}, true
+		}
+		item, ok := strings.CutPrefix(tail, ":claim:")
+		return Key{Family: FamPoolClaim, Name: name, Item: item}, ok && Check(KindItem, item) == nil
+	case "pidx":
+		name, tail, ok := k.entity(rest)
+		if !ok || Check(KindPool, name) != nil || !strings.HasPrefix(tail, ":") {
+			return Key{}, false
+		}
+		tail = tail[1:]
+		switch tail {
+		case "all":
+			return Key{Family: FamPoolAll, Name: name}, true
+		case "exp":
+			return Key{Family: FamPoolExp, Name: name}, true
+		case "tags":
+			return Key{Family: FamPoolTags, Name: name}, true
+		case "sig":
+			return Key{Family: FamPoolSignal, Name: name}, true
+		case "scan":
+			return Key{Family: FamPoolScan, Name: name}, true
+		}
+		if item, ok := strings.CutPrefix(tail, "own:"); ok {
+			return Key{Family: FamPoolOwner, Name: name, Item: item}, Check(KindItem, item) == nil
+		}
+		if fc, ok := strings.CutPrefix(tail, "t:"); ok {
+			field, canon, ok := strings.Cut(fc, ":")
+			// canon spells any tag value: only its emptiness is wrong.
+			return Key{Family: FamPoolTagIndex, Name: name, Field: field, Canon: canon}, ok && canon != "" && Check(KindField, field) == nil
+		}
+	}
+	return Key{}, false
+}
+
+func parseWorkers(rest string) (Key, bool) {
+	if rest == "all" {
+		return Key{Family: FamAllWorkers}, true
+	}
+	return Key{Family: FamWorkers, Name: rest}, Check(KindType, rest) == nil
+}
+
+func (k Keys) parseWorker(rest string) (Key, bool) {
+	var typ, id, field string
+	if k.tagged {
+		tid, tail, ok := k.entity(rest)
+		if !ok || !strings.HasPrefix(tail, ":") {
+			return Key{}, false
+		}
+		typ, id, ok = strings.Cut(tid, ":")
+		if !ok {
+			return Key{}, false
+		}
+		field = tail[1:]
+	} else {
+		parts := strings.Split(rest, ":")
+		if len(parts) != 3 {
+			return Key{}, false
+		}
+		typ, id, field = parts[0], parts[1], parts[2]
+	}
+	f, known := workerFields[field]
+	return Key{Family: f, Name: typ, ID: id}, known && Check(KindType, typ) == nil && Check(KindWorker, id) == nil
+}
+
+// Spell returns the key name of p in this layout and under this prefix,
+// through the one helper of its family; false for an unknown family.
+func (k Keys) Spell(p Key) (string, bool) {
+	q := func() Queue { return k.Queue(p.Name) }
+	x := func() PoolIndex { return k.PoolIndex(p.Name) }
+	w := func() Worker { return k.Worker(p.Name, p.ID) }
+	switch p.Family {
+	case FamKV:
+		return k.KV(p.Name, p.Item), true
+	case FamCounter:
+		return k.Counter(p.Name), true
+	case FamLock:
+		return k.Lock(p.Name), true
+	case FamFence:
+		return k.LockFence(p.Name), true
+	case FamCatalog:
+		return k.Catalog(), true
+	case FamMeta:
+		return k.Meta(), true
+	case FamMigrate:
+		return k.Migrate(), true
+	case FamQueues:
+		return k.Queues(), true
+	case FamQueuePending:
+		return q().Pending, true
+	case FamQueueProcessing:
+		return q().Processing, true
+	case FamQueueBody:
+		return q().Body, true
+	case FamQueueLease:
+		return q().Lease, true
+	case FamQueueScheduled:
+		return q().Scheduled, true
+	case FamQueueDead:
+		return q().Dead, true
+	case FamQueueDedup:
+		return q().Dedup, true
+	case FamPool:
+		return k.Pool(p.Name), true
+	case FamPoolClaim:
+		return k.PoolClaim(p.Name, p.Item), true
+	case FamPoolAll:
+		return x().All, true
+	case FamPoolExp:
+		return x().Exp, true
+	case FamPoolTags:
+		return x().Tags, true
+	case FamPoolSignal:
+		return x().Signal, true
+	case FamPoolScan:
+		return x().Scan, true
+	case FamPoolTagIndex:
+		return k.PoolTagIndex(p.Name, p.Field, p.Canon), true
+	case FamPoolOwner:
+		return k.PoolOwner(p.Name, p.Item), true
+	case FamWorkerHardware:
+		return w().Hardware, true
+	case FamWorkerConfig:
+		return w().Config, true
+	case FamWorkerGen:
+		return w().Gen, true
+	case FamWorkerState:
+		return w().State, true
+	case FamWorkerStats:
+		return w().Stats, true
+	case FamWorkers:
+		return k.Workers(p.Name), true
+	case FamAllWorkers:
+		return k.AllWorkers(), true
+	case FamStream:
+		return k.Stream(p.Name), true
+	}
+	return "", false
+}
+
+// Translate re-spells key, a key of this layout and prefix, in the layout
+// and prefix of to. It reports false for a key Parse does not know.
+func (k Keys) Translate(key string, to Keys) (string, bool) {
+	p, ok := k.Parse(key)
+	if !ok {
+		return "", false
+	}
+	return to.Spell(p)
+}
+
+// Migrate is fleet:migrate (hash; derived): the progress record of a
+// migration into this database (per source node its SCAN cursor, the
+// counts so far, and the source it reads). It is never copied by a
+// migration, and can be deleted once the migration is done.
+func (k Keys) Migrate() string { return k.join("fleet", "migrate") }
