@@ -84,6 +84,11 @@ type WorkerOptions struct {
 	// nil) or refused (err wraps ErrInvalidConfig), in gen order, from the
 	// worker's config goroutine. It must not block.
 	OnConfig func(gen int64, err error)
+	// OnTaskEnd, when set, is called by a batch slot after it ended a task:
+	// err is nil when the task was acked, else why it was not (the
+	// handler's error, ErrLeaseLost, or a ctx error for a task released by
+	// Stop). It runs on the slot's goroutine.
+	OnTaskEnd func(taskID string, err error)
 	// Logger receives what the worker's goroutines have to say. Defaults to
 	// the Fleet's logger.
 	Logger *slog.Logger

@@ -325,6 +325,9 @@ func (b *batch[C, O, P]) slot(run context.Context, s *Slot[C, O]) {
 	for t := range b.tasks {
 		if run.Err() != nil {
 			b.release(t)
+			if b.w.opts.OnTaskEnd != nil {
+				b.w.opts.OnTaskEnd(t.ID, run.Err())
+			}
 			continue
 		}
 		b.handle(run, s, t)
@@ -347,6 +350,13 @@ func (b *batch[C, O, P]) release(t *Task[P]) {
 // handle runs one task with its lease kept alive, and ends it by its
 // outcome.
 func (b *batch[C, O, P]) handle(run context.Context, s *Slot[C, O], t *Task[P]) {
+	end := b.handleTask(run, s, t)
+	if b.w.opts.OnTaskEnd != nil {
+		b.w.opts.OnTaskEnd(t.ID, end)
+	}
+}
+
+func (b *batch[C, O, P]) handleTask(run context.Context, s *Slot[C, O], t *Task[P]) error {
 	w := b.w
 	s.st.busy.Store(true)
 	defer s.st.busy.Store(false)
@@ -367,18 +377,23 @@ func (b *batch[C, O, P]) handle(run context.Context, s *Slot[C, O], t *Task[P]) 
 	lost := errors.Is(context.Cause(tctx), ErrLeaseLost)
 	switch {
 	case lost:
-		b.failed(s, fmt.Errorf("task %s: %w", t.ID, ErrLeaseLost))
+		err = fmt.Errorf("task %s: %w", t.ID, ErrLeaseLost)
+		b.failed(s, err)
+		return err
 	case err != nil && run.Err() != nil:
 		// Stop's deadline cut it off: interrupted, not failed.
 		b.release(t)
+		return err
 	case err == nil:
 		if aerr := t.Ack(ectx); aerr != nil {
-			b.failed(s, fmt.Errorf("task %s: ack: %w", t.ID, aerr))
-			return
+			aerr = fmt.Errorf("task %s: ack: %w", t.ID, aerr)
+			b.failed(s, aerr)
+			return aerr
 		}
 		s.st.done.Add(1)
 		w.done.Add(1)
 		w.succeed()
+		return nil
 	default:
 		var pe *PanicError
 		if errors.As(err, &pe) {
@@ -394,6 +409,7 @@ func (b *batch[C, O, P]) handle(run context.Context, s *Slot[C, O], t *Task[P]) 
 			w.log.Warn("fleet: worker could not end a failed task", "task", t.ID, "err", eerr)
 		}
 		b.failed(s, fmt.Errorf("task %s: %w", t.ID, err))
+		return err
 	}
 }
 
