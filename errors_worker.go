@@ -39,3 +39,18 @@ func (e *StaleGenError) Error() string {
 
 // Is reports true for ErrStaleGen.
 func (e *StaleGenError) Is(target error) bool { return target == ErrStaleGen }
+
+// workerErr is opErr for worker and config calls: fleet's worker and queue
+// sentinels pass through as they are, anything else is classified as opErr
+// does.
+func workerErr(op, name string, err error) error {
+	if err == nil {
+		return nil
+	}
+	for _, s := range []error{ErrStaleGen, ErrInvalidConfig, ErrWorkerStarted, ErrWorkerNotStarted, ErrInvalidPayload, ErrLeaseLost} {
+		if errors.Is(err, s) {
+			return fmt.Errorf("fleet: %s %q: %w", op, name, err)
+		}
+	}
+	return opErr(op, name, err)
+}

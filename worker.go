@@ -234,21 +234,21 @@ func (w *Worker) Stopped() <-chan struct{} { return w.stopped }
 // ErrWrongType, ErrUnavailable, ErrClosed.
 func (w *Worker) Start(ctx context.Context) error {
 	if w.err != nil {
-		return opErr("start worker", w.name(), w.err)
+		return workerErr("start worker", w.name(), w.err)
 	}
 	if err := w.f.alive(ctx); err != nil {
-		return opErr("start worker", w.name(), err)
+		return workerErr("start worker", w.name(), err)
 	}
 	w.mu.Lock()
 	if w.started {
 		w.mu.Unlock()
-		return opErr("start worker", w.name(), ErrWorkerStarted)
+		return workerErr("start worker", w.name(), ErrWorkerStarted)
 	}
 	w.started = true
 	w.mu.Unlock()
 	if err := w.register(ctx); err != nil {
 		close(w.stopped)
-		return opErr("start worker", w.name(), err)
+		return workerErr("start worker", w.name(), err)
 	}
 
 	run, cancelRun := context.WithCancel(context.WithoutCancel(ctx))
@@ -282,7 +282,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		cancelBg()
 		cancelRun()
 		close(w.stopped)
-		return opErr("start worker", w.name(), ErrClosed)
+		return workerErr("start worker", w.name(), ErrClosed)
 	}
 	bgWG.Add(2)
 	if !w.f.spawn(func() { defer bgWG.Done(); w.heartbeat(bg) }) {
@@ -293,7 +293,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	}
 	if !w.spawn(run, soft) {
 		w.softStop()
-		return opErr("start worker", w.name(), ErrClosed)
+		return workerErr("start worker", w.name(), ErrClosed)
 	}
 	return nil
 }
@@ -333,7 +333,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 	started := w.started
 	w.mu.Unlock()
 	if !started {
-		return opErr("stop worker", w.name(), ErrWorkerNotStarted)
+		return workerErr("stop worker", w.name(), ErrWorkerNotStarted)
 	}
 	w.softStop()
 	select {

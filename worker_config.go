@@ -44,35 +44,35 @@ func (f *Fleet) UpdateConfig(ctx context.Context, typ, id string, patch json.Raw
 	const op = "update config"
 	name := typ + "|" + id
 	if err := workerNames(typ, id); err != nil {
-		return 0, opErr(op, name, err)
+		return 0, workerErr(op, name, err)
 	}
 	if err := f.alive(ctx); err != nil {
-		return 0, opErr(op, name, err)
+		return 0, workerErr(op, name, err)
 	}
 	p, err := decodeObject(patch)
 	if err != nil {
-		return 0, opErr(op, name, fmt.Errorf("%w: patch: %w", ErrInvalidConfig, err))
+		return 0, workerErr(op, name, fmt.Errorf("%w: patch: %w", ErrInvalidConfig, err))
 	}
 	k := f.keys.Worker(typ, id)
 	bo := backoff{min: time.Millisecond, max: 50 * time.Millisecond}
 	for {
 		gen, raw, err := f.readConfig(ctx, k)
 		if err != nil {
-			return 0, opErr(op, name, err)
+			return 0, workerErr(op, name, err)
 		}
 		var target any = map[string]any{}
 		if raw != nil {
 			if target, err = decodeJSON([]byte(*raw)); err != nil {
-				return 0, opErr(op, name, fmt.Errorf("%w: stored config: %w", ErrDecode, err))
+				return 0, workerErr(op, name, fmt.Errorf("%w: stored config: %w", ErrDecode, err))
 			}
 		}
 		merged, err := encodeJSON(mergePatch(target, p))
 		if err != nil {
-			return 0, opErr(op, name, err)
+			return 0, workerErr(op, name, err)
 		}
 		ok, newGen, err := f.setConfig(ctx, k, merged, "cas", gen)
 		if err != nil {
-			return 0, opErr(op, name, err)
+			return 0, workerErr(op, name, err)
 		}
 		if ok {
 			f.configChanged(k)
@@ -82,7 +82,7 @@ func (f *Fleet) UpdateConfig(ctx context.Context, typ, id string, patch json.Raw
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return 0, opErr(op, name, ctx.Err())
+			return 0, workerErr(op, name, ctx.Err())
 		case <-t.C:
 		}
 	}
@@ -101,29 +101,29 @@ func (f *Fleet) PushConfig(ctx context.Context, typ, id string, config any, gen 
 	const op = "push config"
 	name := typ + "|" + id
 	if err := workerNames(typ, id); err != nil {
-		return opErr(op, name, err)
+		return workerErr(op, name, err)
 	}
 	if err := f.alive(ctx); err != nil {
-		return opErr(op, name, err)
+		return workerErr(op, name, err)
 	}
 	if gen > maxGen {
-		return opErr(op, name, fmt.Errorf("%w: gen %d is above 2^53", ErrInvalidArgument, gen))
+		return workerErr(op, name, fmt.Errorf("%w: gen %d is above 2^53", ErrInvalidArgument, gen))
 	}
 	b, err := configJSON(config)
 	if err != nil {
-		return opErr(op, name, err)
+		return workerErr(op, name, err)
 	}
 	k := f.keys.Worker(typ, id)
 	if gen <= 0 {
 		cur, _, err := f.readConfig(ctx, k)
 		if err != nil {
-			return opErr(op, name, err)
+			return workerErr(op, name, err)
 		}
 		return &StaleGenError{Type: typ, ID: id, Pushed: gen, Current: cur}
 	}
 	ok, cur, err := f.setConfig(ctx, k, b, "push", gen)
 	if err != nil {
-		return opErr(op, name, err)
+		return workerErr(op, name, err)
 	}
 	if !ok {
 		return &StaleGenError{Type: typ, ID: id, Pushed: gen, Current: cur}
@@ -138,14 +138,14 @@ func (f *Fleet) PushConfig(ctx context.Context, typ, id string, config any, gen 
 func (f *Fleet) ConfigOf(ctx context.Context, typ, id string) (json.RawMessage, int64, error) {
 	name := typ + "|" + id
 	if err := workerNames(typ, id); err != nil {
-		return nil, 0, opErr("config", name, err)
+		return nil, 0, workerErr("config", name, err)
 	}
 	if err := f.alive(ctx); err != nil {
-		return nil, 0, opErr("config", name, err)
+		return nil, 0, workerErr("config", name, err)
 	}
 	gen, raw, err := f.readConfig(ctx, f.keys.Worker(typ, id))
 	if err != nil || raw == nil {
-		return nil, gen, opErr("config", name, err)
+		return nil, gen, workerErr("config", name, err)
 	}
 	return json.RawMessage(*raw), gen, nil
 }

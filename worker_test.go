@@ -220,7 +220,7 @@ func TestConfigUpdateMerge(t *testing.T) {
 			t.Fatalf("keys %v", got)
 		}
 		for _, bad := range []string{`[1]`, `null`, `"x"`, `{`, `{"a":1} {}`, ``} {
-			if _, err := e.F.UpdateConfig(c, "scraper", "w1", json.RawMessage(bad)); !errors.Is(err, fleet.ErrInvalidConfig) {
+			if _, err := e.F.UpdateConfig(c, "scraper", "w1", json.RawMessage(bad)); !errors.Is(err, fleet.ErrInvalidConfig) || errors.Is(err, fleet.ErrUnavailable) {
 				t.Fatalf("patch %q: %v", bad, err)
 			}
 		}
@@ -229,7 +229,7 @@ func TestConfigUpdateMerge(t *testing.T) {
 		}
 
 		// PushConfig: only a higher gen.
-		if err := e.F.PushConfig(c, "scraper", "w1", wcfg{Rate: 9}, 2); !errors.Is(err, fleet.ErrStaleGen) {
+		if err := e.F.PushConfig(c, "scraper", "w1", wcfg{Rate: 9}, 2); !errors.Is(err, fleet.ErrStaleGen) || errors.Is(err, fleet.ErrUnavailable) {
 			t.Fatalf("push gen 2 = %v", err)
 		}
 		var sg *fleet.StaleGenError

@@ -230,3 +230,22 @@ func cleanup(t *testing.T, c rueidis.Client, prefix string) {
 		c.Do(context.Background(), c.B().Del().Key(k).Build())
 	}
 }
+
+func TestExampleStream(t *testing.T) {
+	t.Parallel()
+	out := runExample(t, redistest.SingleURL(t), "stream", time.Minute, "-slots", "4", "-per-slot", "25", "-timeout", "50s")
+	if done, failed := summary(t, out); done != 100 || failed != 0 {
+		t.Fatalf("done=%d failed=%d\n%s", done, failed, out)
+	}
+	if !strings.Contains(out, "emitted=100 events=100") {
+		t.Fatalf("emit line missing:\n%s", out)
+	}
+}
+
+func TestExampleHTTP(t *testing.T) {
+	t.Parallel()
+	out := runExample(t, redistest.SingleURL(t), "http", time.Minute, "-selftest", "-timeout", "50s")
+	if done, failed := summary(t, out); done != 12 || failed != 0 {
+		t.Fatalf("done=%d failed=%d\n%s", done, failed, out)
+	}
+}
