@@ -400,3 +400,29 @@ func TestConfigLive(t *testing.T) {
 		}
 	})
 }
+
+// TestWorkerStartInvalidConfig: a stored config that fails validation
+// refuses Start, and says why in last_error.
+func TestWorkerStartInvalidConfig(t *testing.T) {
+	e := open(t, redistest.Targets(t)[0])
+	k := e.wk("strict", "w1")
+	e.do(t, e.Raw.B().Set().Key(k.Config).Value(`{"rate":500}`).Build())
+	w := fleet.NewLoopWorker(e.F, fleet.WorkerOptions{Type: "strict", ID: "w1", Slots: 1}, idleLoop())
+	err := w.Start(ctx(t))
+	if !errors.Is(err, fleet.ErrInvalidConfig) || errors.Is(err, fleet.ErrUnavailable) {
+		t.Fatalf("Start = %v", err)
+	}
+	if st := e.hgetall(t, k.State); st["state"] != "ERROR" || !strings.Contains(st["last_error"], "rate (fails lte=100)") {
+		t.Fatalf("state %v", st)
+	}
+	if cfg, _ := e.get(t, k.Config); cfg != `{"rate":500}` {
+		t.Fatalf("config changed: %s", cfg)
+	}
+	// A wrong-type key refuses Start too.
+	k2 := e.wk("strict", "w2")
+	e.do(t, e.Raw.B().Lpush().Key(k2.State).Element("x").Build())
+	w2 := fleet.NewLoopWorker(e.F, fleet.WorkerOptions{Type: "strict", ID: "w2", Slots: 1}, idleLoop())
+	if err := w2.Start(ctx(t)); !errors.Is(err, fleet.ErrWrongType) {
+		t.Fatalf("Start on a list state = %v", err)
+	}
+}
