@@ -1,0 +1,103 @@
+package fleet_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/fleet-go/fleet"
+)
+
+func ExampleNewBatchWorker() {
+	f, done := exampleFleet("batchworker")
+	defer done()
+	ctx := context.Background()
+
+	type Page struct {
+		URL string `json:"url" validate:"required,url"`
+	}
+	type Config struct {
+		UserAgent string `json:"user_agent" validate:"required"`
+	}
+	type Result struct {
+		URL string `json:"url"`
+	}
+	q := fleet.NewQueue[Page](f, "pages", fleet.QueueOptions{})
+	w := fleet.NewBatchWorker(f, fleet.WorkerOptions{Type: "pages", ID: "w1", Slots: 2, Config: Config{UserAgent: "bot/1"}}, q,
+		fleet.BatchFunc[Config, Result, Page](func(ctx context.Context, s *fleet.Slot[Config, Result], t *fleet.Task[Page]) error {
+			// s.Config() is the live config; s.Fleet() gives the primitives.
+			_, err := s.Emit(ctx, Result{URL: t.Payload.URL})
+			return err
+		}))
+	if err := w.Start(ctx); err != nil {
+		log.Fatal(err)
+	}
+	_, _ = q.SubmitMany(ctx, []Page{{URL: "https://example.org/1"}, {URL: "https://example.org/2"}, {URL: "https://example.org/3"}})
+	for w.Stats().Done < 3 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	_ = w.Stop(ctx)
+	st := w.Stats()
+	fmt.Printf("done=%d failed=%d emitted=%d\n", st.Done, st.Failed, st.Emitted)
+	// Output: done=3 failed=0 emitted=3
+}
+
+func ExampleNewLoopWorker() {
+	f, done := exampleFleet("loopworker")
+	defer done()
+	ctx := context.Background()
+
+	type Config struct {
+		Step int `json:"step" validate:"gte=1"`
+	}
+	type Tick struct {
+		N int `json:"n"`
+	}
+	w := fleet.NewLoopWorker(f, fleet.WorkerOptions{Type: "ticker", ID: "t1", Slots: 1, Config: Config{Step: 10}},
+		fleet.LoopFunc[Config, Tick](func(ctx context.Context, s *fleet.Slot[Config, Tick]) error {
+			for i := range 3 {
+				if _, err := s.Emit(ctx, Tick{N: i * s.Config().Step}); err != nil {
+					return err
+				}
+			}
+			<-ctx.Done() // run until stopped
+			return nil
+		}))
+	if err := w.Start(ctx); err != nil {
+		log.Fatal(err)
+	}
+	for w.Stats().Emitted < 3 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	_ = w.Stop(ctx)
+	entries, _ := fleet.NewStream[Tick](f, "ticker", fleet.StreamOptions{}).Pop(ctx, 10)
+	for _, e := range entries {
+		fmt.Println(e.Data.N)
+	}
+	// Output:
+	// 0
+	// 10
+	// 20
+}
+
+func ExampleFleet_UpdateConfig() {
+	f, done := exampleFleet("updateconfig")
+	defer done()
+	ctx := context.Background()
+
+	_, _ = f.UpdateConfig(ctx, "scraper", "host1", json.RawMessage(`{"proxy":{"host":"p1","port":1080},"debug":true}`))
+	// Objects merge, null deletes.
+	gen, _ := f.UpdateConfig(ctx, "scraper", "host1", json.RawMessage(`{"proxy":{"port":1081},"debug":null}`))
+	cfg, _, _ := f.ConfigOf(ctx, "scraper", "host1")
+	fmt.Println(gen, string(cfg))
+
+	// A push with a gen not above the current one is refused.
+	err := f.PushConfig(ctx, "scraper", "host1", map[string]any{"proxy": nil}, 2)
+	fmt.Println(errors.Is(err, fleet.ErrStaleGen))
+	// Output:
+	// 2 {"proxy":{"host":"p1","port":1081}}
+	// true
+}

@@ -1,0 +1,28 @@
+-- queue_release: end a reservation without counting an attempt, if the
+-- caller's lease is still the task's: the body goes back, unchanged, to the
+-- head of the queue (it was interrupted by a shutdown, not failed).
+-- KEYS[1]  fleet:queue:<name>                   list: pending bodies
+-- KEYS[2]  fleet:queue:<name>:processing        zset: id -> deadline
+-- KEYS[3]  fleet:queue:<name>:processing:body   hash: id -> body
+-- KEYS[4]  fleet:queue:<name>:processing:lease  hash: id -> lease token (derived)
+-- ARGV[1]  task id
+-- ARGV[2]  the caller's lease token
+-- returns  1 when released; 0 when the lease is lost: then nothing changes
+local want = {'list', 'zset', 'hash', 'hash'}
+for i, k in ipairs(KEYS) do
+  local t = redis.call('TYPE', k).ok
+  if t ~= 'none' and t ~= want[i] then
+    return redis.error_reply('WRONGTYPE ' .. k .. ' holds a ' .. t .. ', not a ' .. want[i])
+  end
+end
+if redis.call('HGET', KEYS[4], ARGV[1]) ~= ARGV[2] then
+  return 0
+end
+local body = redis.call('HGET', KEYS[3], ARGV[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('HDEL', KEYS[3], ARGV[1])
+redis.call('HDEL', KEYS[4], ARGV[1])
+if body then
+  redis.call('LPUSH', KEYS[1], body)
+end
+return 1

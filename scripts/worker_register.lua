@@ -1,0 +1,31 @@
+-- worker_register: record a starting worker: its hardware, its config and gen
+-- when it has none yet, and its state, in one step.
+-- KEYS[1]  wkr:<type>:<id>:hardware  string: JSON
+-- KEYS[2]  wkr:<type>:<id>:config    string: JSON object
+-- KEYS[3]  wkr:<type>:<id>:gen       string: integer as ASCII
+-- KEYS[4]  wkr:<type>:<id>:state     hash: state, last_seen, last_error
+-- ARGV[1]  hardware JSON
+-- ARGV[2]  the config to store when there is none
+-- ARGV[3]  now, unix seconds
+-- ARGV[4]  the state to record (IDLE, RUNNING or ERROR)
+-- returns  {gen, config} as stored after the call
+local want = {'string', 'string', 'string', 'hash'}
+for i, k in ipairs(KEYS) do
+  local t = redis.call('TYPE', k).ok
+  if t ~= 'none' and t ~= want[i] then
+    return redis.error_reply('WRONGTYPE ' .. k .. ' holds a ' .. t .. ', not a ' .. want[i])
+  end
+end
+local gen = redis.call('GET', KEYS[3])
+if gen and not string.match(gen, '^%d+$') then
+  return redis.error_reply('ERR ' .. KEYS[3] .. ' value is not an integer')
+end
+redis.call('SET', KEYS[1], ARGV[1])
+redis.call('SET', KEYS[2], ARGV[2], 'NX')
+if not gen then
+  gen = '0'
+  redis.call('SET', KEYS[3], gen)
+end
+redis.call('HSET', KEYS[4], 'state', ARGV[4], 'last_seen', ARGV[3])
+redis.call('HSETNX', KEYS[4], 'last_error', '')
+return {gen, redis.call('GET', KEYS[2])}

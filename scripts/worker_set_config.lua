@@ -1,0 +1,38 @@
+-- worker_set_config: store a worker's config and raise its gen, in one step,
+-- if the gen allows it. Two modes:
+--   'cas'  (UpdateConfig): only when the stored gen still equals ARGV[3];
+--          the gen becomes stored + 1.
+--   'push' (PushConfig): only when ARGV[3] is above the stored gen; the gen
+--          becomes ARGV[3].
+-- A missing gen counts as 0.
+-- KEYS[1]  wkr:<type>:<id>:config  string: JSON object
+-- KEYS[2]  wkr:<type>:<id>:gen     string: integer as ASCII
+-- ARGV[1]  the new config JSON
+-- ARGV[2]  'cas' or 'push'
+-- ARGV[3]  the expected gen (cas) or the new gen (push), a decimal integer
+-- returns  {1, new gen} when stored; {0, stored gen} when refused (nothing
+--          changes)
+for i, k in ipairs(KEYS) do
+  local t = redis.call('TYPE', k).ok
+  if t ~= 'none' and t ~= 'string' then
+    return redis.error_reply('WRONGTYPE ' .. k .. ' holds a ' .. t .. ', not a string')
+  end
+end
+local cur = redis.call('GET', KEYS[2]) or '0'
+if not string.match(cur, '^%d+$') or not string.match(ARGV[3], '^%d+$') then
+  return redis.error_reply('ERR ' .. KEYS[2] .. ' value is not an integer')
+end
+local n, arg = tonumber(cur), tonumber(ARGV[3])
+if ARGV[2] == 'cas' then
+  if n ~= arg then
+    return {0, cur}
+  end
+  redis.call('SET', KEYS[1], ARGV[1])
+  return {1, redis.call('INCR', KEYS[2])}
+end
+if arg <= n then
+  return {0, cur}
+end
+redis.call('SET', KEYS[1], ARGV[1])
+redis.call('SET', KEYS[2], ARGV[3])
+return {1, ARGV[3]}

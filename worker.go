@@ -1,0 +1,630 @@
+package fleet
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fleet-go/fleet/internal/keys"
+)
+
+var workerRegisterScript = script("worker_register.lua")
+
+// WorkerState is the state a worker records in wkr:<type>:<id>:state.
+type WorkerState string
+
+// The states of a worker.
+const (
+	// StateIdle: the worker is stopped, or it is a batch worker with no
+	// task in hand.
+	StateIdle WorkerState = "IDLE"
+	// StateRunning: a loop worker's slots run, or a batch worker handles at
+	// least one task.
+	StateRunning WorkerState = "RUNNING"
+	// StateError: the last task (or loop run) failed or panicked, or the
+	// last config was refused, and nothing has succeeded since; last_error
+	// says why.
+	StateError WorkerState = "ERROR"
+)
+
+// Defaults of WorkerOptions.
+const (
+	// DefaultHeartbeat is how often a worker writes last_seen and its stats.
+	DefaultHeartbeat = 5 * time.Second
+	// DefaultConfigPoll is how often a worker re-reads its gen when no
+	// invalidation came: it only covers a lost invalidation.
+	DefaultConfigPoll = 5 * time.Second
+	// DefaultStopGrace is how long Stop waits, after its ctx expired and the
+	// slots were cancelled, for them to return.
+	DefaultStopGrace = 5 * time.Second
+)
+
+// WorkerOptions configures a Worker. The zero value of each field means its
+// default, but Type and Slots, which are required.
+type WorkerOptions struct {
+	// Type is the automation type (wkr:<type>:..., stream:<type>). Required.
+	Type string
+	// ID names this worker among those of its type. Defaults to
+	// "<hostname>-<pid>".
+	ID string
+	// Slots is how many goroutines run the automation at once. Required:
+	// at least 1.
+	Slots int
+	// Heartbeat is how often last_seen and the stats frame are written.
+	// Defaults to DefaultHeartbeat.
+	Heartbeat time.Duration
+	// ConfigPoll is how often the gen is re-read when no invalidation came
+	// (new gens normally arrive through client-side caching at once).
+	// Defaults to DefaultConfigPoll.
+	ConfigPoll time.Duration
+	// StopGrace bounds how long Stop waits for cancelled slots to return
+	// after its ctx expired. Defaults to DefaultStopGrace.
+	StopGrace time.Duration
+	// Config is the config stored at the first start, when the worker has
+	// none (later starts keep the stored one). It must encode as a JSON
+	// object. Defaults to {}.
+	Config any
+	// Stream bounds stream:<type>, where Slot.Emit pushes. Defaults to the
+	// StreamOptions defaults.
+	Stream StreamOptions
+	// LeaseExtend is how often a batch slot extends the lease of the task
+	// it runs. Defaults to a third of the queue's Lease.
+	LeaseExtend time.Duration
+	// OnConfig, when set, is called after each new gen was applied (err
+	// nil) or refused (err wraps ErrInvalidConfig), in gen order, from the
+	// worker's config goroutine. It must not block.
+	OnConfig func(gen int64, err error)
+	// OnTaskEnd, when set, is called by a batch slot after it ended a task:
+	// err is nil when the task was acked, else why it was not (the
+	// handler's error, ErrLeaseLost, or a ctx error for a task released by
+	// Stop). It runs on the slot's goroutine.
+	OnTaskEnd func(taskID string, err error)
+	// Logger receives what the worker's goroutines have to say. Defaults to
+	// the Fleet's logger.
+	Logger *slog.Logger
+}
+
+func (o WorkerOptions) withDefaults() (WorkerOptions, error) {
+	if o.ID == "" {
+		host, _ := os.Hostname()
+		o.ID = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	if err := workerNames(o.Type, o.ID); err != nil {
+		return o, err
+	}
+	switch {
+	case o.Slots < 1:
+		return o, fmt.Errorf("%w: WorkerOptions.Slots %d must be at least 1", ErrInvalidArgument, o.Slots)
+	case o.Heartbeat < 0, o.ConfigPoll < 0, o.StopGrace < 0, o.LeaseExtend < 0:
+		return o, fmt.Errorf("%w: WorkerOptions durations may not be negative", ErrInvalidArgument)
+	}
+	if o.Heartbeat == 0 {
+		o.Heartbeat = DefaultHeartbeat
+	}
+	if o.ConfigPoll == 0 {
+		o.ConfigPoll = DefaultConfigPoll
+	}
+	if o.StopGrace == 0 {
+		o.StopGrace = DefaultStopGrace
+	}
+	return o, nil
+}
+
+// Worker hosts one automation type in a number of slots (goroutines): a
+// loop automation (NewLoopWorker) or a batch automation that takes tasks
+// from a Queue (NewBatchWorker). While it runs it keeps its keys
+// (wkr:<type>:<id>:hardware, :config, :gen, :state, :stats) and its entries
+// in wkrs:<type> and wkrs:all, writes a heartbeat, and applies each new
+// config gen as it is pushed. Its methods are safe for concurrent use. A
+// Worker runs once: Start it, Stop it, and make a new one to run again.
+type Worker struct {
+	f       *Fleet
+	opts    WorkerOptions
+	k       keys.Worker
+	err     error
+	kind    string // "loop" or "batch"
+	log     *slog.Logger
+	catalog CatalogEntry
+
+	decode func([]byte) (any, error)            // stored config -> C, validated
+	spawn  func(run, soft context.Context) bool // starts the slot goroutines
+	stream interface{ Err() error }             // the Stream[O] of Emit
+
+	cfgMu   sync.Mutex
+	cfg     atomic.Pointer[configSnap]
+	seenGen atomic.Int64
+	slots   []*slotState
+
+	mu         sync.Mutex
+	started    bool
+	failing    bool // the last outcome was a failure: state ERROR
+	cfgFailing bool // the last config was refused
+	lastErr    string
+
+	done, failed, emitted atomic.Int64
+
+	soft       chan struct{} // closed when Stop begins: no new work
+	softOnce   sync.Once
+	cancelSoft context.CancelFunc
+	cancelRun  context.CancelFunc
+	slotWG     sync.WaitGroup
+	stopped    chan struct{}
+}
+
+// slotState is what a worker keeps of one slot.
+type slotState struct {
+	index   int
+	busy    atomic.Bool
+	done    atomic.Int64
+	failed  atomic.Int64
+	changed chan struct{} // poked when a new config is applied
+
+	mu      sync.Mutex
+	metrics map[string]float64
+}
+
+func newWorker(f *Fleet, opts WorkerOptions, kind string) *Worker {
+	w := &Worker{f: f, kind: kind, stopped: make(chan struct{}), soft: make(chan struct{})}
+	if f == nil {
+		w.err = fmt.Errorf("%w: a Worker needs a Fleet", ErrInvalidArgument)
+		return w
+	}
+	w.opts, w.err = opts.withDefaults()
+	w.k = f.keys.Worker(w.opts.Type, w.opts.ID)
+	w.log = w.opts.Logger
+	if w.log == nil {
+		w.log = f.log
+	}
+	w.log = w.log.With("type", w.opts.Type, "worker", w.opts.ID)
+	n := max(w.opts.Slots, 0)
+	w.slots = make([]*slotState, n)
+	for i := range w.slots {
+		w.slots[i] = &slotState{index: i, changed: make(chan struct{}, 1), metrics: map[string]float64{}}
+	}
+	return w
+}
+
+// Type returns the worker's automation type.
+func (w *Worker) Type() string { return w.opts.Type }
+
+// ID returns the worker's id.
+func (w *Worker) ID() string { return w.opts.ID }
+
+// Err returns the error that Start would return for the worker's options
+// (ErrInvalidName, ErrInvalidArgument), or nil.
+func (w *Worker) Err() error { return w.err }
+
+// Gen returns the gen of the config the slots run with (0 before Start).
+func (w *Worker) Gen() int64 {
+	if c := w.cfg.Load(); c != nil {
+		return c.gen
+	}
+	return 0
+}
+
+// Catalog returns the worker's catalog entry (Describe or DescribeLoop of
+// its types), for Fleet.PublishCatalog.
+func (w *Worker) Catalog() CatalogEntry { return w.catalog }
+
+// Stopped returns a channel that is closed once the worker has stopped:
+// every slot returned, the final state was written, and no goroutine of
+// the worker is left.
+func (w *Worker) Stopped() <-chan struct{} { return w.stopped }
+
+// Start registers the worker (hardware, config and gen when it has none,
+// state, wkrs:<type> and wkrs:all), reads and validates its config, and
+// starts the slots, the heartbeat and the config watcher. It returns once
+// they run. The worker runs until Stop, until ctx ends (then it stops as if
+// Stop's ctx had expired at once: work is cancelled), or until the Fleet
+// closes.
+//
+// May return ErrInvalidName, ErrInvalidArgument (bad options),
+// ErrInvalidConfig (the stored config does not decode into the config type
+// or fails validation; it is recorded in last_error), ErrWorkerStarted,
+// ErrWrongType, ErrUnavailable, ErrClosed.
+func (w *Worker) Start(ctx context.Context) error {
+	if w.err != nil {
+		return workerErr("start worker", w.name(), w.err)
+	}
+	if err := w.f.alive(ctx); err != nil {
+		return workerErr("start worker", w.name(), err)
+	}
+	w.mu.Lock()
+	if w.started {
+		w.mu.Unlock()
+		return workerErr("start worker", w.name(), ErrWorkerStarted)
+	}
+	w.started = true
+	w.mu.Unlock()
+	if err := w.register(ctx); err != nil {
+		close(w.stopped)
+		return workerErr("start worker", w.name(), err)
+	}
+
+	run, cancelRun := context.WithCancel(context.WithoutCancel(ctx))
+	soft, cancelSoft := context.WithCancel(run)
+	w.cancelRun, w.cancelSoft = cancelRun, cancelSoft
+	bg, cancelBg := context.WithCancel(context.Background())
+	var bgWG sync.WaitGroup
+	ok := w.f.spawn(func() {
+		// The supervisor: it ends the worker when Stop begins, when ctx
+		// ends, or when the Fleet closes.
+		select {
+		case <-w.soft:
+		case <-ctx.Done():
+			cancelRun()
+		case <-w.f.done:
+			cancelRun()
+		}
+		w.softStop()
+		w.slotWG.Wait()
+		cancelBg()
+		bgWG.Wait()
+		cancelRun()
+		wctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := w.beat(wctx, true); err != nil {
+			w.log.Warn("fleet: worker final state not written", "err", err)
+		}
+		cancel()
+		close(w.stopped)
+	})
+	if !ok {
+		cancelBg()
+		cancelRun()
+		close(w.stopped)
+		return workerErr("start worker", w.name(), ErrClosed)
+	}
+	bgWG.Add(2)
+	if !w.f.spawn(func() { defer bgWG.Done(); w.heartbeat(bg) }) {
+		bgWG.Done()
+	}
+	if !w.f.spawn(func() { defer bgWG.Done(); w.watchConfig(bg) }) {
+		bgWG.Done()
+	}
+	if !w.spawn(run, soft) {
+		w.softStop()
+		return workerErr("start worker", w.name(), ErrClosed)
+	}
+	return nil
+}
+
+// goSlot runs fn in a goroutine that Stop and Fleet.Close wait for.
+func (w *Worker) goSlot(fn func()) bool {
+	w.slotWG.Add(1)
+	if !w.f.spawn(func() { defer w.slotWG.Done(); fn() }) {
+		w.slotWG.Done()
+		return false
+	}
+	return true
+}
+
+func (w *Worker) softStop() {
+	w.softOnce.Do(func() {
+		close(w.soft)
+		if w.cancelSoft != nil {
+			w.cancelSoft()
+		}
+	})
+}
+
+// Stop stops the worker gracefully: it takes no new tasks, cancels the
+// context of loop slots, and waits for the tasks in hand to finish. If ctx
+// ends first, it cancels the slots' contexts; a task whose handler then
+// returns an error is released back to the head of its queue without
+// counting an attempt (it was interrupted, not failed), and a task that was
+// reserved but not yet started is released too. Stop then waits up to
+// StopGrace for the slots to return, writes the final state (IDLE, with the
+// last stats), and returns ctx's error; otherwise nil. A handler that
+// ignores its ctx keeps its goroutine, and Fleet.Close waits for it.
+//
+// May return ErrWorkerNotStarted, and ctx's error.
+func (w *Worker) Stop(ctx context.Context) error {
+	w.mu.Lock()
+	started := w.started
+	w.mu.Unlock()
+	if !started {
+		return workerErr("stop worker", w.name(), ErrWorkerNotStarted)
+	}
+	w.softStop()
+	select {
+	case <-w.stopped:
+		return nil
+	case <-ctx.Done():
+	}
+	if w.cancelRun != nil {
+		w.cancelRun()
+	}
+	t := time.NewTimer(w.opts.StopGrace)
+	defer t.Stop()
+	select {
+	case <-w.stopped:
+	case <-t.C:
+	}
+	return ctx.Err()
+}
+
+func (w *Worker) name() string { return w.opts.Type + "|" + w.opts.ID }
+
+// Hardware is the JSON of wkr:<type>:<id>:hardware, written at Start.
+type Hardware struct {
+	// Hostname is os.Hostname.
+	Hostname string `json:"hostname"`
+	// CPUs is runtime.NumCPU.
+	CPUs int `json:"cpus"`
+	// MemoryBytes is the machine's total memory (0 when unknown).
+	MemoryBytes uint64 `json:"memory_bytes"`
+	// OS and Arch are runtime.GOOS and runtime.GOARCH.
+	OS   string `json:"os"`
+	Arch string `json:"arch"`
+	// GoVersion is runtime.Version.
+	GoVersion string `json:"go_version"`
+	// FleetVersion is the fleet module's version in the build ("(devel)"
+	// when unknown).
+	FleetVersion string `json:"fleet_version"`
+	// PID is the process id.
+	PID int `json:"pid"`
+	// Kind is "loop" or "batch"; Slots is the number of slots.
+	Kind  string `json:"kind"`
+	Slots int    `json:"slots"`
+	// StartedAt is when the worker started, unix seconds.
+	StartedAt int64 `json:"started_at"`
+}
+
+func (w *Worker) hardware() Hardware {
+	host, _ := os.Hostname()
+	return Hardware{Hostname: host, CPUs: runtime.NumCPU(), MemoryBytes: totalMemory(),
+		OS: runtime.GOOS, Arch: runtime.GOARCH, GoVersion: runtime.Version(), FleetVersion: fleetVersion(),
+		PID: os.Getpid(), Kind: w.kind, Slots: w.opts.Slots, StartedAt: time.Now().Unix()}
+}
+
+func fleetVersion() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "(devel)"
+	}
+	if bi.Main.Path == "github.com/fleet-go/fleet" {
+		return bi.Main.Version
+	}
+	for _, d := range bi.Deps {
+		if d.Path == "github.com/fleet-go/fleet" {
+			return d.Version
+		}
+	}
+	return "(devel)"
+}
+
+// totalMemory reads MemTotal from /proc/meminfo (Linux), else 0.
+func totalMemory() uint64 {
+	fh, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	defer fh.Close()
+	sc := bufio.NewScanner(fh)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "MemTotal:"); ok {
+			kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			if err == nil {
+				return kb * 1024
+			}
+		}
+	}
+	return 0
+}
+
+// register writes the worker's keys, then reads its config.
+func (w *Worker) register(ctx context.Context) error {
+	hw, err := json.Marshal(w.hardware())
+	if err != nil {
+		return err
+	}
+	def, err := configJSON(w.opts.Config)
+	if err != nil {
+		return err
+	}
+	f, c := w.f, w.f.client
+	res, err := workerRegisterScript.Exec(ctx, c, []string{w.k.Hardware, w.k.Config, w.k.Gen, w.k.State},
+		[]string{string(hw), string(def), strconv.FormatInt(time.Now().Unix(), 10), string(w.stateNow())}).ToArray()
+	if err != nil {
+		return err
+	}
+	if len(res) != 2 {
+		return fmt.Errorf("fleet: register: unexpected reply of %d elements", len(res))
+	}
+	// The indexes live in other slots than the worker's keys on a cluster:
+	// commands of their own.
+	for _, r := range c.DoMulti(ctx,
+		c.B().Sadd().Key(f.keys.Workers(w.opts.Type)).Member(w.opts.ID).Build(),
+		c.B().Sadd().Key(f.keys.AllWorkers()).Member(w.name()).Build()) {
+		if err := r.Error(); err != nil {
+			return err
+		}
+	}
+	genS, _ := res[0].ToString()
+	gen, err := strconv.ParseInt(genS, 10, 64)
+	if err != nil {
+		return fmt.Errorf("%w: %s holds %q", ErrWrongType, w.k.Gen, genS)
+	}
+	raw, _ := res[1].ToString()
+	val, err := w.decode([]byte(raw))
+	if err != nil {
+		err = fmt.Errorf("config gen %d: %w", gen, err)
+		w.fail(err, false)
+		return err
+	}
+	w.seenGen.Store(gen)
+	w.cfg.Store(&configSnap{gen: gen, val: val})
+	return nil
+}
+
+// stateNow computes the state from what the slots are doing.
+func (w *Worker) stateNow() WorkerState {
+	w.mu.Lock()
+	failing := w.failing || w.cfgFailing
+	w.mu.Unlock()
+	switch {
+	case failing:
+		return StateError
+	case w.kind == "loop" && !w.isStopping():
+		return StateRunning
+	}
+	for _, s := range w.slots {
+		if s.busy.Load() {
+			return StateRunning
+		}
+	}
+	return StateIdle
+}
+
+func (w *Worker) isStopping() bool {
+	select {
+	case <-w.soft:
+		return true
+	default:
+		return false
+	}
+}
+
+// fail records a failure: last_error and state ERROR, written at once.
+// task says whether a later success clears it (a config error clears when
+// a valid config comes).
+func (w *Worker) fail(err error, task bool) {
+	msg := err.Error()
+	if len(msg) > 4096 {
+		msg = msg[:4096]
+	}
+	w.mu.Lock()
+	if task {
+		w.failing = true
+	} else {
+		w.cfgFailing = true
+	}
+	w.lastErr = msg
+	w.mu.Unlock()
+	w.log.Warn("fleet: worker failure", "err", msg)
+	c := w.f.client
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.Do(ctx, c.B().Hset().Key(w.k.State).FieldValue().
+		FieldValue("state", string(StateError)).FieldValue("last_error", msg).Build()).Error(); err != nil {
+		w.log.Warn("fleet: worker state not written", "err", err)
+	}
+}
+
+// succeed clears a task failure; the next heartbeat writes the state.
+func (w *Worker) succeed() {
+	w.mu.Lock()
+	w.failing = false
+	w.mu.Unlock()
+}
+
+func (w *Worker) clearConfigError() {
+	w.mu.Lock()
+	w.cfgFailing = false
+	w.mu.Unlock()
+}
+
+// heartbeat writes last_seen, the state and the stats every Heartbeat.
+func (w *Worker) heartbeat(ctx context.Context) {
+	t := time.NewTicker(w.opts.Heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := w.beat(ctx, false); err != nil && ctx.Err() == nil {
+			w.log.Warn("fleet: worker heartbeat failed", "err", err)
+		}
+	}
+}
+
+// beat writes one heartbeat: two commands in one round trip.
+func (w *Worker) beat(ctx context.Context, final bool) error {
+	st := w.stats()
+	if final && st.State != StateError {
+		st.State = StateIdle
+	}
+	b, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	c := w.f.client
+	for _, r := range c.DoMulti(ctx,
+		c.B().Hset().Key(w.k.State).FieldValue().FieldValue("state", string(st.State)).
+			FieldValue("last_seen", strconv.FormatInt(time.Now().Unix(), 10)).Build(),
+		c.B().Set().Key(w.k.Stats).Value(string(b)).Build()) {
+		if err := r.Error(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// WorkerStats is the JSON of wkr:<type>:<id>:stats, the last stats frame.
+type WorkerStats struct {
+	// TS is when the frame was made, unix seconds.
+	TS int64 `json:"ts"`
+	// State is the worker's state then.
+	State WorkerState `json:"state"`
+	// Gen is the gen of the config in use.
+	Gen int64 `json:"gen"`
+	// Slots is the number of slots; Busy how many run a task (batch) or
+	// run at all (loop).
+	Slots int `json:"slots"`
+	Busy  int `json:"busy"`
+	// Done and Failed count tasks acked and tasks that failed (nacked,
+	// panicked, or lost their lease) since Start; Emitted counts outputs.
+	Done    int64 `json:"done"`
+	Failed  int64 `json:"failed"`
+	Emitted int64 `json:"emitted"`
+	// PerSlot has one entry per slot, in slot order.
+	PerSlot []SlotStats `json:"per_slot"`
+}
+
+// SlotStats is one slot's part of a stats frame.
+type SlotStats struct {
+	// Slot is the slot's index.
+	Slot int `json:"slot"`
+	// Busy, Done and Failed as in WorkerStats, for this slot.
+	Busy   bool  `json:"busy"`
+	Done   int64 `json:"done"`
+	Failed int64 `json:"failed"`
+	// Metrics holds what the automation recorded with Slot.Metric and
+	// Slot.Count.
+	Metrics map[string]float64 `json:"metrics"`
+}
+
+// Stats returns the worker's current stats frame, as the heartbeat writes
+// it.
+func (w *Worker) Stats() WorkerStats { return w.stats() }
+
+func (w *Worker) stats() WorkerStats {
+	st := WorkerStats{TS: time.Now().Unix(), State: w.stateNow(), Gen: w.Gen(), Slots: len(w.slots),
+		Done: w.done.Load(), Failed: w.failed.Load(), Emitted: w.emitted.Load(), PerSlot: make([]SlotStats, len(w.slots))}
+	for i, s := range w.slots {
+		ss := SlotStats{Slot: i, Busy: s.busy.Load(), Done: s.done.Load(), Failed: s.failed.Load()}
+		s.mu.Lock()
+		ss.Metrics = make(map[string]float64, len(s.metrics))
+		for k, v := range s.metrics {
+			ss.Metrics[k] = v
+		}
+		s.mu.Unlock()
+		if ss.Busy {
+			st.Busy++
+		}
+		st.PerSlot[i] = ss
+	}
+	return st
+}

@@ -1,0 +1,449 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"time"
+)
+
+// LoopAutomation is an automation that runs in each slot until stopped,
+// emitting outputs of type O, with a config of type C.
+type LoopAutomation[C, O any] interface {
+	// Run runs in one slot until ctx ends (Stop began, or the worker's
+	// Start ctx ended). An error or a panic is recorded (last_error, state
+	// ERROR) and Run is called again after a backoff (1 s doubling to 30
+	// s); returning nil before ctx ends ends the slot.
+	Run(ctx context.Context, s *Slot[C, O]) error
+}
+
+// LoopFunc adapts a function to a LoopAutomation.
+type LoopFunc[C, O any] func(ctx context.Context, s *Slot[C, O]) error
+
+// Run calls fn.
+func (fn LoopFunc[C, O]) Run(ctx context.Context, s *Slot[C, O]) error { return fn(ctx, s) }
+
+// BatchAutomation is an automation that handles the tasks of a Queue[P] one
+// at a time per slot, with a config of type C, and may emit outputs of
+// type O.
+type BatchAutomation[C, O, P any] interface {
+	// Handle runs one task. A nil error acks the task; an error nacks it
+	// (retried with backoff, dead-lettered after MaxAttempts); an error
+	// that wraps ErrPermanent buries it at once; a panic is recovered,
+	// nacked and recorded. ctx is cancelled when the task's lease is lost
+	// (context.Cause is then ErrLeaseLost) or when Stop's deadline passes.
+	Handle(ctx context.Context, s *Slot[C, O], t *Task[P]) error
+}
+
+// BatchFunc adapts a function to a BatchAutomation.
+type BatchFunc[C, O, P any] func(ctx context.Context, s *Slot[C, O], t *Task[P]) error
+
+// Handle calls fn.
+func (fn BatchFunc[C, O, P]) Handle(ctx context.Context, s *Slot[C, O], t *Task[P]) error {
+	return fn(ctx, s, t)
+}
+
+// ErrPermanent marks a handler's error as one that no retry can fix: wrap
+// it (fmt.Errorf("...: %w", fleet.ErrPermanent)) and the task goes to the
+// dead letters at once instead of being retried.
+var ErrPermanent = errors.New("fleet: permanent failure")
+
+// Slot is what an automation sees of the slot it runs in: its config, its
+// output stream, its metrics, and the Fleet. Its methods are safe for
+// concurrent use.
+type Slot[C, O any] struct {
+	w      *Worker
+	st     *slotState
+	stream *Stream[O]
+}
+
+// Config returns the config currently in force (updated live: each call
+// returns the latest gen applied). Treat it as read-only: slots share it.
+func (s *Slot[C, O]) Config() C {
+	c, _ := s.w.cfg.Load().val.(C)
+	return c
+}
+
+// Gen returns the gen of the config currently in force.
+func (s *Slot[C, O]) Gen() int64 { return s.w.Gen() }
+
+// ConfigChanged returns a channel that receives after each new config is
+// applied (wake-ups coalesce: read Config after one).
+func (s *Slot[C, O]) ConfigChanged() <-chan struct{} { return s.st.changed }
+
+// Emit pushes v to stream:<type> and publishes it on event:<type>.emit (see
+// Stream.Emit), and counts it in the stats.
+func (s *Slot[C, O]) Emit(ctx context.Context, v O) (string, error) {
+	id, err := s.stream.Emit(ctx, v)
+	if id != "" {
+		s.w.emitted.Add(1)
+	}
+	if err == nil && s.w.kind == "loop" {
+		s.w.succeed()
+	}
+	return id, err
+}
+
+// Metric sets the gauge name of this slot to v, reported in the stats.
+func (s *Slot[C, O]) Metric(name string, v float64) {
+	s.st.mu.Lock()
+	s.st.metrics[name] = v
+	s.st.mu.Unlock()
+}
+
+// Count adds delta to the counter name of this slot, reported in the stats.
+func (s *Slot[C, O]) Count(name string, delta float64) {
+	s.st.mu.Lock()
+	s.st.metrics[name] += delta
+	s.st.mu.Unlock()
+}
+
+// Index returns the slot's index, from 0.
+func (s *Slot[C, O]) Index() int { return s.st.index }
+
+// Fleet returns the Fleet, for the primitives: KV, counters, locks, pools,
+// other queues, Publish.
+func (s *Slot[C, O]) Fleet() *Fleet { return s.w.f }
+
+// Worker returns the worker the slot belongs to.
+func (s *Slot[C, O]) Worker() *Worker { return s.w }
+
+// Logger returns the worker's logger, with the slot's index.
+func (s *Slot[C, O]) Logger() *slog.Logger { return s.w.log.With("slot", s.st.index) }
+
+// NewLoopWorker returns a worker that runs a in each of opts.Slots slots
+// until stopped. Bad options are kept and returned by Start (see Err).
+func NewLoopWorker[C, O any](f *Fleet, opts WorkerOptions, a LoopAutomation[C, O]) *Worker {
+	w := newWorker(f, opts, "loop")
+	if w.err == nil && a == nil {
+		w.err = fmt.Errorf("%w: NewLoopWorker needs an automation", ErrInvalidArgument)
+	}
+	if f == nil {
+		return w
+	}
+	stream := NewStream[O](f, w.opts.Type, w.opts.Stream)
+	if w.err == nil {
+		w.err = stream.Err()
+	}
+	w.decode = func(raw []byte) (any, error) { return decodeConfig[C](raw) }
+	w.catalog = DescribeLoop[C, O](w.opts.Type)
+	w.spawn = func(run, soft context.Context) bool {
+		for _, st := range w.slots {
+			s := &Slot[C, O]{w: w, st: st, stream: stream}
+			if !w.goSlot(func() { loopSlot(soft, s, a) }) {
+				return false
+			}
+		}
+		return true
+	}
+	return w
+}
+
+func loopSlot[C, O any](ctx context.Context, s *Slot[C, O], a LoopAutomation[C, O]) {
+	w := s.w
+	s.st.busy.Store(true)
+	defer s.st.busy.Store(false)
+	bo := backoff{min: time.Second, max: 30 * time.Second}
+	for {
+		err := protect(func() error { return a.Run(ctx, s) })
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			return
+		}
+		s.st.failed.Add(1)
+		w.failed.Add(1)
+		w.fail(fmt.Errorf("slot %d: %w", s.st.index, err), true)
+		t := time.NewTimer(bo.next())
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// PanicError is the error of a recovered panic in an automation.
+type PanicError struct {
+	// Value is what was passed to panic.
+	Value any
+	// Stack is the goroutine's stack at the panic.
+	Stack []byte
+}
+
+// Error says what panicked.
+func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v", e.Value) }
+
+// protect runs fn and turns a panic into a *PanicError.
+func protect(fn func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &PanicError{Value: r, Stack: debug.Stack()}
+		}
+	}()
+	return fn()
+}
+
+// NewBatchWorker returns a worker whose opts.Slots slots each handle one
+// task of q at a time with a. One goroutine reserves tasks for the free
+// slots, so an idle worker costs Redis about one command every few seconds
+// whatever its slot count: it sleeps on the invalidation of the queue key.
+// Bad options are kept and returned by Start (see Err).
+func NewBatchWorker[C, O, P any](f *Fleet, opts WorkerOptions, q *Queue[P], a BatchAutomation[C, O, P]) *Worker {
+	w := newWorker(f, opts, "batch")
+	switch {
+	case w.err != nil:
+	case q == nil || a == nil:
+		w.err = fmt.Errorf("%w: NewBatchWorker needs a queue and an automation", ErrInvalidArgument)
+	case q.f != f:
+		w.err = fmt.Errorf("%w: the queue belongs to another Fleet", ErrInvalidArgument)
+	case q.err != nil:
+		w.err = q.err
+	}
+	if f == nil {
+		return w
+	}
+	stream := NewStream[O](f, w.opts.Type, w.opts.Stream)
+	if w.err == nil {
+		w.err = stream.Err()
+	}
+	w.decode = func(raw []byte) (any, error) { return decodeConfig[C](raw) }
+	w.catalog = Describe[C, O, P](w.opts.Type)
+	w.spawn = func(run, soft context.Context) bool {
+		b := &batch[C, O, P]{w: w, q: q, a: a, free: make(chan struct{}, len(w.slots)), tasks: make(chan *Task[P], len(w.slots))}
+		for range w.slots {
+			b.free <- struct{}{}
+		}
+		for _, st := range w.slots {
+			s := &Slot[C, O]{w: w, st: st, stream: stream}
+			if !w.goSlot(func() { b.slot(run, s) }) {
+				return false
+			}
+		}
+		return w.goSlot(func() { b.fetch(run, soft) })
+	}
+	return w
+}
+
+// batch is the machinery of one batch worker: one fetcher that reserves
+// tasks for the free slots, and the slots.
+type batch[C, O, P any] struct {
+	w     *Worker
+	q     *Queue[P]
+	a     BatchAutomation[C, O, P]
+	free  chan struct{} // one token per free slot
+	tasks chan *Task[P] // reserved tasks for the slots; closed by fetch
+}
+
+// fetch reserves tasks while slots are free, until Stop begins (soft). Its
+// Redis calls use run, which only ends at a hard stop, so a reservation is
+// never cut off halfway by a graceful one.
+func (b *batch[C, O, P]) fetch(run, soft context.Context) {
+	defer close(b.tasks)
+	q, f := b.q, b.w.f
+	ch, stop := f.watch.listen(q.k.Pending)
+	defer stop()
+	bo := backoff{min: 2 * time.Millisecond, max: time.Second}
+	errBo := backoff{min: 50 * time.Millisecond, max: 5 * time.Second}
+	timer := time.NewTimer(0)
+	<-timer.C
+	defer timer.Stop()
+	for {
+		// Wait for a free slot, then take every free one.
+		select {
+		case <-soft.Done():
+			return
+		case <-b.free:
+		}
+		n := 1
+	more:
+		for n < cap(b.free) {
+			select {
+			case <-b.free:
+				n++
+			default:
+				break more
+			}
+		}
+		var sleep time.Duration
+		err := q.ready(run)
+		var tasks []*Task[P]
+		st := reserveState{nextReady: -1}
+		if err == nil {
+			tasks, st, err = q.reserve(run, n)
+		}
+		for _, t := range tasks {
+			b.tasks <- t // never blocks: one buffer place per slot
+		}
+		for range n - len(tasks) {
+			b.free <- struct{}{}
+		}
+		switch {
+		case len(tasks) > 0:
+			bo.n, errBo.n = 0, 0
+			continue
+		case err != nil:
+			if run.Err() != nil || errors.Is(err, ErrClosed) {
+				return
+			}
+			b.w.log.Warn("fleet: worker reserve failed", "queue", q.name, "err", err)
+			sleep = errBo.next()
+		case f.cache:
+			// Arm the invalidation of the queue key, and catch a push that
+			// came between the reserve and now.
+			l, err := f.client.DoCache(run, f.client.B().Llen().Key(q.k.Pending).Cache(), f.cacheTTL).AsInt64()
+			if err == nil && l > 0 {
+				continue
+			}
+			sleep = b.w.opts.ConfigPoll // the fallback poll: covers a lost invalidation
+		default:
+			sleep = bo.next()
+		}
+		if st.nextReady >= 0 && st.nextReady < sleep {
+			sleep = max(st.nextReady, time.Millisecond)
+		}
+		timer.Reset(sleep)
+		select {
+		case <-soft.Done():
+			return
+		case <-ch:
+			if !timer.Stop() {
+				<-timer.C
+			}
+		case <-timer.C:
+		}
+	}
+}
+
+// slot runs the tasks handed to it until the fetcher is done and no task is
+// left. After a hard stop (run ended) it releases what it gets unrun.
+func (b *batch[C, O, P]) slot(run context.Context, s *Slot[C, O]) {
+	for t := range b.tasks {
+		if run.Err() != nil {
+			b.release(t)
+			if b.w.opts.OnTaskEnd != nil {
+				b.w.opts.OnTaskEnd(t.ID, run.Err())
+			}
+			continue
+		}
+		b.handle(run, s, t)
+		select {
+		case b.free <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// release puts an interrupted task back without counting an attempt.
+func (b *batch[C, O, P]) release(t *Task[P]) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := t.Release(ctx); err != nil {
+		b.w.log.Warn("fleet: worker could not release a task", "task", t.ID, "err", err)
+	}
+}
+
+// handle runs one task with its lease kept alive, and ends it by its
+// outcome.
+func (b *batch[C, O, P]) handle(run context.Context, s *Slot[C, O], t *Task[P]) {
+	end := b.handleTask(run, s, t)
+	if b.w.opts.OnTaskEnd != nil {
+		b.w.opts.OnTaskEnd(t.ID, end)
+	}
+}
+
+func (b *batch[C, O, P]) handleTask(run context.Context, s *Slot[C, O], t *Task[P]) error {
+	w := b.w
+	s.st.busy.Store(true)
+	defer s.st.busy.Store(false)
+	tctx, cancel := context.WithCancelCause(run)
+	defer cancel(nil)
+	stopExtend := make(chan struct{})
+	extended := make(chan struct{})
+	go func() {
+		defer close(extended)
+		b.extend(tctx, t, stopExtend, cancel)
+	}()
+	err := protect(func() error { return b.a.Handle(tctx, s, t) })
+	close(stopExtend)
+	<-extended
+
+	ectx, ecancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer ecancel()
+	lost := errors.Is(context.Cause(tctx), ErrLeaseLost)
+	switch {
+	case lost:
+		err = fmt.Errorf("task %s: %w", t.ID, ErrLeaseLost)
+		b.failed(s, err)
+		return err
+	case err != nil && run.Err() != nil:
+		// Stop's deadline cut it off: interrupted, not failed.
+		b.release(t)
+		return err
+	case err == nil:
+		if aerr := t.Ack(ectx); aerr != nil {
+			aerr = fmt.Errorf("task %s: ack: %w", t.ID, aerr)
+			b.failed(s, aerr)
+			return aerr
+		}
+		s.st.done.Add(1)
+		w.done.Add(1)
+		w.succeed()
+		return nil
+	default:
+		var pe *PanicError
+		if errors.As(err, &pe) {
+			w.log.Error("fleet: task handler panicked", "task", t.ID, "panic", fmt.Sprint(pe.Value), "stack", string(pe.Stack))
+		}
+		var eerr error
+		if errors.Is(err, ErrPermanent) {
+			eerr = t.Bury(ectx, err)
+		} else {
+			eerr = t.Nack(ectx, err)
+		}
+		if eerr != nil {
+			w.log.Warn("fleet: worker could not end a failed task", "task", t.ID, "err", eerr)
+		}
+		b.failed(s, fmt.Errorf("task %s: %w", t.ID, err))
+		return err
+	}
+}
+
+func (b *batch[C, O, P]) failed(s *Slot[C, O], err error) {
+	s.st.failed.Add(1)
+	b.w.failed.Add(1)
+	b.w.fail(err, true)
+}
+
+// extend keeps the task's lease alive until stop closes; when the lease is
+// lost it cancels the handler's ctx with ErrLeaseLost.
+func (b *batch[C, O, P]) extend(ctx context.Context, t *Task[P], stop <-chan struct{}, cancel context.CancelCauseFunc) {
+	lease := b.q.opts.Lease
+	every := b.w.opts.LeaseExtend
+	if every == 0 {
+		every = lease / 3
+	}
+	tk := time.NewTicker(max(every, time.Millisecond))
+	defer tk.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-ctx.Done():
+			return
+		case <-tk.C:
+		}
+		err := t.Extend(ctx, lease)
+		if errors.Is(err, ErrLeaseLost) {
+			cancel(err)
+			return
+		}
+		if err != nil && ctx.Err() == nil {
+			b.w.log.Warn("fleet: worker could not extend a lease", "task", t.ID, "err", err)
+		}
+	}
+}
