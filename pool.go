@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -133,6 +134,8 @@ type poolCore struct {
 	hash  string
 	claim string // claim key prefix
 	idx   keys.PoolIndex
+
+	registered atomic.Int64 // unix ms of the last SADD to fleet:pools (admin.go)
 }
 
 func newPoolCore(f *Fleet, name string, o PoolOptions) *poolCore {
@@ -250,6 +253,9 @@ func (p *Pool[P, T]) ready(ctx context.Context) error {
 }
 
 func (c *poolCore) put(ctx context.Context, id, b64, tags string, ttl time.Duration) error {
+	if err := c.register(ctx); err != nil {
+		return err
+	}
 	k, a := c.std()
 	a = append(a, id, b64, tags, millis(ttl), strconv.Itoa(c.opts.PruneBatch))
 	res, err := poolPutScript.Exec(ctx, c.f.client, k, a).AsIntSlice()

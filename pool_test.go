@@ -104,6 +104,7 @@ func TestPoolPutClaimRelease(t *testing.T) {
 			e.idxKey("cf-cookies", "t:ratio:n0"),
 			e.idxKey("cf-cookies", "t:site:sx"),
 			e.idxKey("cf-cookies", "tags"),
+			e.Prefix + "fleet:pools", // the pool registry (Put adds the name)
 		}
 		slices.Sort(wantKeys)
 		if got := e.keys(t); !slices.Equal(got, wantKeys) {
@@ -128,8 +129,8 @@ func TestPoolPutClaimRelease(t *testing.T) {
 		if ok, err := p.Delete(ctx(t), id); !ok || err != nil {
 			t.Fatalf("Delete = %v, %v", ok, err)
 		}
-		// Only the wake-up counter stays.
-		if got := e.keys(t); !slices.Equal(got, []string{e.idxKey("cf-cookies", "sig")}) {
+		// Only the wake-up counter and the registry entry stay.
+		if got := e.keys(t); !slices.Equal(got, []string{e.idxKey("cf-cookies", "sig"), e.Prefix + "fleet:pools"}) {
 			t.Fatalf("keys after Delete: %v", got)
 		}
 	})

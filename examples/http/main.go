@@ -174,7 +174,7 @@ func routes(f *fleet.Fleet) http.Handler {
 				return
 			}
 		}
-		ws, err := f.ListWorkers(r.Context(), r.URL.Query().Get("type"))
+		ws, err := f.Workers(r.Context(), fleet.WorkersFilter{Type: r.URL.Query().Get("type"), ActiveWithin: active})
 		if err != nil {
 			writeErr(rw, status(err), err)
 			return
@@ -185,9 +185,6 @@ func routes(f *fleet.Fleet) http.Handler {
 		}
 		out := []row{}
 		for _, w := range ws {
-			if active > 0 && time.Since(w.LastSeen) > active {
-				continue
-			}
 			out = append(out, row{WorkerInfo: w, LastSeen: w.LastSeen.Unix()})
 		}
 		writeJSON(rw, http.StatusOK, out)

@@ -16,6 +16,7 @@ const (
 	FamMeta            Family = "meta"                   // fleet:meta (derived: the layout marker)
 	FamMigrate         Family = "migrate"                // fleet:migrate (derived: a migration's progress record)
 	FamQueues          Family = "queues"                 // fleet:queues (derived)
+	FamPools           Family = "pools"                  // fleet:pools (derived)
 	FamQueuePending    Family = "queue"                  // fleet:queue:<name>
 	FamQueueProcessing Family = "queue:processing"       // fleet:queue:<name>:processing
 	FamQueueBody       Family = "queue:processing:body"  // fleet:queue:<name>:processing:body
@@ -43,7 +44,7 @@ const (
 )
 
 var (
-	singles = map[string]Family{"catalog": FamCatalog, "meta": FamMeta, "migrate": FamMigrate, "queues": FamQueues}
+	singles = map[string]Family{"catalog": FamCatalog, "meta": FamMeta, "migrate": FamMigrate, "queues": FamQueues, "pools": FamPools}
 	// queueTails maps what follows a queue's name to its key's family.
 	queueTails = map[string]Family{
 		"":                  FamQueuePending,
@@ -132,7 +133,7 @@ func (k Keys) entity(rest string) (name, tail string, ok bool) {
 func (k Keys) parseFleet(rest string) (Key, bool) {
 	fam, rest, _ := strings.Cut(rest, ":")
 	switch fam {
-	case "catalog", "meta", "migrate", "queues":
+	case "catalog", "meta", "migrate", "queues", "pools":
 		if rest != "" {
 			return Key{}, false
 		}
@@ -255,6 +256,8 @@ func (k Keys) Spell(p Key) (string, bool) {
 		return k.Migrate(), true
 	case FamQueues:
 		return k.Queues(), true
+	case FamPools:
+		return k.Pools(), true
 	case FamQueuePending:
 		return q().Pending, true
 	case FamQueueProcessing:

@@ -19,6 +19,7 @@ func TestTranslate(t *testing.T) {
 		{FamMeta, "fleet:meta", "fleet:meta"},
 		{FamMigrate, "fleet:migrate", "fleet:migrate"},
 		{FamQueues, "fleet:queues", "fleet:queues"},
+		{FamPools, "fleet:pools", "fleet:pools"},
 		{FamQueuePending, "fleet:queue:q", "fleet:queue:{q}"},
 		{FamQueueProcessing, "fleet:queue:q:processing", "fleet:queue:{q}:processing"},
 		{FamQueueBody, "fleet:queue:q:processing:body", "fleet:queue:{q}:processing:body"},

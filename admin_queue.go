@@ -1,0 +1,200 @@
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+
+	"github.com/redis/rueidis"
+
+	"github.com/fleet-go/fleet/internal/keys"
+)
+
+// adminQueue returns an untyped handle on queue name for the operator
+// calls below: the typed Queue code over json.RawMessage, with the options
+// of the Queue this process made for the name (else the defaults). Unlike
+// NewQueue it records nothing in this process, so it never replaces the
+// payload type that SubmitJSON decodes into.
+func (f *Fleet) adminQueue(name string) *Queue[json.RawMessage] {
+	q := &Queue[json.RawMessage]{f: f, name: name, k: f.keys.Queue(name)}
+	q.opts, _ = QueueOptions{}.withDefaults()
+	if e, ok := f.queues.Load(name); ok {
+		q.opts = e.(queueEntry).options()
+	}
+	q.err = keys.Check(keys.KindQueue, name)
+	return q
+}
+
+// QueueStats counts the tasks of queue name by state (Queue.Stats, by
+// name). A queue that does not exist counts zeros. May return
+// ErrInvalidName, ErrWrongType, ErrUnavailable.
+func (f *Fleet) QueueStats(ctx context.Context, name string) (QueueStats, error) {
+	return f.adminQueue(name).Stats(ctx)
+}
+
+// DeadLetters lists up to count dead letters of queue name from offset,
+// oldest first (Queue.DeadLetters, by name).
+func (f *Fleet) DeadLetters(ctx context.Context, name string, offset, count int) ([]DeadLetter, error) {
+	return f.adminQueue(name).DeadLetters(ctx, offset, count)
+}
+
+// RequeueDead puts the dead letter of task id of queue name back on the
+// queue (Queue.RequeueDead, by name). May return ErrNotDead.
+func (f *Fleet) RequeueDead(ctx context.Context, name, id string) error {
+	return f.adminQueue(name).RequeueDead(ctx, id)
+}
+
+// RequeueAllDead puts every dead letter of queue name that is a task back
+// on the queue and returns how many moved (Queue.RequeueAllDead, by name).
+func (f *Fleet) RequeueAllDead(ctx context.Context, name string) (int, error) {
+	return f.adminQueue(name).RequeueAllDead(ctx)
+}
+
+// PurgeDead deletes the dead letters of queue name and returns how many
+// there were (Queue.PurgeDead, by name).
+func (f *Fleet) PurgeDead(ctx context.Context, name string) (int64, error) {
+	return f.adminQueue(name).PurgeDead(ctx)
+}
+
+// QueueCounts is one queue's line of an Overview.
+type QueueCounts struct {
+	Name      string `json:"name"`
+	Pending   int64  `json:"pending"`
+	InFlight  int64  `json:"in_flight"`
+	Scheduled int64  `json:"scheduled"`
+	Dead      int64  `json:"dead"`
+}
+
+// PoolCounts is one pool's line of an Overview.
+type PoolCounts struct {
+	Name string `json:"name"`
+	// Items counts the items that have not expired (as Pool.Size).
+	Items int64 `json:"items"`
+	// Claimed counts the items with a live claim.
+	Claimed int64 `json:"claimed"`
+}
+
+// Overview is the counts of every registered queue and pool, sorted by
+// name.
+type Overview struct {
+	Queues []QueueCounts `json:"queues"`
+	Pools  []PoolCounts  `json:"pools"`
+}
+
+// Overview counts every queue of fleet:queues and every pool of
+// fleet:pools (run Sync first if a registry may be incomplete) in four
+// pipelined round trips: the registries; TIME; the queue counts, the pool sizes
+// and item ids; an EXISTS over each pool's claim keys. Names in a registry
+// that fleet could not have made are left out. May return ErrWrongType,
+// ErrUnavailable.
+func (f *Fleet) Overview(ctx context.Context) (Overview, error) {
+	ov := Overview{Queues: []QueueCounts{}, Pools: []PoolCounts{}}
+	if err := f.alive(ctx); err != nil {
+		return ov, opErr("overview", "", err)
+	}
+	c := f.client
+	res := c.DoMulti(ctx,
+		c.B().Smembers().Key(f.keys.Queues()).Build(),
+		c.B().Smembers().Key(f.keys.Pools()).Build())
+	qs, err := res[0].AsStrSlice()
+	if err != nil {
+		return ov, opErr("overview", f.keys.Queues(), err)
+	}
+	ps, err := res[1].AsStrSlice()
+	if err != nil {
+		return ov, opErr("overview", f.keys.Pools(), err)
+	}
+	// TIME has no slot: a cluster client refuses it beside keyed commands.
+	now, err := timeReply(c.Do(ctx, c.B().Time().Build()))
+	if err != nil {
+		return ov, opErr("overview", "", err)
+	}
+	valid := func(kind keys.Kind, names []string) []string {
+		out := names[:0]
+		for _, n := range names {
+			if keys.Check(kind, n) == nil {
+				out = append(out, n)
+			}
+		}
+		return sortedKeys(setOf(out))
+	}
+	qs, ps = valid(keys.KindQueue, qs), valid(keys.KindPool, ps)
+	var cmds rueidis.Commands
+	for _, n := range qs {
+		k := f.keys.Queue(n)
+		cmds = append(cmds,
+			c.B().Llen().Key(k.Pending).Build(),
+			c.B().Zcard().Key(k.Processing).Build(),
+			c.B().Zcard().Key(k.Scheduled).Build(),
+			c.B().Llen().Key(k.Dead).Build())
+	}
+	nowMs := strconv.FormatInt(now.UnixMilli(), 10)
+	for _, n := range ps {
+		idx := f.keys.PoolIndex(n)
+		cmds = append(cmds,
+			c.B().Hlen().Key(f.keys.Pool(n)).Build(),
+			c.B().Zcount().Key(idx.Exp).Min("-inf").Max(nowMs).Build(),
+			c.B().Hkeys().Key(f.keys.Pool(n)).Build())
+	}
+	res = c.DoMulti(ctx, cmds...)
+	for i, n := range qs {
+		qc := QueueCounts{Name: n}
+		for j, p := range []*int64{&qc.Pending, &qc.InFlight, &qc.Scheduled, &qc.Dead} {
+			if *p, err = res[4*i+j].AsInt64(); err != nil {
+				return ov, queueErr("overview", n, err)
+			}
+		}
+		ov.Queues = append(ov.Queues, qc)
+	}
+	res = res[4*len(qs):]
+	cmds = cmds[:0]
+	var owners []int // pool index of each EXISTS
+	for i, n := range ps {
+		pc := PoolCounts{Name: n}
+		items, err := res[3*i].AsInt64()
+		if err != nil {
+			return ov, poolErr("overview", n, err)
+		}
+		gone, err := res[3*i+1].AsInt64()
+		if err != nil {
+			return ov, poolErr("overview", n, err)
+		}
+		pc.Items = max(items-gone, 0)
+		ids, err := res[3*i+2].AsStrSlice()
+		if err != nil {
+			return ov, poolErr("overview", n, err)
+		}
+		prefix := f.keys.PoolClaimPrefix(n)
+		for len(ids) > 0 {
+			batch := ids[:min(delBatch, len(ids))]
+			ids = ids[len(batch):]
+			ks := make([]string, len(batch))
+			for j, id := range batch {
+				ks[j] = prefix + id
+			}
+			// One slot per pool in the tagged layout: one EXISTS per batch.
+			cmds = append(cmds, c.B().Exists().Key(ks...).Build())
+			owners = append(owners, i)
+		}
+		ov.Pools = append(ov.Pools, pc)
+	}
+	if len(cmds) > 0 {
+		res = c.DoMulti(ctx, cmds...)
+		for j, r := range res {
+			n, err := r.AsInt64()
+			if err != nil {
+				return ov, poolErr("overview", ps[owners[j]], err)
+			}
+			ov.Pools[owners[j]].Claimed += n
+		}
+	}
+	return ov, nil
+}
+
+func setOf(names []string) map[string]bool {
+	m := make(map[string]bool, len(names))
+	for _, n := range names {
+		m[n] = true
+	}
+	return m
+}

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"text/tabwriter"
+
+	"github.com/fleet-go/fleet"
+)
+
+func init() {
+	register(&command{
+		name:    "queues",
+		args:    "[queue]",
+		summary: "count the tasks of every registered queue (or of one): pending, in flight, scheduled, dead",
+		run: func(ctx context.Context, a *app, args []string) int {
+			var qs []fleet.QueueCounts
+			switch len(args) {
+			case 0:
+				ov, err := a.f.Overview(ctx)
+				if err != nil {
+					return a.fail(err)
+				}
+				qs = ov.Queues
+			case 1:
+				st, err := a.f.QueueStats(ctx, args[0])
+				if err != nil {
+					return a.fail(err)
+				}
+				qs = []fleet.QueueCounts{{Name: args[0], Pending: st.Pending, InFlight: st.InFlight, Scheduled: st.Scheduled, Dead: st.Dead}}
+			default:
+				return a.usageErr("queues", "takes at most one queue name")
+			}
+			a.emit(qs, func(w *tabwriter.Writer) {
+				fmt.Fprintln(w, "QUEUE\tPENDING\tIN FLIGHT\tSCHEDULED\tDEAD")
+				for _, q := range qs {
+					fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\n", q.Name, q.Pending, q.InFlight, q.Scheduled, q.Dead)
+				}
+			})
+			return exitOK
+		},
+	})
+	register(&command{
+		name:    "pools",
+		summary: "count the items and claimed items of every registered pool",
+		run: func(ctx context.Context, a *app, args []string) int {
+			if len(args) > 0 {
+				return a.usageErr("pools", "takes no arguments")
+			}
+			ov, err := a.f.Overview(ctx)
+			if err != nil {
+				return a.fail(err)
+			}
+			a.emit(ov.Pools, func(w *tabwriter.Writer) {
+				fmt.Fprintln(w, "POOL\tITEMS\tCLAIMED")
+				for _, p := range ov.Pools {
+					fmt.Fprintf(w, "%s\t%d\t%d\n", p.Name, p.Items, p.Claimed)
+				}
+			})
+			return exitOK
+		},
+	})
+}

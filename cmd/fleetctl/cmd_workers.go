@@ -1,0 +1,43 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/fleet-go/fleet"
+)
+
+func init() {
+	var typ string
+	var active time.Duration
+	register(&command{
+		name:    "workers",
+		summary: "list workers with state, last seen, last error and config gen",
+		flags: func(fs *flag.FlagSet) {
+			fs.StringVar(&typ, "type", "", "only workers of this automation type")
+			fs.DurationVar(&active, "active", 0, "only workers seen within this long (e.g. 1m)")
+		},
+		run: func(ctx context.Context, a *app, args []string) int {
+			if len(args) > 0 {
+				return a.usageErr("workers", "takes no arguments")
+			}
+			ws, err := a.f.Workers(ctx, fleet.WorkersFilter{Type: typ, ActiveWithin: active})
+			if err != nil {
+				return a.fail(err)
+			}
+			if ws == nil {
+				ws = []fleet.WorkerInfo{}
+			}
+			a.emit(ws, func(w *tabwriter.Writer) {
+				fmt.Fprintln(w, "TYPE\tID\tSTATE\tLAST SEEN\tGEN\tLAST ERROR")
+				for _, x := range ws {
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\n", x.Type, x.ID, x.State, ts(x.LastSeen), x.Gen, x.LastError)
+				}
+			})
+			return exitOK
+		},
+	})
+}

@@ -1,0 +1,239 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/fleet-go/fleet"
+	"github.com/fleet-go/fleet/internal/redistest"
+)
+
+// TestMain runs the tests as redistest.Main does (servers stopped, no
+// goroutine left over), and removes the binary that bin built.
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "fleetctl-test")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binPath = filepath.Join(dir, "fleetctl")
+	code := m.Run()
+	os.RemoveAll(dir)
+	redistest.Shutdown()
+	if code == 0 {
+		if err := goleak.Find(goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*clusterClient)._refresh.func2"),
+			goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*call).DelayDo.func1")); err != nil {
+			fmt.Fprintf(os.Stderr, "goroutines outlived the tests: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// bin builds fleetctl once per test binary.
+func bin(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		if err != nil {
+			buildErr = errors.New(string(out))
+		}
+	})
+	if buildErr != nil {
+		t.Fatalf("build fleetctl: %v", buildErr)
+	}
+	return binPath
+}
+
+// fctl runs the built binary and returns stdout, stderr and the exit code.
+func fctl(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin(t), args...)
+	cmd.Env = append(os.Environ(), "FLEET_REDIS_URL=")
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("run fleetctl %q: %v", args, err)
+	}
+	return out.String(), errb.String(), code
+}
+
+type job struct {
+	N int `json:"n"`
+}
+
+type tags struct {
+	Region string `json:"region"`
+}
+
+func TestFleetctl(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		prefix := redistest.Prefix(t, tg)
+		layout := fleet.LayoutCompat
+		if tg.Tagged {
+			layout = fleet.LayoutTagged
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		f, err := fleet.Open(ctx, fleet.Options{URL: tg.URL, Prefix: prefix, Layout: layout})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		q := fleet.NewQueue[job](f, "jobs", fleet.QueueOptions{})
+		for i := range 3 {
+			if _, err := q.Submit(ctx, job{N: i}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		p := fleet.NewPool[string, tags](f, "cookies", fleet.PoolOptions{})
+		if _, err := p.Put(ctx, "c", tags{Region: "eu"}, 0); err != nil {
+			t.Fatal(err)
+		}
+		raw := redistest.Client(t, tg)
+		dead := prefix + "fleet:queue:jobs:dead"
+		state := prefix + "wkr:scraper:h1:state"
+		if tg.Tagged {
+			dead = prefix + "fleet:queue:{jobs}:dead"
+			state = prefix + "wkr:{scraper:h1}:state"
+		}
+		for _, cmd := range [][]string{
+			{"RPUSH", dead, `{"id":"d1","payload":{"n":9},"attempts":3,"error":"boom","dead_at":1}`},
+			{"HSET", state, "state", "RUNNING", "last_seen", "1700000000"},
+			{"SADD", prefix + "wkrs:scraper", "h1"},
+			{"SADD", prefix + "wkrs:all", "scraper|h1"},
+			{"HSET", prefix + "fleet:catalog", "scraper", `{"config":{"type":"object"},"output":{},"task_payload":null}`},
+		} {
+			if err := raw.Do(ctx, raw.B().Arbitrary(cmd...).Build()).Error(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		conn := []string{"--url", tg.URL, "--prefix", prefix, "--layout", string(layout)}
+		runJSON := func(v any, args ...string) {
+			t.Helper()
+			out, errOut, code := fctl(t, append(append([]string{"--json"}, conn...), args...)...)
+			if code != 0 {
+				t.Fatalf("fleetctl %q: exit %d: %s", args, code, errOut)
+			}
+			if err := json.Unmarshal([]byte(out), v); err != nil {
+				t.Fatalf("fleetctl %q: %v in %q", args, err, out)
+			}
+		}
+
+		var qs []fleet.QueueCounts
+		runJSON(&qs, "queues")
+		if len(qs) != 1 || qs[0] != (fleet.QueueCounts{Name: "jobs", Pending: 3, Dead: 1}) {
+			t.Fatalf("queues %+v", qs)
+		}
+		var ps []fleet.PoolCounts
+		runJSON(&ps, "pools")
+		if len(ps) != 1 || ps[0] != (fleet.PoolCounts{Name: "cookies", Items: 1}) {
+			t.Fatalf("pools %+v", ps)
+		}
+		var ws []fleet.WorkerInfo
+		runJSON(&ws, "workers", "--type", "scraper")
+		if len(ws) != 1 || ws[0].ID != "h1" || ws[0].State != "RUNNING" || ws[0].LastSeen.Unix() != 1700000000 {
+			t.Fatalf("workers %+v", ws)
+		}
+		var dl []map[string]any
+		runJSON(&dl, "dlq", "list", "jobs")
+		if len(dl) != 1 || dl[0]["id"] != "d1" || dl[0]["error"] != "boom" {
+			t.Fatalf("dlq list %+v", dl)
+		}
+		var cat map[string]fleet.CatalogSchemas
+		runJSON(&cat, "catalog")
+		if _, ok := cat["scraper"]; !ok || len(cat) != 1 {
+			t.Fatalf("catalog %+v", cat)
+		}
+		var sr fleet.SyncReport
+		runJSON(&sr, "sync")
+		if sr.Queues != 1 || sr.Pools != 1 || sr.Workers != 1 || sr.Fixed() != 0 {
+			t.Fatalf("sync %+v", sr)
+		}
+		var hr fleet.HealthReport
+		out, _, code := fctl(t, append(append([]string{"--json"}, conn...), "health")...)
+		if err := json.Unmarshal([]byte(out), &hr); err != nil || len(hr.Nodes) == 0 {
+			t.Fatalf("health %q: %v", out, err)
+		}
+		if want := map[bool]int{true: 0, false: 3}[hr.OK()]; code != want {
+			t.Fatalf("health exit %d, want %d (problems %+v)", code, want, hr.Problems)
+		}
+
+		// Flags after the arguments, tables by default.
+		out, _, code = fctl(t, append([]string{"dlq", "list", "jobs"}, conn...)...)
+		if code != 0 || !strings.Contains(out, "ATTEMPTS") || !strings.Contains(out, "d1") {
+			t.Fatalf("dlq table: %d %q", code, out)
+		}
+		// Not found: 4.
+		if _, _, code := fctl(t, append([]string{"dlq", "requeue", "jobs", "nope"}, conn...)...); code != 4 {
+			t.Fatalf("requeue missing: exit %d", code)
+		}
+		if _, _, code := fctl(t, append([]string{"catalog", "mailer"}, conn...)...); code != 4 {
+			t.Fatalf("catalog missing: exit %d", code)
+		}
+		var n map[string]int
+		runJSON(&n, "dlq", "requeue", "jobs", "d1")
+		if n["requeued"] != 1 {
+			t.Fatalf("requeue %+v", n)
+		}
+		runJSON(&n, "dlq", "purge", "jobs")
+		if n["purged"] != 0 {
+			t.Fatalf("purge %+v", n)
+		}
+		runJSON(&qs, "queues", "jobs")
+		if len(qs) != 1 || qs[0].Pending != 4 || qs[0].Dead != 0 {
+			t.Fatalf("queue jobs %+v", qs)
+		}
+		// Usage: 2.
+		for _, args := range [][]string{{"nope"}, {"dlq", "list"}, {"queues", "a:b"}, {"workers", "--bogus"}, {}} {
+			if _, _, code := fctl(t, append(conn, args...)...); code != 2 {
+				t.Errorf("fleetctl %q: exit %d, want 2", args, code)
+			}
+		}
+	})
+}
+
+func TestFleetctlHelpAndErrors(t *testing.T) {
+	for _, name := range []string{"workers", "queues", "pools", "dlq", "catalog", "sync", "health"} {
+		out, errOut, code := fctl(t, name, "--help")
+		if code != 0 || out != "" || !strings.Contains(errOut, "usage: fleetctl "+name) || !strings.Contains(errOut, "-url") {
+			t.Errorf("%s --help: exit %d, %q", name, code, errOut)
+		}
+	}
+	if _, errOut, code := fctl(t, "--help"); code != 0 || !strings.Contains(errOut, "exit codes") {
+		t.Errorf("--help: exit %d, %q", code, errOut)
+	}
+	// No URL: an error, 1.
+	if _, errOut, code := fctl(t, "queues"); code != 1 || !strings.Contains(errOut, "FLEET_REDIS_URL") {
+		t.Errorf("no url: exit %d, %q", code, errOut)
+	}
+	// Nothing listens: an error, 1.
+	if _, _, code := fctl(t, "--url", "redis://127.0.0.1:1", "--timeout", "3s", "queues"); code != 1 {
+		t.Errorf("unreachable: exit %d", code)
+	}
+}

@@ -1,0 +1,246 @@
+// Command fleetctl is an operator's tool over fleet's admin API: it lists
+// workers, queues, pools, dead letters and the catalog, repairs derived
+// keys (sync) and checks the server (health).
+//
+// Usage:
+//
+//	fleetctl [--url URL] [--prefix P] [--layout compat|tagged] [--json] <command> [flags] [args]
+//
+// The URL defaults to $FLEET_REDIS_URL. Every command takes the same
+// connection flags (before or after its name) and --help.
+//
+// Exit codes:
+//
+//	0  success
+//	1  an error (Redis unreachable, a command failed)
+//	2  usage: unknown command, bad flag or argument
+//	3  health: problems found (health), or sync found data it could not repair
+//	4  not found: the dead letter, catalog type, ... named does not exist
+//
+// Each command lives in a cmd_<name>.go file that registers itself in an
+// init function; adding a command is adding a file.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/fleet-go/fleet"
+)
+
+// Exit codes.
+const (
+	exitOK       = 0
+	exitError    = 1
+	exitUsage    = 2
+	exitProblems = 3
+	exitNotFound = 4
+)
+
+// command is one subcommand of fleetctl.
+type command struct {
+	name    string
+	args    string // usage of the positional arguments
+	summary string
+	// flags adds the command's own flags to fs (may be nil).
+	flags func(fs *flag.FlagSet)
+	// run does the work; it returns an exit code.
+	run func(ctx context.Context, a *app, args []string) int
+}
+
+// commands is the table of subcommands, filled by each cmd_*.go file.
+var commands = map[string]*command{}
+
+func register(c *command) { commands[c.name] = c }
+
+// conn is the connection flags every command takes.
+type conn struct {
+	url, prefix, layout string
+	json                bool
+	timeout             time.Duration
+}
+
+func (c *conn) bind(fs *flag.FlagSet) {
+	fs.StringVar(&c.url, "url", c.url, "Redis URL (defaults to $FLEET_REDIS_URL)")
+	fs.StringVar(&c.prefix, "prefix", c.prefix, "key prefix of the fleet")
+	fs.StringVar(&c.layout, "layout", c.layout, "key layout: compat or tagged (defaults to compat on a single node, tagged on a cluster)")
+	fs.BoolVar(&c.json, "json", c.json, "print JSON instead of tables")
+	fs.DurationVar(&c.timeout, "timeout", c.timeout, "bound on the whole command")
+}
+
+// app is what a command runs with.
+type app struct {
+	conn
+	out, err io.Writer
+	tty      bool // stdout is a terminal: progress may be shown
+	f        *fleet.Fleet
+}
+
+// open connects to the fleet.
+func (a *app) open(ctx context.Context) error {
+	if a.url == "" {
+		a.url = os.Getenv("FLEET_REDIS_URL") // not a flag default: --help would print its password
+	}
+	if a.url == "" {
+		return fmt.Errorf("no Redis URL: pass --url or set FLEET_REDIS_URL")
+	}
+	f, err := fleet.Open(ctx, fleet.Options{URL: a.url, Prefix: a.prefix, Layout: fleet.Layout(a.layout)})
+	if err != nil {
+		return err
+	}
+	a.f = f
+	return nil
+}
+
+// emit prints v as JSON with --json, else calls table with a tabwriter.
+func (a *app) emit(v any, table func(w *tabwriter.Writer)) {
+	if a.json {
+		enc := json.NewEncoder(a.out)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(v)
+		return
+	}
+	w := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
+	table(w)
+	_ = w.Flush()
+}
+
+// fail prints err and returns the exit code it means.
+func (a *app) fail(err error) int {
+	fmt.Fprintln(a.err, "fleetctl:", err)
+	if errors.Is(err, fleet.ErrInvalidName) || errors.Is(err, fleet.ErrInvalidArgument) {
+		return exitUsage
+	}
+	if errors.Is(err, fleet.ErrNotDead) {
+		return exitNotFound
+	}
+	return exitError
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: fleetctl [--url URL] [--prefix P] [--layout compat|tagged] [--json] <command> [flags] [args]")
+	fmt.Fprintln(w, "\ncommands:")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-9s %s\n", n, commands[n].summary)
+	}
+	fmt.Fprintln(w, "\nexit codes: 0 ok, 1 error, 2 usage, 3 problems found, 4 not found")
+	fmt.Fprintln(w, "run 'fleetctl <command> --help' for a command's flags")
+}
+
+// run is main without os.Exit, for tests.
+func run(args []string, stdout, stderr io.Writer, tty bool) int {
+	a := &app{conn: conn{timeout: 5 * time.Minute}, out: stdout, err: stderr, tty: tty}
+	top := flag.NewFlagSet("fleetctl", flag.ContinueOnError)
+	top.SetOutput(stderr)
+	a.conn.bind(top)
+	top.Usage = func() { usage(stderr) }
+	if err := top.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	if top.NArg() == 0 {
+		usage(stderr)
+		return exitUsage
+	}
+	cmd, ok := commands[top.Arg(0)]
+	if !ok {
+		fmt.Fprintf(stderr, "fleetctl: unknown command %q\n", top.Arg(0))
+		usage(stderr)
+		return exitUsage
+	}
+	fs := flag.NewFlagSet("fleetctl "+cmd.name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	a.conn.bind(fs)
+	if cmd.flags != nil {
+		cmd.flags(fs)
+	}
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: fleetctl %s [flags] %s\n\n%s\n\nflags:\n", cmd.name, cmd.args, cmd.summary)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(interleave(fs, top.Args()[1:])); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, a.timeout)
+	defer cancel()
+	if err := a.open(ctx); err != nil {
+		return a.fail(err)
+	}
+	defer a.f.Close()
+	return cmd.run(ctx, a, fs.Args())
+}
+
+// interleave moves flags that follow positional arguments before them, so
+// that "dlq list jobs --json" works as "dlq list --json jobs".
+func interleave(fs *flag.FlagSet, args []string) []string {
+	var flags, pos []string
+	for i := 0; i < len(args); i++ {
+		s := args[i]
+		if s == "--" {
+			pos = append(pos, args[i+1:]...)
+			break
+		}
+		if !strings.HasPrefix(s, "-") || s == "-" {
+			pos = append(pos, s)
+			continue
+		}
+		flags = append(flags, s)
+		name := strings.TrimLeft(s, "-")
+		if strings.Contains(name, "=") {
+			continue
+		}
+		if f := fs.Lookup(name); f != nil {
+			if bf, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && bf.IsBoolFlag() {
+				continue
+			}
+			if i+1 < len(args) {
+				i++
+				flags = append(flags, args[i])
+			}
+		}
+	}
+	return append(flags, pos...)
+}
+
+func main() {
+	tty := false
+	if st, err := os.Stdout.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+		tty = true
+	}
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, tty))
+}
+
+// usageErr prints a usage problem of cmd and returns exitUsage.
+func (a *app) usageErr(cmd, format string, args ...any) int {
+	fmt.Fprintf(a.err, "fleetctl %s: %s (see fleetctl %s --help)\n", cmd, fmt.Sprintf(format, args...), cmd)
+	return exitUsage
+}
+
+func ts(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
