@@ -219,7 +219,7 @@ func TestFleetctl(t *testing.T) {
 }
 
 func TestFleetctlHelpAndErrors(t *testing.T) {
-	for _, name := range []string{"workers", "queues", "pools", "dlq", "catalog", "sync", "health"} {
+	for _, name := range []string{"workers", "queues", "pools", "dlq", "catalog", "sync", "health", "migrate"} {
 		out, errOut, code := fctl(t, name, "--help")
 		if code != 0 || out != "" || !strings.Contains(errOut, "usage: fleetctl "+name) || !strings.Contains(errOut, "-url") {
 			t.Errorf("%s --help: exit %d, %q", name, code, errOut)
@@ -235,5 +235,55 @@ func TestFleetctlHelpAndErrors(t *testing.T) {
 	// Nothing listens: an error, 1.
 	if _, _, code := fctl(t, "--url", "redis://127.0.0.1:1", "--timeout", "3s", "queues"); code != 1 {
 		t.Errorf("unreachable: exit %d", code)
+	}
+}
+
+// migrate: a compat single node into the tagged cluster, a dry run first.
+func TestFleetctlMigrate(t *testing.T) {
+	single, cluster := redistest.Targets(t)[0], redistest.Targets(t)[2]
+	from, to := redistest.Prefix(t, single), redistest.Prefix(t, cluster)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	f, err := fleet.Open(ctx, fleet.Options{URL: single.URL, Prefix: from})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	q := fleet.NewQueue[job](f, "jobs", fleet.QueueOptions{})
+	for i := range 5 {
+		if _, err := q.Submit(ctx, job{N: i}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.KV("ns").Set(ctx, "k", "v", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--url", single.URL, "--prefix", from, "--json", "migrate", "--to", cluster.URL, "--to-prefix", to}
+	var r fleet.MigrateReport
+	out, errOut, code := fctl(t, append(args, "--dry-run")...)
+	if code != 0 || json.Unmarshal([]byte(out), &r) != nil || !r.DryRun || len(r.Plan) != 3 {
+		t.Fatalf("dry run: exit %d, %s %s", code, out, errOut)
+	}
+	if got := redistest.Keys(t, redistest.Client(t, cluster), to); len(got) != 1 || got[0] != to+"fleet:meta" {
+		t.Fatalf("the dry run wrote %v", got)
+	}
+	out, errOut, code = fctl(t, args...)
+	if code != 0 || json.Unmarshal([]byte(out), &r) != nil || r.Copied != 3 || !r.Verified {
+		t.Fatalf("migrate: exit %d, %s %s", code, out, errOut)
+	}
+	g, err := fleet.Open(ctx, fleet.Options{URL: cluster.URL, Prefix: to})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	st, err := fleet.NewQueue[job](g, "jobs", fleet.QueueOptions{}).Stats(ctx)
+	if err != nil || st.Pending != 5 {
+		t.Fatalf("on the cluster: %+v, %v", st, err)
+	}
+	if v, ok, err := g.KV("ns").GetString(ctx, "k"); v != "v" || !ok || err != nil {
+		t.Fatalf("kv on the cluster: %q %v %v", v, ok, err)
+	}
+	if _, _, code := fctl(t, "--url", single.URL, "migrate"); code != 2 {
+		t.Fatalf("migrate without --to: exit %d, want 2", code)
 	}
 }
