@@ -25,6 +25,31 @@
 //     the holder releases; [Lock.Do] runs a function under the lock and can
 //     keep the lease alive while it runs.
 //
+// # Queues, pools, streams, events
+//
+//   - [NewQueue]: typed task queues: validated submits (one, many, delayed,
+//     deduplicated), an atomic reserve with a lease only its owner can end,
+//     retries with backoff, dead letters; [RunSweeper] recovers expired
+//     leases; [Fleet.SubmitJSON] serves a REST endpoint.
+//   - [NewPool]: tagged items with expiry, exclusive claims with leases,
+//     filters checked against the tags type ([Eq]), mark-bad, waiting
+//     claims, and claims that read only their smallest tag index.
+//   - [NewStream]: a bounded output stream; [Fleet.Publish] and [Subscribe]:
+//     the event bus; [Fleet.PublishCatalog]: JSON Schemas of each automation.
+//
+// # Workers
+//
+// [NewLoopWorker] and [NewBatchWorker] host an automation in slots, with
+// registration, heartbeats, stats, and config pushed by generation
+// ([Fleet.UpdateConfig], [Fleet.PushConfig]).
+//
+// # Operations
+//
+// [Fleet.Health], [Fleet.Sync], the admin functions ([Fleet.RemoveWorker],
+// [Fleet.PurgeType], [Fleet.DropPool], [Fleet.Workers], [Fleet.Overview],
+// dead letters by queue name), [Migrate] between layouts, and the layout
+// marker that [Open] checks. cmd/fleetctl puts them on the command line.
+//
 // # Names
 //
 // Names never hold '{', '}', white space or control characters; a name that
