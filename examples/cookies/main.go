@@ -188,10 +188,7 @@ func harvest(ctx context.Context, base string, pool *fleet.Pool[CfCookie, CfCook
 	for ctx.Err() == nil {
 		tasks, err := harvests.Reserve(ctx, 1, time.Second)
 		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
+			return stopped(ctx, err)
 		}
 		for _, t := range tasks {
 			resp, err := http.Get(base + "/challenge")
@@ -204,13 +201,21 @@ func harvest(ctx context.Context, base string, pool *fleet.Pool[CfCookie, CfCook
 			resp.Body.Close()
 			cookie := CfCookie{Cookies: map[string]string{"cf_clearance": string(clearance[:n])}, UserAgent: "Mozilla/5.0 (fleet example)"}
 			if _, err := pool.Put(ctx, cookie, CfCookieTags{Site: t.Payload.Site, Fresh: true}, 25*time.Minute); err != nil {
-				return err
+				return stopped(ctx, err)
 			}
 			harvested.Add(1)
 			if err := t.Ack(ctx); err != nil {
-				return err
+				return stopped(ctx, err)
 			}
 		}
 	}
 	return nil
+}
+
+// stopped is nil when err only says the harvester was told to stop.
+func stopped(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
 }
