@@ -150,6 +150,7 @@ var (
 	poolDeleteScript  = poolScript("pool_delete.lua")
 	poolIndexScript   = poolScript("pool_index.lua")
 	poolCleanScript   = poolScript("pool_clean.lua")
+	poolPruneScript   = poolScript("pool_prune.lua")
 	poolReleaseScript = script("pool_release.lua")
 	poolExtendScript  = script("pool_extend.lua")
 )

@@ -169,9 +169,16 @@ func TestPoolExpiry(t *testing.T) {
 			t.Fatalf("Get before expiry = %+v, %v, %v", it, ok, err)
 		}
 		time.Sleep(400 * time.Millisecond)
+		if _, ok := e.hget(t, e.poolKey("expiring", ""), short); !ok {
+			t.Fatal("expired item gone before any put, list or claim")
+		}
 		items, err := p.List(ctx(t))
 		if err != nil || len(items) != 1 || items[0].ID != keep {
 			t.Fatalf("List = %+v, %v; want only %s", items, err, keep)
+		}
+		// List pruned it, as the documented pool does on every list.
+		if _, ok := e.hget(t, e.poolKey("expiring", ""), short); ok {
+			t.Fatal("List left the expired item in the hash")
 		}
 		if _, ok, err := p.Get(ctx(t), short); ok || err != nil {
 			t.Fatalf("Get of an expired item = %v, %v", ok, err)
@@ -181,10 +188,6 @@ func TestPoolExpiry(t *testing.T) {
 		}
 		if cl, err := p.Where(fleet.Eq("site", "x")).Claim(ctx(t), fleet.ClaimOptions{Hold: time.Second}); cl != nil || err != nil {
 			t.Fatalf("Claim of an expired item = %v, %v", cl, err)
-		}
-		// The claim dropped the expired item it met; a put prunes the rest.
-		if _, ok := e.hget(t, e.poolKey("expiring", ""), short); ok {
-			t.Fatal("expired item still in the hash")
 		}
 		if s := e.smembers(t, e.idxKey("expiring", "all")); len(s) != 1 || s[0] != keep {
 			t.Fatalf("all-set = %v", s)

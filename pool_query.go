@@ -84,7 +84,9 @@ func (q *Query[P, T]) ready(ctx context.Context) error {
 
 // List returns every item of the pool (Pool.List) or every item matching
 // the query, in no particular order, without claiming any: expired items
-// are left out, claimed ones are included. Entries of the pool hash that
+// are left out, claimed ones are included. Like Put, it first prunes up to
+// PoolOptions.PruneBatch expired items, as the documented pool does on
+// every list. Entries of the pool hash that
 // are not valid items are skipped and reported: the error is then a
 // *BadItemsError (errors.Is(err, ErrBadItem)) and the items returned with
 // it are all the good ones.
@@ -93,6 +95,10 @@ func (q *Query[P, T]) List(ctx context.Context) ([]Item[P, T], error) {
 		return nil, poolErr("pool list", q.pool.core.name, err)
 	}
 	c := q.pool.core
+	k, a := c.std()
+	if err := poolPruneScript.Exec(ctx, c.f.client, k, append(a, strconv.Itoa(c.opts.PruneBatch))).Error(); err != nil {
+		return nil, poolErr("pool list", c.name, err)
+	}
 	now, err := c.serverNow(ctx)
 	if err != nil {
 		return nil, poolErr("pool list", c.name, err)
