@@ -59,9 +59,9 @@ func sumInts(res []rueidis.RedisResult) (int, error) {
 
 // RemoveWorker deletes every key of worker id of type typ
 // (wkr:<type>:<id>:{hardware,config,gen,state,stats}) and its entries in
-// wkrs:<type> and wkrs:all. A worker that is still running registers again
-// on its next heartbeat; stop it first. May return ErrInvalidName,
-// ErrUnavailable.
+// wkrs:<type> and wkrs:all. Stop the worker first: a worker still running
+// writes its :state and :stats again on its next heartbeat, keys that no
+// index then lists. May return ErrInvalidName, ErrUnavailable.
 func (f *Fleet) RemoveWorker(ctx context.Context, typ, id string) (RemoveReport, error) {
 	name := typ + "|" + id
 	if err := keys.Join(keys.Check(keys.KindType, typ), keys.Check(keys.KindWorker, id)); err != nil {

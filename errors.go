@@ -4,7 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"os"
 	"strings"
+	"syscall"
 
 	"github.com/redis/rueidis"
 
@@ -62,18 +66,11 @@ func opErr(op, name string, err error) error {
 }
 
 // classify returns the sentinel for a Redis or network error, or nil when the
-// error already says enough (ctx errors, fleet's own sentinels).
+// error already says enough (ctx errors, fleet's own sentinels, anything
+// that is not about reaching Redis).
 func classify(err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return nil
-	}
-	for _, s := range []error{ErrClosed, ErrWrongType, ErrUnavailable, ErrInvalidName, ErrInvalidArgument, ErrDecode, ErrNotHeld, ErrNotObtained} {
-		if errors.Is(err, s) {
-			return nil
-		}
-	}
-	if errors.Is(err, rueidis.ErrClosing) {
-		return ErrClosed
 	}
 	if re, ok := rueidis.IsRedisErr(err); ok {
 		msg := re.Error()
@@ -88,5 +85,20 @@ func classify(err error) error {
 		}
 		return nil
 	}
-	return ErrUnavailable
+	if unreachable(err) && !errors.Is(err, ErrUnavailable) {
+		return ErrUnavailable
+	}
+	return nil
+}
+
+// unreachable reports whether err says Redis could not be reached or the
+// connection broke: a network error, an EOF, a refused or reset connection.
+func unreachable(err error) bool {
+	var ne net.Error
+	// rueidis.ErrClosing also means "unable to connect": a Fleet's own
+	// Close is caught before any call (alive) and says ErrClosed.
+	return errors.As(err, &ne) || errors.Is(err, rueidis.ErrClosing) || errors.Is(err, rueidis.ErrNoAddr) ||
+		errors.Is(err, rueidis.ErrDoCacheAborted) || errors.Is(err, rueidis.ErrNoSlot) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, net.ErrClosed)
 }

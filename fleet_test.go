@@ -296,3 +296,24 @@ func TestServerGoneIsUnavailable(t *testing.T) {
 		t.Fatalf("Acquire with the server gone = %v, want ErrUnavailable", err)
 	}
 }
+
+// Errors that have nothing to do with the network are not ErrUnavailable,
+// since callers retry on it.
+func TestOnlyNetworkErrorsAreUnavailable(t *testing.T) {
+	e := open(t, redistest.Targets(t)[0])
+	type tags struct {
+		Region string `json:"region"`
+	}
+	p := fleet.NewPool[string, tags](e.F, "opts", fleet.PoolOptions{PruneBatch: -1})
+	if _, err := p.Put(ctx(t), "x", tags{}, 0); !errors.Is(err, fleet.ErrInvalidOptions) || errors.Is(err, fleet.ErrUnavailable) {
+		t.Errorf("Put with bad options = %v", err)
+	}
+	err := e.F.Lock("stolen").Do(ctx(t), fleet.LockOptions{Hold: 300 * time.Millisecond, KeepAlive: true}, func(c context.Context, l *fleet.Lease) error {
+		e.do(t, e.Raw.B().Set().Key(e.key("fleet:lock:stolen", "fleet:lock:{stolen}")).Value("thief").Build())
+		<-c.Done()
+		return nil
+	})
+	if !errors.Is(err, fleet.ErrLockLost) || errors.Is(err, fleet.ErrUnavailable) {
+		t.Errorf("Do after losing the lock = %v", err)
+	}
+}

@@ -83,6 +83,7 @@ var setStringScript = script("set_string.lua")
 // setString sets a string key, refusing (ErrWrongType, nothing changed) to
 // replace a key of another type, as a plain SET would.
 func (f *Fleet) setString(ctx context.Context, key, value string, ttl time.Duration) error {
+	defer f.watch.wrote(key)
 	return setStringScript.Exec(ctx, f.client, []string{key}, []string{value, millis(ttl)}).Error()
 }
 
@@ -104,7 +105,7 @@ func (kv *KV) GetString(ctx context.Context, key string) (string, bool, error) {
 	}
 	c := kv.f.client
 	var res rueidis.RedisResult
-	if kv.f.cache {
+	if kv.f.cache && !kv.f.watch.stale(k) {
 		res = c.DoCache(ctx, c.B().Get().Key(k).Cache(), kv.f.cacheTTL)
 	} else {
 		res = c.Do(ctx, c.B().Get().Key(k).Build())
@@ -147,6 +148,7 @@ func (kv *KV) Delete(ctx context.Context, key string) (bool, error) {
 		return false, opErr("kv delete", key, err)
 	}
 	n, err := kv.f.client.Do(ctx, kv.f.client.B().Del().Key(k).Build()).AsInt64()
+	kv.f.watch.wrote(k)
 	return n == 1, opErr("kv delete", key, err)
 }
 

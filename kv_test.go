@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -206,4 +207,30 @@ func waitFor(t *testing.T, d time.Duration, cond func() bool, format string, arg
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
+}
+
+// A read right after a write in the same process sees the write, though the
+// write's invalidation of the cached value may not have arrived yet.
+func TestKVReadYourWrites(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		t.Parallel()
+		e := open(t, tg)
+		kv := e.F.KV("ryw")
+		c := ctx(t)
+		for i := range 500 {
+			want := strconv.Itoa(i)
+			if err := kv.Set(c, "k", want, 0); err != nil {
+				t.Fatal(err)
+			}
+			if got, _, err := kv.GetString(c, "k"); err != nil || got != want {
+				t.Fatalf("write %d: read %q, %v", i, got, err)
+			}
+		}
+		if _, err := kv.Delete(c, "k"); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok, err := kv.Get(c, "k"); ok || err != nil {
+			t.Fatalf("read after delete: %v, %v", ok, err)
+		}
+	})
 }

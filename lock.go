@@ -12,9 +12,9 @@ import (
 )
 
 var (
-	lockAcquireScript = script("lock_acquire.lua")
+	lockAcquireScript = retryableScript("lock_acquire.lua")
 	lockReleaseScript = script("lock_release.lua")
-	lockExtendScript  = script("lock_extend.lua")
+	lockExtendScript  = retryableScript("lock_extend.lua")
 )
 
 // Lock is a fleet-wide mutex (fleet:lock:<name>): the holder's random token

@@ -3,6 +3,7 @@ package fleet_test
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"sync"
@@ -295,6 +296,60 @@ func TestLockWaitTimesOut(t *testing.T) {
 		defer cancel()
 		if _, err := e.F.Lock("busy").Acquire(cctx, fleet.LockOptions{Hold: time.Second, Wait: time.Minute}); !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("Acquire with a ctx deadline = %v, want DeadlineExceeded", err)
+		}
+	})
+}
+
+// Waiters of one process give up (ctx or Wait) around the moment the holder
+// releases: a lock handed to one that gave up is passed on, and at the end
+// the lock is free.
+func TestLockHandoverToWaitersGivingUp(t *testing.T) {
+	e := open(t, redistest.Targets(t)[0])
+	lk := e.F.Lock("handover")
+	key := e.key("fleet:lock:handover", "fleet:lock:{handover}")
+	for iter := range 40 {
+		lease, err := lk.Acquire(ctx(t), fleet.LockOptions{Hold: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				c, cancel := context.WithTimeout(context.Background(), time.Duration(5+rand.IntN(10))*time.Millisecond)
+				defer cancel()
+				l, err := lk.Acquire(c, fleet.LockOptions{Hold: 5 * time.Second, Wait: time.Duration(5+rand.IntN(10)) * time.Millisecond})
+				if err == nil {
+					time.Sleep(time.Millisecond)
+					if err := l.Release(context.Background()); err != nil {
+						t.Errorf("release: %v", err)
+					}
+				}
+			})
+		}
+		time.Sleep(time.Duration(5+rand.IntN(8)) * time.Millisecond)
+		if err := lease.Release(context.Background()); err != nil {
+			t.Fatalf("release: %v", err)
+		}
+		wg.Wait()
+		if v, ok := e.get(t, key); ok {
+			t.Fatalf("iteration %d: lock still held by %q after everyone left", iter, v)
+		}
+	}
+}
+
+// A fence key of the wrong type fails Acquire and changes nothing: the
+// lock is not left held by a token nobody has.
+func TestLockFenceWrongTypeChangesNothing(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		t.Parallel()
+		e := open(t, tg)
+		fence := e.key("fleet:fence:wt", "fleet:fence:{wt}")
+		e.do(t, e.Raw.B().Lpush().Key(fence).Element("x").Build())
+		if _, err := e.F.Lock("wt").Acquire(ctx(t), fleet.LockOptions{Hold: time.Minute}); !errors.Is(err, fleet.ErrWrongType) {
+			t.Fatalf("Acquire = %v, want ErrWrongType", err)
+		}
+		if v, ok := e.get(t, e.key("fleet:lock:wt", "fleet:lock:{wt}")); ok {
+			t.Fatalf("a failed Acquire left the lock held by %q", v)
 		}
 	})
 }

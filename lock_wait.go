@@ -122,8 +122,11 @@ func (l *Lock) wait(ctx context.Context, token string, opts LockOptions, pttl ti
 			// A holder picked this waiter: its delivery is one round trip away.
 			if got := <-lw.got; got != nil {
 				if lease == nil {
-					// Handed over after giving up: pass it on.
-					_ = got.Release(context.WithoutCancel(ctx))
+					// Handed over after giving up: pass it on, within the
+					// hold it was handed with.
+					rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opts.Hold)
+					_ = got.Release(rctx)
+					cancel()
 				}
 			}
 		}

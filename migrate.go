@@ -504,6 +504,9 @@ func (m *migration) copyBatch(ctx context.Context, batch []string) error {
 			continue
 		}
 		ttl := max(pttl, 0) // -1: no TTL
+		if pttl == 0 {
+			ttl = 1 // expiring within the millisecond: RESTORE's 0 would mean "no TTL"
+		}
 		val := rs[2*i+1]
 		switch {
 		case m.opts.DryRun:

@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // tagField is one field of a pool's tags type, by its JSON name.
@@ -110,6 +111,11 @@ func (f tagField) canonOf(value any) (string, error) {
 	var c string
 	switch fk, vk := f.typ.Kind(), v.Kind(); {
 	case fk == reflect.String && vk == reflect.String:
+		if !utf8.ValidString(v.String()) {
+			// Stored tags are JSON, where invalid UTF-8 becomes U+FFFD: such
+			// a filter could never match.
+			return bad("value %q is not valid UTF-8", v.String())
+		}
 		c = canonString(v.String())
 	case fk == reflect.Bool && vk == reflect.Bool:
 		c = "F"

@@ -17,6 +17,13 @@ func script(name string) *rueidis.Lua {
 	return rueidis.NewLuaScript(mustRead(name))
 }
 
+// retryableScript loads an embedded script that is safe to run twice (its
+// second run finds the effect of the first and answers the same), so that
+// rueidis may resend it after a connection breaks.
+func retryableScript(name string) *rueidis.Lua {
+	return rueidis.NewLuaScriptRetryable(mustRead(name))
+}
+
 // readOnlyScript loads an embedded script that only reads (EVALSHA_RO).
 func readOnlyScript(name string) *rueidis.Lua {
 	return rueidis.NewLuaScriptReadOnly(mustRead(name))

@@ -301,3 +301,18 @@ func TestSyncClosed(t *testing.T) {
 		t.Fatal("sync after close: no error")
 	}
 }
+
+// A live task whose id is "first" (ids are free-form for other clients)
+// with a dedup key: Sync repairs its dedup entry like any other.
+func TestSyncQueueTaskNamedFirst(t *testing.T) {
+	e := open(t, redistest.Targets(t)[0])
+	pending := e.key("fleet:queue:rvq", "fleet:queue:{rvq}")
+	e.do(t, e.Raw.B().Rpush().Key(pending).Element(`{"id":"first","payload":{},"attempts":0,"dedup":"k1"}`).Build())
+	e.do(t, e.Raw.B().Sadd().Key(e.Prefix+"fleet:queues").Member("rvq").Build())
+	if _, err := e.F.Sync(ctx(t)); err != nil {
+		t.Fatalf("Sync: %v", err)
+	}
+	if v, _ := e.Raw.Do(ctx(t), e.Raw.B().Hget().Key(e.Prefix+"fleet:queue:rvq:dedup").Field("k1").Build()).ToString(); v != "first" {
+		t.Fatalf("dedup k1 -> %q, want first", v)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -16,9 +17,63 @@ import (
 // reset, a connection dropped) wakes everyone, since any change may have been
 // missed.
 type watcher struct {
-	mu     sync.Mutex
-	gates  map[string]*gate
-	closed bool
+	mu    sync.Mutex
+	gates map[string]*gate
+
+	// dirty holds keys this process wrote whose invalidation has not come
+	// back yet (key -> when to stop waiting for it): until it does, the
+	// local cache may still hold the value from before the write, so reads
+	// of these keys go to the server. ndirty counts them, so that reads
+	// skip the map while there are none.
+	dirty  sync.Map
+	ndirty atomic.Int64
+	writes atomic.Int64
+}
+
+// dirtyFor bounds how long a written key is read past the cache when its
+// invalidation never comes (the key was not cached, so none is sent).
+const dirtyFor = time.Second
+
+// wrote marks key as written by this process: reads skip the local cache
+// until the key's invalidation arrives.
+func (w *watcher) wrote(key string) {
+	if _, loaded := w.dirty.Swap(key, time.Now().Add(dirtyFor)); !loaded {
+		w.ndirty.Add(1)
+	}
+	if w.writes.Add(1)%256 == 0 {
+		now := time.Now()
+		w.dirty.Range(func(k, v any) bool {
+			if now.After(v.(time.Time)) && w.dirty.CompareAndDelete(k, v) {
+				w.ndirty.Add(-1)
+			}
+			return true
+		})
+	}
+}
+
+// stale reports whether a cached read of key might miss this process's own
+// last write.
+func (w *watcher) stale(key string) bool {
+	if w.ndirty.Load() == 0 {
+		return false
+	}
+	v, ok := w.dirty.Load(key)
+	if !ok {
+		return false
+	}
+	if time.Now().After(v.(time.Time)) {
+		if w.dirty.CompareAndDelete(key, v) {
+			w.ndirty.Add(-1)
+		}
+		return false
+	}
+	return true
+}
+
+func (w *watcher) clean(key string) {
+	if _, ok := w.dirty.LoadAndDelete(key); ok {
+		w.ndirty.Add(-1)
+	}
 }
 
 // gate is the wake-up point of one key. one wakes a single waiter (lock
@@ -111,6 +166,11 @@ func (w *watcher) pokeAll(key string) {
 // onInvalidations is the rueidis hook (it runs on the connection's reader,
 // so it never blocks).
 func (w *watcher) onInvalidations(msgs []rueidis.RedisMessage) {
+	if msgs == nil {
+		// Tracking was reset: the whole local cache is gone, and with it
+		// anything stale.
+		w.dirty.Range(func(k, _ any) bool { w.clean(k.(string)); return true })
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if msgs == nil {
@@ -124,6 +184,7 @@ func (w *watcher) onInvalidations(msgs []rueidis.RedisMessage) {
 		if err != nil {
 			continue
 		}
+		w.clean(k)
 		if g := w.gates[k]; g != nil {
 			g.wake()
 		}
@@ -134,7 +195,6 @@ func (w *watcher) onInvalidations(msgs []rueidis.RedisMessage) {
 func (w *watcher) closeAll() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.closed = true
 	for _, g := range w.gates {
 		g.wake()
 	}

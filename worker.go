@@ -235,21 +235,28 @@ func (w *Worker) Start(ctx context.Context) error {
 	if err := w.f.alive(ctx); err != nil {
 		return workerErr("start worker", w.name(), err)
 	}
+	// The run and soft contexts exist before the worker counts as started,
+	// so a Stop that comes while Start registers always finds them.
 	w.mu.Lock()
 	if w.started {
 		w.mu.Unlock()
 		return workerErr("start worker", w.name(), ErrWorkerStarted)
 	}
+	run, cancelRun := context.WithCancel(context.WithoutCancel(ctx))
+	soft, cancelSoft := context.WithCancel(run)
+	w.cancelRun, w.cancelSoft = cancelRun, cancelSoft
 	w.started = true
 	w.mu.Unlock()
 	if err := w.register(ctx); err != nil {
+		cancelRun()
 		close(w.stopped)
 		return workerErr("start worker", w.name(), err)
 	}
 
-	run, cancelRun := context.WithCancel(context.WithoutCancel(ctx))
-	soft, cancelSoft := context.WithCancel(run)
-	w.cancelRun, w.cancelSoft = cancelRun, cancelSoft
+	// The supervisor waits for launched before it waits for the slots, so
+	// that every slot's WaitGroup Add comes before that Wait.
+	launched := make(chan struct{})
+	defer close(launched)
 	bg, cancelBg := context.WithCancel(context.Background())
 	var bgWG sync.WaitGroup
 	ok := w.f.spawn(func() {
@@ -263,6 +270,7 @@ func (w *Worker) Start(ctx context.Context) error {
 			cancelRun()
 		}
 		w.softStop()
+		<-launched
 		w.slotWG.Wait()
 		cancelBg()
 		bgWG.Wait()
@@ -307,8 +315,11 @@ func (w *Worker) goSlot(fn func()) bool {
 func (w *Worker) softStop() {
 	w.softOnce.Do(func() {
 		close(w.soft)
-		if w.cancelSoft != nil {
-			w.cancelSoft()
+		w.mu.Lock()
+		cancel := w.cancelSoft
+		w.mu.Unlock()
+		if cancel != nil {
+			cancel()
 		}
 	})
 }
@@ -326,7 +337,7 @@ func (w *Worker) softStop() {
 // May return ErrWorkerNotStarted, and ctx's error.
 func (w *Worker) Stop(ctx context.Context) error {
 	w.mu.Lock()
-	started := w.started
+	started, cancelRun := w.started, w.cancelRun
 	w.mu.Unlock()
 	if !started {
 		return workerErr("stop worker", w.name(), ErrWorkerNotStarted)
@@ -337,9 +348,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 	}
-	if w.cancelRun != nil {
-		w.cancelRun()
-	}
+	cancelRun()
 	t := time.NewTimer(w.opts.StopGrace)
 	defer t.Stop()
 	select {

@@ -426,3 +426,34 @@ func TestWorkerStartInvalidConfig(t *testing.T) {
 		t.Fatalf("Start on a list state = %v", err)
 	}
 }
+
+// Stop called while Start is still registering (a shutdown signal during
+// startup) returns, and every slot ends.
+func TestWorkerStopDuringStart(t *testing.T) {
+	e := open(t, redistest.Targets(t)[0])
+	for i := range 30 {
+		w := fleet.NewLoopWorker(e.F, fleet.WorkerOptions{Type: "rv", ID: "w" + strconv.Itoa(i), Slots: 2}, idleLoop())
+		startErr := make(chan error, 1)
+		go func() { startErr <- w.Start(context.Background()) }()
+		stopErr := make(chan error, 1)
+		go func() {
+			for {
+				if err := w.Stop(context.Background()); !errors.Is(err, fleet.ErrWorkerNotStarted) {
+					stopErr <- err
+					return
+				}
+			}
+		}()
+		select {
+		case <-stopErr:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("iteration %d: Stop during Start hangs", i)
+		}
+		<-startErr
+		select {
+		case <-w.Stopped():
+		case <-time.After(5 * time.Second):
+			t.Fatalf("iteration %d: Stopped never closed", i)
+		}
+	}
+}

@@ -5,14 +5,29 @@
 -- ARGV[2]  hold in milliseconds
 -- returns  {1, fence} when taken: fence rises with every acquisition, and
 --          stays above every earlier one even if KEYS[2] was lost, since it
---          is at least the server's clock in microseconds;
---          {0, pttl} when held by another (pttl: the holder's time left, ms)
+--          is at least the server's clock in microseconds. A retry of a
+--          call whose reply was lost finds its own token and gets {1, the
+--          same fence}, so the lock is never stranded.
+--          {0, pttl} when held by another (pttl: the holder's time left, ms);
+--          a WRONGTYPE error, nothing changed, when a key holds another type
+for _, k in ipairs(KEYS) do
+  local t = redis.call('TYPE', k).ok
+  if t ~= 'string' and t ~= 'none' then
+    return redis.error_reply('WRONGTYPE ' .. k .. ' holds a ' .. t .. ', not a string')
+  end
+end
+local last = redis.call('GET', KEYS[2])
+if last and not tonumber(last) then
+  return redis.error_reply('WRONGTYPE ' .. KEYS[2] .. ' is not an integer')
+end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local last = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
-  local fence = math.max(last + 1, now)
+  local fence = math.max((tonumber(last) or 0) + 1, now)
   redis.call('SET', KEYS[2], string.format('%d', fence))
   return {1, string.format('%d', fence)}
+end
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return {1, last or '0'}
 end
 return {0, redis.call('PTTL', KEYS[1])}

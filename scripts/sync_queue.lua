@@ -38,7 +38,8 @@ for _, id in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
     out[2] = out[2] + 1
   end
 end
--- live: dedup key -> set of ids of live tasks that carry it
+-- live: dedup key -> {first = the first live id seen, ids = set of the ids
+-- of live tasks that carry it} (two tables: an id may be any string)
 local live = {}
 local function note(body)
   if not string.find(body, '"dedup"', 1, true) then return end
@@ -46,12 +47,12 @@ local function note(body)
   if not ok or type(v) ~= 'table' or type(v.dedup) ~= 'string' or v.dedup == '' or type(v.id) ~= 'string' or v.id == '' then
     return
   end
-  local ids = live[v.dedup]
-  if not ids then
-    ids = {first = v.id}
-    live[v.dedup] = ids
+  local e = live[v.dedup]
+  if not e then
+    e = {first = v.id, ids = {}}
+    live[v.dedup] = e
   end
-  ids[v.id] = true
+  e.ids[v.id] = true
 end
 for _, b in ipairs(redis.call('LRANGE', KEYS[1], 0, -1)) do note(b) end
 for _, b in ipairs(redis.call('ZRANGE', KEYS[5], 0, -1)) do note(b) end
@@ -60,19 +61,19 @@ local have = redis.call('HGETALL', KEYS[6])
 local seen = {}
 for i = 1, #have, 2 do
   local key, id = have[i], have[i + 1]
-  local ids = live[key]
+  local e = live[key]
   seen[key] = true
-  if not ids then
+  if not e then
     redis.call('HDEL', KEYS[6], key)
     out[4] = out[4] + 1
-  elseif not ids[id] then
-    redis.call('HSET', KEYS[6], key, ids.first)
+  elseif not e.ids[id] then
+    redis.call('HSET', KEYS[6], key, e.first)
     out[5] = out[5] + 1
   end
 end
-for key, ids in pairs(live) do
+for key, e in pairs(live) do
   if not seen[key] then
-    redis.call('HSET', KEYS[6], key, ids.first)
+    redis.call('HSET', KEYS[6], key, e.first)
     out[3] = out[3] + 1
   end
 end
