@@ -29,6 +29,7 @@ func TestPoolFilters(t *testing.T) {
 			{[]fleet.Filter{fleet.Eq("site", 3)}, fleet.ErrFilterType},
 			{[]fleet.Filter{fleet.Eq("fresh", "true")}, fleet.ErrFilterType},
 			{[]fleet.Filter{fleet.Eq("score", 1.5)}, fleet.ErrFilterType},
+			{[]fleet.Filter{fleet.Eq("site", "bad\xff")}, fleet.ErrFilterType},
 			{[]fleet.Filter{fleet.Eq("score", 0)}, fleet.ErrFilterType}, // omitempty drops it
 			{[]fleet.Filter{fleet.Eq("notes", []string{"a"})}, fleet.ErrFilterType},
 			{[]fleet.Filter{fleet.Eq("site", nil)}, fleet.ErrFilterType},
