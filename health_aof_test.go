@@ -16,9 +16,6 @@ import (
 // whose Ack failed during the restart (the call may or may not have taken
 // effect), which may be acked twice, as at-least-once allows.
 func TestAOFRestartKeepsQueue(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts its own redis-server")
-	}
 	c := ctx(t)
 	s, err := fleettest.StartServer(c, fleettest.Config{AppendOnly: true})
 	if err != nil {

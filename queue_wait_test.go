@@ -16,7 +16,7 @@ import (
 func dedicated(t *testing.T) *fleettest.Server {
 	t.Helper()
 	if err := fleettest.Available(); err != nil {
-		t.Skip(err)
+		t.Fatal(err)
 	}
 	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

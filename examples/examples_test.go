@@ -102,19 +102,20 @@ func TestExampleBatch(t *testing.T) {
 // is acked twice.
 func TestExampleBatchKilled(t *testing.T) {
 	for _, tg := range redistest.Targets(t) {
-		if tg.Tagged && !tg.Cluster {
-			continue // the example picks its layout itself: compat on a single node
-		}
 		t.Run(tg.Name, func(t *testing.T) {
 			t.Parallel()
 			const tasks = 60
 			bin := build(t, "batch")
 			p := prefix(t)
-			runExample(t, tg.URL, "batch", time.Minute, "-role", "submit", "-tasks", strconv.Itoa(tasks), "-prefix", p)
+			layout := "compat"
+			if tg.Tagged {
+				layout = "tagged"
+			}
+			runExample(t, tg.URL, "batch", time.Minute, "-role", "submit", "-tasks", strconv.Itoa(tasks), "-prefix", p, "-layout", layout)
 
 			// Worker A: slow tasks; killed after some acks.
 			cmd := exec.Command(bin, "-role", "worker", "-id", "A", "-slots", "4", "-work", "150ms", "-lease", "1s",
-				"-print-acks", "-timeout", "50s", "-prefix", p)
+				"-print-acks", "-timeout", "50s", "-prefix", p, "-layout", layout)
 			cmd.Env = append(os.Environ(), "FLEET_REDIS_URL="+tg.URL)
 			stdout, err := cmd.StdoutPipe()
 			if err != nil {
@@ -153,7 +154,7 @@ func TestExampleBatchKilled(t *testing.T) {
 
 			// Worker B, with a sweeper: finishes everything.
 			out := runExample(t, tg.URL, "batch", time.Minute, "-role", "worker", "-id", "B", "-slots", "8", "-work", "5ms",
-				"-lease", "1s", "-sweep", "200ms", "-print-acks", "-timeout", "50s", "-prefix", p)
+				"-lease", "1s", "-sweep", "200ms", "-print-acks", "-timeout", "50s", "-prefix", p, "-layout", layout)
 			bAcks := 0
 			for _, l := range strings.Split(out, "\n") {
 				if id, ok := strings.CutPrefix(l, "acked "); ok {

@@ -54,11 +54,15 @@ func main() {
 	sweep := flag.Duration("sweep", 0, "run a sweeper at this interval (0: none)")
 	timeout := flag.Duration("timeout", time.Minute, "give up after this long")
 	printAcks := flag.Bool("print-acks", false, `print "acked <id>" for each acked task`)
+	flag.StringVar(&layout, "layout", "", "key layout: compat or tagged (defaults to compat on a single node, tagged on a cluster)")
 	flag.Parse()
 	if err := run(*role, *tasks, *slots, *id, *prefix, *work, *lease, *sweep, *timeout, *printAcks); err != nil {
 		log.Fatal(err)
 	}
 }
+
+// layout is the -layout flag.
+var layout string
 
 func run(role string, tasks, slots int, id, prefix string, work, lease, sweep, timeout time.Duration, printAcks bool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -68,7 +72,7 @@ func run(role string, tasks, slots int, id, prefix string, work, lease, sweep, t
 		return err
 	}
 	defer stop()
-	f, err := fleet.Open(ctx, fleet.Options{URL: url, Prefix: prefix})
+	f, err := fleet.Open(ctx, fleet.Options{URL: url, Prefix: prefix, Layout: fleet.Layout(layout)})
 	if err != nil {
 		return err
 	}
