@@ -457,3 +457,21 @@ func TestWorkerStopDuringStart(t *testing.T) {
 		}
 	}
 }
+
+// Without client-side caching (a server without RESP3 tracking, or a
+// caller-owned client), a running worker still gets a pushed config, by
+// its ConfigPoll.
+func TestWorkerConfigWithoutCache(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		t.Parallel()
+		e := open(t, tg)
+		nocache := openOn(t, tg, e.Prefix, func(o *fleet.Options) { o.DisableCache = true })
+		w := fleet.NewLoopWorker(nocache, fleet.WorkerOptions{Type: "nc", ID: "w1", Slots: 1, ConfigPoll: 50 * time.Millisecond}, idleLoop())
+		startWorker(t, w)
+		gen, err := e.F.UpdateConfig(ctx(t), "nc", "w1", json.RawMessage(`{"rate": 7}`))
+		if err != nil || gen != 1 {
+			t.Fatalf("UpdateConfig = %d, %v", gen, err)
+		}
+		waitFor(t, 5*time.Second, func() bool { return w.Gen() == 1 }, "the worker never saw gen 1 (gen %d)", w.Gen())
+	})
+}
