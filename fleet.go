@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -304,4 +305,16 @@ func (f *Fleet) spawn(fn func()) bool {
 		fn()
 	}()
 	return true
+}
+
+// nodes returns the client's nodes (every master of a cluster, or the one
+// node) sorted by address, for work that visits each node in turn.
+func (f *Fleet) nodes() ([]string, map[string]rueidis.Client) {
+	nodes := f.client.Nodes()
+	addrs := make([]string, 0, len(nodes))
+	for a := range nodes {
+		addrs = append(addrs, a)
+	}
+	slices.Sort(addrs)
+	return addrs, nodes
 }

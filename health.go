@@ -3,7 +3,6 @@ package fleet
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 )
@@ -64,12 +63,7 @@ func (f *Fleet) Health(ctx context.Context) (HealthReport, error) {
 	if err := f.alive(ctx); err != nil {
 		return r, err
 	}
-	nodes := f.client.Nodes()
-	addrs := make([]string, 0, len(nodes))
-	for a := range nodes {
-		addrs = append(addrs, a)
-	}
-	slices.Sort(addrs)
+	addrs, nodes := f.nodes()
 	for _, addr := range addrs {
 		n := nodes[addr]
 		text, err := n.Do(ctx, n.B().Info().Section("server", "persistence", "memory", "keyspace", "replication").Build()).ToString()

@@ -244,9 +244,16 @@ func (q *Queue[T]) validate(p T) error {
 	if err == nil {
 		return nil
 	}
+	return fmt.Errorf("%w: %s", ErrInvalidPayload, validationFields(err))
+}
+
+// validationFields spells a validator error as the failing fields by their
+// JSON names and the rules they fail, e.g. "url (fails url), depth (fails
+// lte=5)"; any other error as its text.
+func validationFields(err error) string {
 	var ve validator.ValidationErrors
 	if !errors.As(err, &ve) {
-		return fmt.Errorf("%w: %w", ErrInvalidPayload, err)
+		return err.Error()
 	}
 	fields := make([]string, 0, len(ve))
 	for _, fe := range ve {
@@ -260,7 +267,7 @@ func (q *Queue[T]) validate(p T) error {
 		}
 		fields = append(fields, ns+" (fails "+rule+")")
 	}
-	return fmt.Errorf("%w: %s", ErrInvalidPayload, strings.Join(fields, ", "))
+	return strings.Join(fields, ", ")
 }
 
 // newTaskID returns a UUIDv7: unique across processes, ordered by time.

@@ -224,12 +224,7 @@ func (s *syncer) marker(ctx context.Context) error {
 // scanKeys calls fn with every key that matches pattern, on every node
 // (a key may come twice: SCAN guarantees each key at least once).
 func (f *Fleet) scanKeys(ctx context.Context, pattern string, fn func(key string)) error {
-	nodes := f.client.Nodes()
-	addrs := make([]string, 0, len(nodes))
-	for a := range nodes {
-		addrs = append(addrs, a)
-	}
-	slices.Sort(addrs)
+	addrs, nodes := f.nodes()
 	for _, a := range addrs {
 		n := nodes[a]
 		var cursor uint64

@@ -8,10 +8,7 @@ import (
 	"fmt"
 	"reflect"
 	"strconv"
-	"strings"
 	"time"
-
-	"github.com/go-playground/validator/v10"
 
 	"github.com/fleet-go/fleet/internal/keys"
 )
@@ -328,23 +325,7 @@ func validateStruct(v any) error {
 	if err == nil {
 		return nil
 	}
-	var ve validator.ValidationErrors
-	if !errors.As(err, &ve) {
-		return err
-	}
-	fields := make([]string, 0, len(ve))
-	for _, fe := range ve {
-		ns := fe.Namespace()
-		if _, rest, ok := strings.Cut(ns, "."); ok {
-			ns = rest
-		}
-		rule := fe.Tag()
-		if fe.Param() != "" {
-			rule += "=" + fe.Param()
-		}
-		fields = append(fields, ns+" (fails "+rule+")")
-	}
-	return errors.New(strings.Join(fields, ", "))
+	return errors.New(validationFields(err))
 }
 
 // configSnap is a config a worker applied, with its gen.
