@@ -11,22 +11,28 @@ import (
 //go:embed scripts/*.lua
 var scriptFS embed.FS
 
-// script loads an embedded script. Exec sends EVALSHA and falls back to EVAL
-// on NOSCRIPT, so SCRIPT FLUSH or a restarted server never breaks a call.
+// script loads an embedded script, with lib_types.lua's helpers before it.
+// Exec sends EVALSHA and falls back to EVAL on NOSCRIPT, so SCRIPT FLUSH or
+// a restarted server never breaks a call.
 func script(name string) *rueidis.Lua {
-	return rueidis.NewLuaScript(mustRead(name))
+	return rueidis.NewLuaScript(withLib(name))
+}
+
+// withLib is an embedded script with lib_types.lua before it.
+func withLib(name string) string {
+	return mustRead("lib_types.lua") + "\n" + mustRead(name)
 }
 
 // retryableScript loads an embedded script that is safe to run twice (its
 // second run finds the effect of the first and answers the same), so that
 // rueidis may resend it after a connection breaks.
 func retryableScript(name string) *rueidis.Lua {
-	return rueidis.NewLuaScriptRetryable(mustRead(name))
+	return rueidis.NewLuaScriptRetryable(withLib(name))
 }
 
 // readOnlyScript loads an embedded script that only reads (EVALSHA_RO).
 func readOnlyScript(name string) *rueidis.Lua {
-	return rueidis.NewLuaScriptReadOnly(mustRead(name))
+	return rueidis.NewLuaScriptReadOnly(withLib(name))
 }
 
 func mustRead(name string) string {

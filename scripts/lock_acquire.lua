@@ -10,12 +10,8 @@
 --          same fence}, so the lock is never stranded.
 --          {0, pttl} when held by another (pttl: the holder's time left, ms);
 --          a WRONGTYPE error, nothing changed, when a key holds another type
-for _, k in ipairs(KEYS) do
-  local t = redis.call('TYPE', k).ok
-  if t ~= 'string' and t ~= 'none' then
-    return redis.error_reply('WRONGTYPE ' .. k .. ' holds a ' .. t .. ', not a string')
-  end
-end
+local err = wrong_types('string')
+if err then return err end
 local last = redis.call('GET', KEYS[2])
 if last and not tonumber(last) then
   return redis.error_reply('WRONGTYPE ' .. KEYS[2] .. ' is not an integer')

@@ -9,13 +9,8 @@
 -- ARGV[3]  the task's dedup key, or ''
 -- returns  1 when acked; 0 when the lease is lost (the task was re-queued,
 --          and perhaps reserved by another): then nothing changes
-local want = {'zset', 'hash', 'hash', 'hash'}
-for i, k in ipairs(KEYS) do
-  local t = redis.call('TYPE', k).ok
-  if t ~= 'none' and t ~= want[i] then
-    return redis.error_reply('WRONGTYPE ' .. k .. ' holds a ' .. t .. ', not a ' .. want[i])
-  end
-end
+local err = wrong_types({'zset', 'hash', 'hash', 'hash'})
+if err then return err end
 if redis.call('HGET', KEYS[3], ARGV[1]) ~= ARGV[2] then
   return 0
 end

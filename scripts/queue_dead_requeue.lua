@@ -5,13 +5,8 @@
 -- KEYS[2]  fleet:queue:<name>       list: pending bodies
 -- ARGV     pairs: the dead entry exactly as stored, the body to push
 -- returns  how many were moved
-local want = {'list', 'list'}
-for i, k in ipairs(KEYS) do
-  local t = redis.call('TYPE', k).ok
-  if t ~= 'none' and t ~= want[i] then
-    return redis.error_reply('WRONGTYPE ' .. k .. ' holds a ' .. t .. ', not a ' .. want[i])
-  end
-end
+local err = wrong_types({'list', 'list'})
+if err then return err end
 local moved = 0
 for i = 1, #ARGV, 2 do
   if redis.call('LREM', KEYS[1], 1, ARGV[i]) == 1 then

@@ -7,13 +7,8 @@
 -- ARGV[3]  lease in milliseconds
 -- returns  the new deadline in unix milliseconds; 0 when the lease is lost
 --          (then nothing changes)
-local want = {'zset', 'hash'}
-for i, k in ipairs(KEYS) do
-  local t = redis.call('TYPE', k).ok
-  if t ~= 'none' and t ~= want[i] then
-    return redis.error_reply('WRONGTYPE ' .. k .. ' holds a ' .. t .. ', not a ' .. want[i])
-  end
-end
+local err = wrong_types({'zset', 'hash'})
+if err then return err end
 if redis.call('HGET', KEYS[2], ARGV[1]) ~= ARGV[2] or not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
   return 0
 end

@@ -13,13 +13,8 @@
 -- ARGV[5]  the task's dedup key, or ''
 -- ARGV[6]  bound on the dead letters' count (0: none)
 -- returns  1 when done; 0 when the lease is lost: then nothing changes
-local want = {'zset', 'hash', 'hash', 'zset', 'list', 'hash'}
-for i, k in ipairs(KEYS) do
-  local t = redis.call('TYPE', k).ok
-  if t ~= 'none' and t ~= want[i] then
-    return redis.error_reply('WRONGTYPE ' .. k .. ' holds a ' .. t .. ', not a ' .. want[i])
-  end
-end
+local err = wrong_types({'zset', 'hash', 'hash', 'zset', 'list', 'hash'})
+if err then return err end
 if redis.call('HGET', KEYS[3], ARGV[1]) ~= ARGV[2] then
   return 0
 end

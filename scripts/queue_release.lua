@@ -8,13 +8,8 @@
 -- ARGV[1]  task id
 -- ARGV[2]  the caller's lease token
 -- returns  1 when released; 0 when the lease is lost: then nothing changes
-local want = {'list', 'zset', 'hash', 'hash'}
-for i, k in ipairs(KEYS) do
-  local t = redis.call('TYPE', k).ok
-  if t ~= 'none' and t ~= want[i] then
-    return redis.error_reply('WRONGTYPE ' .. k .. ' holds a ' .. t .. ', not a ' .. want[i])
-  end
-end
+local err = wrong_types({'list', 'zset', 'hash', 'hash'})
+if err then return err end
 if redis.call('HGET', KEYS[4], ARGV[1]) ~= ARGV[2] then
   return 0
 end

@@ -13,13 +13,8 @@
 -- ARGV[2..] one item per 6 values: id, token ('' for none), body as seen,
 --          new body, '1' to bury it or '0' to re-queue it, dedup key or ''
 -- returns  {requeued, buried}
-local want = {'list', 'zset', 'hash', 'hash', 'list', 'hash'}
-for i, k in ipairs(KEYS) do
-  local t = redis.call('TYPE', k).ok
-  if t ~= 'none' and t ~= want[i] then
-    return redis.error_reply('WRONGTYPE ' .. k .. ' holds a ' .. t .. ', not a ' .. want[i])
-  end
-end
+local err = wrong_types({'list', 'zset', 'hash', 'hash', 'list', 'hash'})
+if err then return err end
 local t = redis.call('TIME')
 local now = (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)) / 1000
 local requeued, buried = 0, 0

@@ -18,13 +18,8 @@
 -- returns  {now_ms, pending_left, next_ready, poisoned, id1, token1, body1, ...}
 --          next_ready is the earliest scheduled ready_at (unix s) when nothing
 --          was reserved and something is scheduled, else ''
-local want = {'list', 'zset', 'hash', 'hash', 'zset', 'list'}
-for i, k in ipairs(KEYS) do
-  local t = redis.call('TYPE', k).ok
-  if t ~= 'none' and t ~= want[i] then
-    return redis.error_reply('WRONGTYPE ' .. k .. ' holds a ' .. t .. ', not a ' .. want[i])
-  end
-end
+local err = wrong_types({'list', 'zset', 'hash', 'hash', 'zset', 'list'})
+if err then return err end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local due = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', string.format('%.3f', now / 1000), 'LIMIT', 0, tonumber(ARGV[4]))

@@ -8,13 +8,8 @@
 -- ARGV[4]  ready_at (unix s), or '' for now
 -- returns  the id of the task: ARGV[1] when pushed, or the id of the live
 --          task that holds the same dedup key (then nothing changes)
-local want = {'list', 'zset', 'hash'}
-for i, k in ipairs(KEYS) do
-  local t = redis.call('TYPE', k).ok
-  if t ~= 'none' and t ~= want[i] then
-    return redis.error_reply('WRONGTYPE ' .. k .. ' holds a ' .. t .. ', not a ' .. want[i])
-  end
-end
+local err = wrong_types({'list', 'zset', 'hash'})
+if err then return err end
 if ARGV[3] ~= '' then
   local first = redis.call('HGET', KEYS[3], ARGV[3])
   if first then

@@ -10,13 +10,8 @@
 -- ARGV[2]  how many expired reservations to list at most
 -- returns  {moved, id1, token1, body1, ...}; token is '' for a reservation
 --          that fleet did not make (another client's)
-local want = {'list', 'zset', 'hash', 'hash', 'zset'}
-for i, k in ipairs(KEYS) do
-  local t = redis.call('TYPE', k).ok
-  if t ~= 'none' and t ~= want[i] then
-    return redis.error_reply('WRONGTYPE ' .. k .. ' holds a ' .. t .. ', not a ' .. want[i])
-  end
-end
+local err = wrong_types({'list', 'zset', 'hash', 'hash', 'zset'})
+if err then return err end
 local t = redis.call('TIME')
 local nows = string.format('%.3f', (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)) / 1000)
 local due = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', nows, 'LIMIT', 0, tonumber(ARGV[1]))

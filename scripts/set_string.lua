@@ -4,10 +4,8 @@
 -- ARGV[2]  TTL in milliseconds, "0" for none
 -- returns  "OK"; a WRONGTYPE error, with the key unchanged, when it holds
 --          a hash, list, set or any type but a string
-local t = redis.call('TYPE', KEYS[1]).ok
-if t ~= 'string' and t ~= 'none' then
-  return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value')
-end
+local err = wrong_types('string')
+if err then return err end
 if ARGV[2] ~= '0' then
   return redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 end

@@ -7,10 +7,8 @@
 -- ARGV[3..] score, member pairs to add
 -- returns  the stream's length after trimming; a WRONGTYPE error, changing
 --          nothing, when KEYS[1] is not a sorted set
-local t = redis.call('TYPE', KEYS[1])['ok']
-if t ~= 'zset' and t ~= 'none' then
-  return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value')
-end
+local err = wrong_types('zset')
+if err then return err end
 -- ZADD in chunks: unpack is bounded by the Lua C stack.
 local chunk = 512
 for i = 3, #ARGV, chunk do

@@ -18,13 +18,8 @@
 -- KEYS[5]  fleet:queue:<name>:scheduled         zset: body -> ready_at
 -- KEYS[6]  fleet:queue:<name>:dedup             hash: dedup key -> id (derived)
 -- returns  {leases_removed, leases_missing, dedup_added, dedup_removed, dedup_fixed}
-local want = {'list', 'zset', 'hash', 'hash', 'zset', 'hash'}
-for i, k in ipairs(KEYS) do
-  local t = redis.call('TYPE', k).ok
-  if t ~= 'none' and t ~= want[i] then
-    return redis.error_reply('WRONGTYPE ' .. k .. ' holds a ' .. t .. ', not a ' .. want[i])
-  end
-end
+local err = wrong_types({'list', 'zset', 'hash', 'hash', 'zset', 'hash'})
+if err then return err end
 local out = {0, 0, 0, 0, 0}
 local leases = redis.call('HKEYS', KEYS[4])
 for _, id in ipairs(leases) do

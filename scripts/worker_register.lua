@@ -9,13 +9,8 @@
 -- ARGV[3]  now, unix seconds
 -- ARGV[4]  the state to record (IDLE, RUNNING or ERROR)
 -- returns  {gen, config} as stored after the call
-local want = {'string', 'string', 'string', 'hash'}
-for i, k in ipairs(KEYS) do
-  local t = redis.call('TYPE', k).ok
-  if t ~= 'none' and t ~= want[i] then
-    return redis.error_reply('WRONGTYPE ' .. k .. ' holds a ' .. t .. ', not a ' .. want[i])
-  end
-end
+local err = wrong_types({'string', 'string', 'string', 'hash'})
+if err then return err end
 local gen = redis.call('GET', KEYS[3])
 if gen and not string.match(gen, '^%d+$') then
   return redis.error_reply('ERR ' .. KEYS[3] .. ' value is not an integer')

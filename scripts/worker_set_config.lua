@@ -12,12 +12,8 @@
 -- ARGV[3]  the expected gen (cas) or the new gen (push), a decimal integer
 -- returns  {1, new gen} when stored; {0, stored gen} when refused (nothing
 --          changes)
-for i, k in ipairs(KEYS) do
-  local t = redis.call('TYPE', k).ok
-  if t ~= 'none' and t ~= 'string' then
-    return redis.error_reply('WRONGTYPE ' .. k .. ' holds a ' .. t .. ', not a string')
-  end
-end
+local err = wrong_types('string')
+if err then return err end
 local cur = redis.call('GET', KEYS[2]) or '0'
 if not string.match(cur, '^%d+$') or not string.match(ARGV[3], '^%d+$') then
   return redis.error_reply('ERR ' .. KEYS[2] .. ' value is not an integer')
