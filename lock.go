@@ -94,6 +94,13 @@ func (l *Lock) Acquire(ctx context.Context, opts LockOptions) (_ *Lease, err err
 		return nil, opErr("lock acquire", l.name, fmt.Errorf("%w: wait %v is negative", ErrInvalidArgument, opts.Wait))
 	}
 	token := newToken()
+	defer func() {
+		if err != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+			// ctx ended while an acquire script was on its way: it may have
+			// taken the lock for token after all. Free it if so.
+			l.abandon(ctx, token, opts.Hold)
+		}
+	}()
 	lease, pttl, err := l.try(ctx, token, opts.Hold)
 	if lease != nil || err != nil {
 		return lease, opErr("lock acquire", l.name, err)
@@ -103,6 +110,14 @@ func (l *Lock) Acquire(ctx context.Context, opts LockOptions) (_ *Lease, err err
 	}
 	lease, err = l.wait(ctx, token, opts, pttl)
 	return lease, opErr("lock acquire", l.name, err)
+}
+
+// abandon releases the lock if token holds it (and changes nothing if not),
+// on a context of its own bounded by hold.
+func (l *Lock) abandon(ctx context.Context, token string, hold time.Duration) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), hold)
+	defer cancel()
+	_ = (&Lease{lock: l, token: token}).Release(rctx)
 }
 
 // try runs the acquire script once. It returns the lease, or the holder's
