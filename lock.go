@@ -85,7 +85,11 @@ func (l *Lock) check(ctx context.Context, hold time.Duration) error {
 // Acquire takes the lock for opts.Hold, waiting up to opts.Wait while
 // another holds it. It returns ErrNotObtained when the wait runs out,
 // ErrInvalidArgument for Hold <= 0 or Wait < 0, and ctx's error when ctx
-// ends first.
+// ends first. A ctx that ends while an acquire script is on its way to the
+// server cannot stop the script: Acquire then releases the lock should the
+// script have taken it, but a script still queued behind that release can
+// take it later and keep it until Hold runs out. Bound an Acquire with
+// opts.Wait rather than a short ctx deadline when that matters.
 func (l *Lock) Acquire(ctx context.Context, opts LockOptions) (_ *Lease, err error) {
 	if err := l.check(ctx, opts.Hold); err != nil {
 		return nil, opErr("lock acquire", l.name, err)
