@@ -203,16 +203,7 @@ func TestBadNamesChangeNothing(t *testing.T) {
 func TestScriptsSurviveFlushAndRestart(t *testing.T) {
 	t.Parallel()
 	c := ctx(t)
-	s, err := fleettest.StartServer(c, fleettest.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Stop()
-	f, err := fleet.Open(c, fleet.Options{URL: s.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	s, f := ownServer(t, fleet.Options{})
 	lk := f.Lock("flush")
 	use := func(step string) {
 		t.Helper()
@@ -252,16 +243,7 @@ func TestScriptsSurviveFlushAndRestart(t *testing.T) {
 func TestServerGoneIsUnavailable(t *testing.T) {
 	t.Parallel()
 	c := ctx(t)
-	s, err := fleettest.StartServer(c, fleettest.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Stop()
-	f, err := fleet.Open(c, fleet.Options{URL: s.URL(), DialTimeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	s, f := ownServer(t, fleet.Options{DialTimeout: time.Second})
 	if err := f.KV("ns").Set(c, "k", "v", 0); err != nil {
 		t.Fatal(err)
 	}
@@ -316,4 +298,22 @@ func TestOnlyNetworkErrorsAreUnavailable(t *testing.T) {
 	if !errors.Is(err, fleet.ErrLockLost) || errors.Is(err, fleet.ErrUnavailable) {
 		t.Errorf("Do after losing the lock = %v", err)
 	}
+}
+
+// ownServer starts a redis-server for this test alone (to flush, restart
+// or kill it) and opens a Fleet on it with opts; both end with the test.
+func ownServer(t *testing.T, opts fleet.Options) (*fleettest.Server, *fleet.Fleet) {
+	t.Helper()
+	s, err := fleettest.StartServer(ctx(t), fleettest.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	opts.URL = s.URL()
+	f, err := fleet.Open(ctx(t), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return s, f
 }

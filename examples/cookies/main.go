@@ -21,7 +21,6 @@ import (
 	"log"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -97,18 +96,11 @@ func run(scrapers, pages, uses int, site string) error {
 	srv := httptest.NewServer(&fakeSite{uses: uses, valid: map[string]int{}})
 	defer srv.Close()
 
-	url, stop, err := exredis.URL(ctx)
+	f, done, err := exredis.Open(ctx, "cookies")
 	if err != nil {
 		return err
 	}
-	defer stop()
-	prefix := fmt.Sprintf("example-cookies-%d:", os.Getpid())
-	f, err := fleet.Open(ctx, fleet.Options{URL: url, Prefix: prefix})
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	defer exredis.Cleanup(context.WithoutCancel(ctx), f.Client(), prefix)
+	defer done()
 	pool := fleet.NewPool[CfCookie, CfCookieTags](f, cookiePool, fleet.PoolOptions{})
 	harvests := fleet.NewQueue[HarvestRequest](f, harvesterQueue, fleet.QueueOptions{Lease: 10 * time.Second})
 

@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"log"
 	"math/rand/v2"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -43,18 +42,11 @@ func main() {
 func run(workers, requests int, fresh time.Duration, site string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	url, stop, err := exredis.URL(ctx)
+	f, done, err := exredis.Open(ctx, "harvest")
 	if err != nil {
 		return err
 	}
-	defer stop()
-	prefix := fmt.Sprintf("example-harvest-%d:", os.Getpid())
-	f, err := fleet.Open(ctx, fleet.Options{URL: url, Prefix: prefix})
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	defer exredis.Cleanup(context.WithoutCancel(ctx), f.Client(), prefix)
+	defer done()
 
 	inflight := f.Counter("scraper:inflight")
 	harvests := f.Counter("harvester:runs")

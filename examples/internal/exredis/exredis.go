@@ -9,6 +9,8 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/fleet-go/fleet"
+
 	"github.com/fleet-go/fleet/fleettest"
 )
 
@@ -44,4 +46,24 @@ func Cleanup(ctx context.Context, c rueidis.Client, prefix string) {
 			}
 		}
 	}
+}
+
+// Open opens a Fleet for the example called name, under a key prefix of its
+// own (name and the process id), on URL's Redis. done closes the Fleet,
+// deletes every key the example wrote, and stops a throwaway server.
+func Open(ctx context.Context, name string) (f *fleet.Fleet, done func(), err error) {
+	url, stop, err := URL(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	prefix := fmt.Sprintf("example-%s-%d:", name, os.Getpid())
+	if f, err = fleet.Open(ctx, fleet.Options{URL: url, Prefix: prefix}); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return f, func() {
+		Cleanup(context.WithoutCancel(ctx), f.Client(), prefix)
+		f.Close()
+		stop()
+	}, nil
 }
