@@ -1,0 +1,590 @@
+package chaos
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/fleet-go/fleet"
+	"github.com/fleet-go/fleet/fleettest"
+	"github.com/fleet-go/fleet/internal/keys"
+	"github.com/fleet-go/fleet/internal/redistest"
+)
+
+var (
+	flagTasks    = flag.Int("chaos.tasks", 300, "tasks submitted on each target")
+	flagTime     = flag.Duration("chaos.time", 0, "fault time on each target, shared by its phases (0: chaos.phase per phase)")
+	flagPhase    = flag.Duration("chaos.phase", 3*time.Second, "how long each fault phase injects faults")
+	flagPhases   = flag.String("chaos.phases", "", "comma-separated phases to run (default: every phase the target supports)")
+	flagTargets  = flag.String("chaos.targets", "single,cluster", "comma-separated targets: single (a redis-server of the suite's own, behind proxies), cluster")
+	flagWorkers  = flag.Int("chaos.workers", 3, "worker processes")
+	flagSlots    = flag.Int("chaos.slots", 4, "slots per worker process")
+	flagSweepers = flag.Int("chaos.sweepers", 2, "sweeper processes")
+	flagLease    = flag.Duration("chaos.lease", time.Second, "the queue's lease")
+	flagLong     = flag.Float64("chaos.long", 0.4, "share of tasks that work 0.2-1.5 leases (the rest work 5-60 ms)")
+	flagMargin   = flag.Duration("chaos.margin", 100*time.Millisecond, "runs of one task that overlap by more than this count as overlapping")
+	flagSeed     = flag.Int64("chaos.seed", 0, "seed of the faults and the tasks (0: from the clock; logged)")
+	flagDrain    = flag.Duration("chaos.drain", 0, "bound on the final drain (0: scaled to the tasks)")
+	flagDir      = flag.String("chaos.dir", "", "keep the evidence here (default: a temporary directory, kept when the test fails)")
+)
+
+const (
+	queueName   = "chaos"
+	maxAttempts = 100 // leases that run out count attempts: under kills a task may lose many
+)
+
+func TestMain(m *testing.M) {
+	if role := os.Getenv(envRole); role != "" {
+		os.Exit(runRole(role))
+	}
+	redistest.Main(m)
+}
+
+// settings are the flags, checked.
+type settings struct {
+	tasks, workers, slots, sweepers  int
+	lease, sweepEvery, phase, margin time.Duration
+	drain                            time.Duration
+	long                             float64
+	seed                             int64
+}
+
+// target is where a run goes.
+type target struct {
+	name    string
+	url     string // direct
+	cluster bool
+	layout  fleet.Layout
+}
+
+// TestChaos runs the fault suite on the single node (a redis-server of its
+// own, with AOF and appendfsync always, each process behind a proxy) and on
+// the cluster (process faults only), and fails unless nothing submitted was
+// lost, nothing acked twice, no two runs of a task overlapped, and no run
+// began after its lease deadline.
+func TestChaos(t *testing.T) {
+	s := settings{tasks: *flagTasks, workers: *flagWorkers, slots: *flagSlots, sweepers: *flagSweepers,
+		lease: *flagLease, phase: *flagPhase, margin: *flagMargin, drain: *flagDrain, long: *flagLong, seed: *flagSeed}
+	if s.seed == 0 {
+		s.seed = time.Now().UnixNano() % 1_000_000_007
+	}
+	if s.tasks < 1 || s.workers < 1 || s.slots < 1 || s.sweepers < 0 || s.lease < 100*time.Millisecond || s.long < 0 || s.long > 1 {
+		t.Fatalf("bad chaos flags: %+v", s)
+	}
+	s.sweepEvery = max(s.lease/4, 20*time.Millisecond)
+	t.Logf("chaos seed %d (rerun with -chaos.seed=%d)", s.seed, s.seed)
+	for _, name := range strings.Split(*flagTargets, ",") {
+		name = strings.TrimSpace(name)
+		t.Run(name, func(t *testing.T) {
+			switch name {
+			case "single":
+				runSingle(t, s)
+			case "cluster":
+				tg := target{name: "cluster", url: redistest.ClusterURL(t), cluster: true, layout: fleet.LayoutTagged}
+				prefix := redistest.Prefix(t, redistest.Target{Name: "cluster-tagged", URL: tg.url, Cluster: true, Tagged: true})
+				newRun(t, s, tg, nil, prefix).do()
+			default:
+				t.Fatalf("unknown target %q", name)
+			}
+		})
+	}
+}
+
+func runSingle(t *testing.T, s settings) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	srv, err := fleettest.StartServer(ctx, fleettest.Config{AppendOnly: true})
+	if err != nil {
+		t.Fatalf("the single node needs a redis-server of the suite's own (it restarts it): %v", err)
+	}
+	t.Cleanup(srv.Stop)
+	tg := target{name: "single", url: srv.URL(), layout: fleet.LayoutCompat}
+	newRun(t, s, tg, srv, "chaos:").do()
+}
+
+// run is one target's run.
+type run struct {
+	t      *testing.T
+	s      settings
+	tg     target
+	server *fleettest.Server // nil on the cluster
+	prefix string
+	dir    string
+	rng    *rng
+	flog   *faultLog
+
+	workers, sweepers []*proc
+	sub               *proc   // the submitter's place (its proxy)
+	proxied, all      []*proc // places with a proxy; every place
+	bg                sync.WaitGroup
+
+	mu       sync.Mutex
+	deaths   map[string]int64
+	oddExits []string
+	phases   []phaseSpan
+
+	submitted  map[string]int
+	unknown    int // submits whose outcome is unknown (retried under new ids)
+	submitErrs map[string]int
+}
+
+func newRun(t *testing.T, s settings, tg target, srv *fleettest.Server, prefix string) *run {
+	r := &run{t: t, s: s, tg: tg, server: srv, prefix: prefix, rng: newRNG(s.seed),
+		deaths: map[string]int64{}, submitted: map[string]int{}, submitErrs: map[string]int{}}
+	if *flagDir != "" {
+		r.dir = filepath.Join(*flagDir, fmt.Sprintf("%s-%d", tg.name, s.seed))
+		if err := os.MkdirAll(r.dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		dir, err := os.MkdirTemp("", "fleet-chaos-"+tg.name+"-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.dir = dir
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("evidence kept in %s", dir)
+			} else {
+				os.RemoveAll(dir)
+			}
+		})
+	}
+	for _, sub := range []string{"ev", "log"} {
+		if err := os.MkdirAll(filepath.Join(r.dir, sub), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flf, err := os.Create(filepath.Join(r.dir, "faults.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.flog = &faultLog{f: flf, phase: "setup"}
+	t.Cleanup(func() { flf.Close() })
+	return r
+}
+
+// ended is told by a process's wait goroutine how it ended.
+func (r *run) ended(id string, at, stopped int64, expected bool, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var ee *exec.ExitError
+	killed := false
+	if errors.As(err, &ee) {
+		ws, ok := ee.Sys().(syscall.WaitStatus)
+		killed = ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
+	}
+	if killed {
+		if stopped != 0 {
+			at = stopped // a stopped process did nothing since
+		}
+		r.deaths[id] = at
+	}
+	switch {
+	case !expected:
+		r.oddExits = append(r.oddExits, fmt.Sprintf("%s exited by itself: %v", id, err))
+	case err != nil && !killed:
+		r.oddExits = append(r.oddExits, fmt.Sprintf("%s did not exit cleanly on SIGTERM: %v", id, err))
+	}
+	r.flog.add("exit", strings.SplitN(id, ".", 2)[0], fmt.Sprintf("%s:%v", id, err))
+}
+
+func (r *run) do() {
+	t, s := r.t, r.s
+	phases := phasesFor(r.server != nil)
+	if *flagPhases != "" {
+		var want []string
+		for _, p := range strings.Split(*flagPhases, ",") {
+			p = strings.TrimSpace(p)
+			if !containsStr(phasesFor(r.server != nil), p) {
+				t.Logf("phase %s does not run on %s", p, r.tg.name)
+				continue
+			}
+			want = append(want, p)
+		}
+		phases = want
+	}
+	phase := s.phase
+	if *flagTime > 0 && len(phases) > 0 {
+		phase = *flagTime / time.Duration(len(phases))
+	}
+	gap := s.lease + s.lease/2
+	total := time.Duration(len(phases)) * (phase + gap)
+	t.Logf("%s: %d tasks, %d workers x %d slots, %d sweepers, lease %v, phases %v of %v each, evidence in %s",
+		r.tg.name, s.tasks, s.workers, s.slots, s.sweepers, s.lease, phases, phase, r.dir)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	defer r.bg.Wait()
+	defer r.stopAll() // on any way out
+
+	// The places, each with its proxy on the single node.
+	mk := func(name, role string) *proc {
+		p := &proc{r: r, name: name, role: role, busy: make(chan struct{}, 1)}
+		if r.server != nil {
+			px, err := fleettest.StartProxy(r.server.Addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(px.Close)
+			p.proxy = px
+			r.proxied = append(r.proxied, p)
+		}
+		r.all = append(r.all, p)
+		return p
+	}
+	for i := range s.workers {
+		r.workers = append(r.workers, mk(fmt.Sprintf("w%d", i+1), "worker"))
+	}
+	for i := range s.sweepers {
+		r.sweepers = append(r.sweepers, mk(fmt.Sprintf("s%d", i+1), "sweeper"))
+	}
+	r.sub = mk("sub", "")
+	for _, p := range r.all {
+		if err := p.start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The submitter (in this process, through its proxy), and a direct
+	// Fleet to watch and count.
+	subF := r.open(ctx, r.sub.url())
+	defer subF.Close()
+	direct := r.open(ctx, r.tg.url)
+	defer direct.Close()
+	q := fleet.NewQueue[job](direct, queueName, fleet.QueueOptions{Lease: s.lease, MaxAttempts: maxAttempts})
+
+	start := time.Now()
+	t0 := start.UnixMicro()
+	subDone := make(chan struct{})
+	go func() {
+		defer close(subDone)
+		r.submit(ctx, subF, total)
+	}()
+
+	for _, ph := range phases {
+		r.mu.Lock()
+		r.phases = append(r.phases, phaseSpan{name: ph, from: time.Now().UnixMicro()})
+		r.mu.Unlock()
+		r.runPhase(ctx, ph, phase)
+		r.flog.setPhase(ph + "+gap")
+		sleep(ctx, gap)
+		if t.Failed() && ctx.Err() != nil {
+			return
+		}
+	}
+	r.mu.Lock()
+	r.phases = append(r.phases, phaseSpan{name: "drain", from: time.Now().UnixMicro()})
+	r.mu.Unlock()
+	r.flog.setPhase("drain")
+	r.heal(ctx)
+
+	// The final drain: everything submitted, nothing pending, scheduled or
+	// in flight, twice in a row.
+	bound := s.drain
+	if bound == 0 {
+		bound = 30*time.Second + 10*s.lease + time.Duration(s.tasks)*5*time.Millisecond
+	}
+	drainCtx, drainCancel := context.WithTimeout(ctx, bound)
+	defer drainCancel()
+	select {
+	case <-subDone:
+	case <-drainCtx.Done():
+		t.Errorf("the submitter did not finish within the drain bound %v", bound)
+	}
+	drained := false
+	for empty := 0; empty < 2 && drainCtx.Err() == nil; {
+		st, err := q.Stats(drainCtx)
+		if err == nil && st.Pending+st.InFlight+st.Scheduled == 0 {
+			empty++
+		} else {
+			empty = 0
+		}
+		if empty == 2 {
+			drained = true
+			break
+		}
+		sleep(drainCtx, 300*time.Millisecond)
+	}
+	if !drained {
+		t.Errorf("the queue did not drain within %v after the faults (what is left counts as lost)", bound)
+	}
+	elapsed := time.Since(start)
+	cancel()
+	<-subDone
+	r.stopAll()
+	r.bg.Wait()
+
+	// Count.
+	wctx, wcancel := context.WithTimeout(context.Background(), time.Minute)
+	defer wcancel()
+	w := &world{deaths: r.deaths, margin: s.margin, lease: s.lease, t0: t0, faults: r.flog.snapshot(), phases: r.phases,
+		submitted: r.submitted}
+	w.dead, w.left = r.redisState(wctx, direct, q)
+	ev, err := readEvidence(filepath.Join(r.dir, "ev"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := analyze(ev, w)
+	t.Logf("%s after %v (seed %d); submit errors %v (outcome unknown: %d, resubmitted)\n%s",
+		r.tg.name, elapsed.Round(time.Millisecond), s.seed, r.submitErrs, r.unknown, rep.table())
+	if b, err := json.MarshalIndent(rep, "", "  "); err == nil {
+		_ = os.WriteFile(filepath.Join(r.dir, "report.json"), b, 0o644)
+	}
+
+	// The goal.
+	for i, v := range rep.Violations {
+		if i == 40 {
+			t.Errorf("... and %d more violations (report.json)", len(rep.Violations)-i)
+			break
+		}
+		t.Errorf("%s", v)
+	}
+	if len(ev.bad) > 0 {
+		t.Errorf("%d evidence lines did not parse, e.g. %q", len(ev.bad), ev.bad[0])
+	}
+	if rep.Lost+rep.AckedTwice+rep.Overlaps+rep.BegunLate+rep.AckedButLeft > 0 {
+		t.Errorf("%s: lost %d, acked twice %d, overlapping runs %d (beyond %v), runs begun after their lease deadline %d, acked but left %d: want all 0",
+			r.tg.name, rep.Lost, rep.AckedTwice, rep.Overlaps, s.margin, rep.BegunLate, rep.AckedButLeft)
+	}
+	if rep.Submitted != s.tasks {
+		t.Errorf("submitted %d tasks, want %d", rep.Submitted, s.tasks)
+	}
+	for _, e := range r.oddExits {
+		t.Errorf("%s", e)
+	}
+	r.checkLogs()
+}
+
+func containsStr(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// open opens a Fleet on url, retrying a while.
+func (r *run) open(ctx context.Context, url string) *fleet.Fleet {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		octx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		f, err := fleet.Open(octx, fleet.Options{URL: url, Prefix: r.prefix, Layout: r.tg.layout})
+		cancel()
+		if err == nil {
+			return f
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("open %s: %v", url, err)
+		}
+		sleep(ctx, 200*time.Millisecond)
+	}
+}
+
+// stopAll stops every process gracefully (SIGTERM), in parallel.
+func (r *run) stopAll() {
+	var wg sync.WaitGroup
+	for _, p := range r.all {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.term("final-term", 30*time.Second)
+			p.closeStdin()
+		}()
+	}
+	wg.Wait()
+}
+
+// submit submits s.tasks tasks spread over d, through f; a submit whose
+// outcome is unknown is retried under new ids. 10% go through SubmitWith
+// with a NotBefore up to 0.5 s ahead (the scheduled path).
+func (r *run) submit(ctx context.Context, f *fleet.Fleet, d time.Duration) {
+	s := r.s
+	q := fleet.NewQueue[job](f, queueName, fleet.QueueOptions{Lease: s.lease, MaxAttempts: maxAttempts})
+	g := newRNG(s.seed + 1)
+	jobs := make([]job, s.tasks)
+	for i := range jobs {
+		jobs[i].Seq = i
+		if g.float() < s.long {
+			jobs[i].WorkMS = int(g.between(s.lease/5, s.lease*3/2) / time.Millisecond)
+		} else {
+			jobs[i].WorkMS = 5 + g.intn(55)
+		}
+		jobs[i].Fail = g.float() < 0.05
+	}
+	subf, err := os.Create(filepath.Join(r.dir, "submitted.log"))
+	if err != nil {
+		r.t.Errorf("%v", err)
+		return
+	}
+	defer subf.Close()
+	w := bufio.NewWriter(subf)
+	defer w.Flush()
+	record := func(ids []string, js []job) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for i, id := range ids {
+			r.submitted[id] = js[i].Seq
+			fmt.Fprintf(w, "%s %d\n", id, js[i].Seq)
+		}
+	}
+	failed := func(err error, n int) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.unknown += n
+		r.submitErrs[errClass(err)]++
+	}
+	start := time.Now()
+	next := 0
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for next < len(jobs) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		due := len(jobs)
+		if d > 0 {
+			due = min(len(jobs), int(float64(len(jobs))*float64(time.Since(start))/float64(d))+1)
+		}
+		for next < due && ctx.Err() == nil {
+			if g.float() < 0.1 {
+				sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+				id, err := q.SubmitWith(sctx, jobs[next], fleet.SubmitOptions{NotBefore: time.Now().Add(g.between(0, 500*time.Millisecond))})
+				cancel()
+				if err != nil {
+					failed(err, 1)
+					sleep(ctx, 50*time.Millisecond)
+					continue
+				}
+				record([]string{id}, jobs[next:next+1])
+				next++
+				continue
+			}
+			n := min(due-next, 50)
+			sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			ids, err := q.SubmitMany(sctx, jobs[next:next+n])
+			cancel()
+			if err != nil {
+				failed(err, n)
+				sleep(ctx, 50*time.Millisecond)
+				continue
+			}
+			record(ids, jobs[next:next+n])
+			next += n
+		}
+	}
+}
+
+func errClass(err error) string {
+	for _, e := range []error{fleet.ErrUnavailable, fleet.ErrClosed, context.DeadlineExceeded, context.Canceled} {
+		if errors.Is(err, e) {
+			return e.Error()
+		}
+	}
+	return word(err.Error())
+}
+
+// redisState reads the dead letters' ids and the ids still pending,
+// scheduled or in flight.
+func (r *run) redisState(ctx context.Context, f *fleet.Fleet, q *fleet.Queue[job]) (dead, left map[string]bool) {
+	dead, left = map[string]bool{}, map[string]bool{}
+	for off := 0; ; off += 1000 {
+		ds, err := q.DeadLetters(ctx, off, 1000)
+		if err != nil {
+			r.t.Fatalf("dead letters: %v", err)
+		}
+		for _, d := range ds {
+			dead[d.ID] = true
+		}
+		if len(ds) < 1000 {
+			break
+		}
+	}
+	k := keys.New(r.prefix, r.tg.layout == fleet.LayoutTagged).Queue(queueName)
+	c := f.Client()
+	bodyID := func(body string) string {
+		var b struct {
+			ID string `json:"id"`
+		}
+		if json.Unmarshal([]byte(body), &b) != nil {
+			return "?" + body
+		}
+		return b.ID
+	}
+	for _, cmd := range []rueidis.Completed{
+		c.B().Lrange().Key(k.Pending).Start(0).Stop(-1).Build(),
+		c.B().Zrange().Key(k.Scheduled).Min("0").Max("-1").Build(),
+	} {
+		bodies, err := c.Do(ctx, cmd).AsStrSlice()
+		if err != nil {
+			r.t.Fatalf("read the queue: %v", err)
+		}
+		for _, b := range bodies {
+			left[bodyID(b)] = true
+		}
+	}
+	ids, err := c.Do(ctx, c.B().Zrange().Key(k.Processing).Min("0").Max("-1").Build()).AsStrSlice()
+	if err != nil {
+		r.t.Fatalf("read the queue: %v", err)
+	}
+	for _, id := range ids {
+		left[id] = true
+	}
+	return dead, left
+}
+
+// checkLogs fails on a data race or a panic in any child's output.
+func (r *run) checkLogs() {
+	files, _ := filepath.Glob(filepath.Join(r.dir, "log", "*.err"))
+	for _, path := range files {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		for _, bad := range []string{"WARNING: DATA RACE", "panic:", "fatal error:"} {
+			if i := strings.Index(s, bad); i >= 0 {
+				r.t.Errorf("%s: %s", filepath.Base(path), s[i:min(len(s), i+3000)])
+			}
+		}
+	}
+}
+
+// ping checks that a server answers.
+func ping(ctx context.Context, addr string) error {
+	d := net.Dialer{Timeout: time.Second}
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(time.Second))
+	if _, err := conn.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if !strings.HasPrefix(line, "+PONG") {
+		return fmt.Errorf("PING: %q", line)
+	}
+	return nil
+}

@@ -1,0 +1,467 @@
+package chaos
+
+// Reading the evidence back and counting from it.
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// runRec is one handler run, from its S line and (unless the process died
+// first) its E line.
+type runRec struct {
+	id      string // "w1.0.17": place w1, incarnation 0, 17th run
+	proc    string // "w1.0"
+	task    string
+	seq     int
+	attempt int
+	slot    int
+	start   int64 // µs, wall clock
+	leaseDL int64 // µs: the lease deadline the task knew at the start (server clock)
+	ctxDL   int64 // µs: the handler ctx's deadline, 0 for none
+
+	ended   bool
+	last    int64  // µs: the last moment the handler saw its ctx alive
+	end     int64  // µs: when it returned
+	outcome string // "ok", "fail", "ctx:<cause>"
+	late    int64  // µs: the most a live step came after the lease deadline known then
+}
+
+type ackRec struct {
+	proc string
+	at   int64
+}
+
+type failRec struct {
+	proc  string
+	at    int64
+	class string
+}
+
+type procRec struct {
+	began, exited int64
+}
+
+// evidence is what every process wrote.
+type evidence struct {
+	runs   map[string]*runRec
+	byTask map[string][]*runRec
+	acks   map[string][]ackRec
+	fails  map[string][]failRec
+	procs  map[string]*procRec
+	bad    []string // lines that did not parse
+}
+
+func newEvidence() *evidence {
+	return &evidence{runs: map[string]*runRec{}, byTask: map[string][]*runRec{}, acks: map[string][]ackRec{},
+		fails: map[string][]failRec{}, procs: map[string]*procRec{}}
+}
+
+// readEvidence reads every *.log of dir (one per process incarnation, named
+// after it).
+func readEvidence(dir string) (*evidence, error) {
+	ev := newEvidence()
+	files, err := filepath.Glob(filepath.Join(dir, "*.log"))
+	if err != nil {
+		return nil, err
+	}
+	for _, path := range files {
+		proc := strings.TrimSuffix(filepath.Base(path), ".log")
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, err
+		}
+		sc := bufio.NewScanner(f)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			ev.add(proc, sc.Text())
+		}
+		err = sc.Err()
+		f.Close()
+		if err != nil {
+			return nil, err
+		}
+	}
+	return ev, nil
+}
+
+// add takes one evidence line of process proc.
+func (ev *evidence) add(proc, line string) {
+	f := strings.Fields(line)
+	n := func(i int) int64 {
+		if i >= len(f) {
+			panic("short")
+		}
+		v, err := strconv.ParseInt(f[i], 10, 64)
+		if err != nil {
+			panic(err)
+		}
+		return v
+	}
+	defer func() {
+		if recover() != nil {
+			ev.bad = append(ev.bad, proc+": "+line)
+		}
+	}()
+	if len(f) == 0 {
+		panic("empty")
+	}
+	pr := ev.procs[proc]
+	if pr == nil {
+		pr = &procRec{}
+		ev.procs[proc] = pr
+	}
+	switch f[0] {
+	case "B":
+		pr.began = n(1)
+	case "X":
+		pr.exited = n(1)
+	case "T":
+	case "S":
+		r := &runRec{id: f[1], proc: proc, task: f[2], seq: int(n(3)), attempt: int(n(4)), slot: int(n(5)),
+			start: n(6), leaseDL: n(8), ctxDL: n(9)}
+		if old := ev.runs[r.id]; old != nil {
+			panic("run id twice")
+		}
+		ev.runs[r.id] = r
+		ev.byTask[r.task] = append(ev.byTask[r.task], r)
+	case "E":
+		r := ev.runs[f[1]]
+		if r == nil || r.ended || r.task != f[2] {
+			panic("E without its S")
+		}
+		r.ended, r.last, r.end, r.outcome, r.late = true, n(3), n(4), f[5], n(7)
+	case "A":
+		ev.acks[f[1]] = append(ev.acks[f[1]], ackRec{proc: proc, at: n(2)})
+	case "F":
+		ev.fails[f[1]] = append(ev.fails[f[1]], failRec{proc: proc, at: n(2), class: f[3]})
+	default:
+		panic("unknown record")
+	}
+}
+
+// phaseSpan is a phase and when it began.
+type phaseSpan struct {
+	name string
+	from int64 // µs
+}
+
+// world is what the counts need besides the evidence: what was submitted,
+// how each process incarnation ended, and what Redis holds at the end.
+type world struct {
+	submitted map[string]int   // task id -> seq, acknowledged to the submitter
+	deaths    map[string]int64 // process incarnation -> µs it stopped running (SIGKILL, or the SIGSTOP before it)
+	dead      map[string]bool  // ids in the dead letters at the end
+	left      map[string]bool  // ids still pending, scheduled or in flight at the end
+	phases    []phaseSpan
+	faults    []faultEvent
+	margin    time.Duration // overlap beyond this counts
+	lease     time.Duration
+	t0        int64 // µs: times in the violations are shown from here
+}
+
+// figures are the counts of one phase (or of the whole run).
+type figures struct {
+	Runs, Acks, AckedTwice, Overlaps, BegunLate, Lost, Stuck int
+	BegunLateCtx, LivePastLease, LeaseLost                   int
+	Faults                                                   map[string]int
+}
+
+// report is what the counts found.
+type report struct {
+	Submitted, Acked, AckedInferred, ExtraAcked, Dead int
+	Lost, Stuck, AckedTwice, AckedButLeft, Overlaps   int
+	BegunLate, BegunLateCtx, LivePastLease, Unended   int
+	MaxOverlap                                        time.Duration
+	Phases                                            []string
+	Per                                               map[string]*figures
+	Violations                                        []string
+}
+
+func (w *world) phaseAt(at int64) string {
+	name := "setup"
+	for _, p := range w.phases {
+		if p.from <= at {
+			name = p.name
+		}
+	}
+	return name
+}
+
+func (w *world) sec(at int64) string { return fmt.Sprintf("%.3fs", float64(at-w.t0)/1e6) }
+
+// runEnd is the last moment run r may have done work: its last live step,
+// or when its process stopped running if it died mid-run.
+func (w *world) runEnd(r *runRec) (int64, bool) {
+	if r.ended {
+		return r.last, true
+	}
+	if d, ok := w.deaths[r.proc]; ok {
+		return max(d, r.start), true
+	}
+	return 0, false
+}
+
+// analyze counts.
+func analyze(ev *evidence, w *world) *report {
+	rep := &report{Submitted: len(w.submitted), Per: map[string]*figures{}}
+	per := func(at int64) *figures {
+		name := w.phaseAt(at)
+		f := rep.Per[name]
+		if f == nil {
+			f = &figures{Faults: map[string]int{}}
+			rep.Per[name] = f
+		}
+		return f
+	}
+	rep.Phases = append(rep.Phases, "setup")
+	for _, p := range w.phases {
+		if !slices.Contains(rep.Phases, p.name) {
+			rep.Phases = append(rep.Phases, p.name)
+		}
+	}
+	for _, e := range w.faults {
+		switch e.kind {
+		case "kill", "stop", "term", "cut", "freeze", "hold-replies", "redis-kill", "redis-term":
+			per(e.at).Faults[e.kind+"-"+placeKind(e.target)]++
+		}
+	}
+	violate := func(format string, args ...any) {
+		if len(rep.Violations) < 1000 {
+			rep.Violations = append(rep.Violations, fmt.Sprintf(format, args...))
+		}
+	}
+
+	// Runs: late starts, live steps past the lease, overlaps.
+	tasks := make([]string, 0, len(ev.byTask))
+	for id := range ev.byTask {
+		tasks = append(tasks, id)
+	}
+	sort.Strings(tasks)
+	for _, id := range tasks {
+		runs := ev.byTask[id]
+		sort.Slice(runs, func(i, j int) bool { return runs[i].start < runs[j].start })
+		for _, r := range runs {
+			f := per(r.start)
+			f.Runs++
+			if !r.ended {
+				if _, ok := w.deaths[r.proc]; !ok {
+					rep.Unended++
+					violate("task %s: run %s began at %s and never ended, though its process %s did not die", id, r.id, w.sec(r.start), r.proc)
+				}
+			}
+			if r.start > r.leaseDL {
+				rep.BegunLate++
+				f.BegunLate++
+				violate("task %s: run %s began at %s, %v after its lease deadline %s%s", id, r.id, w.sec(r.start),
+					time.Duration(r.start-r.leaseDL)*time.Microsecond, w.sec(r.leaseDL), w.faultsNear(r.proc, r.leaseDL-w.lease.Microseconds()*3, r.start))
+			}
+			if r.ctxDL > 0 && r.start > r.ctxDL {
+				rep.BegunLateCtx++
+				f.BegunLateCtx++
+			}
+			if r.ended && r.late > w.margin.Microseconds() {
+				rep.LivePastLease++
+				f.LivePastLease++
+			}
+		}
+		for i, a := range runs {
+			aEnd, ok := w.runEnd(a)
+			if !ok {
+				continue
+			}
+			for _, b := range runs[i+1:] {
+				bEnd, ok := w.runEnd(b)
+				if !ok {
+					continue
+				}
+				ov := min(aEnd, bEnd) - max(a.start, b.start)
+				if ov <= w.margin.Microseconds() {
+					continue
+				}
+				rep.Overlaps++
+				per(b.start).Overlaps++
+				rep.MaxOverlap = max(rep.MaxOverlap, time.Duration(ov)*time.Microsecond)
+				violate("task %s: runs overlapped by %v: %s on slot %d [%s .. %s, %s] and %s on slot %d [%s .. %s, %s]%s%s", id,
+					time.Duration(ov)*time.Microsecond, a.id, a.slot, w.sec(a.start), w.sec(aEnd), w.outcome(a),
+					b.id, b.slot, w.sec(b.start), w.sec(bEnd), w.outcome(b),
+					w.faultsNear(a.proc, a.start-w.lease.Microseconds(), aEnd), w.faultsNear(b.proc, b.start-w.lease.Microseconds(), bEnd))
+			}
+		}
+	}
+
+	// Acks.
+	for id, acks := range ev.acks {
+		rep.Acked++ // ids acked
+		for _, a := range acks {
+			per(a.at).Acks++ // successful acks
+		}
+		if _, ok := w.submitted[id]; !ok {
+			rep.ExtraAcked++
+		}
+		if len(acks) > 1 {
+			rep.AckedTwice++
+			per(acks[1].at).AckedTwice++
+			violate("task %s: acked %d times: %v", id, len(acks), acks)
+		}
+		if w.left[id] {
+			rep.AckedButLeft++
+			violate("task %s: acked, yet still in the queue at the end", id)
+		}
+	}
+	for _, fs := range ev.fails {
+		for _, f := range fs {
+			if f.class == "leaselost" {
+				per(f.at).LeaseLost++
+			}
+		}
+	}
+
+	// Lost: submitted, never acked, not in the dead letters.
+	ids := make([]string, 0, len(w.submitted))
+	for id := range w.submitted {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		switch {
+		case len(ev.acks[id]) > 0:
+		case w.dead[id]:
+			rep.Dead++
+		case w.left[id]:
+			rep.Lost++
+			rep.Stuck++
+			f := per(w.lastSeen(ev, id))
+			f.Lost++
+			f.Stuck++
+			violate("task %s (seq %d): still in Redis after the drain; runs: %s", id, w.submitted[id], w.runsOf(ev, id))
+		case w.ackUnrecorded(ev, id):
+			rep.AckedInferred++
+		default:
+			rep.Lost++
+			per(w.lastSeen(ev, id)).Lost++
+			violate("task %s (seq %d): lost (never acked, not dead, not in Redis); runs: %s", id, w.submitted[id], w.runsOf(ev, id))
+		}
+	}
+	rep.Acked += rep.AckedInferred
+	return rep
+}
+
+// ackUnrecorded reports whether a run of task id ended well in a process
+// that was killed before it could record the ack's outcome: the ack may
+// have succeeded (the task is gone from Redis).
+func (w *world) ackUnrecorded(ev *evidence, id string) bool {
+	for _, r := range ev.byTask[id] {
+		if !r.ended || r.outcome != "ok" {
+			continue
+		}
+		if _, killed := w.deaths[r.proc]; !killed {
+			continue
+		}
+		answered := false
+		for _, f := range ev.fails[id] {
+			if f.proc == r.proc && f.at >= r.end {
+				answered = true
+			}
+		}
+		if !answered {
+			return true
+		}
+	}
+	return false
+}
+
+// lastSeen is when task id last began a run (0 if never).
+func (w *world) lastSeen(ev *evidence, id string) int64 {
+	var at int64
+	for _, r := range ev.byTask[id] {
+		at = max(at, r.start)
+	}
+	return at
+}
+
+func (w *world) outcome(r *runRec) string {
+	if r.ended {
+		return r.outcome
+	}
+	return "died"
+}
+
+func (w *world) runsOf(ev *evidence, id string) string {
+	var b strings.Builder
+	for _, r := range ev.byTask[id] {
+		end, _ := w.runEnd(r)
+		fmt.Fprintf(&b, "[%s %s..%s %s] ", r.id, w.sec(r.start), w.sec(end), w.outcome(r))
+	}
+	for _, f := range ev.fails[id] {
+		fmt.Fprintf(&b, "{%s %s %s} ", f.proc, w.sec(f.at), f.class)
+	}
+	if b.Len() == 0 {
+		return "none"
+	}
+	return b.String()
+}
+
+// faultsNear lists the faults on the place of proc (and on redis) between
+// from and to.
+func (w *world) faultsNear(proc string, from, to int64) string {
+	place, _, _ := strings.Cut(proc, ".")
+	var out []string
+	for _, e := range w.faults {
+		if e.at < from || e.at > to || (e.target != place && e.target != "redis") || e.kind == "start" {
+			continue
+		}
+		out = append(out, e.kind+"("+e.target+")@"+w.sec(e.at))
+	}
+	if len(out) == 0 {
+		return ""
+	}
+	return "; faults: " + strings.Join(out, " ")
+}
+
+// table spells the report as the figures per phase.
+func (rep *report) table() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "submitted %d, acked %d (%d inferred: acked by a process killed before it recorded the ack), extra acked %d (submits whose reply was lost), dead %d\n",
+		rep.Submitted, rep.Acked, rep.AckedInferred, rep.ExtraAcked, rep.Dead)
+	fmt.Fprintf(&b, "LOST %d (stuck %d), ACKED TWICE %d, acked but left %d, OVERLAPS %d (max %v), BEGUN LATE %d; begun after ctx deadline %d, live past lease %d, unended %d\n",
+		rep.Lost, rep.Stuck, rep.AckedTwice, rep.AckedButLeft, rep.Overlaps, rep.MaxOverlap, rep.BegunLate, rep.BegunLateCtx, rep.LivePastLease, rep.Unended)
+	fmt.Fprintf(&b, "%-13s %6s %6s %5s %6s %7s %5s %8s %9s  %s\n", "phase", "runs", "acks", "lost", "acked2", "overlap", "late", "pastLease", "leaseLost", "faults")
+	for _, name := range rep.Phases {
+		f := rep.Per[name]
+		if f == nil {
+			continue
+		}
+		var fs []string
+		for k, v := range f.Faults {
+			fs = append(fs, fmt.Sprintf("%s=%d", k, v))
+		}
+		sort.Strings(fs)
+		fmt.Fprintf(&b, "%-13s %6d %6d %5d %6d %7d %5d %8d %9d  %s\n", name, f.Runs, f.Acks, f.Lost, f.AckedTwice, f.Overlaps, f.BegunLate,
+			f.LivePastLease, f.LeaseLost, strings.Join(fs, " "))
+	}
+	return b.String()
+}
+
+// placeKind names what a place is: w1 a worker, s1 a sweeper, sub the
+// submitter.
+func placeKind(place string) string {
+	switch {
+	case place == "sub":
+		return "submitter"
+	case place == "redis":
+		return "server"
+	case strings.HasPrefix(place, "w"):
+		return "worker"
+	case strings.HasPrefix(place, "s"):
+		return "sweeper"
+	}
+	return place
+}

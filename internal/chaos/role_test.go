@@ -1,0 +1,289 @@
+package chaos
+
+// The child side: the test binary, re-executed with CHAOS_ROLE set, runs as
+// a batch worker process or a sweeper process until SIGTERM (a graceful
+// stop), SIGKILL, or the end of its parent (its stdin closes).
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/fleet-go/fleet"
+)
+
+const (
+	envRole   = "CHAOS_ROLE"   // "worker" or "sweeper"
+	envConfig = "CHAOS_CONFIG" // a childConfig as JSON
+)
+
+// childConfig is what a child process is told.
+type childConfig struct {
+	Name     string // "w1", "s2": the process's place in the run
+	Inc      int    // incarnation: how many times that place was started before
+	URL      string // where to reach Redis (a proxy on the single node)
+	Prefix   string
+	Layout   fleet.Layout
+	Queue    string
+	Evidence string // the evidence file (append only)
+
+	Slots         int
+	Lease         time.Duration
+	Heartbeat     time.Duration
+	SweepInterval time.Duration
+	MaxAttempts   int
+	BackoffBase   time.Duration
+	BackoffMax    time.Duration
+}
+
+// job is a task's payload.
+type job struct {
+	Seq    int  `json:"seq"`     // the submitter's number for it
+	WorkMS int  `json:"work_ms"` // how long the handler works
+	Fail   bool `json:"fail"`    // the first attempt fails (a nack)
+}
+
+func (c childConfig) queueOptions() fleet.QueueOptions {
+	return fleet.QueueOptions{Lease: c.Lease, MaxAttempts: c.MaxAttempts, BackoffBase: c.BackoffBase, BackoffMax: c.BackoffMax}
+}
+
+// recorder appends evidence lines to a file opened with O_APPEND: each line
+// is one write(2), so a SIGKILL loses no line that was written, and a
+// Redis restart touches none.
+type recorder struct {
+	mu    sync.Mutex
+	f     *os.File
+	buf   []byte
+	start time.Time // for the monotonic times
+}
+
+func openRecorder(path string) (*recorder, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	return &recorder{f: f, start: time.Now()}, nil
+}
+
+func (r *recorder) line(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.buf = fmt.Appendf(r.buf[:0], format, args...)
+	r.buf = append(r.buf, '\n')
+	if _, err := r.f.Write(r.buf); err != nil {
+		fmt.Fprintf(os.Stderr, "chaos: evidence not written: %v\n", err)
+		os.Exit(4) // evidence we cannot keep would make the counts lie
+	}
+}
+
+// mono is t on this process's monotonic clock, in µs since it started.
+func (r *recorder) mono(t time.Time) int64 { return t.Sub(r.start).Microseconds() }
+
+func word(s string) string {
+	s = strings.Join(strings.Fields(s), "_")
+	if len(s) > 80 {
+		s = s[:80]
+	}
+	if s == "" {
+		s = "-"
+	}
+	return s
+}
+
+// runRole runs the child role and returns the exit code.
+func runRole(role string) int {
+	var c childConfig
+	if err := json.Unmarshal([]byte(os.Getenv(envConfig)), &c); err != nil {
+		fmt.Fprintf(os.Stderr, "chaos: bad %s: %v\n", envConfig, err)
+		return 2
+	}
+	// The parent holds our stdin open; when it dies, stdin ends: so do we.
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		os.Exit(3)
+	}()
+	rec, err := openRecorder(c.Evidence)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "chaos: %v\n", err)
+		return 2
+	}
+	rec.line("B %d %d", time.Now().UnixMicro(), os.Getpid())
+	sig, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	f := openFleet(sig, c, log)
+	if f == nil {
+		rec.line("X %d", time.Now().UnixMicro())
+		return 0
+	}
+	switch role {
+	case "worker":
+		err = runWorker(sig, c, f, rec, log)
+	case "sweeper":
+		err = runSweeper(sig, c, f, log)
+	default:
+		err = fmt.Errorf("unknown role %q", role)
+	}
+	rec.line("T %d", time.Now().UnixMicro())
+	_ = f.Close()
+	rec.line("X %d", time.Now().UnixMicro())
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "chaos: %s %s.%d: %v\n", role, c.Name, c.Inc, err)
+		return 1
+	}
+	return 0
+}
+
+// openFleet opens the Fleet, retrying while Redis is unreachable (a fault
+// may be on), until ctx ends (then nil).
+func openFleet(ctx context.Context, c childConfig, log *slog.Logger) *fleet.Fleet {
+	for {
+		octx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		f, err := fleet.Open(octx, fleet.Options{URL: c.URL, Prefix: c.Prefix, Layout: c.Layout, Logger: log, DialTimeout: time.Second})
+		cancel()
+		if err == nil {
+			return f
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// runWorker runs a batch worker until ctx ends, then stops it gracefully.
+func runWorker(ctx context.Context, c childConfig, f *fleet.Fleet, rec *recorder, log *slog.Logger) error {
+	q := fleet.NewQueue[job](f, c.Queue, c.queueOptions())
+	if err := q.Err(); err != nil {
+		return err
+	}
+	h := &handler{rec: rec, run: fmt.Sprintf("%s.%d", c.Name, c.Inc)}
+	for {
+		w := fleet.NewBatchWorker(f, fleet.WorkerOptions{
+			Type: "chaos", ID: fmt.Sprintf("%s.%d", c.Name, c.Inc), Slots: c.Slots,
+			Heartbeat: c.Heartbeat, StopGrace: 5 * time.Second, Logger: log,
+			OnTaskEnd: h.taskEnd,
+		}, q, fleet.BatchFunc[struct{}, struct{}, job](h.handle))
+		// Start's ctx is not the signal's: SIGTERM stops the worker
+		// gracefully through Stop.
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := w.Start(context.WithoutCancel(sctx))
+		cancel()
+		if err == nil {
+			<-ctx.Done()
+			stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := w.Stop(stopCtx); err != nil {
+				return fmt.Errorf("stop: %w", err)
+			}
+			return nil
+		}
+		if errors.Is(err, fleet.ErrInvalidArgument) || errors.Is(err, fleet.ErrInvalidName) {
+			return err
+		}
+		log.Warn("chaos: worker start failed; retrying", "err", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// runSweeper runs RunSweeper until ctx ends.
+func runSweeper(ctx context.Context, c childConfig, f *fleet.Fleet, log *slog.Logger) error {
+	q := fleet.NewQueue[job](f, c.Queue, c.queueOptions()) // the sweeper applies the queue's options
+	if err := q.Err(); err != nil {
+		return err
+	}
+	return fleet.RunSweeper(ctx, f, fleet.SweeperOptions{Interval: c.SweepInterval, Queue: c.queueOptions(), Logger: log})
+}
+
+// handler is the automation: it "works" in steps of at most step, checking
+// its ctx before each, and records when it began, the last moment it knew
+// its ctx alive, and how it ended.
+type handler struct {
+	rec  *recorder
+	run  string
+	runs atomic.Int64
+}
+
+const step = 20 * time.Millisecond
+
+func (h *handler) handle(ctx context.Context, s *fleet.Slot[struct{}, struct{}], t *fleet.Task[job]) error {
+	rec := h.rec
+	run := fmt.Sprintf("%s.%d", h.run, h.runs.Add(1))
+	start := time.Now()
+	var ctxDL int64
+	if d, ok := ctx.Deadline(); ok {
+		ctxDL = d.UnixMicro()
+	}
+	// S run task seq attempt slot start_us start_mono_us lease_deadline_us ctx_deadline_us
+	rec.line("S %s %s %d %d %d %d %d %d %d", run, t.ID, t.Payload.Seq, t.Attempts, s.Index(),
+		start.UnixMicro(), rec.mono(start), t.Deadline().UnixMicro(), ctxDL)
+	work := time.Duration(t.Payload.WorkMS) * time.Millisecond
+	fail := t.Payload.Fail && t.Attempts == 0
+	if fail {
+		work = min(work, 2*step)
+	}
+	last := start
+	var late int64 // the most that a live step came after the lease deadline known then, µs
+	outcome := "ok"
+	var err error
+	timer := time.NewTimer(0)
+	<-timer.C
+	defer timer.Stop()
+	for {
+		if ctx.Err() != nil {
+			err = context.Cause(ctx)
+			outcome = "ctx:" + word(err.Error())
+			break
+		}
+		last = time.Now()
+		late = max(late, last.UnixMicro()-t.Deadline().UnixMicro())
+		done := last.Sub(start)
+		if done >= work {
+			if fail {
+				outcome, err = "fail", errors.New("chaos: first attempt fails")
+			}
+			break
+		}
+		timer.Reset(min(step, work-done))
+		select {
+		case <-ctx.Done():
+		case <-timer.C:
+		}
+	}
+	end := time.Now()
+	// E run task last_live_us end_us outcome lease_deadline_us late_us end_mono_us
+	rec.line("E %s %s %d %d %s %d %d %d", run, t.ID, last.UnixMicro(), end.UnixMicro(), outcome,
+		t.Deadline().UnixMicro(), late, rec.mono(end))
+	return err
+}
+
+// taskEnd records each acked task (err nil: the ack succeeded) and why the
+// others were not.
+func (h *handler) taskEnd(id string, err error) {
+	now := time.Now().UnixMicro()
+	switch {
+	case err == nil:
+		h.rec.line("A %s %d", id, now)
+	case errors.Is(err, fleet.ErrLeaseLost):
+		h.rec.line("F %s %d leaselost", id, now)
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		h.rec.line("F %s %d ctx", id, now)
+	default:
+		h.rec.line("F %s %d %s", id, now, word(err.Error()))
+	}
+}
