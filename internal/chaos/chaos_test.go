@@ -137,6 +137,11 @@ type run struct {
 	oddExits []string
 	phases   []phaseSpan
 
+	// The submitter's pace: phase i of n began at phaseStart.
+	phaseIdx, nPhases int
+	phaseStart        time.Time
+	phaseDur          time.Duration
+
 	submitted  map[string]int
 	unknown    int // submits whose outcome is unknown (retried under new ids)
 	submitErrs map[string]int
@@ -222,8 +227,8 @@ func (r *run) do() {
 	if *flagTime > 0 && len(phases) > 0 {
 		phase = *flagTime / time.Duration(len(phases))
 	}
-	gap := s.lease + s.lease/2
-	total := time.Duration(len(phases)) * (phase + gap)
+	gap := s.lease
+	r.nPhases, r.phaseDur, r.phaseStart = len(phases), phase, time.Now()
 	t.Logf("%s: %d tasks, %d workers x %d slots, %d sweepers, lease %v, phases %v of %v each, evidence in %s",
 		r.tg.name, s.tasks, s.workers, s.slots, s.sweepers, s.lease, phases, phase, r.dir)
 
@@ -273,12 +278,13 @@ func (r *run) do() {
 	subDone := make(chan struct{})
 	go func() {
 		defer close(subDone)
-		r.submit(ctx, subF, total)
+		r.submit(ctx, subF)
 	}()
 
-	for _, ph := range phases {
+	for i, ph := range phases {
 		r.mu.Lock()
 		r.phases = append(r.phases, phaseSpan{name: ph, from: time.Now().UnixMicro()})
+		r.phaseIdx, r.phaseStart = i, time.Now()
 		r.mu.Unlock()
 		r.runPhase(ctx, ph, phase)
 		r.flog.setPhase(ph + "+gap")
@@ -289,6 +295,7 @@ func (r *run) do() {
 	}
 	r.mu.Lock()
 	r.phases = append(r.phases, phaseSpan{name: "drain", from: time.Now().UnixMicro()})
+	r.phaseIdx = len(phases)
 	r.mu.Unlock()
 	r.flog.setPhase("drain")
 	r.heal(ctx)
@@ -334,6 +341,7 @@ func (r *run) do() {
 	defer wcancel()
 	w := &world{deaths: r.deaths, margin: s.margin, lease: s.lease, t0: t0, faults: r.flog.snapshot(), phases: r.phases,
 		submitted: r.submitted}
+	w.stops = stopsOf(w.faults, w.deaths)
 	w.dead, w.left = r.redisState(wctx, direct, q)
 	ev, err := readEvidence(filepath.Join(r.dir, "ev"))
 	if err != nil {
@@ -346,6 +354,13 @@ func (r *run) do() {
 		_ = os.WriteFile(filepath.Join(r.dir, "report.json"), b, 0o644)
 	}
 
+	for i, n := range rep.Notes {
+		if i == 10 {
+			t.Logf("... and %d more runs live past their lease (report.json)", len(rep.Notes)-i)
+			break
+		}
+		t.Logf("note: %s", n)
+	}
 	// The goal.
 	for i, v := range rep.Violations {
 		if i == 40 {
@@ -410,10 +425,22 @@ func (r *run) stopAll() {
 	wg.Wait()
 }
 
-// submit submits s.tasks tasks spread over d, through f; a submit whose
-// outcome is unknown is retried under new ids. 10% go through SubmitWith
-// with a NotBefore up to 0.5 s ahead (the scheduled path).
-func (r *run) submit(ctx context.Context, f *fleet.Fleet, d time.Duration) {
+// due is how many of n tasks should be submitted by now: an equal share in
+// each phase, spread over its fault time.
+func (r *run) due(n int) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.phaseIdx >= r.nPhases {
+		return n
+	}
+	frac := min(1, float64(time.Since(r.phaseStart))/float64(r.phaseDur))
+	return min(n, int(float64(n)*(float64(r.phaseIdx)+frac)/float64(r.nPhases))+1)
+}
+
+// submit submits s.tasks tasks through f, at the pace of due; a submit
+// whose outcome is unknown is retried under new ids. 10% go through
+// SubmitWith with a NotBefore up to 0.5 s ahead (the scheduled path).
+func (r *run) submit(ctx context.Context, f *fleet.Fleet) {
 	s := r.s
 	q := fleet.NewQueue[job](f, queueName, fleet.QueueOptions{Lease: s.lease, MaxAttempts: maxAttempts})
 	g := newRNG(s.seed + 1)
@@ -449,7 +476,6 @@ func (r *run) submit(ctx context.Context, f *fleet.Fleet, d time.Duration) {
 		r.unknown += n
 		r.submitErrs[errClass(err)]++
 	}
-	start := time.Now()
 	next := 0
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
@@ -459,10 +485,7 @@ func (r *run) submit(ctx context.Context, f *fleet.Fleet, d time.Duration) {
 			return
 		case <-tick.C:
 		}
-		due := len(jobs)
-		if d > 0 {
-			due = min(len(jobs), int(float64(len(jobs))*float64(time.Since(start))/float64(d))+1)
-		}
+		due := r.due(len(jobs))
 		for next < due && ctx.Err() == nil {
 			if g.float() < 0.1 {
 				sctx, cancel := context.WithTimeout(ctx, 3*time.Second)

@@ -162,7 +162,8 @@ type world struct {
 	left      map[string]bool  // ids still pending, scheduled or in flight at the end
 	phases    []phaseSpan
 	faults    []faultEvent
-	margin    time.Duration // overlap beyond this counts
+	stops     map[string][][2]int64 // process incarnation -> when it was stopped (SIGSTOP to SIGCONT or death)
+	margin    time.Duration         // overlap beyond this counts
 	lease     time.Duration
 	t0        int64 // µs: times in the violations are shown from here
 }
@@ -183,6 +184,7 @@ type report struct {
 	Phases                                            []string
 	Per                                               map[string]*figures
 	Violations                                        []string
+	Notes                                             []string // runs live past their lease: not asserted
 }
 
 func (w *world) phaseAt(at int64) string {
@@ -270,6 +272,11 @@ func analyze(ev *evidence, w *world) *report {
 			if r.ended && r.late > w.margin.Microseconds() {
 				rep.LivePastLease++
 				f.LivePastLease++
+				if len(rep.Notes) < 1000 {
+					rep.Notes = append(rep.Notes, fmt.Sprintf("task %s: run %s [%s .. %s, %s] saw its ctx alive %v after its lease deadline%s", id, r.id,
+						w.sec(r.start), w.sec(r.last), r.outcome, time.Duration(r.late)*time.Microsecond,
+						w.faultsNear(r.proc, r.start-w.lease.Microseconds(), r.end)))
+				}
 			}
 		}
 		for i, a := range runs {
@@ -282,7 +289,7 @@ func analyze(ev *evidence, w *world) *report {
 				if !ok {
 					continue
 				}
-				ov := min(aEnd, bEnd) - max(a.start, b.start)
+				ov := overlap(w.active(a, aEnd), w.active(b, bEnd))
 				if ov <= w.margin.Microseconds() {
 					continue
 				}
@@ -464,4 +471,66 @@ func placeKind(place string) string {
 		return "sweeper"
 	}
 	return place
+}
+
+// stopsOf reads from the fault log when each process incarnation was
+// stopped: from each SIGSTOP to the SIGCONT (or the death) after it.
+func stopsOf(faults []faultEvent, deaths map[string]int64) map[string][][2]int64 {
+	out := map[string][][2]int64{}
+	open := map[string]int64{}
+	for _, e := range faults {
+		switch {
+		case e.kind == "stop":
+			open[e.detail] = e.at
+		case strings.HasSuffix(e.kind, "cont"):
+			if from, ok := open[e.detail]; ok {
+				out[e.detail] = append(out[e.detail], [2]int64{from, e.at})
+				delete(open, e.detail)
+			}
+		}
+	}
+	for proc, from := range open {
+		to := int64(1 << 62)
+		if d, ok := deaths[proc]; ok {
+			to = max(d, from)
+		}
+		out[proc] = append(out[proc], [2]int64{from, to})
+	}
+	return out
+}
+
+// active is when run r could act: from its start to end, less the times its
+// process was stopped (a stopped process does nothing).
+func (w *world) active(r *runRec, end int64) [][2]int64 {
+	segs := [][2]int64{{r.start, end}}
+	for _, st := range w.stops[r.proc] {
+		var next [][2]int64
+		for _, sg := range segs {
+			if st[1] <= sg[0] || st[0] >= sg[1] {
+				next = append(next, sg)
+				continue
+			}
+			if st[0] > sg[0] {
+				next = append(next, [2]int64{sg[0], st[0]})
+			}
+			if st[1] < sg[1] {
+				next = append(next, [2]int64{st[1], sg[1]})
+			}
+		}
+		segs = next
+	}
+	return segs
+}
+
+// overlap is how long two sets of segments intersect.
+func overlap(a, b [][2]int64) int64 {
+	var n int64
+	for _, x := range a {
+		for _, y := range b {
+			if d := min(x[1], y[1]) - max(x[0], y[0]); d > 0 {
+				n += d
+			}
+		}
+	}
+	return n
 }

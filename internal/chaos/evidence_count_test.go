@@ -1,0 +1,85 @@
+package chaos
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestCounts checks the counting on made-up evidence: each violation the
+// suite asserts on is found, and what is no violation is not counted.
+func TestCounts(t *testing.T) {
+	const s = 1_000_000 // µs in a second
+	ev := newEvidence()
+	lines := map[string][]string{
+		"w1.0": {
+			"B 0 100",
+			// a: run 1..3 s, acked; w2 ran it 2..4 s and acked too.
+			"S w1.0.1 a 1 0 0 1000000 0 4000000 0", "E w1.0.1 a 3000000 3000001 ok 4000000 0 0", "A a 3000002",
+			// b: begun at 5 s, its lease ran out at 4.5 s.
+			"S w1.0.2 b 2 0 1 5000000 0 4500000 0", "E w1.0.2 b 5100000 5100001 ok 4500000 600000 0", "A b 5100002",
+			// g: run 10..14 s, but w1 was stopped from 10.5 to 13.9 s.
+			"S w1.0.3 g 7 0 2 10000000 0 11000000 0", "E w1.0.3 g 14000000 14000001 ok 14500000 3000000 0", "F g 14000002 leaselost",
+			"X 20000000",
+		},
+		"w2.0": {
+			"S w2.0.1 a 1 1 0 2000000 0 5000000 0", "E w2.0.1 a 4000000 4000001 ok 5000000 0 0", "A a 4000002",
+			// g again, 12..13 s: overlaps g's first run only while w1 was stopped.
+			"S w2.0.2 g 7 1 0 12000000 0 14000000 0", "E w2.0.2 g 13000000 13000001 ok 14000000 0 0", "A g 13000002",
+			// h: w3 died at 20 s mid-run; w2 ran it after.
+			"S w2.0.3 h 8 1 0 22000000 0 24000000 0", "E w2.0.3 h 22500000 22500001 ok 24000000 0 0", "A h 22500002",
+		},
+		"w3.0": {
+			// f: the handler ended well, then w3 was killed before the ack's outcome was written.
+			"S w3.0.1 f 6 0 0 15000000 0 16000000 0", "E w3.0.1 f 15200000 15200001 ok 16000000 0 0",
+			"S w3.0.2 h 8 0 1 19000000 0 21000000 0",
+			"bogus line",
+		},
+	}
+	for proc, ls := range lines {
+		for _, l := range ls {
+			ev.add(proc, l)
+		}
+	}
+	w := &world{
+		submitted: map[string]int{"a": 1, "b": 2, "c": 3, "d": 4, "e": 5, "f": 6, "g": 7, "h": 8},
+		deaths:    map[string]int64{"w3.0": 20 * s},
+		dead:      map[string]bool{"d": true},
+		left:      map[string]bool{"e": true},
+		phases:    []phaseSpan{{name: "one", from: 0}, {name: "two", from: 9 * s}},
+		faults: []faultEvent{
+			{at: 10_500_000, kind: "stop", target: "w1", detail: "w1.0"},
+			{at: 13_900_000, kind: "cont", target: "w1", detail: "w1.0"},
+		},
+		margin: 100 * time.Millisecond, lease: time.Second,
+	}
+	w.stops = stopsOf(w.faults, w.deaths)
+	rep := analyze(ev, w)
+	got := map[string]int{"submitted": rep.Submitted, "acked": rep.Acked, "inferred": rep.AckedInferred, "dead": rep.Dead,
+		"lost": rep.Lost, "stuck": rep.Stuck, "ackedTwice": rep.AckedTwice, "overlaps": rep.Overlaps,
+		"begunLate": rep.BegunLate, "livePastLease": rep.LivePastLease, "unended": rep.Unended, "bad": len(ev.bad)}
+	want := map[string]int{"submitted": 8, "acked": 5, "inferred": 1, "dead": 1,
+		"lost": 2, "stuck": 1, "ackedTwice": 1, "overlaps": 1,
+		"begunLate": 1, "livePastLease": 2, "unended": 0, "bad": 1}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %d, want %d", k, got[k], v)
+		}
+	}
+	if rep.MaxOverlap != time.Second {
+		t.Errorf("max overlap %v, want 1s (a: 1..3 s and 2..4 s)", rep.MaxOverlap)
+	}
+	if f := rep.Per["one"]; f == nil || f.Overlaps != 1 || f.AckedTwice != 1 || f.BegunLate != 1 {
+		t.Errorf("phase one: %+v, want the overlap, the second ack and the late start", f)
+	}
+	// g's runs overlapped 12..13 s on the wall clock, but w1 was stopped
+	// then: 0.1 s (13.9..14) is within the margin.
+	for _, v := range rep.Violations {
+		if strings.Contains(v, "task g") || strings.Contains(v, "task h") {
+			t.Errorf("violation counted for a run that did nothing at the time: %s", v)
+		}
+	}
+	if len(rep.Violations) != 5 { // a overlap, b late, a twice, e stuck, c lost
+		t.Errorf("%d violations, want 5:\n%s", len(rep.Violations), strings.Join(rep.Violations, "\n"))
+	}
+}
