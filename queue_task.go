@@ -25,9 +25,9 @@ type Task[T any] struct {
 	// leases that ran out): 0 on the first delivery.
 	Attempts int
 
-	q        *Queue[T]
-	token    string
-	dedup    string
+	q      *Queue[T]
+	token  string
+	dedup  string
 	body   string       // as stored in :processing:body
 	proven atomic.Int64 // monoNow when the lease may run out: send time of the reserve or last extend, plus the lease
 }
