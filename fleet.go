@@ -307,6 +307,46 @@ func (f *Fleet) spawn(fn func()) bool {
 	return true
 }
 
+// monoEpoch anchors monoNow.
+var monoEpoch = time.Now()
+
+// monoNow is the time on this process's monotonic clock, in nanoseconds
+// since monoEpoch: what lease deadlines are measured with, immune to wall
+// clock steps.
+func monoNow() int64 { return int64(time.Since(monoEpoch)) }
+
+// monoTime spells a monoNow reading as a time.Time (with its monotonic
+// reading, so time.Until and Before compare on the monotonic clock).
+func monoTime(ns int64) time.Time { return monoEpoch.Add(time.Duration(ns)) }
+
+// retryInBackground runs fn in a goroutine that Close waits for, every
+// 100 ms until it succeeds, until bound has passed, or until the Fleet
+// closes. Each try gets 1 s. It is for best-effort clean-up after a call
+// whose outcome is unknown (an abandoned script).
+func (f *Fleet) retryInBackground(bound time.Duration, fn func(ctx context.Context) error) {
+	f.spawn(func() {
+		end := time.Now().Add(bound)
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			err := fn(ctx)
+			cancel()
+			if err == nil || time.Now().After(end) {
+				if err != nil {
+					f.log.Warn("fleet: clean-up after an abandoned call failed", "err", err)
+				}
+				return
+			}
+			t := time.NewTimer(100 * time.Millisecond)
+			select {
+			case <-f.done:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+	})
+}
+
 // nodes returns the client's nodes (every master of a cluster, or the one
 // node) sorted by address, for work that visits each node in turn.
 func (f *Fleet) nodes() ([]string, map[string]rueidis.Client) {
