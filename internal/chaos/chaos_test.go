@@ -184,7 +184,7 @@ func newRun(t *testing.T, s settings, tg target, srv *fleettest.Server, prefix s
 }
 
 // ended is told by a process's wait goroutine how it ended.
-func (r *run) ended(id string, at, stopped int64, expected bool, err error) {
+func (r *run) ended(id, evidence string, at, stopped int64, expected bool, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var ee *exec.ExitError
@@ -192,6 +192,11 @@ func (r *run) ended(id string, at, stopped int64, expected bool, err error) {
 	if errors.As(err, &ee) {
 		ws, ok := ee.Sys().(syscall.WaitStatus)
 		killed = ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
+		if ok && ws.Signaled() && ws.Signal() == syscall.SIGTERM && !begun(evidence) {
+			// SIGTERM came before the child could catch it: as good as
+			// a kill, and it did nothing yet.
+			killed = true
+		}
 	}
 	if killed {
 		if stopped != 0 {
@@ -610,4 +615,10 @@ func ping(ctx context.Context, addr string) error {
 		return fmt.Errorf("PING: %q", line)
 	}
 	return nil
+}
+
+// begun reports whether a child wrote its B line: it catches SIGTERM.
+func begun(evidence string) bool {
+	b, err := os.ReadFile(evidence)
+	return err == nil && strings.HasPrefix(string(b), "B ")
 }

@@ -128,7 +128,7 @@ func (p *proc) start() error {
 		expected, stopped := p.expected, p.stopped
 		p.stopped = 0
 		p.mu.Unlock()
-		r.ended(id, now, stopped, expected, err)
+		r.ended(id, cfg.Evidence, now, stopped, expected, err)
 		close(done)
 	}()
 	r.flog.add("start", p.name, id)

@@ -102,6 +102,9 @@ func word(s string) string {
 
 // runRole runs the child role and returns the exit code.
 func runRole(role string) int {
+	// SIGTERM stops gracefully from here on; B below says so to the parent.
+	sig, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
 	var c childConfig
 	if err := json.Unmarshal([]byte(os.Getenv(envConfig)), &c); err != nil {
 		fmt.Fprintf(os.Stderr, "chaos: bad %s: %v\n", envConfig, err)
@@ -118,8 +121,6 @@ func runRole(role string) int {
 		return 2
 	}
 	rec.line("B %d %d", time.Now().UnixMicro(), os.Getpid())
-	sig, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	f := openFleet(sig, c, log)
 	if f == nil {
