@@ -28,6 +28,10 @@ func TestCounts(t *testing.T) {
 			"S w2.0.2 g 7 1 0 12000000 0 14000000 0", "E w2.0.2 g 13000000 13000001 ok 14000000 0 0", "A g 13000002",
 			// h: w3 died at 20 s mid-run; w2 ran it after.
 			"S w2.0.3 h 8 1 0 22000000 0 24000000 0", "E w2.0.3 h 22500000 22500001 ok 24000000 0 0", "A h 22500002",
+			// i: the ack's reply was lost (a cut): it may have acked.
+			"S w2.0.4 i 9 0 2 30000000 0 31000000 0", "E w2.0.4 i 30100000 30100001 ok 31000000 0 0", "F i 30100002 fleet:_redis_unavailable",
+			// j: the ack said the lease was lost, and no one ran it again: lost.
+			"S w2.0.5 j 10 0 2 32000000 0 33000000 0", "E w2.0.5 j 32100000 32100001 ok 33000000 0 0", "F j 32100002 leaselost",
 		},
 		"w3.0": {
 			// f: the handler ended well, then w3 was killed before the ack's outcome was written.
@@ -42,7 +46,7 @@ func TestCounts(t *testing.T) {
 		}
 	}
 	w := &world{
-		submitted: map[string]int{"a": 1, "b": 2, "c": 3, "d": 4, "e": 5, "f": 6, "g": 7, "h": 8},
+		submitted: map[string]int{"a": 1, "b": 2, "c": 3, "d": 4, "e": 5, "f": 6, "g": 7, "h": 8, "i": 9, "j": 10},
 		deaths:    map[string]int64{"w3.0": 20 * s},
 		dead:      map[string]bool{"d": true},
 		left:      map[string]bool{"e": true},
@@ -55,11 +59,11 @@ func TestCounts(t *testing.T) {
 	}
 	w.stops = stopsOf(w.faults, w.deaths)
 	rep := analyze(ev, w)
-	got := map[string]int{"submitted": rep.Submitted, "acked": rep.Acked, "inferred": rep.AckedInferred, "dead": rep.Dead,
+	got := map[string]int{"submitted": rep.Submitted, "acked": rep.Acked, "inferred": rep.AckedInferred, "unknownReply": rep.UnknownAckReply, "dead": rep.Dead,
 		"lost": rep.Lost, "stuck": rep.Stuck, "ackedTwice": rep.AckedTwice, "overlaps": rep.Overlaps,
 		"begunLate": rep.BegunLate, "livePastLease": rep.LivePastLease, "unended": rep.Unended, "bad": len(ev.bad)}
-	want := map[string]int{"submitted": 8, "acked": 5, "inferred": 1, "dead": 1,
-		"lost": 2, "stuck": 1, "ackedTwice": 1, "overlaps": 1,
+	want := map[string]int{"submitted": 10, "acked": 6, "inferred": 2, "unknownReply": 1, "dead": 1,
+		"lost": 3, "stuck": 1, "ackedTwice": 1, "overlaps": 1,
 		"begunLate": 1, "livePastLease": 2, "unended": 0, "bad": 1}
 	for k, v := range want {
 		if got[k] != v {
@@ -79,7 +83,7 @@ func TestCounts(t *testing.T) {
 			t.Errorf("violation counted for a run that did nothing at the time: %s", v)
 		}
 	}
-	if len(rep.Violations) != 5 { // a overlap, b late, a twice, e stuck, c lost
-		t.Errorf("%d violations, want 5:\n%s", len(rep.Violations), strings.Join(rep.Violations, "\n"))
+	if len(rep.Violations) != 6 { // a overlap, b late, a twice, e stuck, c and j lost
+		t.Errorf("%d violations, want 6:\n%s", len(rep.Violations), strings.Join(rep.Violations, "\n"))
 	}
 }

@@ -178,6 +178,7 @@ type figures struct {
 // report is what the counts found.
 type report struct {
 	Submitted, Acked, AckedInferred, ExtraAcked, Dead int
+	UnknownAckReply                                   int
 	Lost, Stuck, AckedTwice, AckedButLeft, Overlaps   int
 	BegunLate, BegunLateCtx, LivePastLease, Unended   int
 	MaxOverlap                                        time.Duration
@@ -349,7 +350,7 @@ func analyze(ev *evidence, w *world) *report {
 			f.Lost++
 			f.Stuck++
 			violate("task %s (seq %d): still in Redis after the drain; runs: %s", id, w.submitted[id], w.runsOf(ev, id))
-		case w.ackUnrecorded(ev, id):
+		case w.ackUnknown(ev, id, rep):
 			rep.AckedInferred++
 		default:
 			rep.Lost++
@@ -361,24 +362,31 @@ func analyze(ev *evidence, w *world) *report {
 	return rep
 }
 
-// ackUnrecorded reports whether a run of task id ended well in a process
-// that was killed before it could record the ack's outcome: the ack may
-// have succeeded (the task is gone from Redis).
-func (w *world) ackUnrecorded(ev *evidence, id string) bool {
+// ackUnknown reports whether a run of task id ended well and then its ack's
+// outcome stayed unknown: its process was killed before it recorded it, or
+// the ack failed with an error other than ErrLeaseLost (a connection cut
+// while the script ran: the server may have acked). Either may have acked
+// the task (it is gone from Redis). The second kind is counted in
+// UnknownAckReply too.
+func (w *world) ackUnknown(ev *evidence, id string, rep *report) bool {
 	for _, r := range ev.byTask[id] {
 		if !r.ended || r.outcome != "ok" {
 			continue
 		}
-		if _, killed := w.deaths[r.proc]; !killed {
-			continue
-		}
-		answered := false
-		for _, f := range ev.fails[id] {
-			if f.proc == r.proc && f.at >= r.end {
-				answered = true
+		var answer *failRec
+		for i, f := range ev.fails[id] {
+			if f.proc == r.proc && f.at >= r.end && (answer == nil || f.at < answer.at) {
+				answer = &ev.fails[id][i]
 			}
 		}
-		if !answered {
+		if answer == nil {
+			if _, killed := w.deaths[r.proc]; killed {
+				return true
+			}
+			continue
+		}
+		if answer.class != "leaselost" {
+			rep.UnknownAckReply++
 			return true
 		}
 	}
@@ -436,8 +444,8 @@ func (w *world) faultsNear(proc string, from, to int64) string {
 // table spells the report as the figures per phase.
 func (rep *report) table() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "submitted %d, acked %d (%d inferred: acked by a process killed before it recorded the ack), extra acked %d (submits whose reply was lost), dead %d\n",
-		rep.Submitted, rep.Acked, rep.AckedInferred, rep.ExtraAcked, rep.Dead)
+	fmt.Fprintf(&b, "submitted %d, acked %d (%d inferred: the ack's outcome was unknown to its worker, %d of them by an error reply, the rest by a kill), extra acked %d (submits whose reply was lost), dead %d\n",
+		rep.Submitted, rep.Acked, rep.AckedInferred, rep.UnknownAckReply, rep.ExtraAcked, rep.Dead)
 	fmt.Fprintf(&b, "LOST %d (stuck %d), ACKED TWICE %d, acked but left %d, OVERLAPS %d (max %v), BEGUN LATE %d; begun after ctx deadline %d, live past lease %d, unended %d\n",
 		rep.Lost, rep.Stuck, rep.AckedTwice, rep.AckedButLeft, rep.Overlaps, rep.MaxOverlap, rep.BegunLate, rep.BegunLateCtx, rep.LivePastLease, rep.Unended)
 	fmt.Fprintf(&b, "%-13s %6s %6s %5s %6s %7s %5s %8s %9s  %s\n", "phase", "runs", "acks", "lost", "acked2", "overlap", "late", "pastLease", "leaseLost", "faults")
