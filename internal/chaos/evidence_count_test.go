@@ -20,7 +20,8 @@ func TestCounts(t *testing.T) {
 			"S w1.0.2 b 2 0 1 5000000 0 4500000 0", "E w1.0.2 b 5100000 5100001 ok 4500000 600000 0", "A b 5100002",
 			// g: run 10..14 s, but w1 was stopped from 10.5 to 13.9 s.
 			"S w1.0.3 g 7 0 2 10000000 0 11000000 0", "E w1.0.3 g 14000000 14000001 ok 14500000 3000000 0", "F g 14000002 leaselost",
-			"X 20000000",
+			"S w1.0.4 k 11 1 0 40000100 0 41000000 0 1", "E w1.0.4 k 40500000 40500001 ok 41000000 0 0", "A k 40500002",
+			"X 50000000",
 		},
 		"w2.0": {
 			"S w2.0.1 a 1 1 0 2000000 0 5000000 0", "E w2.0.1 a 4000000 4000001 ok 5000000 0 0", "A a 4000002",
@@ -32,6 +33,8 @@ func TestCounts(t *testing.T) {
 			"S w2.0.4 i 9 0 2 30000000 0 31000000 0", "E w2.0.4 i 30100000 30100001 ok 31000000 0 0", "F i 30100002 fleet:_redis_unavailable",
 			// j: the ack said the lease was lost, and no one ran it again: lost.
 			"S w2.0.5 j 10 0 2 32000000 0 33000000 0", "E w2.0.5 j 32100000 32100001 ok 33000000 0 0", "F j 32100002 leaselost",
+			// k: called after its lease with its ctx already ended (it did nothing); w1 ran it later.
+			"S w2.0.6 k 11 0 2 40000000 0 39000000 0 0", "E w2.0.6 k 40000000 40000001 ctx:lost 39000000 0 0", "F k 40000002 ctx",
 		},
 		"w3.0": {
 			// f: the handler ended well, then w3 was killed before the ack's outcome was written.
@@ -46,7 +49,7 @@ func TestCounts(t *testing.T) {
 		}
 	}
 	w := &world{
-		submitted: map[string]int{"a": 1, "b": 2, "c": 3, "d": 4, "e": 5, "f": 6, "g": 7, "h": 8, "i": 9, "j": 10},
+		submitted: map[string]int{"a": 1, "b": 2, "c": 3, "d": 4, "e": 5, "f": 6, "g": 7, "h": 8, "i": 9, "j": 10, "k": 11},
 		deaths:    map[string]int64{"w3.0": 20 * s},
 		dead:      map[string]bool{"d": true},
 		left:      map[string]bool{"e": true},
@@ -61,8 +64,8 @@ func TestCounts(t *testing.T) {
 	rep := analyze(ev, w)
 	got := map[string]int{"submitted": rep.Submitted, "acked": rep.Acked, "inferred": rep.AckedInferred, "unknownReply": rep.UnknownAckReply, "dead": rep.Dead,
 		"lost": rep.Lost, "stuck": rep.Stuck, "ackedTwice": rep.AckedTwice, "overlaps": rep.Overlaps,
-		"begunLate": rep.BegunLate, "livePastLease": rep.LivePastLease, "unended": rep.Unended, "bad": len(ev.bad)}
-	want := map[string]int{"submitted": 10, "acked": 6, "inferred": 2, "unknownReply": 1, "dead": 1,
+		"begunLate": rep.BegunLate, "calledDead": rep.CalledDead, "livePastLease": rep.LivePastLease, "unended": rep.Unended, "bad": len(ev.bad)}
+	want := map[string]int{"submitted": 11, "acked": 7, "calledDead": 1, "inferred": 2, "unknownReply": 1, "dead": 1,
 		"lost": 3, "stuck": 1, "ackedTwice": 1, "overlaps": 1,
 		"begunLate": 1, "livePastLease": 2, "unended": 0, "bad": 1}
 	for k, v := range want {

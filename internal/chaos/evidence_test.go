@@ -26,6 +26,7 @@ type runRec struct {
 	start   int64 // µs, wall clock
 	leaseDL int64 // µs: the lease deadline the task knew at the start (server clock)
 	ctxDL   int64 // µs: the handler ctx's deadline, 0 for none
+	alive   bool  // the handler's ctx was alive when it began
 
 	ended   bool
 	last    int64  // µs: the last moment the handler saw its ctx alive
@@ -126,7 +127,7 @@ func (ev *evidence) add(proc, line string) {
 	case "T":
 	case "S":
 		r := &runRec{id: f[1], proc: proc, task: f[2], seq: int(n(3)), attempt: int(n(4)), slot: int(n(5)),
-			start: n(6), leaseDL: n(8), ctxDL: n(9)}
+			start: n(6), leaseDL: n(8), ctxDL: n(9), alive: len(f) < 11 || f[10] == "1"}
 		if old := ev.runs[r.id]; old != nil {
 			panic("run id twice")
 		}
@@ -181,6 +182,7 @@ type report struct {
 	UnknownAckReply                                   int
 	Lost, Stuck, AckedTwice, AckedButLeft, Overlaps   int
 	BegunLate, BegunLateCtx, LivePastLease, Unended   int
+	CalledDead                                        int
 	MaxOverlap                                        time.Duration
 	Phases                                            []string
 	Per                                               map[string]*figures
@@ -260,7 +262,10 @@ func analyze(ev *evidence, w *world) *report {
 					violate("task %s: run %s began at %s and never ended, though its process %s did not die", id, r.id, w.sec(r.start), r.proc)
 				}
 			}
-			if r.start > r.leaseDL {
+			if r.start > r.leaseDL && !r.alive {
+				rep.CalledDead++ // the handler was called with its ctx already ended: it did nothing
+			}
+			if r.start > r.leaseDL && r.alive {
 				rep.BegunLate++
 				f.BegunLate++
 				violate("task %s: run %s began at %s, %v after its lease deadline %s%s", id, r.id, w.sec(r.start),
@@ -446,8 +451,8 @@ func (rep *report) table() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "submitted %d, acked %d (%d inferred: the ack's outcome was unknown to its worker, %d of them by an error reply, the rest by a kill), extra acked %d (submits whose reply was lost), dead %d\n",
 		rep.Submitted, rep.Acked, rep.AckedInferred, rep.UnknownAckReply, rep.ExtraAcked, rep.Dead)
-	fmt.Fprintf(&b, "LOST %d (stuck %d), ACKED TWICE %d, acked but left %d, OVERLAPS %d (max %v), BEGUN LATE %d; begun after ctx deadline %d, live past lease %d, unended %d\n",
-		rep.Lost, rep.Stuck, rep.AckedTwice, rep.AckedButLeft, rep.Overlaps, rep.MaxOverlap, rep.BegunLate, rep.BegunLateCtx, rep.LivePastLease, rep.Unended)
+	fmt.Fprintf(&b, "LOST %d (stuck %d), ACKED TWICE %d, acked but left %d, OVERLAPS %d (max %v), BEGUN LATE %d; called late with its ctx already ended %d, live past lease %d, unended %d\n",
+		rep.Lost, rep.Stuck, rep.AckedTwice, rep.AckedButLeft, rep.Overlaps, rep.MaxOverlap, rep.BegunLate, rep.CalledDead, rep.LivePastLease, rep.Unended)
 	fmt.Fprintf(&b, "%-13s %6s %6s %5s %6s %7s %5s %8s %9s  %s\n", "phase", "runs", "acks", "lost", "acked2", "overlap", "late", "pastLease", "leaseLost", "faults")
 	for _, name := range rep.Phases {
 		f := rep.Per[name]

@@ -230,9 +230,13 @@ func (h *handler) handle(ctx context.Context, s *fleet.Slot[struct{}, struct{}],
 	if d, ok := ctx.Deadline(); ok {
 		ctxDL = d.UnixMicro()
 	}
-	// S run task seq attempt slot start_us start_mono_us lease_deadline_us ctx_deadline_us
-	rec.line("S %s %s %d %d %d %d %d %d %d", run, t.ID, t.Payload.Seq, t.Attempts, s.Index(),
-		start.UnixMicro(), rec.mono(start), t.Deadline().UnixMicro(), ctxDL)
+	alive := 1 // the ctx was alive when the handler began
+	if ctx.Err() != nil {
+		alive = 0
+	}
+	// S run task seq attempt slot start_us start_mono_us lease_deadline_us ctx_deadline_us alive
+	rec.line("S %s %s %d %d %d %d %d %d %d %d", run, t.ID, t.Payload.Seq, t.Attempts, s.Index(),
+		start.UnixMicro(), rec.mono(start), t.Deadline().UnixMicro(), ctxDL, alive)
 	work := time.Duration(t.Payload.WorkMS) * time.Millisecond
 	fail := t.Payload.Fail && t.Attempts == 0
 	if fail {
