@@ -79,6 +79,17 @@ type target struct {
 func TestChaos(t *testing.T) {
 	s := settings{tasks: *flagTasks, workers: *flagWorkers, slots: *flagSlots, sweepers: *flagSweepers,
 		lease: *flagLease, phase: *flagPhase, margin: *flagMargin, drain: *flagDrain, long: *flagLong, seed: *flagSeed}
+	if testing.Short() {
+		// -short: a smaller default, unless the flags were set.
+		set := map[string]bool{}
+		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if !set["chaos.tasks"] {
+			s.tasks = 150
+		}
+		if !set["chaos.phase"] {
+			s.phase = 2 * time.Second
+		}
+	}
 	if s.seed == 0 {
 		s.seed = time.Now().UnixNano() % 1_000_000_007
 	}

@@ -12,10 +12,20 @@
 // after their lease deadline, and fails unless lost, acked twice,
 // overlapping and late runs are all zero.
 //
-// The default size runs in CI in a minute or two. A big run:
+// The single node is a redis-server of the suite's own (it restarts it),
+// with a proxy in front of every process. On the cluster no proxy can sit
+// in front (the cluster redirects clients past it) and the servers are
+// shared, so only the process faults run there: workers killed, stopped
+// and stopped gracefully, sweepers killed and stopped.
 //
-//	go test ./internal/chaos -run TestChaos -timeout 1h -v \
-//	    -chaos.tasks=50000 -chaos.phase=30s -chaos.workers=4 -chaos.slots=8
+// The default size (300 tasks per target, 3 s per fault phase) runs in CI,
+// under -race, in a minute or two; -short makes it smaller. A big run:
 //
-// See the flags in chaos_test.go.
+//	go test ./internal/chaos -run TestChaos -count=1 -timeout 2h -v \
+//	    -chaos.tasks=50000 -chaos.phase=30s -chaos.workers=4 -chaos.slots=8 -chaos.long=0.05
+//
+// -chaos.seed replays a run's faults and tasks (the seed is logged),
+// -chaos.phases picks phases, -chaos.targets picks single and/or cluster,
+// -chaos.dir keeps the evidence (faults.log, submitted.log, ev/*.log, the
+// children's stderr in log/, report.json). See the flags in chaos_test.go.
 package chaos
