@@ -98,7 +98,8 @@ type Fleet struct {
 	cacheTTL time.Duration
 	log      *slog.Logger
 	watch    *watcher
-	queues   sync.Map // queue name -> the codec of the Queue[T] made in this process (queue.go)
+	queues   sync.Map         // queue name -> the codec of the Queue[T] made in this process (queue.go)
+	now      func() time.Time // this process's clock, for values no other process compares
 
 	workersMu sync.Mutex
 	workers   map[*Worker]struct{} // started and not yet stopped: Close stops them first
@@ -127,6 +128,7 @@ func Open(ctx context.Context, opts Options) (*Fleet, error) {
 		log:      opts.Logger,
 		watch:    newWatcher(),
 		done:     make(chan struct{}),
+		now:      time.Now,
 	}
 	if f.cacheTTL == 0 {
 		f.cacheTTL = DefaultCacheTTL

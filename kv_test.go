@@ -1,14 +1,17 @@
 package fleet_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/fleet-go/fleet"
+	"github.com/fleet-go/fleet/fleettest"
 	"github.com/fleet-go/fleet/internal/redistest"
 )
 
@@ -231,6 +234,86 @@ func TestKVReadYourWrites(t *testing.T) {
 		}
 		if _, ok, err := kv.Get(c, "k"); ok || err != nil {
 			t.Fatalf("read after delete: %v, %v", ok, err)
+		}
+	})
+}
+
+// getCalls counts the GETs that reached s (a cached read that misses sends
+// its GET inside MULTI/EXEC; one that hits sends nothing).
+func getCalls(t *testing.T, s *fleettest.Server) int64 {
+	t.Helper()
+	out, err := s.Cli(context.Background(), "INFO", "commandstats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(out, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_get:calls="); ok {
+			v, _, _ := strings.Cut(rest, ",")
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// A process that writes a key and then reads it again and again reads
+// through the client-side cache: after the one read that fetches the new
+// value, the reads cost no round trip (they used to skip the cache for a
+// second after each own write). Each read still sees the last write.
+func TestKVSetThenGetReadsThroughCache(t *testing.T) {
+	s, f := ownServer(t, fleet.Options{})
+	kv := f.KV("own")
+	c := ctx(t)
+	const rounds, reads = 50, 10
+	if err := kv.Set(c, "k", "warm", 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := kv.GetString(c, "k"); err != nil {
+		t.Fatal(err)
+	}
+	before := getCalls(t, s)
+	for i := range rounds {
+		want := strconv.Itoa(i)
+		if err := kv.Set(c, "k", want, 0); err != nil {
+			t.Fatal(err)
+		}
+		for j := range reads {
+			if got, _, err := kv.GetString(c, "k"); err != nil || got != want {
+				t.Fatalf("round %d read %d: %q, %v; want %q", i, j, got, err, want)
+			}
+		}
+	}
+	// One fetch per write, and one more when a read comes before the
+	// write's invalidation: at most 2 of the 10 reads of a round.
+	if n := getCalls(t, s) - before; n > 2*rounds {
+		t.Fatalf("%d GETs reached the server for %d writes and %d reads; want <= %d", n, rounds, rounds*reads, 2*rounds)
+	}
+}
+
+// A read right after a write by another process (another Fleet, another
+// connection) sees the write once the server's invalidation has reached the
+// reader, which takes well under a round trip; a second reader that had the
+// value cached too sees it as well.
+func TestKVReadAfterOtherProcessWrite(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		t.Parallel()
+		e := open(t, tg)
+		writer := openOn(t, tg, e.Prefix).KV("xp")
+		reader := e.F.KV("xp")
+		c := ctx(t)
+		for i := range 100 {
+			want := strconv.Itoa(i)
+			if _, _, err := reader.GetString(c, "k"); err != nil { // cached, to be invalidated
+				t.Fatal(err)
+			}
+			if err := writer.Set(c, "k", want, 0); err != nil {
+				t.Fatal(err)
+			}
+			if got, _, _ := writer.GetString(c, "k"); got != want {
+				t.Fatalf("write %d: the writer read %q", i, got)
+			}
+			waitFor(t, 100*time.Millisecond, func() bool { s, _, _ := reader.GetString(c, "k"); return s == want },
+				"write %d: the reader never saw it", i)
 		}
 	})
 }

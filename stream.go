@@ -2,11 +2,13 @@ package fleet
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -37,7 +39,7 @@ type StreamOptions struct {
 
 // Stream is the bounded output stream of one automation type
 // (stream:<type>, a sorted set). Each member is the JSON envelope of one
-// output, scored by its time in unix seconds:
+// output, scored by the server's time (TIME) of its push, in unix seconds:
 //
 //	{"id":"0193...","ts":1733130000.123,"data":<the output as JSON>}
 //
@@ -45,7 +47,10 @@ type StreamOptions struct {
 // of the same millisecond sort in the order one process pushed them; ts
 // equals the score, in seconds with millisecond precision. Every push trims
 // the stream to MaxLen members and MaxAge of age in the same script, so a
-// stream never outgrows its bounds. A Stream is safe for concurrent use.
+// stream never outgrows its bounds. Scores and the age cutoff both come
+// from the server's clock, so a pusher whose clock is off by hours neither
+// trims the fresh entries of others nor sees its own trimmed. A Stream is
+// safe for concurrent use.
 type Stream[T any] struct {
 	f      *Fleet
 	typ    string
@@ -54,7 +59,10 @@ type Stream[T any] struct {
 	maxLen int
 	maxAge time.Duration
 	err    error
-	now    func() time.Time // the clock; tests set it
+	// now is the pusher's clock. It makes only the entries' ids (their
+	// UUIDv7 time bits); scores, "ts" and the age cutoff are the server's.
+	// Tests set it to play a pusher whose clock is off.
+	now func() time.Time
 }
 
 // NewStream returns the stream of automation type typ. A bad typ or bad
@@ -91,8 +99,8 @@ func (s *Stream[T]) Type() string { return s.typ }
 type StreamEntry[T any] struct {
 	// ID is the entry's UUIDv7, unique to this entry.
 	ID string
-	// Time is when the entry was pushed (millisecond precision); its unix
-	// seconds are the member's score.
+	// Time is when the entry was pushed, by the server's clock
+	// (millisecond precision); its unix seconds are the member's score.
 	Time time.Time
 	// Data is the output.
 	Data T
@@ -143,24 +151,43 @@ func fromUnixSeconds(s float64) time.Time {
 	return time.UnixMilli(int64(math.Round(s * 1000)))
 }
 
-func formatScore(s float64) string { return strconv.FormatFloat(s, 'f', -1, 64) }
+// idClock makes the UUIDv7 ids of stream entries from a Stream's clock,
+// rising within the process: entries of one millisecond (one PushMany, or
+// pushes that the server scores alike) sort in the order this process
+// pushed them, since members of equal score sort by their text.
+var idClock struct {
+	sync.Mutex
+	last int64 // unix ms << 12 | sequence, of the last id made
+}
 
-// member builds one stored member: its envelope and score.
-func (s *Stream[T]) member(v T, now time.Time) (id, score, member string, err error) {
-	data, err := json.Marshal(v)
-	if err != nil {
-		return "", "", "", fmt.Errorf("%w: cannot encode %T as JSON: %w", ErrInvalidArgument, v, err)
+// newID returns a UUIDv7 whose time is now (RFC 9562: 48 bits of unix ms,
+// then 12 bits that keep the ids of one process rising).
+func newID(now time.Time) (string, error) {
+	var u uuid.UUID
+	if _, err := rand.Read(u[8:]); err != nil {
+		return "", err
 	}
-	u, err := uuid.NewV7()
-	if err != nil {
-		return "", "", "", err
+	idClock.Lock()
+	t := now.UnixMilli() << 12
+	if t <= idClock.last {
+		t = idClock.last + 1
 	}
-	ts := unixSeconds(now)
-	b, err := json.Marshal(envelope{ID: u.String(), TS: ts, Data: data})
-	if err != nil {
-		return "", "", "", err
+	idClock.last = t
+	idClock.Unlock()
+	ms, seq := t>>12, t&0xfff
+	for i := range 6 {
+		u[i] = byte(ms >> (40 - 8*i))
 	}
-	return u.String(), formatScore(ts), string(b), nil
+	u[6] = 0x70 | byte(seq>>8)
+	u[7] = byte(seq)
+	u[8] = u[8]&0x3f | 0x80
+	return u.String(), nil
+}
+
+// envelopeText is the member that stream_push.lua stores for an entry: it
+// builds the same text from the server's time (ts as it returns it).
+func envelopeText(id, ts, data string) string {
+	return `{"id":"` + id + `","ts":` + ts + `,"data":` + data + `}`
 }
 
 func (s *Stream[T]) check(ctx context.Context) error {
@@ -201,26 +228,43 @@ func (s *Stream[T]) push(ctx context.Context, op string, vs []T) ([]string, erro
 }
 
 // pushMembers pushes vs and returns their members as well as their ids.
+// The script stamps every entry with the server's time (one score for the
+// whole call) and trims by the server's clock too: a pusher whose clock is
+// off neither trims the fresh entries of others nor has its own trimmed.
 func (s *Stream[T]) pushMembers(ctx context.Context, op string, vs []T) (members, ids []string, err error) {
 	if err := s.check(ctx); err != nil {
 		return nil, nil, opErr(op, s.typ, err)
 	}
-	now := s.now()
 	args := make([]string, 2, 2+2*len(vs))
 	args[0] = strconv.Itoa(s.maxLen)
-	args[1] = "(" + formatScore(unixSeconds(now)-s.maxAge.Seconds())
+	args[1] = millis(s.maxAge)
 	ids = make([]string, len(vs))
-	members = make([]string, len(vs))
+	datas := make([]string, len(vs))
 	for i, v := range vs {
-		id, score, member, err := s.member(v, now)
+		data, err := json.Marshal(v)
 		if err != nil {
+			return nil, nil, opErr(op, s.typ, fmt.Errorf("%w: cannot encode %T as JSON: %w", ErrInvalidArgument, v, err))
+		}
+		if ids[i], err = newID(s.now()); err != nil {
 			return nil, nil, opErr(op, s.typ, err)
 		}
-		ids[i], members[i] = id, member
-		args = append(args, score, member)
+		datas[i] = string(data)
+		args = append(args, ids[i], datas[i])
 	}
-	if err := streamPushScript.Exec(ctx, s.f.client, []string{s.key}, args).Error(); err != nil {
+	res, err := streamPushScript.Exec(ctx, s.f.client, []string{s.key}, args).ToArray()
+	if err != nil {
 		return nil, nil, opErr(op, s.typ, err)
+	}
+	if len(res) != 2 {
+		return nil, nil, opErr(op, s.typ, fmt.Errorf("fleet: stream push: unexpected reply of %d elements", len(res)))
+	}
+	ts, err := res[1].ToString()
+	if err != nil {
+		return nil, nil, opErr(op, s.typ, err)
+	}
+	members = make([]string, len(vs))
+	for i := range vs {
+		members[i] = envelopeText(ids[i], ts, datas[i])
 	}
 	return members, ids, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"regexp"
 	"slices"
 	"strconv"
@@ -21,9 +22,6 @@ type scraped struct {
 	URL  string `json:"url"`
 	Code int    `json:"code"`
 }
-
-// at returns a clock stuck at t.
-func at(t time.Time) func() time.Time { return func() time.Time { return t } }
 
 func datas[T any](es []fleet.StreamEntry[T]) []T {
 	out := make([]T, len(es))
@@ -54,25 +52,20 @@ func TestStreamPushPeekPop(t *testing.T) {
 		if s.Err() != nil {
 			t.Fatal(s.Err())
 		}
-		base := time.Now().Truncate(time.Millisecond)
-		// Pushed newest first: Pop and Peek still give the oldest first.
-		pushes := []struct {
-			at time.Time
-			v  scraped
-		}{
-			{base.Add(2 * time.Second), scraped{"c", 200}},
-			{base, scraped{"a", 200}},
-			{base.Add(time.Second), scraped{"a", 200}}, // equal output: still its own member
-		}
+		// Each entry's time is the server's when its push ran.
+		before := e.serverTime(t).Truncate(time.Millisecond)
+		pushes := []scraped{{"c", 200}, {"a", 200}, {"a", 200}} // equal outputs: still two members
 		ids := map[string]time.Time{}
-		for _, p := range pushes {
-			fleet.SetStreamClock(s, at(p.at))
-			id, err := s.Push(c, p.v)
+		var order []string
+		for _, v := range pushes {
+			id, err := s.Push(c, v)
 			if err != nil {
 				t.Fatal(err)
 			}
-			ids[id] = p.at
+			ids[id] = time.Time{}
+			order = append(order, id)
 		}
+		after := e.serverTime(t)
 		if len(ids) != 3 {
 			t.Fatalf("ids not unique: %v", ids)
 		}
@@ -87,7 +80,7 @@ func TestStreamPushPeekPop(t *testing.T) {
 			t.Fatalf("keys = %v, want [%s]", got, key)
 		}
 		zs := e.zrange(t, key)
-		wantData := []string{`{"url":"a","code":200}`, `{"url":"a","code":200}`, `{"url":"c","code":200}`}
+		wantData := []string{`{"url":"c","code":200}`, `{"url":"a","code":200}`, `{"url":"a","code":200}`}
 		for i, z := range zs {
 			m := envelopeRE.FindStringSubmatch(z.Member)
 			if m == nil {
@@ -98,9 +91,11 @@ func TestStreamPushPeekPop(t *testing.T) {
 				t.Fatalf("id %q is not a UUIDv7 (%v)", m[1], err)
 			}
 			ts, _ := strconv.ParseFloat(m[2], 64)
-			if ts != z.Score || !ids[m[1]].Equal(time.UnixMilli(int64(ts*1000+0.5))) {
-				t.Fatalf("member %d: ts %v, score %v, pushed at %v", i, ts, z.Score, ids[m[1]])
+			pushed := time.UnixMilli(int64(ts*1000 + 0.5))
+			if ts != z.Score || m[1] != order[i] || pushed.Before(before) || pushed.After(after) {
+				t.Fatalf("member %d: id %s ts %v, score %v; want id %s, the server's time in [%v, %v]", i, m[1], ts, z.Score, order[i], before, after)
 			}
+			ids[m[1]] = pushed
 			if m[3] != wantData[i] {
 				t.Fatalf("member %d data = %s, want %s", i, m[3], wantData[i])
 			}
@@ -110,11 +105,11 @@ func TestStreamPushPeekPop(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := datas(peek); !slices.Equal(got, []scraped{{"a", 200}, {"a", 200}}) {
+		if got := datas(peek); !slices.Equal(got, []scraped{{"c", 200}, {"a", 200}}) {
 			t.Fatalf("Peek = %+v", got)
 		}
-		if !peek[0].Time.Equal(base) || ids[peek[0].ID] != base {
-			t.Fatalf("Peek[0] = %v %v, want time %v", peek[0].ID, peek[0].Time, base)
+		if peek[0].ID != order[0] || !peek[0].Time.Equal(ids[order[0]]) {
+			t.Fatalf("Peek[0] = %v %v, want %v at %v", peek[0].ID, peek[0].Time, order[0], ids[order[0]])
 		}
 		if n, _ := s.Len(c); n != 3 {
 			t.Fatalf("Peek removed: Len = %d", n)
@@ -123,10 +118,10 @@ func TestStreamPushPeekPop(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := datas(pop); !slices.Equal(got, []scraped{{"a", 200}, {"a", 200}, {"c", 200}}) {
+		if got := datas(pop); !slices.Equal(got, []scraped{{"c", 200}, {"a", 200}, {"a", 200}}) {
 			t.Fatalf("Pop = %+v", got)
 		}
-		if pop[0].ID == pop[1].ID {
+		if pop[1].ID == pop[2].ID {
 			t.Fatal("equal outputs share an id")
 		}
 		if got, err := s.Pop(c, 1); err != nil || len(got) != 0 {
@@ -189,38 +184,33 @@ func TestStreamBoundByAge(t *testing.T) {
 		t.Parallel()
 		e := open(t, tg)
 		c := ctx(t)
-		now := time.Now()
+		// Entries of other ages are written raw, as another client of the
+		// schema would, scored by the server's clock; each push trims by it.
+		now := e.serverTime(t)
+		old := func(key string, ago time.Duration, v string) {
+			at := now.Add(-ago)
+			ts := strconv.FormatFloat(float64(at.UnixMilli())/1000, 'f', -1, 64)
+			e.do(t, e.Raw.B().Zadd().Key(e.Prefix+key).ScoreMember().
+				ScoreMember(float64(at.UnixMilli())/1000, `{"id":"`+uuid.NewString()+`","ts":`+ts+`,"data":"`+v+`"}`).Build())
+		}
 		s := fleet.NewStream[string](e.F, "aged", fleet.StreamOptions{MaxAge: time.Minute})
-		for _, p := range []struct {
-			ago time.Duration
-			v   string
-		}{{2 * time.Hour, "old1"}, {2 * time.Hour, "old2"}, {90 * time.Second, "old3"}, {30 * time.Second, "fresh"}} {
-			fleet.SetStreamClock(s, at(now.Add(-p.ago)))
-			if _, err := s.Push(c, p.v); err != nil {
-				t.Fatal(err)
-			}
-		}
-		// Each push trimmed by its own clock: at -30s, "old1" and "old2" (-2h) are gone, "old3" (-90s) is younger than a minute before -30s.
-		got, _ := s.Peek(c, 10)
-		if !slices.Equal(datas(got), []string{"old3", "fresh"}) {
-			t.Fatalf("Peek = %v", datas(got))
-		}
-		fleet.SetStreamClock(s, at(now))
+		old("stream:aged", 2*time.Hour, "old1")
+		old("stream:aged", 2*time.Hour, "old2")
+		old("stream:aged", 90*time.Second, "old3")
+		old("stream:aged", 30*time.Second, "fresh")
 		if _, err := s.Push(c, "now"); err != nil {
 			t.Fatal(err)
 		}
-		got, _ = s.Peek(c, 10)
-		if !slices.Equal(datas(got), []string{"fresh", "now"}) {
+		if got, _ := s.Peek(c, 10); !slices.Equal(datas(got), []string{"fresh", "now"}) {
 			t.Fatalf("Peek = %v, want the entries of the last minute", datas(got))
 		}
 		// The default age bound is an hour.
 		d := fleet.NewStream[string](e.F, "aged-default", fleet.StreamOptions{})
-		fleet.SetStreamClock(d, at(now.Add(-fleet.DefaultStreamMaxAge-time.Second)))
-		_, _ = d.Push(c, "too old")
-		fleet.SetStreamClock(d, at(now.Add(-fleet.DefaultStreamMaxAge+time.Minute)))
-		_, _ = d.Push(c, "kept")
-		fleet.SetStreamClock(d, at(now))
-		_, _ = d.Push(c, "now")
+		old("stream:aged-default", fleet.DefaultStreamMaxAge+time.Second, "too old")
+		old("stream:aged-default", fleet.DefaultStreamMaxAge-time.Minute, "kept")
+		if _, err := d.Push(c, "now"); err != nil {
+			t.Fatal(err)
+		}
 		if got, _ := d.Peek(c, 10); !slices.Equal(datas(got), []string{"kept", "now"}) {
 			t.Fatalf("default age: %v", datas(got))
 		}
@@ -387,6 +377,78 @@ func TestStreamEmit(t *testing.T) {
 			}
 		case <-time.After(10 * time.Second):
 			t.Fatal("no raw emit event")
+		}
+	})
+}
+
+// serverTime is the server's clock, read raw (TIME).
+func (e *env) serverTime(t *testing.T) time.Time {
+	t.Helper()
+	r, err := e.Raw.Do(context.Background(), e.Raw.B().Time().Build()).AsStrSlice()
+	if err != nil || len(r) != 2 {
+		t.Fatalf("TIME: %v %v", r, err)
+	}
+	sec, _ := strconv.ParseInt(r[0], 10, 64)
+	usec, _ := strconv.ParseInt(r[1], 10, 64)
+	return time.Unix(sec, usec*1000)
+}
+
+// A pusher whose clock is 2 h fast (or 2 h slow) neither trims the fresh
+// entries of others nor has its own trimmed: scores and the MaxAge cutoff
+// come from the server's clock.
+func TestStreamSkewedPusherUsesServerClock(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		t.Parallel()
+		e := open(t, tg)
+		c := ctx(t)
+		honest := fleet.NewStream[string](e.F, "skew", fleet.StreamOptions{})
+		fast := fleet.NewStream[string](openOn(t, tg, e.Prefix), "skew", fleet.StreamOptions{})
+		fleet.SetStreamClock(fast, func() time.Time { return time.Now().Add(2 * time.Hour) })
+		slow := fleet.NewStream[string](openOn(t, tg, e.Prefix), "skew", fleet.StreamOptions{})
+		fleet.SetStreamClock(slow, func() time.Time { return time.Now().Add(-2 * time.Hour) })
+
+		before := e.serverTime(t).Truncate(time.Millisecond)
+		var want []string
+		for i := range 10 {
+			v := fmt.Sprint("fresh", i)
+			if _, err := honest.Push(c, v); err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, v)
+		}
+		if _, err := fast.Push(c, "fast"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := slow.Push(c, "slow"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := honest.Push(c, "last"); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, "fast", "slow", "last")
+		after := e.serverTime(t)
+
+		got, err := honest.Peek(c, 100)
+		if err != nil || !slices.Equal(datas(got), want) {
+			t.Fatalf("Peek = %v, %v; want %v", datas(got), err, want)
+		}
+		zs := e.zrange(t, e.Prefix+"stream:skew")
+		if len(zs) != len(want) {
+			t.Fatalf("%d members, want %d", len(zs), len(want))
+		}
+		for i, z := range zs {
+			m := envelopeRE.FindStringSubmatch(z.Member)
+			if m == nil {
+				t.Fatalf("member %d = %s, not the envelope", i, z.Member)
+			}
+			ts, _ := strconv.ParseFloat(m[2], 64)
+			at := time.UnixMilli(int64(z.Score*1000 + 0.5))
+			if ts != z.Score || at.Before(before) || at.After(after) {
+				t.Fatalf("member %d (%s): ts %v, score %v: not the server's time in [%v, %v]", i, m[3], ts, z.Score, before, after)
+			}
+			if got[i].Time != at {
+				t.Fatalf("entry %d: Time %v, score %v", i, got[i].Time, at)
+			}
 		}
 	})
 }

@@ -2,10 +2,13 @@ package fleet_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -315,4 +318,149 @@ func TestSyncQueueTaskNamedFirst(t *testing.T) {
 	if v, _ := e.Raw.Do(ctx(t), e.Raw.B().Hget().Key(e.Prefix+"fleet:queue:rvq:dedup").Field("k1").Build()).ToString(); v != "first" {
 		t.Fatalf("dedup k1 -> %q, want first", v)
 	}
+}
+
+// TestSyncQueueBoundedWhileBusy: Sync of a long queue runs in short steps
+// (a PING from another client is answered within a fraction of what one
+// script over the whole queue takes) while producers submit with dedup
+// keys and consumers reserve and ack; it removes exactly the stale dedup
+// entries, and at the end :dedup names, for each key, a live task that
+// carries it, and nothing else: no live task's entry was dropped.
+func TestSyncQueueBoundedWhileBusy(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		e := open(t, tg)
+		c := ctx(t)
+		const n, stale = 60_000, 100
+		q := fleet.NewQueue[job](e.F, "big", fleet.QueueOptions{})
+		qk := e.qk("big")
+		// Filled raw, fast: every task has a dedup key; every 600th has no
+		// entry (Sync adds it), and 100 entries name tasks that are gone.
+		var cmds rueidis.Commands
+		bodies := make([]string, 0, 500)
+		dedup := make([]string, 0, 1000)
+		for i := range n {
+			bodies = append(bodies, fmt.Sprintf(`{"id":"t%d","payload":{"url":"https://example.com/%d","n":%d},"attempts":0,"dedup":"d%d"}`, i, i, i%1000, i))
+			if i%600 != 0 {
+				dedup = append(dedup, fmt.Sprint("d", i), fmt.Sprint("t", i))
+			}
+			if len(bodies) == cap(bodies) || i == n-1 {
+				cmds = append(cmds, e.Raw.B().Rpush().Key(qk.Pending).Element(bodies...).Build())
+				bodies = bodies[:0]
+			}
+		}
+		for j := range stale {
+			dedup = append(dedup, fmt.Sprint("stale", j), fmt.Sprint("gone", j))
+		}
+		for i := 0; i < len(dedup); i += 1000 {
+			h := e.Raw.B().Hset().Key(qk.Dedup).FieldValue()
+			for j := i; j < min(i+1000, len(dedup)); j += 2 {
+				h = h.FieldValue(dedup[j], dedup[j+1])
+			}
+			cmds = append(cmds, h.Build())
+		}
+		for _, r := range e.Raw.DoMulti(c, cmds...) {
+			if err := r.Error(); err != nil {
+				t.Fatal(err)
+			}
+		}
+
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		errs := make(chan error, 3)
+		loop := func(fn func(i int) error) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					if err := fn(i); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}()
+		}
+		loop(func(i int) error { // producer: new keys, and keys already held
+			_, err := q.SubmitWith(c, jobN(i), fleet.SubmitOptions{DedupKey: fmt.Sprint("d", n-1-i%n)})
+			if err == nil && i%2 == 0 {
+				_, err = q.SubmitWith(c, jobN(i), fleet.SubmitOptions{DedupKey: fmt.Sprint("new", i)})
+			}
+			return err
+		})
+		loop(func(int) error { // consumer
+			ts, err := q.Reserve(c, 10, 0)
+			for _, tk := range ts {
+				if err == nil {
+					err = tk.Ack(c)
+				}
+			}
+			return err
+		})
+		var worst atomic.Int64
+		if !tg.Cluster {
+			loop(func(int) error { // another client's PING
+				start := time.Now()
+				err := e.Raw.Do(c, e.Raw.B().Ping().Build()).Error()
+				if d := int64(time.Since(start)); d > worst.Load() {
+					worst.Store(d)
+				}
+				return err
+			})
+		}
+		r, err := e.F.Sync(c)
+		close(stop)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.DedupRemoved != stale || r.DedupFixed != 0 || r.DedupAdded > n/600 {
+			t.Errorf("report %+v; want %d dedup entries removed, none fixed, at most %d added", r, stale, n/600)
+		}
+		if w := time.Duration(worst.Load()); w > 300*time.Millisecond {
+			t.Errorf("a PING waited %v during Sync", w)
+		}
+		t.Logf("Sync of %d tasks: %+v; slowest PING %v", n, r, time.Duration(worst.Load()))
+
+		// :dedup is exactly what the live tasks say.
+		live := map[string][]string{}
+		var all []string
+		all = append(all, e.lrange(t, qk.Pending)...)
+		for _, z := range e.zscores(t, qk.Scheduled) {
+			all = append(all, z.Member)
+		}
+		for _, b := range e.hgetall(t, qk.Body) {
+			all = append(all, b)
+		}
+		for _, b := range all {
+			var v struct{ ID, Dedup string }
+			if err := json.Unmarshal([]byte(b), &v); err != nil {
+				t.Fatal(err)
+			}
+			if v.Dedup != "" {
+				live[v.Dedup] = append(live[v.Dedup], v.ID)
+			}
+		}
+		got := e.hgetall(t, qk.Dedup)
+		for key, ids := range live {
+			if id, ok := got[key]; !ok || !slices.Contains(ids, id) {
+				t.Fatalf("dedup %s -> %q (%v); live tasks %v", key, id, ok, ids)
+			}
+		}
+		for key, id := range got {
+			if _, ok := live[key]; !ok {
+				t.Fatalf("dedup %s -> %s: no live task carries it", key, id)
+			}
+		}
+		if r, err := e.F.Sync(c); err != nil || r.Fixed() != 0 {
+			t.Fatalf("second sync: %+v %v", r, err)
+		}
+	})
 }

@@ -28,22 +28,38 @@ type watcher struct {
 	dirty  sync.Map
 	ndirty atomic.Int64
 	writes atomic.Int64
+
+	// reads holds the keys that KV read through the cache lately (key ->
+	// unix nanoseconds until which the local cache may still hold them);
+	// see readCached and wroteCached in kv.go.
+	reads  sync.Map
+	nreads atomic.Int64
 }
 
 // dirtyFor bounds how long a written key is read past the cache when its
 // invalidation never comes (the key was not cached, so none is sent).
 const dirtyFor = time.Second
 
+// dirtyMark is the dirty entry of one key: until when to wait for its
+// invalidation, and a channel closed when it arrives.
+type dirtyMark struct {
+	until  time.Time
+	done   chan struct{}
+	waited atomic.Bool // a read already waited for it in vain (settle)
+}
+
 // wrote marks key as written by this process: reads skip the local cache
 // until the key's invalidation arrives.
 func (w *watcher) wrote(key string) {
-	if _, loaded := w.dirty.Swap(key, time.Now().Add(dirtyFor)); !loaded {
+	if old, loaded := w.dirty.Swap(key, &dirtyMark{until: time.Now().Add(dirtyFor), done: make(chan struct{})}); !loaded {
 		w.ndirty.Add(1)
+	} else {
+		close(old.(*dirtyMark).done) // its waiters look again, and find the new mark
 	}
 	if w.writes.Add(1)%256 == 0 {
 		now := time.Now()
 		w.dirty.Range(func(k, v any) bool {
-			if now.After(v.(time.Time)) && w.dirty.CompareAndDelete(k, v) {
+			if now.After(v.(*dirtyMark).until) && w.dirty.CompareAndDelete(k, v) {
 				w.ndirty.Add(-1)
 			}
 			return true
@@ -61,7 +77,7 @@ func (w *watcher) stale(key string) bool {
 	if !ok {
 		return false
 	}
-	if time.Now().After(v.(time.Time)) {
+	if time.Now().After(v.(*dirtyMark).until) {
 		if w.dirty.CompareAndDelete(key, v) {
 			w.ndirty.Add(-1)
 		}
@@ -70,8 +86,31 @@ func (w *watcher) stale(key string) bool {
 	return true
 }
 
+// settle waits up to max for the invalidation of a dirty key, which the
+// server sends as it runs the write, so that the read after a write can go
+// through the cache. A mark waited for in vain once is not waited for again.
+func (w *watcher) settle(ctx context.Context, key string, max time.Duration) {
+	v, ok := w.dirty.Load(key)
+	if !ok {
+		return
+	}
+	m := v.(*dirtyMark)
+	if m.waited.Load() {
+		return
+	}
+	t := time.NewTimer(max)
+	defer t.Stop()
+	select {
+	case <-m.done:
+	case <-t.C:
+		m.waited.Store(true)
+	case <-ctx.Done():
+	}
+}
+
 func (w *watcher) clean(key string) {
-	if _, ok := w.dirty.LoadAndDelete(key); ok {
+	if v, ok := w.dirty.LoadAndDelete(key); ok {
+		close(v.(*dirtyMark).done)
 		w.ndirty.Add(-1)
 	}
 }

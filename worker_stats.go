@@ -7,7 +7,6 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
-	"time"
 )
 
 // Hardware is the JSON of wkr:<type>:<id>:hardware, written at Start.
@@ -39,7 +38,7 @@ func (w *Worker) hardware() Hardware {
 	host, _ := os.Hostname()
 	return Hardware{Hostname: host, CPUs: runtime.NumCPU(), MemoryBytes: totalMemory(),
 		OS: runtime.GOOS, Arch: runtime.GOARCH, GoVersion: runtime.Version(), FleetVersion: fleetVersion(),
-		PID: os.Getpid(), Kind: w.kind, Slots: w.opts.Slots, StartedAt: time.Now().Unix()}
+		PID: os.Getpid(), Kind: w.kind, Slots: w.opts.Slots, StartedAt: w.f.now().Unix()}
 }
 
 func fleetVersion() string {
@@ -116,7 +115,7 @@ type SlotStats struct {
 func (w *Worker) Stats() WorkerStats { return w.stats() }
 
 func (w *Worker) stats() WorkerStats {
-	st := WorkerStats{TS: time.Now().Unix(), State: w.stateNow(), Gen: w.Gen(), Slots: len(w.slots),
+	st := WorkerStats{TS: w.f.now().Unix(), State: w.stateNow(), Gen: w.Gen(), Slots: len(w.slots),
 		Done: w.done.Load(), Failed: w.failed.Load(), Emitted: w.emitted.Load(), PerSlot: make([]SlotStats, len(w.slots))}
 	for i, s := range w.slots {
 		ss := SlotStats{Slot: i, Busy: s.busy.Load(), Done: s.done.Load(), Failed: s.failed.Load()}

@@ -1,24 +1,44 @@
 -- stream_push: add entries to a bounded stream, then trim it by age and by
--- member count, in one step.
+-- member count, in one step. Every entry's time is the server's (TIME): the
+-- script builds each member, so the envelope's "ts" is its score, whatever
+-- the pusher's clock says.
 -- KEYS[1]  stream:<type> (zset: score = unix seconds, member = JSON envelope)
 -- ARGV[1]  the most members to keep; "0" keeps any number
--- ARGV[2]  the age cutoff: members scored below it go, as an exclusive
---          ZREMRANGEBYSCORE bound such as "(1733126400.123"; "" keeps any age
--- ARGV[3..] score, member pairs to add
--- returns  the stream's length after trimming; a WRONGTYPE error, changing
---          nothing, when KEYS[1] is not a sorted set
+-- ARGV[2]  the most age to keep, in milliseconds: members scored more than
+--          this before the server's now go; "0" keeps any age
+-- ARGV[3..] id, data pairs: each becomes the member
+--          {"id":"<id>","ts":<now>,"data":<data>} scored <now>; id is
+--          [0-9a-f-] only and data is JSON, so the text needs no escaping
+-- returns  {length after trimming, now as stored (unix seconds, ms precision,
+--          no trailing zeros)}; a WRONGTYPE error, changing nothing, when
+--          KEYS[1] is not a sorted set
 local err = wrong_types('zset')
 if err then return err end
--- ZADD in chunks: unpack is bounded by the Lua C stack.
-local chunk = 512
-for i = 3, #ARGV, chunk do
-  redis.call('ZADD', KEYS[1], unpack(ARGV, i, math.min(i + chunk - 1, #ARGV)))
+-- secs spells ms (unix milliseconds, >= 0) as seconds the way Go's
+-- strconv.FormatFloat(x, 'f', -1, 64) does: 1733130000.12, 1733130000.
+local function secs(ms)
+  local s = string.format('%d.%03d', math.floor(ms / 1000), ms % 1000)
+  return (string.gsub(string.gsub(s, '0+$', ''), '%.$', ''))
 end
-if ARGV[2] ~= '' then
-  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[2])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ts = secs(now)
+-- ZADD in chunks: unpack is bounded by the Lua C stack.
+local chunk, args = 512, {}
+for i = 3, #ARGV, 2 do
+  args[#args + 1] = ts
+  args[#args + 1] = '{"id":"' .. ARGV[i] .. '","ts":' .. ts .. ',"data":' .. ARGV[i + 1] .. '}'
+  if #args >= 2 * chunk or i + 2 > #ARGV then
+    redis.call('ZADD', KEYS[1], unpack(args))
+    args = {}
+  end
+end
+local age = tonumber(ARGV[2])
+if age > 0 and now - age > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. secs(now - age))
 end
 local max = tonumber(ARGV[1])
 if max > 0 then
   redis.call('ZREMRANGEBYRANK', KEYS[1], 0, -max - 1)
 end
-return redis.call('ZCARD', KEYS[1])
+return {redis.call('ZCARD', KEYS[1]), ts}

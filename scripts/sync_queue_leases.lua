@@ -1,0 +1,39 @@
+-- sync_queue_leases: one bounded step of Sync's check of a queue's lease
+-- hash against its reservations.
+--  - 'stale': HSCAN the lease hash from a cursor; an entry whose id is not
+--    in :processing is stale (its reservation ended) and is removed. The
+--    check and the removal are one atomic step per entry, so a reservation
+--    made or ended meanwhile is never mistaken.
+--  - 'missing': ZSCAN :processing from a cursor and count the reservations
+--    without a lease entry. They are not repaired: no worker holds a token
+--    for them, so they end through the sweeper when their deadline passes,
+--    as another client's reservation does.
+-- KEYS[1]  fleet:queue:<name>:processing        zset: id -> deadline
+-- KEYS[2]  fleet:queue:<name>:processing:lease  hash: id -> token (derived)
+-- ARGV[1]  'stale' or 'missing'
+-- ARGV[2]  the scan cursor ('0' to start)
+-- ARGV[3]  the scan's COUNT
+-- returns  {next cursor ('0' when done), entries removed or reservations
+--          counted in this step}
+local err = wrong_types({'zset', 'hash'})
+if err then return err end
+local n = 0
+if ARGV[1] == 'stale' then
+  local r = redis.call('HSCAN', KEYS[2], ARGV[2], 'COUNT', ARGV[3])
+  local kv = r[2]
+  for i = 1, #kv, 2 do
+    if not redis.call('ZSCORE', KEYS[1], kv[i]) then
+      redis.call('HDEL', KEYS[2], kv[i])
+      n = n + 1
+    end
+  end
+  return {r[1], n}
+end
+local r = redis.call('ZSCAN', KEYS[1], ARGV[2], 'COUNT', ARGV[3])
+local ms = r[2]
+for i = 1, #ms, 2 do
+  if redis.call('HEXISTS', KEYS[2], ms[i]) == 0 then
+    n = n + 1
+  end
+end
+return {r[1], n}

@@ -1,0 +1,118 @@
+package fleet_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/fleet-go/fleet"
+	"github.com/fleet-go/fleet/fleettest"
+)
+
+// BenchmarkSyncQueue: Sync of a queue of 1M pending tasks, each with a
+// dedup key, on a redis-server of the benchmark's own, while another
+// client PINGs in a loop. "rebuild" starts from an empty :dedup (Sync adds
+// 1M entries), "steady" from a sound one (Sync changes nothing). Reported:
+// tasks/s (the queue's tasks over Sync's time) and the PING latency
+// percentiles during Sync. Run:
+//
+//	go test -run '^$' -bench SyncQueue -benchtime 1x -timeout 30m .
+func BenchmarkSyncQueue(b *testing.B) {
+	const n = 1_000_000
+	ctx := context.Background()
+	s, err := fleettest.StartServer(ctx, fleettest.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(s.Stop)
+	f, err := fleet.Open(ctx, fleet.Options{URL: s.URL()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { f.Close() })
+	opt, _ := rueidis.ParseURL(s.URL())
+	raw, err := rueidis.NewClient(opt)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(raw.Close)
+
+	// Fill: pipelined RPUSH of 1,000 bodies each.
+	start := time.Now()
+	var cmds rueidis.Commands
+	bodies := make([]string, 0, 1000)
+	for i := range n {
+		bodies = append(bodies, fmt.Sprintf(`{"id":"t%d","payload":{"url":"https://example.com/%d","n":%d},"attempts":0,"dedup":"d%d"}`, i, i, i%1000, i))
+		if len(bodies) == cap(bodies) {
+			cmds = append(cmds, raw.B().Rpush().Key("fleet:queue:big").Element(bodies...).Build())
+			bodies = bodies[:0]
+		}
+		if len(cmds) == 50 || i == n-1 {
+			for _, r := range raw.DoMulti(ctx, cmds...) {
+				if err := r.Error(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			cmds = cmds[:0]
+		}
+	}
+	b.Logf("filled %d tasks in %v", n, time.Since(start))
+
+	run := func(b *testing.B, reset bool) {
+		var lat []time.Duration
+		for range b.N {
+			if reset {
+				b.StopTimer()
+				if err := raw.Do(ctx, raw.B().Unlink().Key("fleet:queue:big:dedup").Build()).Error(); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+			}
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					t0 := time.Now()
+					if err := raw.Do(ctx, raw.B().Ping().Build()).Error(); err != nil {
+						b.Error(err)
+						return
+					}
+					lat = append(lat, time.Since(t0))
+				}
+			}()
+			t0 := time.Now()
+			r, err := f.Sync(ctx)
+			d := time.Since(t0)
+			close(stop)
+			wg.Wait()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if reset && r.DedupAdded != n || !reset && r.Fixed() != 0 {
+				b.Fatalf("report %+v", r)
+			}
+			b.ReportMetric(float64(n)/d.Seconds(), "tasks/s")
+		}
+		slices.Sort(lat)
+		if len(lat) > 0 {
+			p := func(q float64) float64 { return float64(lat[int(q*float64(len(lat)-1))]) / 1e6 }
+			b.ReportMetric(p(0.5), "ping-p50-ms")
+			b.ReportMetric(p(0.99), "ping-p99-ms")
+			b.ReportMetric(float64(lat[len(lat)-1])/1e6, "ping-max-ms")
+		}
+	}
+	b.Run("rebuild", func(b *testing.B) { run(b, true) })
+	b.Run("steady", func(b *testing.B) { run(b, false) })
+}
