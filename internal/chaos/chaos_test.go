@@ -34,6 +34,7 @@ var (
 	flagWorkers  = flag.Int("chaos.workers", 3, "worker processes")
 	flagSlots    = flag.Int("chaos.slots", 4, "slots per worker process")
 	flagSweepers = flag.Int("chaos.sweepers", 2, "sweeper processes")
+	flagReserver = flag.Int("chaos.reservers", 1, "reserver processes: Reserve with short ctxs (in flight when they end), run, ack; faulted as workers")
 	flagLease    = flag.Duration("chaos.lease", time.Second, "the queue's lease")
 	flagLong     = flag.Float64("chaos.long", 0.4, "share of tasks that work 0.2-1.5 leases (the rest work 5-60 ms)")
 	flagMargin   = flag.Duration("chaos.margin", 100*time.Millisecond, "runs of one task that overlap by more than this count as overlapping")
@@ -57,6 +58,7 @@ func TestMain(m *testing.M) {
 // settings are the flags, checked.
 type settings struct {
 	tasks, workers, slots, sweepers  int
+	reservers                        int
 	lease, sweepEvery, phase, margin time.Duration
 	drain                            time.Duration
 	long                             float64
@@ -77,7 +79,7 @@ type target struct {
 // lost, nothing acked twice, no two runs of a task overlapped, and no run
 // began after its lease deadline.
 func TestChaos(t *testing.T) {
-	s := settings{tasks: *flagTasks, workers: *flagWorkers, slots: *flagSlots, sweepers: *flagSweepers,
+	s := settings{tasks: *flagTasks, workers: *flagWorkers, slots: *flagSlots, sweepers: *flagSweepers, reservers: *flagReserver,
 		lease: *flagLease, phase: *flagPhase, margin: *flagMargin, drain: *flagDrain, long: *flagLong, seed: *flagSeed}
 	if testing.Short() {
 		// -short: a smaller default, unless the flags were set.
@@ -93,7 +95,7 @@ func TestChaos(t *testing.T) {
 	if s.seed == 0 {
 		s.seed = time.Now().UnixNano() % 1_000_000_007
 	}
-	if s.tasks < 1 || s.workers < 1 || s.slots < 1 || s.sweepers < 0 || s.lease < 100*time.Millisecond || s.long < 0 || s.long > 1 {
+	if s.tasks < 1 || s.workers < 1 || s.slots < 1 || s.sweepers < 0 || s.reservers < 0 || s.lease < 100*time.Millisecond || s.long < 0 || s.long > 1 {
 		t.Fatalf("bad chaos flags: %+v", s)
 	}
 	s.sweepEvery = max(s.lease/4, 20*time.Millisecond)
@@ -245,8 +247,8 @@ func (r *run) do() {
 	}
 	gap := s.lease
 	r.nPhases, r.phaseDur, r.phaseStart = len(phases), phase, time.Now()
-	t.Logf("%s: %d tasks, %d workers x %d slots, %d sweepers, lease %v, phases %v of %v each, evidence in %s",
-		r.tg.name, s.tasks, s.workers, s.slots, s.sweepers, s.lease, phases, phase, r.dir)
+	t.Logf("%s: %d tasks, %d workers x %d slots, %d sweepers, %d reservers, lease %v, phases %v of %v each, evidence in %s",
+		r.tg.name, s.tasks, s.workers, s.slots, s.sweepers, s.reservers, s.lease, phases, phase, r.dir)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -273,6 +275,10 @@ func (r *run) do() {
 	}
 	for i := range s.sweepers {
 		r.sweepers = append(r.sweepers, mk(fmt.Sprintf("s%d", i+1), "sweeper"))
+	}
+	for i := range s.reservers {
+		// faulted with the workers: "w" places
+		r.workers = append(r.workers, mk(fmt.Sprintf("wr%d", i+1), "reserver"))
 	}
 	r.sub = mk("sub", "")
 	for _, p := range r.all {

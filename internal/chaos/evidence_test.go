@@ -478,6 +478,8 @@ func placeKind(place string) string {
 		return "submitter"
 	case place == "redis":
 		return "server"
+	case strings.HasPrefix(place, "wr"):
+		return "reserver"
 	case strings.HasPrefix(place, "w"):
 		return "worker"
 	case strings.HasPrefix(place, "s"):

@@ -132,6 +132,8 @@ func runRole(role string) int {
 		err = runWorker(sig, c, f, rec, log)
 	case "sweeper":
 		err = runSweeper(sig, c, f, log)
+	case "reserver":
+		err = runReserver(sig, c, f, rec)
 	default:
 		err = fmt.Errorf("unknown role %q", role)
 	}
@@ -223,6 +225,12 @@ type handler struct {
 const step = 20 * time.Millisecond
 
 func (h *handler) handle(ctx context.Context, s *fleet.Slot[struct{}, struct{}], t *fleet.Task[job]) error {
+	return h.work(ctx, s.Index(), t)
+}
+
+// work is the handler's body; slot is the worker's slot, or -1 for a
+// reserver.
+func (h *handler) work(ctx context.Context, slot int, t *fleet.Task[job]) error {
 	rec := h.rec
 	run := fmt.Sprintf("%s.%d", h.run, h.runs.Add(1))
 	start := time.Now()
@@ -235,7 +243,7 @@ func (h *handler) handle(ctx context.Context, s *fleet.Slot[struct{}, struct{}],
 		alive = 0
 	}
 	// S run task seq attempt slot start_us start_mono_us lease_deadline_us ctx_deadline_us alive
-	rec.line("S %s %s %d %d %d %d %d %d %d %d", run, t.ID, t.Payload.Seq, t.Attempts, s.Index(),
+	rec.line("S %s %s %d %d %d %d %d %d %d %d", run, t.ID, t.Payload.Seq, t.Attempts, slot,
 		start.UnixMicro(), rec.mono(start), t.Deadline().UnixMicro(), ctxDL, alive)
 	work := time.Duration(t.Payload.WorkMS) * time.Millisecond
 	fail := t.Payload.Fail && t.Attempts == 0
@@ -291,4 +299,46 @@ func (h *handler) taskEnd(id string, err error) {
 	default:
 		h.rec.line("F %s %d %s", id, now, word(err.Error()))
 	}
+}
+
+// runReserver is a client without the worker runtime: it calls Reserve
+// with short ctxs (20-400 ms, so that under held replies, blackholes and
+// restarts many end while the reserve script is in flight: the abandon
+// path), runs each task it got with a ctx that ends at Task.Deadline less
+// a margin (it does not extend), and acks, nacks or releases it.
+func runReserver(ctx context.Context, c childConfig, f *fleet.Fleet, rec *recorder) error {
+	q := fleet.NewQueue[job](f, c.Queue, c.queueOptions())
+	if err := q.Err(); err != nil {
+		return err
+	}
+	h := &handler{rec: rec, run: fmt.Sprintf("%s.%d", c.Name, c.Inc)}
+	g := newRNG(time.Now().UnixNano())
+	margin := c.Lease / 10
+	for ctx.Err() == nil {
+		rctx, cancel := context.WithTimeout(ctx, g.between(20*time.Millisecond, 400*time.Millisecond))
+		tasks, _ := q.Reserve(rctx, 1+g.intn(3), g.between(0, 200*time.Millisecond))
+		cancel()
+		if len(tasks) == 0 && ctx.Err() == nil {
+			sleep(ctx, 10*time.Millisecond)
+		}
+		for _, t := range tasks {
+			hctx, hcancel := context.WithDeadlineCause(ctx, t.Deadline().Add(-margin),
+				fmt.Errorf("%w: reserver: past Task.Deadline", fleet.ErrLeaseLost))
+			herr := h.work(hctx, -1, t)
+			hcancel()
+			ectx, ecancel := context.WithTimeout(context.Background(), 5*time.Second)
+			switch {
+			case herr == nil:
+				h.taskEnd(t.ID, t.Ack(ectx))
+			case errors.Is(herr, fleet.ErrLeaseLost) || ctx.Err() != nil:
+				_ = t.Release(ectx) // uncounted; ErrLeaseLost when a sweeper has it
+				h.taskEnd(t.ID, herr)
+			default:
+				_ = t.Nack(ectx, herr)
+				h.taskEnd(t.ID, herr)
+			}
+			ecancel()
+		}
+	}
+	return nil
 }
