@@ -29,9 +29,14 @@ type faultLog struct {
 }
 
 func (l *faultLog) add(kind, target, detail string) {
+	l.addAt(time.Now().UnixMicro(), kind, target, detail)
+}
+
+// addAt logs an event that happened at µs at.
+func (l *faultLog) addAt(at int64, kind, target, detail string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	e := faultEvent{at: time.Now().UnixMicro(), kind: kind, target: target, detail: detail}
+	e := faultEvent{at: at, kind: kind, target: target, detail: detail}
 	l.events = append(l.events, e)
 	if l.f != nil {
 		fmt.Fprintf(l.f, "%d %s %s %s %s\n", e.at, l.phase, kind, target, detail)

@@ -34,6 +34,7 @@ type proc struct {
 	done     chan struct{} // closed when the current process exited
 	stopped  int64         // µs of the SIGSTOP in force, 0 when running
 	expected bool          // the current process's exit was asked for
+	sentAt   int64         // µs of the last signal (see signal)
 }
 
 func (p *proc) id() string { return fmt.Sprintf("%s.%d", p.name, p.inc) }
@@ -135,10 +136,13 @@ func (p *proc) start() error {
 	return nil
 }
 
-// signal sends sig to the current process, if it runs.
+// signal sends sig to the current process, if it runs. For SIGSTOP it
+// notes the time after the signal went, for SIGCONT before: the time
+// counted as stopped is never longer than the true one.
 func (p *proc) signal(sig syscall.Signal, expectExit bool) (chan struct{}, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.sentAt = time.Now().UnixMicro()
 	if !p.aliveLocked() {
 		return nil, false
 	}
@@ -150,7 +154,6 @@ func (p *proc) signal(sig syscall.Signal, expectExit bool) (chan struct{}, bool)
 		if p.stopped != 0 {
 			return p.done, false
 		}
-		p.stopped = time.Now().UnixMicro()
 	case syscall.SIGCONT:
 		if p.stopped == 0 {
 			return p.done, false
@@ -161,6 +164,11 @@ func (p *proc) signal(sig syscall.Signal, expectExit bool) (chan struct{}, bool)
 	}
 	if sig == syscall.SIGCONT {
 		p.stopped = 0
+	} else {
+		p.sentAt = time.Now().UnixMicro()
+	}
+	if sig == syscall.SIGSTOP {
+		p.stopped = p.sentAt
 	}
 	return p.done, true
 }
@@ -180,15 +188,21 @@ func (p *proc) kill(kind string) {
 func (p *proc) stop(kind string) bool {
 	_, ok := p.signal(syscall.SIGSTOP, false)
 	if ok {
-		p.r.flog.add(kind, p.name, p.id())
+		p.r.flog.addAt(p.sent(), kind, p.name, p.id())
 	}
 	return ok
 }
 
 func (p *proc) cont(kind string) {
 	if _, ok := p.signal(syscall.SIGCONT, false); ok {
-		p.r.flog.add(kind, p.name, p.id())
+		p.r.flog.addAt(p.sent(), kind, p.name, p.id())
 	}
+}
+
+func (p *proc) sent() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.sentAt
 }
 
 // term sends SIGTERM (a graceful stop) and waits up to grace for the
