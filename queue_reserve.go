@@ -39,7 +39,7 @@ func (q *Queue[T]) Reserve(ctx context.Context, n int, wait time.Duration) ([]*T
 	if wait < 0 {
 		return nil, queueErr(op, q.name, fmt.Errorf("%w: wait %v is negative", ErrInvalidArgument, wait))
 	}
-	tasks, st, err := q.reserve(ctx, n)
+	tasks, st, err := q.reserve(ctx, n, false)
 	if len(tasks) > 0 || wait == 0 || (err != nil && !transient(err)) {
 		return tasks, queueErr(op, q.name, err)
 	}
@@ -55,6 +55,7 @@ func transient(err error) bool {
 
 // reserveState is what a reserve call learned about the queue.
 type reserveState struct {
+	drained   bool          // nothing was left pending (asked for with wantLeft)
 	nextReady time.Duration // until the next scheduled task is due; -1: none
 }
 
@@ -69,7 +70,7 @@ func (q *Queue[T]) await(ctx context.Context, n int, wait time.Duration, st rese
 	tryNow, retried := false, false
 	for {
 		if tryNow {
-			tasks, s, err := q.reserve(ctx, n)
+			tasks, s, err := q.reserve(ctx, n, false)
 			if len(tasks) > 0 {
 				// Pass the wake on: another local waiter takes what is
 				// left, or re-arms the invalidation that this pop used up.
@@ -125,7 +126,7 @@ func (q *Queue[T]) await(ctx context.Context, n int, wait time.Duration, st rese
 // the call ends without a reply (ctx ended, or the connection broke) the
 // script may still run, or have run: abandonReserve then hands back what
 // it took.
-func (q *Queue[T]) reserve(ctx context.Context, n int) ([]*Task[T], reserveState, error) {
+func (q *Queue[T]) reserve(ctx context.Context, n int, wantLeft bool) ([]*Task[T], reserveState, error) {
 	st := reserveState{nextReady: -1}
 	if err := q.register(ctx); err != nil {
 		return nil, st, err
@@ -134,7 +135,7 @@ func (q *Queue[T]) reserve(ctx context.Context, n int) ([]*Task[T], reserveState
 	sent := monoNow()
 	res, err := queueReserveScript.Exec(ctx, q.f.client,
 		[]string{q.k.Pending, q.k.Processing, q.k.Body, q.k.Lease, q.k.Scheduled, q.k.Dead, q.k.Call + prefix, q.k.Policy},
-		[]string{strconv.Itoa(n), millis(q.opts.Lease), prefix, "1000", strconv.Itoa(q.opts.DeadMax)}).ToArray()
+		[]string{strconv.Itoa(n), millis(q.opts.Lease), prefix, "1000", strconv.Itoa(q.opts.DeadMax), boolArg(wantLeft)}).ToArray()
 	if err != nil {
 		if outcomeUnknown(err) {
 			q.abandonReserve(prefix)
@@ -146,6 +147,8 @@ func (q *Queue[T]) reserve(ctx context.Context, n int) ([]*Task[T], reserveState
 	}
 	nowStr, _ := res[0].ToString()
 	now, _ := strconv.ParseInt(nowStr, 10, 64)
+	left, _ := res[1].AsInt64()
+	st.drained = left == 0
 	if next, _ := res[2].ToString(); next != "" {
 		if s, err := strconv.ParseFloat(next, 64); err == nil {
 			st.nextReady = max(time.Duration(s*1000-float64(now))*time.Millisecond, 0)
@@ -216,4 +219,11 @@ func (q *Queue[T]) abandonReserve(prefix string) {
 		}
 		return err
 	})
+}
+
+func boolArg(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
 }
