@@ -233,7 +233,8 @@ func (l *Lock) abandon(token string, hold time.Duration, tomb bool) {
 }
 
 // try runs the acquire script once. It returns the lease, or the holder's
-// time left (-1 when the holder set no TTL). When the script's outcome is
+// time left (-1 when unknown: the holder set no TTL, or token was
+// abandoned). When the script's outcome is
 // unknown (ctx ended or the connection broke while it was in flight), it
 // abandons token.
 func (l *Lock) try(ctx context.Context, token string, hold time.Duration) (*Lease, time.Duration, error) {

@@ -17,7 +17,7 @@
 --          whose reply was lost finds its own token and gets {1, the
 --          current fence}, so the lock is never stranded.
 --          {0, pttl} when held by another (pttl: the holder's time left, ms);
---          {0, 0} when the caller's token was abandoned (nothing held);
+--          {0, -2} when the caller's token was abandoned (nothing held);
 --          a WRONGTYPE error, nothing changed, when the lock or the fence
 --          key holds another type (or the fence is not an integer).
 -- Cost when free: EVALSHA + SET + INCRBY. No TYPE checks: SET ... GET
@@ -59,7 +59,7 @@ if f % 2 == 1 then
   end
   if dead and tonumber(dead) > now then
     redis.call('DEL', KEYS[1])
-    return {0, 0}
+    return {0, -2}
   end
   if redis.call('ZCOUNT', KEYS[3], '(' .. now, '+inf') == 0 then
     f = redis.call('INCRBY', KEYS[2], 1)
