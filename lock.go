@@ -232,11 +232,11 @@ func (l *Lock) abandon(token string, hold time.Duration, tomb bool) {
 	})
 }
 
-// try runs the acquire script once. It returns the lease, or the holder's
-// time left (-1 when unknown: the holder set no TTL, or token was
-// abandoned). When the script's outcome is
-// unknown (ctx ended or the connection broke while it was in flight), it
-// abandons token.
+// try runs the acquire script once. It returns the lease (its deadline
+// counted from just before the send), or the holder's time left (-1 when
+// unknown: the holder set no TTL, or token was abandoned). When the
+// script's outcome is unknown (ctx ended or the connection broke while it
+// was in flight), it abandons token.
 func (l *Lock) try(ctx context.Context, token string, hold time.Duration) (*Lease, time.Duration, error) {
 	sent := time.Now()
 	res, err := lockAcquireScript.Exec(ctx, l.f.client, []string{l.key, l.fence, l.tomb},
