@@ -365,6 +365,14 @@ func monoNow() int64 { return int64(time.Since(monoEpoch)) }
 // reading, so time.Until and Before compare on the monotonic clock).
 func monoTime(ns int64) time.Time { return monoEpoch.Add(time.Duration(ns)) }
 
+// leaseMargin is how long before the end of a lease that this process can
+// prove (Task.Deadline, Lease.Deadline) the lease counts as over, and the
+// work under it is cancelled: room for the work to notice, and for clocks
+// that run at slightly different rates.
+func leaseMargin(lease time.Duration) time.Duration {
+	return min(max(lease/10, 5*time.Millisecond), time.Second)
+}
+
 // retryInBackground runs fn in a goroutine that Close waits for, every
 // 100 ms until it succeeds, until bound has passed, or until the Fleet
 // closes. Each try gets 1 s. It is for best-effort clean-up after a call

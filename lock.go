@@ -111,10 +111,6 @@ func (l *Lease) setDeadline(d time.Time) {
 	l.mu.Unlock()
 }
 
-// leaseMargin is how long before its deadline a lease counts as over: the
-// time a caller needs to stop using it.
-func leaseMargin(hold time.Duration) time.Duration { return min(hold/10, time.Second) }
-
 func newToken() string {
 	var b [18]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails

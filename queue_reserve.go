@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"strconv"
 	"time"
-
-	"github.com/redis/rueidis"
 )
 
 // Reserve takes up to n tasks (1 <= n <= MaxReserve) from the head of the
@@ -191,17 +189,6 @@ func (q *Queue[T]) reserve(ctx context.Context, n int, wantLeft bool) ([]*Task[T
 		return nil, st, buryErr
 	}
 	return tasks, st, nil
-}
-
-// outcomeUnknown reports whether a script call ended without telling what
-// the server did: its ctx ended, or its connection broke, so the script
-// may have run, or may still run.
-func outcomeUnknown(err error) bool {
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return true
-	}
-	var re *rueidis.RedisError
-	return !errors.As(err, &re) && !errors.Is(err, ErrClosed) && !errors.Is(err, rueidis.ErrClosing)
 }
 
 // abandonReserve hands back, in the background, what the reserve call with

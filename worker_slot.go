@@ -467,13 +467,6 @@ func (b *batch[C, O, P]) failed(s *Slot[C, O], err error) {
 	b.w.fail(err, true)
 }
 
-// leaseMargin is how long before the lease's end, as this process can prove
-// it (Task.Deadline), a handler's ctx is cancelled: room for the handler to
-// notice, and for clocks that run at slightly different rates.
-func leaseMargin(lease time.Duration) time.Duration {
-	return min(max(lease/10, 5*time.Millisecond), time.Second)
-}
-
 // keep keeps the task's lease alive until stop closes, extending it every
 // LeaseExtend (a third of the lease by default). It cancels the handler's
 // ctx with ErrLeaseLost when Redis says the lease is lost, and also when
