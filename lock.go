@@ -31,9 +31,6 @@ const (
 	// lockTombMargin is how much longer than hold the tombstone of an
 	// abandoned acquire holds: the script it stops may arrive that late.
 	lockTombMargin = 2 * time.Second
-	// abandonEvery paces the retries of an abandon; abandonTry bounds one.
-	abandonEvery = 150 * time.Millisecond
-	abandonTry   = time.Second
 )
 
 // Lock is a fleet-wide mutex (fleet:lock:<name>): the holder's random token
@@ -196,40 +193,8 @@ func (l *Lock) abandon(token string, hold time.Duration, tomb bool) {
 		tombMs = millis(hold + lockTombMargin)
 	}
 	keys, args := []string{l.key, l.fence, l.tomb}, []string{token, tombMs}
-	until := time.Now().Add(hold + lockTombMargin)
-	l.f.spawn(func() {
-		// Every run ends when the Fleet closes, so that Close does not wait.
-		base, stop := context.WithCancel(context.Background())
-		defer stop()
-		go func() {
-			select {
-			case <-l.f.done:
-				stop()
-			case <-base.Done():
-			}
-		}()
-		for {
-			ctx, cancel := context.WithTimeout(base, abandonTry)
-			err := lockAbandonScript.Exec(ctx, l.f.client, keys, args).Error()
-			cancel()
-			if !outcomeUnknown(err) {
-				if err != nil {
-					l.f.log.Warn("fleet: lock abandon", "lock", l.name, "err", err)
-				}
-				return
-			}
-			if base.Err() != nil || time.Now().After(until) {
-				l.f.log.Warn("fleet: lock abandon gave up; the lock may stay held until its hold runs out", "lock", l.name, "err", err)
-				return
-			}
-			t := time.NewTimer(abandonEvery)
-			select {
-			case <-base.Done():
-				t.Stop()
-				return
-			case <-t.C:
-			}
-		}
+	l.f.abandon("lock "+l.name, hold+lockTombMargin, func(ctx context.Context) error {
+		return lockAbandonScript.Exec(ctx, l.f.client, keys, args).Error()
 	})
 }
 

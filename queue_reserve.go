@@ -193,13 +193,12 @@ func (q *Queue[T]) reserve(ctx context.Context, n int, wantLeft bool) ([]*Task[T
 
 // abandonReserve hands back, in the background, what the reserve call with
 // token prefix took, or tombstones the call so that it takes nothing if it
-// runs later (queue_abandon.lua). It retries every 100 ms until the server
-// answers, for as long as a lease (after that the sweeper has the tasks
-// anyway), or until the Fleet closes.
+// runs later (queue_abandon.lua), for as long as a lease (after that the
+// sweeper has the tasks anyway); see Fleet.abandon.
 func (q *Queue[T]) abandonReserve(prefix string) {
 	keys := []string{q.k.Pending, q.k.Processing, q.k.Body, q.k.Lease, q.k.Call + prefix}
 	args := []string{prefix, millis(q.opts.Lease + time.Minute)}
-	q.f.retryInBackground(q.opts.Lease, func(ctx context.Context) error {
+	q.f.abandon("reserve "+q.name, q.opts.Lease, func(ctx context.Context) error {
 		n, err := queueAbandonScript.Exec(ctx, q.f.client, keys, args).AsInt64()
 		if err == nil && n > 0 {
 			q.wakeLocal()
