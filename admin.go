@@ -158,7 +158,7 @@ func (f *Fleet) PurgeType(ctx context.Context, typ string) (RemoveReport, error)
 	res := c.DoMulti(ctx,
 		c.B().Del().Key(f.keys.Workers(typ)).Build(),
 		c.B().Del().Key(f.keys.Stream(typ)).Build(),
-		c.B().Del().Key(q.Pending, q.Processing, q.Body, q.Lease, q.Scheduled, q.Dead, q.Dedup).Build(),
+		c.B().Del().Key(q.Pending, q.Processing, q.Body, q.Lease, q.Scheduled, q.Dead, q.Dedup, q.Policy).Build(),
 		c.B().Srem().Key(f.keys.Queues()).Member(typ).Build(),
 		c.B().Hdel().Key(f.keys.Catalog()).Field(typ).Build())
 	n, err := sumInts(res[:3])

@@ -27,6 +27,10 @@ var (
 	// ErrNotDead is returned by Queue.RequeueDead when no dead letter has
 	// the id, or the one that has it cannot be re-queued (a poison body).
 	ErrNotDead = errors.New("fleet: no such dead letter")
+	// ErrDuplicate is returned by Queue.RequeueDead when the dead task's
+	// dedup key is held by another live task: re-queueing it would make the
+	// duplicate that the key exists to prevent. Nothing changes.
+	ErrDuplicate = errors.New("fleet: dedup key held by another task")
 )
 
 // queueErr is opErr for queue calls: fleet's queue sentinels pass through
@@ -35,7 +39,7 @@ func queueErr(op, name string, err error) error {
 	if err == nil {
 		return nil
 	}
-	for _, s := range []error{ErrInvalidPayload, ErrBadJSON, ErrUnknownQueue, ErrLeaseLost, ErrNotDead} {
+	for _, s := range []error{ErrInvalidPayload, ErrBadJSON, ErrUnknownQueue, ErrLeaseLost, ErrNotDead, ErrDuplicate} {
 		if errors.Is(err, s) {
 			return fmt.Errorf("fleet: %s %q: %w", op, name, err)
 		}

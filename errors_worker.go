@@ -21,6 +21,9 @@ var (
 	// ErrWorkerNotStarted is returned by Worker.Stop on a worker that was
 	// never started.
 	ErrWorkerNotStarted = errors.New("fleet: worker not started")
+	// ErrTaskTimeout is the cause of a batch handler's ctx when the run took
+	// longer than WorkerOptions.TaskTimeout; the task is nacked with it.
+	ErrTaskTimeout = errors.New("fleet: task timed out")
 )
 
 // StaleGenError is returned by PushConfig when the pushed gen is not above

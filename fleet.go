@@ -100,6 +100,10 @@ type Fleet struct {
 	watch    *watcher
 	queues   sync.Map // queue name -> the codec of the Queue[T] made in this process (queue.go)
 
+	workersMu sync.Mutex
+	workers   map[*Worker]struct{} // started and not yet stopped: Close stops them first
+	closing   bool                 // Close began: no worker may start
+
 	closed    atomic.Bool
 	closeOnce sync.Once
 	spawnMu   sync.Mutex    // orders spawn's wg.Add before Close's wg.Wait
@@ -260,11 +264,31 @@ func (f *Fleet) Cluster() bool { return f.cluster }
 // wrap. Keys written through it are the caller's business.
 func (f *Fleet) Client() rueidis.Client { return f.client }
 
-// Close ends every goroutine the Fleet started and closes the client it
-// built (never a client passed in Options.Client). Calls after Close return
-// ErrClosed. Close is idempotent.
+// Close stops the workers started on this Fleet first, as Stop does with a
+// deadline of their StopGrace (they take no new task, the tasks in hand
+// get StopGrace to finish and can still be acked, nacked or released; one
+// still running then is cancelled and released uncounted), then ends every
+// goroutine the Fleet started and closes the client it built (never a
+// client passed in Options.Client). Calls after Close return ErrClosed.
+// Close is idempotent.
 func (f *Fleet) Close() error {
 	f.closeOnce.Do(func() {
+		f.workersMu.Lock()
+		f.closing = true
+		ws := make([]*Worker, 0, len(f.workers))
+		for w := range f.workers {
+			ws = append(ws, w)
+		}
+		f.workersMu.Unlock()
+		var wg sync.WaitGroup
+		for _, w := range ws {
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), w.opts.StopGrace)
+				defer cancel()
+				_ = w.Stop(ctx)
+			})
+		}
+		wg.Wait()
 		f.spawnMu.Lock()
 		f.closed.Store(true)
 		f.spawnMu.Unlock()
@@ -280,6 +304,26 @@ func (f *Fleet) closeClient() {
 	if f.owned {
 		f.client.Close()
 	}
+}
+
+// keepWorker records a started worker, for Close; false once Close began.
+func (f *Fleet) keepWorker(w *Worker) bool {
+	f.workersMu.Lock()
+	defer f.workersMu.Unlock()
+	if f.closing {
+		return false
+	}
+	if f.workers == nil {
+		f.workers = map[*Worker]struct{}{}
+	}
+	f.workers[w] = struct{}{}
+	return true
+}
+
+func (f *Fleet) dropWorker(w *Worker) {
+	f.workersMu.Lock()
+	delete(f.workers, w)
+	f.workersMu.Unlock()
 }
 
 // alive returns ErrClosed after Close, and ctx's error once it is done.
@@ -305,6 +349,46 @@ func (f *Fleet) spawn(fn func()) bool {
 		fn()
 	}()
 	return true
+}
+
+// monoEpoch anchors monoNow.
+var monoEpoch = time.Now()
+
+// monoNow is the time on this process's monotonic clock, in nanoseconds
+// since monoEpoch: what lease deadlines are measured with, immune to wall
+// clock steps.
+func monoNow() int64 { return int64(time.Since(monoEpoch)) }
+
+// monoTime spells a monoNow reading as a time.Time (with its monotonic
+// reading, so time.Until and Before compare on the monotonic clock).
+func monoTime(ns int64) time.Time { return monoEpoch.Add(time.Duration(ns)) }
+
+// retryInBackground runs fn in a goroutine that Close waits for, every
+// 100 ms until it succeeds, until bound has passed, or until the Fleet
+// closes. Each try gets 1 s. It is for best-effort clean-up after a call
+// whose outcome is unknown (an abandoned script).
+func (f *Fleet) retryInBackground(bound time.Duration, fn func(ctx context.Context) error) {
+	f.spawn(func() {
+		end := time.Now().Add(bound)
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			err := fn(ctx)
+			cancel()
+			if err == nil || time.Now().After(end) {
+				if err != nil {
+					f.log.Warn("fleet: clean-up after an abandoned call failed", "err", err)
+				}
+				return
+			}
+			t := time.NewTimer(100 * time.Millisecond)
+			select {
+			case <-f.done:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+	})
 }
 
 // nodes returns the client's nodes (every master of a cluster, or the one

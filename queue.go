@@ -15,6 +15,7 @@ import (
 
 	"github.com/go-playground/validator/v10"
 	"github.com/google/uuid"
+	"github.com/redis/rueidis"
 
 	"github.com/fleet-go/fleet/internal/keys"
 )
@@ -25,6 +26,7 @@ var (
 	queueAckScript     = script("queue_ack.lua")
 	queueNackScript    = script("queue_nack.lua")
 	queueExtendScript  = script("queue_extend.lua")
+	queueAbandonScript = script("queue_abandon.lua")
 )
 
 // Defaults of QueueOptions.
@@ -121,13 +123,81 @@ func (o QueueOptions) withDefaults() (QueueOptions, error) {
 	return o, nil
 }
 
-// retryDelay is the backoff before retry number attempts (1 for the first).
-func (o QueueOptions) retryDelay(attempts int) time.Duration {
-	d := o.BackoffBase << min(max(attempts-1, 0), 40)
-	if d > o.BackoffMax || d <= 0 {
-		d = o.BackoffMax
+// QueuePolicy is a queue's retry and dead-letter policy as stored in Redis
+// (fleet:queue:<name>:policy, JSON). Every process applies the stored
+// policy, whatever its own QueueOptions say: the nack script reads it, and
+// so does every sweeper. A Queue handle writes its own options there the
+// first time it reaches Redis (a submit or a reserve), so the process that
+// opened the queue last wins; see Queue.Policy.
+type QueuePolicy struct {
+	// MaxAttempts is QueueOptions.MaxAttempts.
+	MaxAttempts int `json:"max_attempts"`
+	// BackoffBase and BackoffMax are QueueOptions.BackoffBase and
+	// BackoffMax, in milliseconds.
+	BackoffBaseMS int64 `json:"backoff_base_ms"`
+	BackoffMaxMS  int64 `json:"backoff_max_ms"`
+	// DeadMax is QueueOptions.DeadMax.
+	DeadMax int `json:"dead_max"`
+	// DeadMaxAgeMS is QueueOptions.DeadMaxAge, in milliseconds.
+	DeadMaxAgeMS int64 `json:"dead_max_age_ms"`
+}
+
+// policy returns the options' policy part.
+func (o QueueOptions) policy() QueuePolicy {
+	return QueuePolicy{MaxAttempts: o.MaxAttempts, BackoffBaseMS: o.BackoffBase.Milliseconds(),
+		BackoffMaxMS: o.BackoffMax.Milliseconds(), DeadMax: o.DeadMax, DeadMaxAgeMS: o.DeadMaxAge.Milliseconds()}
+}
+
+func (o QueueOptions) policyJSON() string {
+	b, _ := json.Marshal(o.policy()) // plain numbers always encode
+	return string(b)
+}
+
+// withPolicy returns o with the fields of a stored policy p that are set.
+func (o QueueOptions) withPolicy(p QueuePolicy) QueueOptions {
+	if p.MaxAttempts > 0 {
+		o.MaxAttempts = p.MaxAttempts
 	}
-	return d/2 + randDuration(d/2)
+	if p.BackoffBaseMS > 0 {
+		o.BackoffBase = time.Duration(p.BackoffBaseMS) * time.Millisecond
+	}
+	if p.BackoffMaxMS > 0 {
+		o.BackoffMax = time.Duration(p.BackoffMaxMS) * time.Millisecond
+	}
+	if p.DeadMax > 0 {
+		o.DeadMax = p.DeadMax
+	}
+	if p.DeadMaxAgeMS > 0 {
+		o.DeadMaxAge = time.Duration(p.DeadMaxAgeMS) * time.Millisecond
+	}
+	return o
+}
+
+// storedPolicy reads the policy stored for queue k, if any.
+func (f *Fleet) storedPolicy(ctx context.Context, k string) (QueuePolicy, bool, error) {
+	var p QueuePolicy
+	raw, err := f.client.Do(ctx, f.client.B().Get().Key(k).Build()).ToString()
+	if rueidis.IsRedisNil(err) {
+		return p, false, nil
+	}
+	if err != nil {
+		return p, false, err
+	}
+	if json.Unmarshal([]byte(raw), &p) != nil {
+		return p, false, nil // not ours to read: the callers' own options stand
+	}
+	return p, true, nil
+}
+
+// Policy returns the policy stored for the queue, which every process
+// applies, and whether one is stored (none until a handle of the queue
+// first reached Redis). May return ErrUnavailable.
+func (q *Queue[T]) Policy(ctx context.Context) (QueuePolicy, bool, error) {
+	if err := q.ready(ctx); err != nil {
+		return QueuePolicy{}, false, queueErr("policy", q.name, err)
+	}
+	p, ok, err := q.f.storedPolicy(ctx, q.k.Policy)
+	return p, ok, queueErr("policy", q.name, err)
 }
 
 // Queue is a typed task queue (fleet:queue:<name> and its :processing,
@@ -143,7 +213,9 @@ type Queue[T any] struct {
 	err   error
 	check bool // T is a struct (or a pointer to one): validate it
 
-	registered atomic.Int64 // unix ms of the last SADD to the registry
+	policy     string       // the stored policy these options spell (policyJSON)
+	published  atomic.Bool  // this handle's policy was written once
+	registered atomic.Int64 // unix ms of the last registration (register)
 }
 
 // queueEntry is what f.queues holds for a queue name: the untyped side of
@@ -175,6 +247,7 @@ func NewQueue[T any](f *Fleet, name string, opts QueueOptions) *Queue[T] {
 		rt = rt.Elem()
 	}
 	q.check = rt.Kind() == reflect.Struct
+	q.policy = q.opts.policyJSON()
 	if q.err == nil {
 		f.queues.Store(name, queueEntry(q))
 	}
@@ -298,10 +371,14 @@ func newBody(id string, payload []byte, dedup string) string {
 	return b.String()
 }
 
-// register adds the queue to the fleet-wide registry (fleet:queues), at most
-// about once a second per handle, so that a sweeper finds it even after the
-// registry was lost. On a cluster the registry lives in another slot than
-// the queue, so this is a command of its own, never part of a queue script.
+// register adds the queue to the fleet-wide registry (fleet:queues), so
+// that a sweeper finds it even after the registry was lost, and stores the
+// queue's policy (fleet:queue:<name>:policy): the first time a handle
+// reaches Redis it writes its own options over what is stored (the newest
+// process wins), and later only where none is stored (after a loss). It
+// runs at most about once a second per handle, in one round trip. On a
+// cluster the registry lives in another slot than the queue: these are
+// commands of their own, never part of a queue script.
 func (q *Queue[T]) register(ctx context.Context) error {
 	now := time.Now().UnixMilli()
 	last := q.registered.Load()
@@ -309,10 +386,19 @@ func (q *Queue[T]) register(ctx context.Context) error {
 		return nil
 	}
 	c := q.f.client
-	if err := c.Do(ctx, c.B().Sadd().Key(q.f.keys.Queues()).Member(q.name).Build()).Error(); err != nil {
-		q.registered.Store(0)
-		return err
+	var pol rueidis.Completed
+	if q.published.Load() {
+		pol = c.B().Set().Key(q.k.Policy).Value(q.policy).Nx().Build()
+	} else {
+		pol = c.B().Set().Key(q.k.Policy).Value(q.policy).Build()
 	}
+	for _, r := range c.DoMulti(ctx, c.B().Sadd().Key(q.f.keys.Queues()).Member(q.name).Build(), pol) {
+		if err := r.Error(); err != nil && !rueidis.IsRedisNil(err) {
+			q.registered.Store(0)
+			return err
+		}
+	}
+	q.published.Store(true)
 	return nil
 }
 

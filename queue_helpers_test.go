@@ -23,7 +23,7 @@ type job struct {
 
 // qkeys spells the keys of queue name in the test's layout.
 type qkeys struct {
-	Pending, Processing, Body, Lease, Scheduled, Dead, Dedup, Registry string
+	Pending, Processing, Body, Lease, Scheduled, Dead, Dedup, Policy, Call, Registry string
 }
 
 func (e *env) qk(name string) qkeys {
@@ -36,6 +36,8 @@ func (e *env) qk(name string) qkeys {
 		Scheduled:  base + ":scheduled",
 		Dead:       base + ":dead",
 		Dedup:      base + ":dedup",
+		Policy:     base + ":policy",
+		Call:       base + ":call:",
 		Registry:   e.Prefix + "fleet:queues",
 	}
 }

@@ -121,19 +121,56 @@ func (q *Queue[T]) deadRange(ctx context.Context, from, to int) ([]string, error
 	return c.Do(ctx, c.B().Lrange().Key(q.k.Dead).Start(int64(from)).Stop(int64(to)).Build()).AsStrSlice()
 }
 
-// revived returns the body that a dead letter goes back on the queue as:
-// attempts reset, "error" and "dead_at" dropped, the rest as it was.
-func revived(d DeadLetter) (string, bool) {
+// revived returns the args of queue_dead_requeue for a dead letter: the
+// entry as stored, the body it goes back on the queue as (attempts reset,
+// "error" and "dead_at" dropped, the rest as it was), its id and its dedup
+// key.
+func revived(d DeadLetter) ([]string, bool) {
 	if d.Poison() {
-		return "", false
+		return nil, false
 	}
 	b, err := rewriteBody(d.Raw, map[string]any{"attempts": 0, "error": nil, "dead_at": nil})
-	return b, err == nil
+	if err != nil {
+		return nil, false
+	}
+	w, _ := parseBody(b)
+	return []string{d.Raw, b, d.ID, w.Dedup}, true
+}
+
+// requeueDead runs queue_dead_requeue on quads of revived args. It returns
+// how many moved, and the dead letters left because a live task holds
+// their dedup key (id -> the holder's id).
+func (q *Queue[T]) requeueDead(ctx context.Context, args []string) (int, map[string]string, error) {
+	res, err := queueDeadRequeueScript.Exec(ctx, q.f.client, []string{q.k.Dead, q.k.Pending, q.k.Dedup}, args).ToArray()
+	if err != nil {
+		return 0, nil, err
+	}
+	if len(res)%2 != 1 {
+		return 0, nil, fmt.Errorf("fleet: requeue dead: unexpected reply of %d elements", len(res))
+	}
+	moved, _ := res[0].AsInt64()
+	var held map[string]string
+	for i := 1; i+1 < len(res); i += 2 {
+		id, _ := res[i].ToString()
+		holder, _ := res[i+1].ToString()
+		if held == nil {
+			held = map[string]string{}
+		}
+		held[id] = holder
+	}
+	if moved > 0 {
+		q.wakeLocal()
+	}
+	return int(moved), held, nil
 }
 
 // RequeueDead puts the dead letter of task id back at the tail of the queue,
-// with its attempts reset. May return ErrNotDead (no such dead letter, or
-// poison that cannot be re-queued), ErrWrongType, ErrUnavailable.
+// with its attempts reset. A task submitted with a dedup key gets its key
+// back, so a SubmitWith with that key finds it again; when another live
+// task holds the key now, the dead letter stays where it is and
+// RequeueDead returns ErrDuplicate, naming the holder. May return
+// ErrNotDead (no such dead letter, or poison that cannot be re-queued),
+// ErrDuplicate, ErrWrongType, ErrUnavailable.
 func (q *Queue[T]) RequeueDead(ctx context.Context, id string) error {
 	if err := q.ready(ctx); err != nil {
 		return queueErr("requeue dead", q.name, err)
@@ -147,16 +184,18 @@ func (q *Queue[T]) RequeueDead(ctx context.Context, id string) error {
 		if d.ID != id {
 			continue
 		}
-		body, ok := revived(d)
+		args, ok := revived(d)
 		if !ok {
 			break
 		}
-		n, err := queueDeadRequeueScript.Exec(ctx, q.f.client, []string{q.k.Dead, q.k.Pending}, []string{r, body}).AsInt64()
+		n, held, err := q.requeueDead(ctx, args)
 		if err != nil {
 			return queueErr("requeue dead", q.name, err)
 		}
+		if holder, ok := held[id]; ok {
+			return queueErr("requeue dead", q.name, fmt.Errorf("%w: task %q's dedup key %q is held by live task %q", ErrDuplicate, id, args[3], holder))
+		}
 		if n == 1 {
-			q.wakeLocal()
 			return nil
 		}
 	}
@@ -164,7 +203,9 @@ func (q *Queue[T]) RequeueDead(ctx context.Context, id string) error {
 }
 
 // RequeueAllDead puts every dead letter that is a task back on the queue,
-// oldest first, attempts reset; poison stays. It returns how many moved.
+// oldest first, attempts reset, dedup keys restored (see RequeueDead);
+// poison, and tasks whose dedup key another live task holds, stay. It
+// returns how many moved.
 // May return ErrWrongType, ErrUnavailable.
 func (q *Queue[T]) RequeueAllDead(ctx context.Context) (int, error) {
 	if err := q.ready(ctx); err != nil {
@@ -180,16 +221,16 @@ func (q *Queue[T]) RequeueAllDead(ctx context.Context) (int, error) {
 		if len(args) == 0 {
 			return nil
 		}
-		n, err := queueDeadRequeueScript.Exec(ctx, q.f.client, []string{q.k.Dead, q.k.Pending}, args).AsInt64()
-		moved += int(n)
+		n, _, err := q.requeueDead(ctx, args)
+		moved += n
 		args = args[:0]
 		return err
 	}
 	for _, r := range raws {
-		if body, ok := revived(parseDead(r)); ok {
-			args = append(args, r, body)
+		if a, ok := revived(parseDead(r)); ok {
+			args = append(args, a...)
 		}
-		if len(args) >= 1000 {
+		if len(args) >= 2000 {
 			if err := flush(); err != nil {
 				return moved, queueErr("requeue dead", q.name, err)
 			}
@@ -197,9 +238,6 @@ func (q *Queue[T]) RequeueAllDead(ctx context.Context) (int, error) {
 	}
 	if err := flush(); err != nil {
 		return moved, queueErr("requeue dead", q.name, err)
-	}
-	if moved > 0 {
-		q.wakeLocal()
 	}
 	return moved, nil
 }

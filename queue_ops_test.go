@@ -206,7 +206,7 @@ func TestQueueDedupAndDelay(t *testing.T) {
 		if err := got[0].Ack(ctx(t)); err != nil {
 			t.Fatal(err)
 		}
-		if got := e.keys(t); !slices.Equal(got, []string{k.Registry}) {
+		if got := e.keys(t); !slices.Equal(got, []string{k.Policy, k.Registry}) {
 			t.Fatalf("after ack: keys %v", got)
 		}
 		next, err := q.SubmitWith(ctx(t), jobN(4), fleet.SubmitOptions{DedupKey: "order-42"})

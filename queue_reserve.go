@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/redis/rueidis"
 )
 
 // Reserve takes up to n tasks (1 <= n <= MaxReserve) from the head of the
@@ -53,7 +55,6 @@ func transient(err error) bool {
 
 // reserveState is what a reserve call learned about the queue.
 type reserveState struct {
-	left      int64         // pending tasks left
 	nextReady time.Duration // until the next scheduled task is due; -1: none
 }
 
@@ -120,13 +121,24 @@ func (q *Queue[T]) await(ctx context.Context, n int, wait time.Duration, st rese
 	}
 }
 
-// reserve runs the reserve script once and decodes what it returns.
+// reserve runs the reserve script once and decodes what it returns. When
+// the call ends without a reply (ctx ended, or the connection broke) the
+// script may still run, or have run: abandonReserve then hands back what
+// it took.
 func (q *Queue[T]) reserve(ctx context.Context, n int) ([]*Task[T], reserveState, error) {
 	st := reserveState{nextReady: -1}
+	if err := q.register(ctx); err != nil {
+		return nil, st, err
+	}
+	prefix := newToken() + "."
+	sent := monoNow()
 	res, err := queueReserveScript.Exec(ctx, q.f.client,
-		[]string{q.k.Pending, q.k.Processing, q.k.Body, q.k.Lease, q.k.Scheduled, q.k.Dead},
-		[]string{strconv.Itoa(n), millis(q.opts.Lease), newToken() + ".", "1000", strconv.Itoa(q.opts.DeadMax)}).ToArray()
+		[]string{q.k.Pending, q.k.Processing, q.k.Body, q.k.Lease, q.k.Scheduled, q.k.Dead, q.k.Call + prefix, q.k.Policy},
+		[]string{strconv.Itoa(n), millis(q.opts.Lease), prefix, "1000", strconv.Itoa(q.opts.DeadMax)}).ToArray()
 	if err != nil {
+		if outcomeUnknown(err) {
+			q.abandonReserve(prefix)
+		}
 		return nil, st, err
 	}
 	if len(res) < 4 || (len(res)-4)%3 != 0 {
@@ -134,13 +146,11 @@ func (q *Queue[T]) reserve(ctx context.Context, n int) ([]*Task[T], reserveState
 	}
 	nowStr, _ := res[0].ToString()
 	now, _ := strconv.ParseInt(nowStr, 10, 64)
-	st.left, _ = res[1].AsInt64()
 	if next, _ := res[2].ToString(); next != "" {
 		if s, err := strconv.ParseFloat(next, 64); err == nil {
 			st.nextReady = max(time.Duration(s*1000-float64(now))*time.Millisecond, 0)
 		}
 	}
-	deadline := now + q.opts.Lease.Milliseconds()
 	tasks := make([]*Task[T], 0, (len(res)-4)/3)
 	var buryErr error
 	for i := 4; i < len(res); i += 3 {
@@ -148,7 +158,7 @@ func (q *Queue[T]) reserve(ctx context.Context, n int) ([]*Task[T], reserveState
 		token, _ := res[i+1].ToString()
 		body, _ := res[i+2].ToString()
 		t := &Task[T]{ID: id, q: q, token: token, body: body}
-		t.deadline.Store(deadline)
+		t.proven.Store(sent + int64(q.opts.Lease))
 		w, err := parseBody(body)
 		if err == nil && w.ID != id {
 			err = errors.New("body id changed") // cannot happen: the script read it
@@ -178,4 +188,32 @@ func (q *Queue[T]) reserve(ctx context.Context, n int) ([]*Task[T], reserveState
 		return nil, st, buryErr
 	}
 	return tasks, st, nil
+}
+
+// outcomeUnknown reports whether a script call ended without telling what
+// the server did: its ctx ended, or its connection broke, so the script
+// may have run, or may still run.
+func outcomeUnknown(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var re *rueidis.RedisError
+	return !errors.As(err, &re) && !errors.Is(err, ErrClosed) && !errors.Is(err, rueidis.ErrClosing)
+}
+
+// abandonReserve hands back, in the background, what the reserve call with
+// token prefix took, or tombstones the call so that it takes nothing if it
+// runs later (queue_abandon.lua). It retries every 100 ms until the server
+// answers, for as long as a lease (after that the sweeper has the tasks
+// anyway), or until the Fleet closes.
+func (q *Queue[T]) abandonReserve(prefix string) {
+	keys := []string{q.k.Pending, q.k.Processing, q.k.Body, q.k.Lease, q.k.Call + prefix}
+	args := []string{prefix, millis(q.opts.Lease + time.Minute)}
+	q.f.retryInBackground(q.opts.Lease, func(ctx context.Context) error {
+		n, err := queueAbandonScript.Exec(ctx, q.f.client, keys, args).AsInt64()
+		if err == nil && n > 0 {
+			q.wakeLocal()
+		}
+		return err
+	})
 }

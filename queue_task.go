@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -24,19 +25,27 @@ type Task[T any] struct {
 	// leases that ran out): 0 on the first delivery.
 	Attempts int
 
-	q        *Queue[T]
-	token    string
-	dedup    string
-	body     string       // as stored in :processing:body
-	deadline atomic.Int64 // unix ms
+	q      *Queue[T]
+	token  string
+	dedup  string
+	body   string       // as stored in :processing:body
+	proven atomic.Int64 // monoNow when the lease may run out: send time of the reserve or last extend, plus the lease
 }
+
+// callPrefix is the token prefix of the reserve call that made token.
+func callPrefix(token string) string { return token[:strings.LastIndexByte(token, '.')+1] }
 
 // Token returns the lease token of this reservation, stored in
 // fleet:queue:<name>:processing:lease while it holds.
 func (t *Task[T]) Token() string { return t.token }
 
-// Deadline returns when the lease runs out (server clock).
-func (t *Task[T]) Deadline() time.Time { return time.UnixMilli(t.deadline.Load()) }
+// Deadline returns the end of the lease that this process can prove: the
+// time the reserve (or the last successful Extend) was sent, plus the
+// lease, on this process's monotonic clock. The server counts the lease
+// from when its script ran, a little later, so until Deadline no sweeper
+// can have re-queued the task; after it, another worker may be running it.
+// Stop working on the task before then, or Extend it.
+func (t *Task[T]) Deadline() time.Time { return monoTime(t.proven.Load()) }
 
 // Body returns the task's body as stored in Redis.
 func (t *Task[T]) Body() string { return t.body }
@@ -90,14 +99,15 @@ func rewriteBody(body string, set map[string]any) (string, error) {
 	return strings.TrimSuffix(buf.String(), "\n"), nil
 }
 
-// deadEntry is a body as it goes to the dead letters: the task's fields,
-// attempts counted, plus "error" and "dead_at" (unix seconds).
-func deadEntry(body string, attempts int, cause string, now time.Time) string {
-	s, err := rewriteBody(body, map[string]any{"attempts": attempts, "error": cause, "dead_at": json.Number(secondsString(now))})
-	if err != nil {
-		// Not a JSON object: keep the raw body inside a wrapper, the shape
-		// that queue_reserve gives poison.
-		b, _ := json.Marshal(map[string]any{"body": body, "error": cause, "dead_at": json.Number(secondsString(now))})
+// deadEntry is a body as it goes to the dead letters, but for "dead_at",
+// which the script appends from the server's clock: the task's fields,
+// attempts counted, plus "error".
+func deadEntry(body string, attempts int, cause string) string {
+	s, err := rewriteBody(body, map[string]any{"attempts": attempts, "error": cause, "dead_at": nil})
+	if err != nil || s == "{}" {
+		// Not a JSON object (or an empty one): keep the raw body inside a
+		// wrapper, the shape that queue_reserve gives poison.
+		b, _ := json.Marshal(map[string]any{"body": body, "error": cause})
 		return string(b)
 	}
 	return s
@@ -111,7 +121,7 @@ func (t *Task[T]) Ack(ctx context.Context) error {
 	if err := q.ready(ctx); err != nil {
 		return queueErr("ack", q.name, err)
 	}
-	n, err := queueAckScript.Exec(ctx, q.f.client, []string{q.k.Processing, q.k.Body, q.k.Lease, q.k.Dedup},
+	n, err := queueAckScript.Exec(ctx, q.f.client, []string{q.k.Processing, q.k.Body, q.k.Lease, q.k.Dedup, q.k.Call + callPrefix(t.token)},
 		[]string{t.ID, t.token, t.dedup}).AsInt64()
 	if err == nil && n != 1 {
 		err = fmt.Errorf("%w: task %s", ErrLeaseLost, t.ID)
@@ -121,15 +131,16 @@ func (t *Task[T]) Ack(ctx context.Context) error {
 
 // Nack ends the reservation as failed with cause: the attempt is counted
 // and the task is retried after the backoff (through :scheduled), or goes
-// to the dead letters with cause once it has failed MaxAttempts times. May
-// return ErrLeaseLost (nothing changes), ErrUnavailable.
+// to the dead letters with cause once it has failed MaxAttempts times. The
+// attempts and the backoff follow the queue's stored policy (see
+// QueuePolicy), the same in every process. May return ErrLeaseLost
+// (nothing changes), ErrUnavailable.
 func (t *Task[T]) Nack(ctx context.Context, cause error) error {
 	msg := "nacked"
 	if cause != nil {
 		msg = cause.Error()
 	}
-	attempts := t.Attempts + 1
-	return queueErr("nack", t.q.name, t.end(ctx, "nack", attempts, msg, attempts >= t.q.opts.MaxAttempts))
+	return queueErr("nack", t.q.name, t.end(ctx, "nack", t.Attempts+1, msg, false))
 }
 
 // Bury ends the reservation and moves the task to the dead letters at once,
@@ -148,32 +159,36 @@ func (t *Task[T]) end(ctx context.Context, op string, attempts int, cause string
 	if err := q.ready(ctx); err != nil {
 		return err
 	}
-	delay := "-1"
-	var body string
-	if bury {
-		body = deadEntry(t.body, attempts, cause, time.Now())
-	} else {
-		var err error
-		if body, err = rewriteBody(t.body, map[string]any{"attempts": attempts, "error": cause}); err != nil {
-			return fmt.Errorf("fleet: %s: rewrite body: %w", op, err)
-		}
-		delay = millis(q.opts.retryDelay(attempts))
+	body, err := rewriteBody(t.body, map[string]any{"attempts": attempts, "error": cause, "dead_at": nil})
+	if err != nil || body == "{}" {
+		body = deadEntry(t.body, attempts, cause) // not a task: it can only be buried
+		bury = true
 	}
-	n, err := queueNackScript.Exec(ctx, q.f.client,
-		[]string{q.k.Processing, q.k.Body, q.k.Lease, q.k.Scheduled, q.k.Dead, q.k.Dedup},
-		[]string{t.ID, t.token, body, delay, t.dedup, strconv.Itoa(q.opts.DeadMax)}).AsInt64()
+	flag := "0"
+	if bury {
+		flag = "1"
+	}
+	o := q.opts
+	res, err := queueNackScript.Exec(ctx, q.f.client,
+		[]string{q.k.Processing, q.k.Body, q.k.Lease, q.k.Scheduled, q.k.Dead, q.k.Dedup, q.k.Policy, q.k.Call + callPrefix(t.token)},
+		[]string{t.ID, t.token, body, strconv.Itoa(attempts), flag, t.dedup,
+			strconv.Itoa(o.MaxAttempts), millis(o.BackoffBase), millis(o.BackoffMax), strconv.Itoa(o.DeadMax),
+			strconv.FormatFloat(rand.Float64(), 'f', 6, 64)}).AsIntSlice()
 	if err != nil {
 		return err
 	}
-	if n != 1 {
+	if len(res) != 2 {
+		return fmt.Errorf("fleet: %s: unexpected reply of %d elements", op, len(res))
+	}
+	if res[0] != 1 {
 		return fmt.Errorf("%w: task %s", ErrLeaseLost, t.ID)
 	}
 	return nil
 }
 
-// Extend sets the lease to run out lease from now (server clock). A lease
-// whose deadline passed can still be extended while the sweeper has not
-// re-queued the task. May return ErrInvalidArgument for lease <= 0,
+// Extend sets the lease to run out lease from now (server clock), and moves
+// Deadline to lease after the call was sent. A lease whose deadline passed
+// can still be extended while the sweeper has not re-queued the task. May return ErrInvalidArgument for lease <= 0,
 // ErrLeaseLost (nothing changes), ErrUnavailable.
 func (t *Task[T]) Extend(ctx context.Context, lease time.Duration) error {
 	q := t.q
@@ -183,6 +198,7 @@ func (t *Task[T]) Extend(ctx context.Context, lease time.Duration) error {
 	if lease <= 0 {
 		return queueErr("extend", q.name, fmt.Errorf("%w: lease %v must be > 0", ErrInvalidArgument, lease))
 	}
+	sent := monoNow()
 	d, err := queueExtendScript.Exec(ctx, q.f.client, []string{q.k.Processing, q.k.Lease},
 		[]string{t.ID, t.token, millis(lease)}).AsInt64()
 	if err == nil && d == 0 {
@@ -191,6 +207,6 @@ func (t *Task[T]) Extend(ctx context.Context, lease time.Duration) error {
 	if err != nil {
 		return queueErr("extend", q.name, err)
 	}
-	t.deadline.Store(d)
+	t.proven.Store(sent + int64(lease))
 	return nil
 }

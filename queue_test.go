@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -30,8 +31,10 @@ func TestQueueSchema(t *testing.T) {
 			t.Fatal(err)
 		}
 		body := `{"id":"` + id + `","payload":{"url":"https://example.com/a","n":7},"attempts":0}`
+		policy := "string:" + `{"max_attempts":2,"backoff_base_ms":10000,"backoff_max_ms":10000,"dead_max":10000,"dead_max_age_ms":604800000}`
 		want := map[string]string{
 			k.Pending:  "list:" + body,
+			k.Policy:   policy,
 			k.Registry: "set:harvest",
 		}
 		if got := e.dump(t); !maps.Equal(got, want) {
@@ -39,7 +42,9 @@ func TestQueueSchema(t *testing.T) {
 		}
 
 		// Reserve: the body moves to :processing:body, the deadline to
-		// :processing, the token to :processing:lease.
+		// :processing, the token and the deadline in ms to
+		// :processing:lease; the call's record holds the id for the
+		// lease's time.
 		now := e.serverNow(t)
 		tasks, err := q.Reserve(ctx(t), 5, 0)
 		if err != nil || len(tasks) != 1 {
@@ -55,11 +60,14 @@ func TestQueueSchema(t *testing.T) {
 		}
 		near(t, "deadline", zs[0].Score, now.Add(20*time.Second), time.Second)
 		near(t, "Deadline()", float64(task.Deadline().UnixMilli())/1000, now.Add(20*time.Second), time.Second)
+		token := task.Token()
 		want = map[string]string{
-			k.Processing: fmt.Sprintf("zset:%s@%.3f", id, zs[0].Score),
-			k.Body:       "hash:" + id + "=" + body,
-			k.Lease:      "hash:" + id + "=" + task.Token(),
-			k.Registry:   "set:harvest",
+			k.Processing:                  fmt.Sprintf("zset:%s@%.3f", id, zs[0].Score),
+			k.Body:                        "hash:" + id + "=" + body,
+			k.Lease:                       fmt.Sprintf("hash:%s=%s %d", id, token, int64(math.Round(zs[0].Score*1000))),
+			k.Call + token[:len(token)-1]: "string:" + id,
+			k.Policy:                      policy,
+			k.Registry:                    "set:harvest",
 		}
 		if got := e.dump(t); !maps.Equal(got, want) {
 			t.Fatalf("after reserve:\n got %v\nwant %v", got, want)
@@ -78,6 +86,7 @@ func TestQueueSchema(t *testing.T) {
 		near(t, "ready_at", zs[0].Score, now.Add(7500*time.Millisecond), 2600*time.Millisecond) // 10 s backoff, jittered down to 5 s
 		want = map[string]string{
 			k.Scheduled: fmt.Sprintf("zset:%s@%.3f", retry, zs[0].Score),
+			k.Policy:    policy,
 			k.Registry:  "set:harvest",
 		}
 		if got := e.dump(t); !maps.Equal(got, want) {
@@ -102,9 +111,11 @@ func TestQueueSchema(t *testing.T) {
 		m := decodeMap(t, dead[0])
 		deadAt, _ := m["dead_at"].(float64)
 		near(t, "dead_at", deadAt, before, time.Second)
-		wantDead := fmt.Sprintf(`{"attempts":2,"dead_at":%.3f,"error":"still 503","id":"%s","payload":{"url":"https://example.com/a","n":7}}`, deadAt, id)
+		// dead_at is the server's clock, appended by the script.
+		wantDead := fmt.Sprintf(`{"attempts":2,"error":"still 503","id":"%s","payload":{"url":"https://example.com/a","n":7},"dead_at":%.3f}`, id, deadAt)
 		want = map[string]string{
 			k.Dead:     "list:" + wantDead,
+			k.Policy:   policy,
 			k.Registry: "set:harvest",
 		}
 		if got := e.dump(t); !maps.Equal(got, want) {
@@ -173,7 +184,7 @@ func TestQueueLeaseLost(t *testing.T) {
 			t.Fatalf("second ack = %v", err)
 		}
 		k := e.qk("race")
-		if got := e.keys(t); !slices.Equal(got, []string{k.Registry}) {
+		if got := e.keys(t); !slices.Equal(got, []string{k.Policy, k.Registry}) {
 			t.Fatalf("keys left %v", got)
 		}
 	})
@@ -409,9 +420,9 @@ func TestQueuePoison(t *testing.T) {
 		if err := q.RequeueDead(ctx(t), ""); !errors.Is(err, fleet.ErrNotDead) {
 			t.Fatalf("RequeueDead of poison = %v", err)
 		}
-		// Poison never ran, so its attempts stay; nothing was submitted
-		// through fleet, so no registry either.
-		want := []string{k.Dead}
+		// Poison never ran, so its attempts stay. The reserve registered
+		// the queue and stored its policy.
+		want := []string{k.Dead, k.Policy, k.Registry}
 		if got := e.keys(t); !slices.Equal(got, want) {
 			t.Fatalf("keys %v, want %v", got, want)
 		}
@@ -448,8 +459,8 @@ func TestQueueInterop(t *testing.T) {
 		if err := got[0].Ack(ctx(t)); err != nil {
 			t.Fatal(err)
 		}
-		if keys := e.keys(t); len(keys) != 0 {
-			t.Fatalf("keys left %v", keys) // nothing was submitted through fleet: no registry either
+		if keys := e.keys(t); !slices.Equal(keys, []string{k.Policy, k.Registry}) {
+			t.Fatalf("keys left %v", keys) // the reserve registered the queue and stored its policy
 		}
 	})
 }

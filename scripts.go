@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"embed"
+	"strings"
 
 	"github.com/redis/rueidis"
 )
@@ -18,9 +19,14 @@ func script(name string) *rueidis.Lua {
 	return rueidis.NewLuaScript(withLib(name))
 }
 
-// withLib is an embedded script with lib_types.lua before it.
+// withLib is an embedded script with lib_types.lua before it, and
+// lib_queue.lua too for a queue script.
 func withLib(name string) string {
-	return mustRead("lib_types.lua") + "\n" + mustRead(name)
+	lib := mustRead("lib_types.lua") + "\n"
+	if strings.HasPrefix(name, "queue_") {
+		lib += mustRead("lib_queue.lua") + "\n"
+	}
+	return lib + mustRead(name)
 }
 
 // retryableScript loads an embedded script that is safe to run twice (its

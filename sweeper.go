@@ -34,9 +34,11 @@ type SweeperOptions struct {
 	// Batch is how many expired reservations one script re-queues.
 	// Defaults to DefaultSweepBatch.
 	Batch int
-	// Queue holds the options (MaxAttempts, DeadMax, DeadMaxAge) used for
-	// queues that no NewQueue of this process made; a queue made here uses
-	// its own. Defaults to the QueueOptions defaults.
+	// Queue holds the policy (MaxAttempts, DeadMax, DeadMaxAge) used for a
+	// queue that has no stored policy (QueuePolicy) and that no NewQueue of
+	// this process made; a queue's stored policy comes first, then the
+	// options of a NewQueue of this process. Defaults to the QueueOptions
+	// defaults.
 	Queue QueueOptions
 	// Logger receives sweep failures and counts. Defaults to the Fleet's
 	// logger (silent unless Options.Logger was set).
@@ -182,6 +184,11 @@ func sweep(ctx context.Context, f *Fleet, opts SweeperOptions) (SweepStats, erro
 // buries expired reservations, trims the dead letters.
 func sweepQueue(ctx context.Context, f *Fleet, name string, qo QueueOptions, batch int, st *SweepStats) error {
 	k := f.keys.Queue(name)
+	if p, ok, err := f.storedPolicy(ctx, k.Policy); err != nil {
+		return err
+	} else if ok {
+		qo = qo.withPolicy(p)
+	}
 	for range 100 { // bounds one sweep of one queue
 		res, err := queueSweepScript.Exec(ctx, f.client, []string{k.Pending, k.Processing, k.Body, k.Lease, k.Scheduled},
 			[]string{"1000", strconv.Itoa(batch)}).ToArray()
@@ -194,7 +201,6 @@ func sweepQueue(ctx context.Context, f *Fleet, name string, qo QueueOptions, bat
 		moved, _ := res[0].AsInt64()
 		st.Moved += int(moved)
 		args := []string{strconv.Itoa(qo.DeadMax)}
-		now := time.Now()
 		for i := 1; i < len(res); i += 3 {
 			id, _ := res[i].ToString()
 			token, _ := res[i+1].ToString()
@@ -203,12 +209,12 @@ func sweepQueue(ctx context.Context, f *Fleet, name string, qo QueueOptions, bat
 			w, err := parseBody(body)
 			switch attempts := w.Attempts + 1; {
 			case err != nil:
-				next, bury = deadEntry(body, attempts, "lease ran out, and "+err.Error(), now), "1"
+				next, bury = deadEntry(body, attempts, "lease ran out, and "+err.Error()), "1"
 			case attempts >= qo.MaxAttempts:
-				next, bury = deadEntry(body, attempts, "lease ran out on the last attempt", now), "1"
+				next, bury = deadEntry(body, attempts, "lease ran out on the last attempt"), "1"
 			default:
 				if next, err = rewriteBody(body, map[string]any{"attempts": attempts, "error": "lease ran out"}); err != nil {
-					next, bury = deadEntry(body, attempts, "lease ran out, and "+err.Error(), now), "1"
+					next, bury = deadEntry(body, attempts, "lease ran out, and "+err.Error()), "1"
 				} else {
 					bury = "0"
 				}

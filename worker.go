@@ -14,7 +14,10 @@ import (
 	"github.com/fleet-go/fleet/internal/keys"
 )
 
-var workerRegisterScript = script("worker_register.lua")
+var (
+	workerRegisterScript = script("worker_register.lua")
+	workerBeatScript     = script("worker_beat.lua")
+)
 
 // WorkerState is the state a worker records in wkr:<type>:<id>:state.
 type WorkerState string
@@ -41,8 +44,14 @@ const (
 	// invalidation came: it only covers a lost invalidation.
 	DefaultConfigPoll = 5 * time.Second
 	// DefaultStopGrace is how long Stop waits, after its ctx expired and the
-	// slots were cancelled, for them to return.
+	// slots were cancelled, for them to return. It is also how long the
+	// tasks in hand get to finish when Start's ctx ends or the Fleet closes.
 	DefaultStopGrace = 5 * time.Second
+	// DefaultTaskTimeout bounds one run of a batch handler.
+	DefaultTaskTimeout = 30 * time.Minute
+	// NoTaskTimeout as WorkerOptions.TaskTimeout lets a handler run for as
+	// long as it likes.
+	NoTaskTimeout time.Duration = -1
 )
 
 // WorkerOptions configures a Worker. The zero value of each field means its
@@ -64,8 +73,17 @@ type WorkerOptions struct {
 	// Defaults to DefaultConfigPoll.
 	ConfigPoll time.Duration
 	// StopGrace bounds how long Stop waits for cancelled slots to return
-	// after its ctx expired. Defaults to DefaultStopGrace.
+	// after its ctx expired, and how long the tasks in hand get to finish
+	// when Start's ctx ends or the Fleet closes. Defaults to
+	// DefaultStopGrace.
 	StopGrace time.Duration
+	// TaskTimeout bounds one run of a batch handler: past it the handler's
+	// ctx is cancelled with cause ErrTaskTimeout, and the task is nacked
+	// (an attempt is counted) when the handler returns an error. The lease
+	// is kept alive only while the handler runs, so without a timeout a
+	// hung handler would hold its task and its slot forever. NoTaskTimeout
+	// turns it off. Defaults to DefaultTaskTimeout.
+	TaskTimeout time.Duration
 	// Config is the config stored at the first start, when the worker has
 	// none (later starts keep the stored one). It must encode as a JSON
 	// object. Defaults to {}.
@@ -103,6 +121,11 @@ func (o WorkerOptions) withDefaults() (WorkerOptions, error) {
 		return o, fmt.Errorf("%w: WorkerOptions.Slots %d must be at least 1", ErrInvalidArgument, o.Slots)
 	case o.Heartbeat < 0, o.ConfigPoll < 0, o.StopGrace < 0, o.LeaseExtend < 0:
 		return o, fmt.Errorf("%w: WorkerOptions durations may not be negative", ErrInvalidArgument)
+	case o.TaskTimeout < 0 && o.TaskTimeout != NoTaskTimeout:
+		return o, fmt.Errorf("%w: WorkerOptions.TaskTimeout %v is negative (NoTaskTimeout turns it off)", ErrInvalidArgument, o.TaskTimeout)
+	}
+	if o.TaskTimeout == 0 {
+		o.TaskTimeout = DefaultTaskTimeout
 	}
 	if o.Heartbeat == 0 {
 		o.Heartbeat = DefaultHeartbeat
@@ -220,9 +243,11 @@ func (w *Worker) Stopped() <-chan struct{} { return w.stopped }
 // Start registers the worker (hardware, config and gen when it has none,
 // state, wkrs:<type> and wkrs:all), reads and validates its config, and
 // starts the slots, the heartbeat and the config watcher. It returns once
-// they run. The worker runs until Stop, until ctx ends (then it stops as if
-// Stop's ctx had expired at once: work is cancelled), or until the Fleet
-// closes.
+// they run. The worker runs until Stop, until ctx ends, or until the Fleet
+// closes. When ctx ends (a signal ctx from signal.NotifyContext is the usual
+// one) the worker stops gracefully, as Stop with a StopGrace deadline does:
+// it takes no new task, the tasks in hand get StopGrace to finish, and a
+// task still running then is cancelled and released uncounted.
 //
 // May return ErrInvalidName, ErrInvalidArgument (bad options),
 // ErrInvalidConfig (the stored config does not decode into the config type
@@ -252,6 +277,11 @@ func (w *Worker) Start(ctx context.Context) error {
 		close(w.stopped)
 		return workerErr("start worker", w.name(), err)
 	}
+	if !w.f.keepWorker(w) {
+		cancelRun()
+		close(w.stopped)
+		return workerErr("start worker", w.name(), ErrClosed)
+	}
 
 	// The supervisor waits for launched before it waits for the slots, so
 	// that every slot's WaitGroup Add comes before that Wait.
@@ -261,11 +291,15 @@ func (w *Worker) Start(ctx context.Context) error {
 	var bgWG sync.WaitGroup
 	ok := w.f.spawn(func() {
 		// The supervisor: it ends the worker when Stop begins, when ctx
-		// ends, or when the Fleet closes.
+		// ends (gracefully: the tasks in hand get StopGrace), or when the
+		// Fleet closes (Close stops its workers first, so this is a last
+		// resort).
+		defer w.f.dropWorker(w)
 		select {
 		case <-w.soft:
 		case <-ctx.Done():
-			cancelRun()
+			grace := time.AfterFunc(w.opts.StopGrace, cancelRun)
+			defer grace.Stop()
 		case <-w.f.done:
 			cancelRun()
 		}
@@ -360,19 +394,24 @@ func (w *Worker) Stop(ctx context.Context) error {
 
 func (w *Worker) name() string { return w.opts.Type + "|" + w.opts.ID }
 
-// register writes the worker's keys, then reads its config.
+// register writes the worker's keys, then reads its config. At Start the
+// config stored when there is none is WorkerOptions.Config at gen 0; when
+// the heartbeat registers again after Redis lost the keys, it is the config
+// and gen in use.
 func (w *Worker) register(ctx context.Context) error {
 	hw, err := json.Marshal(w.hardware())
 	if err != nil {
 		return err
 	}
-	def, err := configJSON(w.opts.Config)
-	if err != nil {
+	def, gen := []byte(nil), int64(0)
+	if c := w.cfg.Load(); c != nil && c.raw != nil {
+		def, gen = c.raw, c.gen
+	} else if def, err = configJSON(w.opts.Config); err != nil {
 		return err
 	}
 	f, c := w.f, w.f.client
 	res, err := workerRegisterScript.Exec(ctx, c, []string{w.k.Hardware, w.k.Config, w.k.Gen, w.k.State},
-		[]string{string(hw), string(def), strconv.FormatInt(time.Now().Unix(), 10), string(w.stateNow())}).ToArray()
+		[]string{string(hw), string(def), strconv.FormatInt(gen, 10), string(w.stateNow())}).ToArray()
 	if err != nil {
 		return err
 	}
@@ -389,11 +428,15 @@ func (w *Worker) register(ctx context.Context) error {
 		}
 	}
 	genS, _ := res[0].ToString()
-	gen, err := strconv.ParseInt(genS, 10, 64)
-	if err != nil {
+	if gen, err = strconv.ParseInt(genS, 10, 64); err != nil {
 		return fmt.Errorf("%w: %s holds %q", ErrWrongType, w.k.Gen, genS)
 	}
 	raw, _ := res[1].ToString()
+	if w.cfg.Load() != nil {
+		// Registered again: a gen that rose meanwhile comes through the
+		// config watcher, as any other.
+		return nil
+	}
 	val, err := w.decode([]byte(raw))
 	if err != nil {
 		err = fmt.Errorf("config gen %d: %w", gen, err)
@@ -401,7 +444,7 @@ func (w *Worker) register(ctx context.Context) error {
 		return err
 	}
 	w.seenGen.Store(gen)
-	w.cfg.Store(&configSnap{gen: gen, val: val})
+	w.cfg.Store(&configSnap{gen: gen, val: val, raw: []byte(raw)})
 	return nil
 }
 
@@ -488,7 +531,10 @@ func (w *Worker) heartbeat(ctx context.Context) {
 	}
 }
 
-// beat writes one heartbeat: two commands in one round trip.
+// beat writes one heartbeat: state, last_seen (the server's clock) and
+// stats in one script, and the worker's entries in wkrs:<type> and wkrs:all
+// (they may live on another node, which may have lost them) in one more
+// round trip. When the worker's own keys are gone, it registers again.
 func (w *Worker) beat(ctx context.Context, final bool) error {
 	st := w.stats()
 	if final && st.State != StateError {
@@ -498,11 +544,18 @@ func (w *Worker) beat(ctx context.Context, final bool) error {
 	if err != nil {
 		return err
 	}
-	c := w.f.client
+	f, c := w.f, w.f.client
+	n, err := workerBeatScript.Exec(ctx, c, []string{w.k.Hardware, w.k.State, w.k.Stats}, []string{string(st.State), string(b)}).AsInt64()
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		w.log.Warn("fleet: worker registration was gone from Redis: registering again")
+		return w.register(ctx)
+	}
 	for _, r := range c.DoMulti(ctx,
-		c.B().Hset().Key(w.k.State).FieldValue().FieldValue("state", string(st.State)).
-			FieldValue("last_seen", strconv.FormatInt(time.Now().Unix(), 10)).Build(),
-		c.B().Set().Key(w.k.Stats).Value(string(b)).Build()) {
+		c.B().Sadd().Key(f.keys.Workers(w.opts.Type)).Member(w.opts.ID).Build(),
+		c.B().Sadd().Key(f.keys.AllWorkers()).Member(w.name()).Build()) {
 		if err := r.Error(); err != nil {
 			return err
 		}

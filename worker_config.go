@@ -331,7 +331,8 @@ func validateStruct(v any) error {
 // configSnap is a config a worker applied, with its gen.
 type configSnap struct {
 	gen int64
-	val any // the C
+	val any    // the C
+	raw []byte // as stored
 }
 
 // watchConfig applies each new gen of the worker's config until ctx ends.
@@ -412,7 +413,7 @@ func (w *Worker) applyConfig(gen int64, raw []byte) {
 		}
 		return
 	}
-	w.cfg.Store(&configSnap{gen: gen, val: val})
+	w.cfg.Store(&configSnap{gen: gen, val: val, raw: raw})
 	w.clearConfigError()
 	for _, s := range w.slots {
 		poke(s.changed)

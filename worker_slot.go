@@ -33,7 +33,13 @@ type BatchAutomation[C, O, P any] interface {
 	// (retried with backoff, dead-lettered after MaxAttempts); an error
 	// that wraps ErrPermanent buries it at once; a panic is recovered,
 	// nacked and recorded. ctx is cancelled when the task's lease is lost
-	// (context.Cause is then ErrLeaseLost) or when Stop's deadline passes.
+	// or can no longer be proven (context.Cause is then ErrLeaseLost: Redis
+	// said so, or no extension was confirmed before the lease ran out on
+	// this process's clock; the task goes back uncounted if it still can),
+	// when WorkerOptions.TaskTimeout passes (cause ErrTaskTimeout: the task
+	// is nacked), or when a stop's grace ran out (the task is released
+	// uncounted). Return soon after ctx ends: past the lease another worker
+	// may run the same task.
 	Handle(ctx context.Context, s *Slot[C, O], t *Task[P]) error
 }
 
@@ -362,29 +368,29 @@ func (b *batch[C, O, P]) handleTask(run context.Context, s *Slot[C, O], t *Task[
 	defer s.st.busy.Store(false)
 	tctx, cancel := context.WithCancelCause(run)
 	defer cancel(nil)
-	stopExtend := make(chan struct{})
-	extended := make(chan struct{})
+	hctx := tctx
+	if to := w.opts.TaskTimeout; to > 0 {
+		var hcancel context.CancelFunc
+		hctx, hcancel = context.WithTimeoutCause(tctx, to, fmt.Errorf("%w after %v", ErrTaskTimeout, to))
+		defer hcancel()
+	}
+	stopKeep := make(chan struct{})
+	kept := make(chan struct{})
 	go func() {
-		defer close(extended)
-		b.extend(tctx, t, stopExtend, cancel)
+		defer close(kept)
+		b.keep(tctx, t, stopKeep, cancel)
 	}()
-	err := protect(func() error { return b.a.Handle(tctx, s, t) })
-	close(stopExtend)
-	<-extended
+	err := protect(func() error { return b.a.Handle(hctx, s, t) })
+	close(stopKeep)
+	<-kept
+	cause := context.Cause(hctx)
 
 	ectx, ecancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer ecancel()
-	lost := errors.Is(context.Cause(tctx), ErrLeaseLost)
 	switch {
-	case lost:
-		err = fmt.Errorf("task %s: %w", t.ID, ErrLeaseLost)
-		b.failed(s, err)
-		return err
-	case err != nil && run.Err() != nil:
-		// Stop's deadline cut it off: interrupted, not failed.
-		b.release(t)
-		return err
 	case err == nil:
+		// Acked even when the lease could not be proven at the end: the
+		// ack's owner check refuses it if another took the task meanwhile.
 		if aerr := t.Ack(ectx); aerr != nil {
 			aerr = fmt.Errorf("task %s: ack: %w", t.ID, aerr)
 			b.failed(s, aerr)
@@ -394,23 +400,36 @@ func (b *batch[C, O, P]) handleTask(run context.Context, s *Slot[C, O], t *Task[
 		w.done.Add(1)
 		w.succeed()
 		return nil
-	default:
-		var pe *PanicError
-		if errors.As(err, &pe) {
-			w.log.Error("fleet: task handler panicked", "task", t.ID, "panic", fmt.Sprint(pe.Value), "stack", string(pe.Stack))
-		}
-		var eerr error
-		if errors.Is(err, ErrPermanent) {
-			eerr = t.Bury(ectx, err)
-		} else {
-			eerr = t.Nack(ectx, err)
-		}
-		if eerr != nil {
-			w.log.Warn("fleet: worker could not end a failed task", "task", t.ID, "err", eerr)
-		}
-		b.failed(s, fmt.Errorf("task %s: %w", t.ID, err))
+	case errors.Is(cause, ErrLeaseLost):
+		// The handler was stopped because the lease could no longer be
+		// proven: not the task's fault. Hand it back uncounted if it is
+		// still ours (else the sweeper has it, or already gave it away).
+		b.release(t)
+		err = fmt.Errorf("task %s: %w", t.ID, cause)
+		b.failed(s, err)
+		return err
+	case errors.Is(cause, ErrTaskTimeout):
+		err = fmt.Errorf("%w: %w", cause, err)
+	case run.Err() != nil:
+		// Stop's deadline cut it off: interrupted, not failed.
+		b.release(t)
 		return err
 	}
+	var pe *PanicError
+	if errors.As(err, &pe) {
+		w.log.Error("fleet: task handler panicked", "task", t.ID, "panic", fmt.Sprint(pe.Value), "stack", string(pe.Stack))
+	}
+	var eerr error
+	if errors.Is(err, ErrPermanent) {
+		eerr = t.Bury(ectx, err)
+	} else {
+		eerr = t.Nack(ectx, err)
+	}
+	if eerr != nil {
+		w.log.Warn("fleet: worker could not end a failed task", "task", t.ID, "err", eerr)
+	}
+	b.failed(s, fmt.Errorf("task %s: %w", t.ID, err))
+	return err
 }
 
 func (b *batch[C, O, P]) failed(s *Slot[C, O], err error) {
@@ -419,30 +438,53 @@ func (b *batch[C, O, P]) failed(s *Slot[C, O], err error) {
 	b.w.fail(err, true)
 }
 
-// extend keeps the task's lease alive until stop closes; when the lease is
-// lost it cancels the handler's ctx with ErrLeaseLost.
-func (b *batch[C, O, P]) extend(ctx context.Context, t *Task[P], stop <-chan struct{}, cancel context.CancelCauseFunc) {
+// leaseMargin is how long before the lease's end, as this process can prove
+// it (Task.Deadline), a handler's ctx is cancelled: room for the handler to
+// notice, and for clocks that run at slightly different rates.
+func leaseMargin(lease time.Duration) time.Duration {
+	return min(max(lease/10, 5*time.Millisecond), time.Second)
+}
+
+// keep keeps the task's lease alive until stop closes, extending it every
+// LeaseExtend (a third of the lease by default). It cancels the handler's
+// ctx with ErrLeaseLost when Redis says the lease is lost, and also when
+// the lease it can prove runs out (Task.Deadline, less leaseMargin) before
+// an extension was confirmed: Redis unreachable, or too slow to answer.
+// From then on a sweeper may give the task to another worker, so the
+// handler must stop: a task never runs on two workers at once, beyond the
+// margin.
+func (b *batch[C, O, P]) keep(ctx context.Context, t *Task[P], stop <-chan struct{}, cancel context.CancelCauseFunc) {
 	lease := b.q.opts.Lease
 	every := b.w.opts.LeaseExtend
 	if every == 0 {
 		every = lease / 3
 	}
+	margin := leaseMargin(lease)
 	tk := time.NewTicker(max(every, time.Millisecond))
 	defer tk.Stop()
+	expire := time.NewTimer(time.Until(t.Deadline()) - margin)
+	defer expire.Stop()
 	for {
 		select {
 		case <-stop:
 			return
 		case <-ctx.Done():
 			return
+		case <-expire.C:
+			cancel(fmt.Errorf("%w: no extension confirmed before the lease ran out", ErrLeaseLost))
+			return
 		case <-tk.C:
 		}
-		err := t.Extend(ctx, lease)
-		if errors.Is(err, ErrLeaseLost) {
+		ectx, ecancel := context.WithDeadline(ctx, t.Deadline().Add(-margin))
+		err := t.Extend(ectx, lease)
+		ecancel()
+		switch {
+		case errors.Is(err, ErrLeaseLost):
 			cancel(err)
 			return
-		}
-		if err != nil && ctx.Err() == nil {
+		case err == nil:
+			expire.Reset(time.Until(t.Deadline()) - margin)
+		case ctx.Err() == nil:
 			b.w.log.Warn("fleet: worker could not extend a lease", "task", t.ID, "err", err)
 		}
 	}

@@ -1,23 +1,31 @@
--- queue_ack: end a reservation for good (the task is done), if the caller's
--- lease is still the task's.
+-- queue_ack: end a reservation for good (the task is done), if the
+-- reservation that exists now is the caller's (owns in lib_queue.lua).
+-- No TYPE checks: HGET and ZSCORE refuse a wrong-type lease hash or
+-- :processing, and the first write (HDEL of the body) a wrong-type body
+-- hash, before anything changes.
 -- KEYS[1]  fleet:queue:<name>:processing        zset: id -> deadline
 -- KEYS[2]  fleet:queue:<name>:processing:body   hash: id -> body
--- KEYS[3]  fleet:queue:<name>:processing:lease  hash: id -> lease token (derived)
+-- KEYS[3]  fleet:queue:<name>:processing:lease  hash: id -> "token deadline_ms" (derived)
 -- KEYS[4]  fleet:queue:<name>:dedup             hash: dedup key -> id (derived)
+-- KEYS[5]  fleet:queue:<name>:call:<prefix>     string: the reserve call's record
+--          (derived; an ack proves its caller got the reply: not needed)
 -- ARGV[1]  task id
 -- ARGV[2]  the caller's lease token
 -- ARGV[3]  the task's dedup key, or ''
 -- returns  1 when acked; 0 when the lease is lost (the task was re-queued,
 --          and perhaps reserved by another): then nothing changes
-local err = wrong_types({'zset', 'hash', 'hash', 'hash'})
-if err then return err end
-if redis.call('HGET', KEYS[3], ARGV[1]) ~= ARGV[2] then
+if not owns(KEYS[1], KEYS[3], ARGV[1], ARGV[2]) then
   return 0
 end
-redis.call('ZREM', KEYS[1], ARGV[1])
+local holder = false
+if ARGV[3] ~= '' then
+  holder = redis.call('HGET', KEYS[4], ARGV[3]) == ARGV[1]
+end
 redis.call('HDEL', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[3], ARGV[1])
-if ARGV[3] ~= '' and redis.call('HGET', KEYS[4], ARGV[3]) == ARGV[1] then
+if holder then
   redis.call('HDEL', KEYS[4], ARGV[3])
 end
+redis.call('DEL', KEYS[5])
 return 1

@@ -1,17 +1,31 @@
 -- queue_dead_requeue: move dead letters back onto the queue. Each is moved
 -- only if it is still in the dead letters (exact match), so two callers
--- never requeue one twice.
--- KEYS[1]  fleet:queue:<name>:dead  list: dead letters
--- KEYS[2]  fleet:queue:<name>       list: pending bodies
--- ARGV     pairs: the dead entry exactly as stored, the body to push
--- returns  how many were moved
-local err = wrong_types({'list', 'list'})
+-- never requeue one twice. A task that was submitted with a dedup key gets
+-- its key back; when another live task holds that key now, the dead letter
+-- stays where it is (re-queueing it would make the duplicate that the key
+-- exists to prevent).
+-- KEYS[1]  fleet:queue:<name>:dead   list: dead letters
+-- KEYS[2]  fleet:queue:<name>        list: pending bodies
+-- KEYS[3]  fleet:queue:<name>:dedup  hash: dedup key -> id (derived)
+-- ARGV     quads: the dead entry exactly as stored, the body to push, the
+--          task's id, its dedup key or ''
+-- returns  {moved, held1, holder1, ...}: how many were moved, and for each
+--          one left because its key is held, its id and the holder's id
+local err = wrong_types({'list', 'list', 'hash'})
 if err then return err end
-local moved = 0
-for i = 1, #ARGV, 2 do
-  if redis.call('LREM', KEYS[1], 1, ARGV[i]) == 1 then
-    redis.call('RPUSH', KEYS[2], ARGV[i + 1])
-    moved = moved + 1
+local out = {0}
+for i = 1, #ARGV, 4 do
+  local raw, body, id, dedup = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+  local holder = dedup ~= '' and redis.call('HGET', KEYS[3], dedup)
+  if holder and holder ~= id then
+    out[#out + 1] = id
+    out[#out + 1] = holder
+  elseif redis.call('LREM', KEYS[1], 1, raw) == 1 then
+    redis.call('RPUSH', KEYS[2], body)
+    if dedup ~= '' then
+      redis.call('HSET', KEYS[3], dedup, id)
+    end
+    out[1] = out[1] + 1
   end
 end
-return moved
+return out

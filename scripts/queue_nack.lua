@@ -1,39 +1,53 @@
--- queue_nack: end a reservation that failed, if the caller's lease is still
--- the task's: schedule a retry, or bury the task in the dead letters.
+-- queue_nack: end a reservation that failed, if the reservation that exists
+-- now is the caller's: schedule a retry after the backoff, or bury the task
+-- in the dead letters (asked for, or no attempts left). The decision, the
+-- backoff and the dead letters' bound follow the queue's stored policy, so
+-- every process applies the same one; the caller's own options stand in
+-- when none is stored.
 -- KEYS[1]  fleet:queue:<name>:processing        zset: id -> deadline
 -- KEYS[2]  fleet:queue:<name>:processing:body   hash: id -> body
--- KEYS[3]  fleet:queue:<name>:processing:lease  hash: id -> lease token (derived)
+-- KEYS[3]  fleet:queue:<name>:processing:lease  hash: id -> "token deadline_ms" (derived)
 -- KEYS[4]  fleet:queue:<name>:scheduled         zset: body -> ready_at (unix s)
 -- KEYS[5]  fleet:queue:<name>:dead              list: dead letters
 -- KEYS[6]  fleet:queue:<name>:dedup             hash: dedup key -> id (derived)
+-- KEYS[7]  fleet:queue:<name>:policy            string: the stored policy (derived)
+-- KEYS[8]  fleet:queue:<name>:call:<prefix>     string: the reserve call's record (derived;
+--          deleted: the caller got the reply)
 -- ARGV[1]  task id
 -- ARGV[2]  the caller's lease token
--- ARGV[3]  the new body (attempts counted; with "error", and "dead_at" when buried)
--- ARGV[4]  retry delay in milliseconds, or -1 to bury the task
--- ARGV[5]  the task's dedup key, or ''
--- ARGV[6]  bound on the dead letters' count (0: none)
--- returns  1 when done; 0 when the lease is lost: then nothing changes
-local err = wrong_types({'zset', 'hash', 'hash', 'zset', 'list', 'hash'})
+-- ARGV[3]  the new body: attempts counted, "error" set, no "dead_at"
+-- ARGV[4]  attempts, as counted in the new body
+-- ARGV[5]  '1' to bury the task whatever attempts are left, else '0'
+-- ARGV[6]  the task's dedup key, or ''
+-- ARGV[7..11]  the caller's max_attempts, backoff_base_ms, backoff_max_ms,
+--          dead_max (0: none), and a random number in [0, 1) for the jitter
+-- returns  {1, delay_ms} when retried, {1, -1} when buried; {0, 0} when the
+--          lease is lost: then nothing changes
+local err = wrong_types({'zset', 'hash', 'hash', 'zset', 'list', 'hash', 'string'})
 if err then return err end
-if redis.call('HGET', KEYS[3], ARGV[1]) ~= ARGV[2] then
-  return 0
+if not owns(KEYS[1], KEYS[3], ARGV[1], ARGV[2]) then
+  return {0, 0}
 end
+local p = policy(KEYS[7], {max_attempts = tonumber(ARGV[7]), backoff_base_ms = tonumber(ARGV[8]),
+  backoff_max_ms = tonumber(ARGV[9]), dead_max = tonumber(ARGV[10])})
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('HDEL', KEYS[3], ARGV[1])
-local delay = tonumber(ARGV[4])
-if delay < 0 then
-  redis.call('RPUSH', KEYS[5], ARGV[3])
-  local bound = tonumber(ARGV[6])
-  if bound > 0 then
-    redis.call('LTRIM', KEYS[5], -bound, -1)
+redis.call('DEL', KEYS[8])
+local attempts = tonumber(ARGV[4])
+local now = now_ms()
+if ARGV[5] == '1' or attempts >= p.max_attempts then
+  redis.call('RPUSH', KEYS[5], with_dead_at(ARGV[3], now))
+  if p.dead_max > 0 then
+    redis.call('LTRIM', KEYS[5], -p.dead_max, -1)
   end
-  if ARGV[5] ~= '' and redis.call('HGET', KEYS[6], ARGV[5]) == ARGV[1] then
-    redis.call('HDEL', KEYS[6], ARGV[5])
+  if ARGV[6] ~= '' and redis.call('HGET', KEYS[6], ARGV[6]) == ARGV[1] then
+    redis.call('HDEL', KEYS[6], ARGV[6])
   end
-else
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  redis.call('ZADD', KEYS[4], string.format('%.3f', (now + delay) / 1000), ARGV[3])
+  return {1, -1}
 end
-return 1
+local d = p.backoff_base_ms * 2 ^ math.min(math.max(attempts - 1, 0), 40)
+if d > p.backoff_max_ms then d = p.backoff_max_ms end
+d = math.floor(d / 2 + tonumber(ARGV[11]) * d / 2)
+redis.call('ZADD', KEYS[4], secs(now + d), ARGV[3])
+return {1, d}

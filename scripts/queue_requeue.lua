@@ -10,13 +10,15 @@
 -- KEYS[5]  fleet:queue:<name>:dead              list: dead letters
 -- KEYS[6]  fleet:queue:<name>:dedup             hash: dedup key -> id (derived)
 -- ARGV[1]  bound on the dead letters' count (0: none)
--- ARGV[2..] one item per 6 values: id, token ('' for none), body as seen,
---          new body, '1' to bury it or '0' to re-queue it, dedup key or ''
+-- ARGV[2..] one item per 6 values: id, lease entry as seen ('' for none),
+--          body as seen, new body (to bury: without "dead_at", which the
+--          server's clock fills in), '1' to bury it or '0' to re-queue it,
+--          dedup key or ''
 -- returns  {requeued, buried}
 local err = wrong_types({'list', 'zset', 'hash', 'hash', 'list', 'hash'})
 if err then return err end
-local t = redis.call('TIME')
-local now = (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)) / 1000
+local ms = now_ms()
+local now = ms / 1000
 local requeued, buried = 0, 0
 for i = 2, #ARGV, 6 do
   local id, token, seen, body, bury, dedup = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5]
@@ -27,7 +29,7 @@ for i = 2, #ARGV, 6 do
     redis.call('HDEL', KEYS[3], id)
     redis.call('HDEL', KEYS[4], id)
     if bury == '1' then
-      redis.call('RPUSH', KEYS[5], body)
+      redis.call('RPUSH', KEYS[5], with_dead_at(body, ms))
       if dedup ~= '' and redis.call('HGET', KEYS[6], dedup) == id then
         redis.call('HDEL', KEYS[6], dedup)
       end

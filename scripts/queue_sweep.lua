@@ -8,16 +8,15 @@
 -- KEYS[5]  fleet:queue:<name>:scheduled         zset: body -> ready_at (unix s)
 -- ARGV[1]  how many due scheduled tasks to move at most
 -- ARGV[2]  how many expired reservations to list at most
--- returns  {moved, id1, token1, body1, ...}; token is '' for a reservation
---          that fleet did not make (another client's)
+-- returns  {moved, id1, lease1, body1, ...}; lease is the raw lease entry,
+--          '' for a reservation that fleet did not make (another client's)
 local err = wrong_types({'list', 'zset', 'hash', 'hash', 'zset'})
 if err then return err end
-local t = redis.call('TIME')
-local nows = string.format('%.3f', (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)) / 1000)
+local nows = secs(now_ms())
 local due = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', nows, 'LIMIT', 0, tonumber(ARGV[1]))
 if #due > 0 then
-  redis.call('ZREM', KEYS[5], unpack(due))
   redis.call('RPUSH', KEYS[1], unpack(due))
+  redis.call('ZREM', KEYS[5], unpack(due))
 end
 local out = {#due}
 local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '(' .. nows, 'LIMIT', 0, tonumber(ARGV[2]))

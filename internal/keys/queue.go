@@ -9,12 +9,21 @@ type Queue struct {
 	Scheduled  string // fleet:queue:<name>:scheduled (zset: body -> ready_at)
 	Dead       string // fleet:queue:<name>:dead (list of dead bodies)
 
-	// Lease is fleet:queue:<name>:processing:lease (hash: id -> lease token;
-	// derived). It holds the token of each reservation that fleet made, so
-	// that only the reservation's owner can ack, nack or extend it. Losing it
-	// only revokes the leases in flight: their tasks come back through the
-	// sweeper when their deadlines pass, so it never needs rebuilding.
+	// Lease is fleet:queue:<name>:processing:lease (hash: id -> "<token>
+	// <deadline_ms>"; derived). It holds the token of each reservation that
+	// fleet made and the deadline fleet last gave it, so that only the
+	// reservation that exists now can be acked, nacked or extended, and only
+	// by its owner. Losing it only revokes the leases in flight: their tasks
+	// come back through the sweeper when their deadlines pass, so it never
+	// needs rebuilding.
 	Lease string
+	// Policy is fleet:queue:<name>:policy (string: JSON; derived): the
+	// queue's retry and dead-letter policy, which every process applies.
+	Policy string
+	// Call is the prefix of fleet:queue:<name>:call:<token prefix> (string,
+	// PX lease; derived): the ids one reserve call took, or a tombstone, so
+	// that a caller that gave up mid-call can hand them back.
+	Call string
 	// Dedup is fleet:queue:<name>:dedup (hash: dedup key -> task id;
 	// derived). An entry lives while its task is pending, scheduled or in
 	// flight, and ends when the task is acked or dead-lettered. It can be
@@ -33,6 +42,8 @@ func (k Keys) Queue(name string) Queue {
 		Dead:       base + ":dead",
 		Lease:      base + ":processing:lease",
 		Dedup:      base + ":dedup",
+		Policy:     base + ":policy",
+		Call:       base + ":call:",
 	}
 }
 

@@ -24,6 +24,8 @@ const (
 	FamQueueScheduled  Family = "queue:scheduled"        // fleet:queue:<name>:scheduled
 	FamQueueDead       Family = "queue:dead"             // fleet:queue:<name>:dead
 	FamQueueDedup      Family = "queue:dedup"            // ... (derived)
+	FamQueuePolicy     Family = "queue:policy"           // ... (derived)
+	FamQueueCall       Family = "queue:call"             // fleet:queue:<name>:call:<prefix> (derived, short-lived)
 	FamPool            Family = "pool"                   // fleet:pool:<name>
 	FamPoolClaim       Family = "pool:claim"             // fleet:pool:<name>:claim:<item>
 	FamPoolAll         Family = "pidx:all"               // fleet:pidx:<pool>:all (derived)
@@ -54,6 +56,7 @@ var (
 		":scheduled":        FamQueueScheduled,
 		":dead":             FamQueueDead,
 		":dedup":            FamQueueDedup,
+		":policy":           FamQueuePolicy,
 	}
 	workerFields = map[string]Family{
 		"hardware": FamWorkerHardware,
@@ -160,6 +163,9 @@ func (k Keys) parseFleet(rest string) (Key, bool) {
 		name, tail, ok := k.entity(rest)
 		if !ok || Check(KindQueue, name) != nil {
 			return Key{}, false
+		}
+		if call, ok := strings.CutPrefix(tail, ":call:"); ok {
+			return Key{Family: FamQueueCall, Name: name, Item: call}, Check(KindItem, call) == nil
 		}
 		f, known := queueTails[tail]
 		return Key{Family: f, Name: name}, known
@@ -272,6 +278,10 @@ func (k Keys) Spell(p Key) (string, bool) {
 		return q().Dead, true
 	case FamQueueDedup:
 		return q().Dedup, true
+	case FamQueuePolicy:
+		return q().Policy, true
+	case FamQueueCall:
+		return q().Call + p.Item, true
 	case FamPool:
 		return k.Pool(p.Name), true
 	case FamPoolClaim:

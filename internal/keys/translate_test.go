@@ -27,6 +27,8 @@ func TestTranslate(t *testing.T) {
 		{FamQueueScheduled, "fleet:queue:q:scheduled", "fleet:queue:{q}:scheduled"},
 		{FamQueueDead, "fleet:queue:q:dead", "fleet:queue:{q}:dead"},
 		{FamQueueDedup, "fleet:queue:q:dedup", "fleet:queue:{q}:dedup"},
+		{FamQueuePolicy, "fleet:queue:q:policy", "fleet:queue:{q}:policy"},
+		{FamQueueCall, "fleet:queue:q:call:Ab_x.", "fleet:queue:{q}:call:Ab_x."},
 		{FamPool, "fleet:pool:p", "fleet:pool:{p}"},
 		{FamPoolClaim, "fleet:pool:p:claim:item", "fleet:pool:{p}:claim:item"},
 		{FamPoolClaim, "fleet:pool:p:claim:a:claim:b", "fleet:pool:{p}:claim:a:claim:b"},

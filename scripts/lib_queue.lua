@@ -1,0 +1,60 @@
+-- lib_queue: helpers that fleet puts before every queue script (after
+-- lib_types.lua; scripts.go). Not a script by itself.
+--
+-- A reservation made by fleet has an entry in :processing:lease,
+-- "<token> <deadline_ms>": the holder's random token and the deadline that
+-- fleet last wrote for it in :processing. The reservation that exists now
+-- is the caller's only when both hold: the token is the caller's, and the
+-- :processing score is still that deadline. A client that follows only the
+-- documented schema re-queues (ZREM from :processing) or re-reserves (ZADD
+-- with its own deadline) without touching the lease hash; either breaks
+-- the second test, so a late holder can never end another's reservation.
+
+-- now_ms returns the server's clock in unix milliseconds.
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- secs spells unix milliseconds as the seconds of a score or a dead_at.
+local function secs(ms)
+  return string.format('%.3f', ms / 1000)
+end
+
+-- lease_entry spells a lease hash entry.
+local function lease_entry(token, deadline_ms)
+  return token .. ' ' .. string.format('%d', deadline_ms)
+end
+
+-- owns reports whether the reservation of id that exists now is the one
+-- that token holds (see above). An entry without a deadline (written by an
+-- older fleet) is checked by its token alone.
+local function owns(processing, lease, id, token)
+  local v = redis.call('HGET', lease, id)
+  if not v then return false end
+  local tok, dl = string.match(v, '^(%S+) (%d+)$')
+  if not tok then tok = v end
+  if tok ~= token then return false end
+  local score = redis.call('ZSCORE', processing, id)
+  if not score then return false end
+  return dl == nil or math.floor(tonumber(score) * 1000 + 0.5) == tonumber(dl)
+end
+
+-- with_dead_at returns a dead-letter body (a JSON object that has no
+-- "dead_at") with "dead_at" set to now, in unix seconds.
+local function with_dead_at(body, ms)
+  return string.sub(body, 1, -2) .. ',"dead_at":' .. secs(ms) .. '}'
+end
+
+-- policy returns the queue's stored policy (fleet:queue:<name>:policy, a
+-- JSON object), or fallback when there is none or it does not decode.
+local function policy(key, fallback)
+  local raw = redis.call('GET', key)
+  if not raw then return fallback end
+  local ok, p = pcall(cjson.decode, raw)
+  if not ok or type(p) ~= 'table' then return fallback end
+  for k, v in pairs(fallback) do
+    if type(p[k]) ~= 'number' then p[k] = v end
+  end
+  return p
+end
