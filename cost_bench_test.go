@@ -6,7 +6,8 @@ package fleet_test
 // redis-server (one of the benchmark's own, so nothing else moves its
 // counters), in the same run.
 //
-// Run: go test -run '^$' -bench 'Cost' -benchtime 2000x .
+// Run: go test -run '^$' -bench '^BenchmarkCost' -benchtime 2000x .
+// ('Cost' alone also matches BenchmarkWorkerIdleCost, a 6 s run.)
 //
 // Each benchmark has a floor and a fleet sub-benchmark, floor first. Both
 // report per operation:
