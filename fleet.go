@@ -365,26 +365,56 @@ func monoNow() int64 { return int64(time.Since(monoEpoch)) }
 // reading, so time.Until and Before compare on the monotonic clock).
 func monoTime(ns int64) time.Time { return monoEpoch.Add(time.Duration(ns)) }
 
-// retryInBackground runs fn in a goroutine that Close waits for, every
-// 100 ms until it succeeds, until bound has passed, or until the Fleet
-// closes. Each try gets 1 s. It is for best-effort clean-up after a call
-// whose outcome is unknown (an abandoned script).
-func (f *Fleet) retryInBackground(bound time.Duration, fn func(ctx context.Context) error) {
+// leaseMargin is how long before the end of a lease that this process can
+// prove (Task.Deadline, Lease.Deadline) the lease counts as over, and the
+// work under it is cancelled: room for the work to notice, and for clocks
+// that run at slightly different rates.
+func leaseMargin(lease time.Duration) time.Duration {
+	return min(max(lease/10, 5*time.Millisecond), time.Second)
+}
+
+// abandonEvery paces the tries of an abandon; abandonTry bounds one.
+const (
+	abandonEvery = 150 * time.Millisecond
+	abandonTry   = time.Second
+)
+
+// abandon undoes, in the background, a call whose outcome is unknown (its
+// ctx ended, or its connection broke, while its script was in flight):
+// undo runs an idempotent script that hands back what the call took, or
+// leaves a tombstone that makes the late script take nothing. It runs undo
+// every abandonEvery until one run gets an answer (an error reply too),
+// until bound has passed, or until the Fleet closes; each run ends when the
+// Fleet closes, so Close does not wait on it. what names the call in logs.
+func (f *Fleet) abandon(what string, bound time.Duration, undo func(ctx context.Context) error) {
+	until := time.Now().Add(bound)
 	f.spawn(func() {
-		end := time.Now().Add(bound)
+		base, stop := context.WithCancel(context.Background())
+		defer stop()
+		go func() {
+			select {
+			case <-f.done:
+				stop()
+			case <-base.Done():
+			}
+		}()
 		for {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			err := fn(ctx)
+			ctx, cancel := context.WithTimeout(base, abandonTry)
+			err := undo(ctx)
 			cancel()
-			if err == nil || time.Now().After(end) {
+			if !outcomeUnknown(err) {
 				if err != nil {
-					f.log.Warn("fleet: clean-up after an abandoned call failed", "err", err)
+					f.log.Warn("fleet: abandon failed", "call", what, "err", err)
 				}
 				return
 			}
-			t := time.NewTimer(100 * time.Millisecond)
+			if base.Err() != nil || time.Now().After(until) {
+				f.log.Warn("fleet: abandon gave up: what the call took stays held until its lease runs out", "call", what, "err", err)
+				return
+			}
+			t := time.NewTimer(abandonEvery)
 			select {
-			case <-f.done:
+			case <-base.Done():
 				t.Stop()
 				return
 			case <-t.C:

@@ -78,13 +78,23 @@ func (kv *KV) Set(ctx context.Context, key string, value any, ttl time.Duration)
 	return opErr("kv set", key, kv.f.setString(ctx, k, rueidis.BinaryString(b), ttl))
 }
 
-var setStringScript = script("set_string.lua")
-
 // setString sets a string key, refusing (ErrWrongType, nothing changed) to
-// replace a key of another type, as a plain SET would.
+// replace a key of another type, which a plain SET would do: SET with GET
+// reads the old value first, and a key of another type fails that read
+// before anything is written. One command, no script.
 func (f *Fleet) setString(ctx context.Context, key, value string, ttl time.Duration) error {
 	f.watch.wroteCached(key)
-	return setStringScript.Exec(ctx, f.client, []string{key}, []string{value, millis(ttl)}).Error()
+	c := f.client
+	var cmd rueidis.Completed
+	if ttl > 0 {
+		cmd = c.B().Set().Key(key).Value(value).Get().PxMilliseconds(max(ttl.Milliseconds(), 1)).Build()
+	} else {
+		cmd = c.B().Set().Key(key).Value(value).Get().Build()
+	}
+	if err := c.Do(ctx, cmd).Error(); err != nil && !rueidis.IsRedisNil(err) {
+		return err
+	}
+	return nil
 }
 
 // How KV reads its own writes through the client-side cache, never stale:

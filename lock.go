@@ -6,15 +6,31 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
+
+	"github.com/redis/rueidis"
 
 	"github.com/fleet-go/fleet/internal/keys"
 )
 
+// The lock scripts need no type-check helper (each refuses a wrong type
+// with its first read), so they load without lib_types.lua: one closure
+// less to build on every call of the hottest scripts.
 var (
-	lockAcquireScript = retryableScript("lock_acquire.lua")
-	lockReleaseScript = script("lock_release.lua")
-	lockExtendScript  = retryableScript("lock_extend.lua")
+	lockAcquireScript = rueidis.NewLuaScriptRetryable(mustRead("lock_acquire.lua"))
+	lockReleaseScript = rueidis.NewLuaScript(mustRead("lock_release.lua"))
+	lockExtendScript  = rueidis.NewLuaScriptRetryable(mustRead("lock_extend.lua"))
+	lockAbandonScript = rueidis.NewLuaScriptRetryable(mustRead("lock_abandon.lua"))
+)
+
+const (
+	// fenceLife is the least lifetime of a fence key: it gets
+	// max(hold, fenceLife) when it is seeded, and keeps that TTL.
+	fenceLife = 24 * time.Hour
+	// lockTombMargin is how much longer than hold the tombstone of an
+	// abandoned acquire holds: the script it stops may arrive that late.
+	lockTombMargin = 2 * time.Second
 )
 
 // Lock is a fleet-wide mutex (fleet:lock:<name>): the holder's random token
@@ -26,6 +42,7 @@ type Lock struct {
 	name  string
 	key   string
 	fence string
+	tomb  string
 	err   error
 }
 
@@ -33,7 +50,8 @@ type Lock struct {
 type LockOptions struct {
 	// Hold is the lease: a crashed holder's lock frees itself after Hold.
 	// Required, > 0; set it a little above the expected work, no more than
-	// you can afford to wait on a dead holder.
+	// you can afford to wait on a dead holder. The lease is counted from
+	// just before the acquire was sent (see Lease.Deadline).
 	Hold time.Duration
 	// Wait bounds how long Acquire blocks while another holds the lock. Zero
 	// fails at once when the lock is held. Waiters wake when the holder
@@ -41,14 +59,15 @@ type LockOptions struct {
 	// backoff as the fallback. ctx bounds the wait too.
 	Wait time.Duration
 	// KeepAlive makes Do extend the lease every Hold/3 while its function
-	// runs, and cancel the function's context if the lock is lost.
+	// runs. Without it, the lease ends at its deadline and so does the
+	// function's context.
 	KeepAlive bool
 }
 
 // Lock returns the lock name. A bad name makes every call return
 // ErrInvalidName.
 func (f *Fleet) Lock(name string) *Lock {
-	return &Lock{f: f, name: name, key: f.keys.Lock(name), fence: f.keys.LockFence(name), err: keys.Check(keys.KindLock, name)}
+	return &Lock{f: f, name: name, key: f.keys.Lock(name), fence: f.keys.LockFence(name), tomb: f.keys.LockTomb(name), err: keys.Check(keys.KindLock, name)}
 }
 
 // Lease is a held lock. Its methods are safe for concurrent use.
@@ -56,6 +75,13 @@ type Lease struct {
 	lock  *Lock
 	token string
 	fence int64
+
+	mu       sync.Mutex
+	deadline time.Time
+}
+
+func newLease(l *Lock, token string, fence int64, deadline time.Time) *Lease {
+	return &Lease{lock: l, token: token, fence: fence, deadline: deadline}
 }
 
 // Token returns the random token stored in the lock key while held.
@@ -65,6 +91,22 @@ func (l *Lease) Token() string { return l.token }
 // that of every earlier acquisition of the same lock name, so a protected
 // resource that remembers the largest fence it saw can refuse a stale holder.
 func (l *Lease) Fence() int64 { return l.fence }
+
+// Deadline returns when the lease ends, on this process's clock: Hold after
+// the acquire (or the last successful Extend) was sent, so no later than the
+// server lets the key expire. A lease that Extend found lost ends at once.
+// Past the deadline another may hold the lock.
+func (l *Lease) Deadline() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.deadline
+}
+
+func (l *Lease) setDeadline(d time.Time) {
+	l.mu.Lock()
+	l.deadline = d
+	l.mu.Unlock()
+}
 
 func newToken() string {
 	var b [18]byte
@@ -83,53 +125,92 @@ func (l *Lock) check(ctx context.Context, hold time.Duration) error {
 }
 
 // Acquire takes the lock for opts.Hold, waiting up to opts.Wait while
-// another holds it. It returns ErrNotObtained when the wait runs out,
+// another holds it. The lease it returns has more than a small margin
+// (Hold/10, at most 1 s) left before its Deadline: one whose reply came
+// back too late (a paused server, a slow network) is released and tried
+// again within opts.Wait. It returns ErrNotObtained when the wait runs out,
 // ErrInvalidArgument for Hold <= 0 or Wait < 0, and ctx's error when ctx
-// ends first. A ctx that ends while an acquire script is on its way to the
-// server cannot stop the script: Acquire then releases the lock should the
-// script have taken it, but a script still queued behind that release can
-// take it later and keep it until Hold runs out. Bound an Acquire with
-// opts.Wait rather than a short ctx deadline when that matters.
-func (l *Lock) Acquire(ctx context.Context, opts LockOptions) (_ *Lease, err error) {
+// ends first. A ctx that ends while an acquire script is in flight leaves
+// nothing held: in the background, the lock is freed if the script took it,
+// and else a tombstone (fleet:locktomb:<name>, for Hold plus 2 s) makes the
+// script give the lock up should it still arrive.
+func (l *Lock) Acquire(ctx context.Context, opts LockOptions) (*Lease, error) {
 	if err := l.check(ctx, opts.Hold); err != nil {
 		return nil, opErr("lock acquire", l.name, err)
 	}
 	if opts.Wait < 0 {
 		return nil, opErr("lock acquire", l.name, fmt.Errorf("%w: wait %v is negative", ErrInvalidArgument, opts.Wait))
 	}
-	token := newToken()
-	defer func() {
-		if err != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
-			// ctx ended while an acquire script was on its way: it may have
-			// taken the lock for token after all. Free it if so.
-			l.abandon(ctx, token, opts.Hold)
-		}
-	}()
-	lease, pttl, err := l.try(ctx, token, opts.Hold)
-	if lease != nil || err != nil {
-		return lease, opErr("lock acquire", l.name, err)
-	}
-	if opts.Wait == 0 {
-		return nil, opErr("lock acquire", l.name, ErrNotObtained)
-	}
-	lease, err = l.wait(ctx, token, opts, pttl)
+	lease, err := l.acquire(ctx, opts)
 	return lease, opErr("lock acquire", l.name, err)
 }
 
-// abandon releases the lock if token holds it (and changes nothing if not),
-// on a context of its own bounded by hold.
-func (l *Lock) abandon(ctx context.Context, token string, hold time.Duration) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), hold)
-	defer cancel()
-	_ = (&Lease{lock: l, token: token}).Release(rctx)
+func (l *Lock) acquire(ctx context.Context, opts LockOptions) (*Lease, error) {
+	until := time.Now().Add(opts.Wait)
+	for {
+		token := newToken()
+		lease, pttl, err := l.try(ctx, token, opts.Hold)
+		if lease == nil && err == nil {
+			if opts.Wait == 0 {
+				return nil, ErrNotObtained
+			}
+			lease, err = l.wait(ctx, token, opts.Hold, until, pttl)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if time.Until(lease.Deadline()) > leaseMargin(opts.Hold) {
+			return lease, nil
+		}
+		// Expired on arrival: the reply came back too late to use the
+		// lease. Free the lock (another may hold it already, which the
+		// release leaves alone) and try again within the wait.
+		if err := lease.Release(ctx); err != nil && !errors.Is(err, ErrNotHeld) {
+			l.abandon(lease.token, opts.Hold, false)
+		}
+		if !time.Now().Before(until) {
+			return nil, ErrNotObtained
+		}
+	}
 }
 
-// try runs the acquire script once. It returns the lease, or the holder's
-// time left (-1 when the holder set no TTL).
+// outcomeUnknown reports whether a script that failed with err may have
+// run (or may still run) on the server: ctx ended, or the connection broke,
+// while it was in flight. A reply (an error reply too) is a known outcome.
+func outcomeUnknown(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || unreachable(err)
+}
+
+// abandon undoes, in the background, a call of token whose outcome is
+// unknown: it frees the lock if token holds it, and with tomb leaves a
+// tombstone that makes a late acquire script of token give the lock up. It
+// runs the abandon script until one run answers, hold plus a margin has
+// passed, or the Fleet closes. Each run is idempotent; a run that times out
+// may still land, which does no harm.
+func (l *Lock) abandon(token string, hold time.Duration, tomb bool) {
+	tombMs := "0"
+	if tomb {
+		tombMs = millis(hold + lockTombMargin)
+	}
+	keys, args := []string{l.key, l.fence, l.tomb}, []string{token, tombMs}
+	l.f.abandon("lock "+l.name, hold+lockTombMargin, func(ctx context.Context) error {
+		return lockAbandonScript.Exec(ctx, l.f.client, keys, args).Error()
+	})
+}
+
+// try runs the acquire script once. It returns the lease (its deadline
+// counted from just before the send), or the holder's time left (-1 when
+// unknown: the holder set no TTL, or token was abandoned). When the
+// script's outcome is unknown (ctx ended or the connection broke while it
+// was in flight), it abandons token.
 func (l *Lock) try(ctx context.Context, token string, hold time.Duration) (*Lease, time.Duration, error) {
-	res, err := lockAcquireScript.Exec(ctx, l.f.client, []string{l.key, l.fence},
-		[]string{token, millis(hold)}).ToArray()
+	sent := time.Now()
+	res, err := lockAcquireScript.Exec(ctx, l.f.client, []string{l.key, l.fence, l.tomb},
+		[]string{token, millis(hold), millis(max(hold, fenceLife))}).ToArray()
 	if err != nil {
+		if outcomeUnknown(err) {
+			l.abandon(token, hold, true)
+		}
 		return nil, 0, err
 	}
 	if len(res) != 2 {
@@ -146,7 +227,7 @@ func (l *Lock) try(ctx context.Context, token string, hold time.Duration) (*Leas
 		}
 		return nil, time.Duration(n) * time.Millisecond, nil
 	}
-	return &Lease{lock: l, token: token, fence: n}, 0, nil
+	return newLease(l, token, n, sent.Add(hold)), 0, nil
 }
 
 // Release frees the lock. It returns ErrNotHeld, changing nothing, when the
@@ -182,71 +263,110 @@ func (l *Lease) Release(ctx context.Context) error {
 	return nil
 }
 
-// Extend sets the lease to hold from now. It returns ErrNotHeld, changing
-// nothing, when the lease already ran out.
+// Extend sets the lease to hold from now, and its Deadline to hold from
+// just before the call was sent. It returns ErrNotHeld, changing nothing,
+// when the lease already ran out (the Deadline is then past).
 func (l *Lease) Extend(ctx context.Context, hold time.Duration) error {
 	lk := l.lock
 	if err := lk.check(ctx, hold); err != nil {
 		return opErr("lock extend", lk.name, err)
 	}
+	sent := time.Now()
 	n, err := lockExtendScript.Exec(ctx, lk.f.client, []string{lk.key}, []string{l.token, millis(hold)}).AsInt64()
 	if err != nil {
 		return opErr("lock extend", lk.name, err)
 	}
 	if n != 1 {
+		l.mu.Lock()
+		if now := time.Now(); l.deadline.After(now) {
+			l.deadline = now
+		}
+		l.mu.Unlock()
 		return opErr("lock extend", lk.name, ErrNotHeld)
 	}
+	l.setDeadline(sent.Add(hold))
 	return nil
 }
 
 // ErrLockLost is the cause of the context that Do hands its function when
-// the lock is lost while the function runs (with KeepAlive).
+// the lease ends while the function runs: its deadline came (less a small
+// margin) without a successful extension, or an extension found the lock
+// taken.
 var ErrLockLost = errors.New("fleet: lock lost")
 
 // Do acquires the lock, runs fn, and always releases the lock, even when fn
 // panics (the panic goes on after the release). It returns ErrNotObtained
 // when the lock could not be taken within opts.Wait, else fn's error joined
-// with a failed release's. With opts.KeepAlive the lease is extended every
-// Hold/3 while fn runs, and fn's context is cancelled, with cause
-// ErrLockLost, if an extension finds the lock lost.
+// with a failed release's. fn's context ends, with cause ErrLockLost, a
+// small margin (Hold/10, at most 1 s) before the lease's Deadline, on a
+// timer; Do then returns ErrLockLost too. With opts.KeepAlive the lease is
+// extended every Hold/3 while fn runs, each extension bounded by the
+// deadline, so fn's context ends only when extensions fail for a whole
+// lease (Redis unreachable) or one finds the lock taken.
 func (l *Lock) Do(ctx context.Context, opts LockOptions, fn func(ctx context.Context, lease *Lease) error) (err error) {
 	lease, err := l.Acquire(ctx, opts)
 	if err != nil {
 		return err
 	}
 	fctx, cancel := context.WithCancelCause(ctx)
+	margin := leaseMargin(opts.Hold)
+	var mu sync.Mutex
+	var timer *time.Timer
+	expire := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if d := time.Until(lease.Deadline()) - margin; d > 0 {
+			timer.Reset(d) // extended meanwhile
+			return
+		}
+		cancel(ErrLockLost)
+	}
+	mu.Lock()
+	timer = time.AfterFunc(time.Until(lease.Deadline())-margin, expire)
+	mu.Unlock()
 	stop := make(chan struct{})
 	kept := make(chan struct{})
 	if opts.KeepAlive {
-		go lease.keepAlive(fctx, cancel, opts.Hold, stop, kept)
+		go lease.keepAlive(fctx, cancel, opts.Hold, margin, stop, kept)
 	} else {
 		close(kept)
 	}
 	defer func() {
+		mu.Lock()
+		timer.Stop()
+		mu.Unlock()
 		close(stop)
 		<-kept
 		lost := errors.Is(context.Cause(fctx), ErrLockLost)
 		cancel(nil)
+		if lost {
+			// The lease is over as far as fn knows; free the lock should
+			// the server still hold it for us, in the background: the
+			// connection may be what failed.
+			l.abandon(lease.token, opts.Hold, false)
+			err = errors.Join(err, opErr("lock do", l.name, ErrLockLost))
+			return
+		}
 		// Release with a context of its own: ctx may be the reason fn ended.
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), opts.Hold)
 		defer rcancel()
-		if rerr := lease.Release(rctx); rerr != nil && !(lost && errors.Is(rerr, ErrNotHeld)) {
+		if rerr := lease.Release(rctx); rerr != nil {
+			if outcomeUnknown(rerr) {
+				l.abandon(lease.token, opts.Hold, false)
+			}
 			err = errors.Join(err, rerr)
-		}
-		if lost {
-			err = errors.Join(err, opErr("lock do", l.name, ErrLockLost))
 		}
 	}()
 	return fn(fctx, lease)
 }
 
-// keepAlive extends the lease every hold/3 until stop closes. A transient
-// failure is retried at the next tick; ErrNotHeld, or the lease running out
-// without a successful extension, cancels fn's context with ErrLockLost.
-func (l *Lease) keepAlive(ctx context.Context, cancel context.CancelCauseFunc, hold time.Duration, stop, kept chan struct{}) {
+// keepAlive extends the lease every hold/3 until stop closes. Each
+// extension is bounded by the lease's deadline less margin, so that a
+// frozen connection cannot hold one past it; Do's timer ends fn's context
+// at that deadline. ErrNotHeld ends it at once.
+func (l *Lease) keepAlive(ctx context.Context, cancel context.CancelCauseFunc, hold, margin time.Duration, stop, kept chan struct{}) {
 	defer close(kept)
 	every := max(hold/3, time.Millisecond)
-	expires := time.Now().Add(hold)
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -257,14 +377,10 @@ func (l *Lease) keepAlive(ctx context.Context, cancel context.CancelCauseFunc, h
 			return
 		case <-t.C:
 		}
-		ectx, ecancel := context.WithTimeout(ctx, every)
-		start := time.Now()
+		ectx, ecancel := context.WithDeadline(ctx, l.Deadline().Add(-margin))
 		err := l.Extend(ectx, hold)
 		ecancel()
-		switch {
-		case err == nil:
-			expires = start.Add(hold)
-		case errors.Is(err, ErrNotHeld) || time.Now().After(expires):
+		if errors.Is(err, ErrNotHeld) {
 			cancel(ErrLockLost)
 			return
 		}

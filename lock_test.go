@@ -303,8 +303,7 @@ func TestLockWaitTimesOut(t *testing.T) {
 // Waiters of one process give up (their Wait runs out) around the moment
 // the holder releases: a lock handed to one that gave up is passed on, and
 // at the end the lock is free. (A ctx that ends while an acquire script is
-// in flight is another matter: the script may still take the lock, and
-// Acquire frees it on a best-effort basis; see Acquire's doc.)
+// in flight is TestLockAcquireInFlightLeavesNothing's.)
 func TestLockHandoverToWaitersGivingUp(t *testing.T) {
 	e := open(t, redistest.Targets(t)[0])
 	lk := e.F.Lock("handover")

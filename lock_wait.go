@@ -9,7 +9,7 @@ import (
 	"github.com/redis/rueidis"
 )
 
-var lockHandoverScript = script("lock_handover.lua")
+var lockHandoverScript = rueidis.NewLuaScript(mustRead("lock_handover.lua"))
 
 // maxHandovers bounds how many times in a row a lock passes straight from a
 // holder to a waiter of the same process; then a plain release lets the
@@ -86,8 +86,9 @@ func (w *watcher) pickWaiter(key string) *lockWaiter {
 // outcome to lw. It reports whether the lock was passed.
 func (l *Lease) handover(ctx context.Context, lw *lockWaiter) (bool, error) {
 	lk := l.lock
+	sent := time.Now() // the waiter's lease counts from here
 	s, err := lockHandoverScript.Exec(ctx, lk.f.client, []string{lk.key, lk.fence},
-		[]string{l.token, lw.token, millis(lw.hold)}).ToString()
+		[]string{l.token, lw.token, millis(lw.hold), millis(max(lw.hold, fenceLife))}).ToString()
 	if err != nil {
 		lw.got <- nil
 		if rueidis.IsRedisNil(err) {
@@ -100,21 +101,21 @@ func (l *Lease) handover(ctx context.Context, lw *lockWaiter) (bool, error) {
 		lw.got <- nil
 		return false, err
 	}
-	lw.got <- &Lease{lock: lk, token: lw.token, fence: fence}
+	lw.got <- newLease(lk, lw.token, fence, sent.Add(lw.hold))
 	return true, nil
 }
 
-// wait blocks until the lock is taken for token, opts.Wait runs out, ctx
-// ends or the Fleet closes. Waiters wake on a hand-over from a holder of
+// wait blocks until the lock is taken for token, until comes, ctx ends or
+// the Fleet closes. Waiters wake on a hand-over from a holder of
 // this process, on the invalidation of the lock key (a release anywhere),
 // or on a capped, jittered backoff as the fallback.
-func (l *Lock) wait(ctx context.Context, token string, opts LockOptions, pttl time.Duration) (lease *Lease, err error) {
-	deadline := time.NewTimer(opts.Wait)
+func (l *Lock) wait(ctx context.Context, token string, hold time.Duration, until time.Time, pttl time.Duration) (lease *Lease, err error) {
+	deadline := time.NewTimer(time.Until(until))
 	defer deadline.Stop()
 	watch := l.f.watch
 	g := watch.join(l.key)
 	defer watch.leave(l.key, g)
-	lw := &lockWaiter{token: token, hold: opts.Hold, got: make(chan *Lease, 1)}
+	lw := &lockWaiter{token: token, hold: hold, got: make(chan *Lease, 1)}
 	watch.enqueue(g, lw, false)
 	handed := false // the lease came by a hand-over: its delivery is consumed
 	defer func() {
@@ -124,8 +125,10 @@ func (l *Lock) wait(ctx context.Context, token string, opts LockOptions, pttl ti
 				if lease == nil {
 					// Handed over after giving up: pass it on, within the
 					// hold it was handed with.
-					rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opts.Hold)
-					_ = got.Release(rctx)
+					rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), hold)
+					if err := got.Release(rctx); outcomeUnknown(err) {
+						l.abandon(got.token, hold, false)
+					}
 					cancel()
 				}
 			}
@@ -181,7 +184,7 @@ func (l *Lock) wait(ctx context.Context, token string, opts LockOptions, pttl ti
 			}
 			t.Stop()
 		}
-		if lease, pttl, err = l.try(ctx, token, opts.Hold); lease != nil || err != nil {
+		if lease, pttl, err = l.try(ctx, token, hold); lease != nil || err != nil {
 			return lease, err
 		}
 	}

@@ -17,7 +17,7 @@ func (t *Task[T]) Release(ctx context.Context) error {
 	if err := q.ready(ctx); err != nil {
 		return queueErr("release", q.name, err)
 	}
-	n, err := queueReleaseScript.Exec(ctx, q.f.client, []string{q.k.Pending, q.k.Processing, q.k.Body, q.k.Lease, q.k.Call + callPrefix(t.token)},
+	n, err := queueReleaseScript.Exec(ctx, q.f.client, []string{q.k.Pending, q.k.Processing, q.k.Body, q.k.Lease},
 		[]string{t.ID, t.token}).AsInt64()
 	if err == nil && n != 1 {
 		err = fmt.Errorf("%w: task %s", ErrLeaseLost, t.ID)

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"strconv"
 	"time"
-
-	"github.com/redis/rueidis"
 )
 
 // Reserve takes up to n tasks (1 <= n <= MaxReserve) from the head of the
@@ -39,7 +37,7 @@ func (q *Queue[T]) Reserve(ctx context.Context, n int, wait time.Duration) ([]*T
 	if wait < 0 {
 		return nil, queueErr(op, q.name, fmt.Errorf("%w: wait %v is negative", ErrInvalidArgument, wait))
 	}
-	tasks, st, err := q.reserve(ctx, n)
+	tasks, st, err := q.reserve(ctx, n, false)
 	if len(tasks) > 0 || wait == 0 || (err != nil && !transient(err)) {
 		return tasks, queueErr(op, q.name, err)
 	}
@@ -55,6 +53,7 @@ func transient(err error) bool {
 
 // reserveState is what a reserve call learned about the queue.
 type reserveState struct {
+	drained   bool          // nothing was left pending (asked for with wantLeft)
 	nextReady time.Duration // until the next scheduled task is due; -1: none
 }
 
@@ -69,7 +68,7 @@ func (q *Queue[T]) await(ctx context.Context, n int, wait time.Duration, st rese
 	tryNow, retried := false, false
 	for {
 		if tryNow {
-			tasks, s, err := q.reserve(ctx, n)
+			tasks, s, err := q.reserve(ctx, n, false)
 			if len(tasks) > 0 {
 				// Pass the wake on: another local waiter takes what is
 				// left, or re-arms the invalidation that this pop used up.
@@ -125,7 +124,7 @@ func (q *Queue[T]) await(ctx context.Context, n int, wait time.Duration, st rese
 // the call ends without a reply (ctx ended, or the connection broke) the
 // script may still run, or have run: abandonReserve then hands back what
 // it took.
-func (q *Queue[T]) reserve(ctx context.Context, n int) ([]*Task[T], reserveState, error) {
+func (q *Queue[T]) reserve(ctx context.Context, n int, wantLeft bool) ([]*Task[T], reserveState, error) {
 	st := reserveState{nextReady: -1}
 	if err := q.register(ctx); err != nil {
 		return nil, st, err
@@ -134,7 +133,7 @@ func (q *Queue[T]) reserve(ctx context.Context, n int) ([]*Task[T], reserveState
 	sent := monoNow()
 	res, err := queueReserveScript.Exec(ctx, q.f.client,
 		[]string{q.k.Pending, q.k.Processing, q.k.Body, q.k.Lease, q.k.Scheduled, q.k.Dead, q.k.Call + prefix, q.k.Policy},
-		[]string{strconv.Itoa(n), millis(q.opts.Lease), prefix, "1000", strconv.Itoa(q.opts.DeadMax)}).ToArray()
+		[]string{strconv.Itoa(n), millis(q.opts.Lease), prefix, "1000", strconv.Itoa(q.opts.DeadMax), boolArg(wantLeft)}).ToArray()
 	if err != nil {
 		if outcomeUnknown(err) {
 			q.abandonReserve(prefix)
@@ -146,6 +145,8 @@ func (q *Queue[T]) reserve(ctx context.Context, n int) ([]*Task[T], reserveState
 	}
 	nowStr, _ := res[0].ToString()
 	now, _ := strconv.ParseInt(nowStr, 10, 64)
+	left, _ := res[1].AsInt64()
+	st.drained = left == 0
 	if next, _ := res[2].ToString(); next != "" {
 		if s, err := strconv.ParseFloat(next, 64); err == nil {
 			st.nextReady = max(time.Duration(s*1000-float64(now))*time.Millisecond, 0)
@@ -190,30 +191,25 @@ func (q *Queue[T]) reserve(ctx context.Context, n int) ([]*Task[T], reserveState
 	return tasks, st, nil
 }
 
-// outcomeUnknown reports whether a script call ended without telling what
-// the server did: its ctx ended, or its connection broke, so the script
-// may have run, or may still run.
-func outcomeUnknown(err error) bool {
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return true
-	}
-	var re *rueidis.RedisError
-	return !errors.As(err, &re) && !errors.Is(err, ErrClosed) && !errors.Is(err, rueidis.ErrClosing)
-}
-
 // abandonReserve hands back, in the background, what the reserve call with
 // token prefix took, or tombstones the call so that it takes nothing if it
-// runs later (queue_abandon.lua). It retries every 100 ms until the server
-// answers, for as long as a lease (after that the sweeper has the tasks
-// anyway), or until the Fleet closes.
+// runs later (queue_abandon.lua), for as long as a lease (after that the
+// sweeper has the tasks anyway); see Fleet.abandon.
 func (q *Queue[T]) abandonReserve(prefix string) {
 	keys := []string{q.k.Pending, q.k.Processing, q.k.Body, q.k.Lease, q.k.Call + prefix}
 	args := []string{prefix, millis(q.opts.Lease + time.Minute)}
-	q.f.retryInBackground(q.opts.Lease, func(ctx context.Context) error {
+	q.f.abandon("reserve "+q.name, q.opts.Lease, func(ctx context.Context) error {
 		n, err := queueAbandonScript.Exec(ctx, q.f.client, keys, args).AsInt64()
 		if err == nil && n > 0 {
 			q.wakeLocal()
 		}
 		return err
 	})
+}
+
+func boolArg(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
 }

@@ -32,9 +32,6 @@ type Task[T any] struct {
 	proven atomic.Int64 // monoNow when the lease may run out: send time of the reserve or last extend, plus the lease
 }
 
-// callPrefix is the token prefix of the reserve call that made token.
-func callPrefix(token string) string { return token[:strings.LastIndexByte(token, '.')+1] }
-
 // Token returns the lease token of this reservation, stored in
 // fleet:queue:<name>:processing:lease while it holds.
 func (t *Task[T]) Token() string { return t.token }
@@ -121,7 +118,7 @@ func (t *Task[T]) Ack(ctx context.Context) error {
 	if err := q.ready(ctx); err != nil {
 		return queueErr("ack", q.name, err)
 	}
-	n, err := queueAckScript.Exec(ctx, q.f.client, []string{q.k.Processing, q.k.Body, q.k.Lease, q.k.Dedup, q.k.Call + callPrefix(t.token)},
+	n, err := queueAckScript.Exec(ctx, q.f.client, []string{q.k.Processing, q.k.Body, q.k.Lease, q.k.Dedup},
 		[]string{t.ID, t.token, t.dedup}).AsInt64()
 	if err == nil && n != 1 {
 		err = fmt.Errorf("%w: task %s", ErrLeaseLost, t.ID)
@@ -170,7 +167,7 @@ func (t *Task[T]) end(ctx context.Context, op string, attempts int, cause string
 	}
 	o := q.opts
 	res, err := queueNackScript.Exec(ctx, q.f.client,
-		[]string{q.k.Processing, q.k.Body, q.k.Lease, q.k.Scheduled, q.k.Dead, q.k.Dedup, q.k.Policy, q.k.Call + callPrefix(t.token)},
+		[]string{q.k.Processing, q.k.Body, q.k.Lease, q.k.Scheduled, q.k.Dead, q.k.Dedup, q.k.Policy},
 		[]string{t.ID, t.token, body, strconv.Itoa(attempts), flag, t.dedup,
 			strconv.Itoa(o.MaxAttempts), millis(o.BackoffBase), millis(o.BackoffMax), strconv.Itoa(o.DeadMax),
 			strconv.FormatFloat(rand.Float64(), 'f', 6, 64)}).AsIntSlice()

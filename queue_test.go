@@ -43,8 +43,7 @@ func TestQueueSchema(t *testing.T) {
 
 		// Reserve: the body moves to :processing:body, the deadline to
 		// :processing, the token and the deadline in ms to
-		// :processing:lease; the call's record holds the id for the
-		// lease's time.
+		// :processing:lease, with the call's record (the ids it took).
 		now := e.serverNow(t)
 		tasks, err := q.Reserve(ctx(t), 5, 0)
 		if err != nil || len(tasks) != 1 {
@@ -62,12 +61,12 @@ func TestQueueSchema(t *testing.T) {
 		near(t, "Deadline()", float64(task.Deadline().UnixMilli())/1000, now.Add(20*time.Second), time.Second)
 		token := task.Token()
 		want = map[string]string{
-			k.Processing:                  fmt.Sprintf("zset:%s@%.3f", id, zs[0].Score),
-			k.Body:                        "hash:" + id + "=" + body,
-			k.Lease:                       fmt.Sprintf("hash:%s=%s %d", id, token, int64(math.Round(zs[0].Score*1000))),
-			k.Call + token[:len(token)-1]: "string:" + id,
-			k.Policy:                      policy,
-			k.Registry:                    "set:harvest",
+			k.Processing: fmt.Sprintf("zset:%s@%.3f", id, zs[0].Score),
+			k.Body:       "hash:" + id + "=" + body,
+			k.Lease: fmt.Sprintf("hash:%s=%s %d\n\xffcall:%s=[%q]", id, token, int64(math.Round(zs[0].Score*1000)),
+				token[:len(token)-1], id),
+			k.Policy:   policy,
+			k.Registry: "set:harvest",
 		}
 		if got := e.dump(t); !maps.Equal(got, want) {
 			t.Fatalf("after reserve:\n got %v\nwant %v", got, want)

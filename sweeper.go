@@ -6,7 +6,10 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
+
+	"github.com/redis/rueidis"
 
 	"github.com/fleet-go/fleet/internal/keys"
 )
@@ -40,14 +43,34 @@ type SweeperOptions struct {
 	// options of a NewQueue of this process. Defaults to the QueueOptions
 	// defaults.
 	Queue QueueOptions
+	// ForgetWorkersAfter, when set, makes each sweep remove the workers not
+	// seen for this long (by last_seen, on the server's clock), with their
+	// keys and index entries, as RemoveWorker does: for fleets whose
+	// workers come and go under new ids (the default id is host-pid), which
+	// the documented design otherwise keeps in wkrs:<type> and wkrs:all for
+	// good. A worker that is in fact still running registers again on its
+	// next heartbeat. Each sweep looks at up to ForgetBatch workers,
+	// resuming where the last one stopped (Sweep walks them all). Defaults
+	// to 0: workers are never forgotten.
+	ForgetWorkersAfter time.Duration
+	// ForgetBatch bounds how many workers one sweep looks at. Defaults to
+	// DefaultForgetBatch.
+	ForgetBatch int
 	// Logger receives sweep failures and counts. Defaults to the Fleet's
 	// logger (silent unless Options.Logger was set).
 	Logger *slog.Logger
 }
 
+// DefaultForgetBatch is SweeperOptions.ForgetBatch's default.
+const DefaultForgetBatch = 500
+
 func (o SweeperOptions) withDefaults(f *Fleet) (SweeperOptions, error) {
-	if o.Interval < 0 || o.Batch < 0 {
-		return o, fmt.Errorf("%w: SweeperOptions.Interval %v and Batch %d may not be negative", ErrInvalidArgument, o.Interval, o.Batch)
+	if o.Interval < 0 || o.Batch < 0 || o.ForgetWorkersAfter < 0 || o.ForgetBatch < 0 {
+		return o, fmt.Errorf("%w: SweeperOptions.Interval %v, Batch %d, ForgetWorkersAfter %v and ForgetBatch %d may not be negative",
+			ErrInvalidArgument, o.Interval, o.Batch, o.ForgetWorkersAfter, o.ForgetBatch)
+	}
+	if o.ForgetBatch == 0 {
+		o.ForgetBatch = DefaultForgetBatch
 	}
 	if o.Interval == 0 {
 		o.Interval = DefaultSweepInterval
@@ -79,6 +102,8 @@ type SweepStats struct {
 	Buried int
 	// Trimmed counts dead letters dropped by the count and age bounds.
 	Trimmed int
+	// Forgotten counts the workers removed by ForgetWorkersAfter.
+	Forgotten int
 }
 
 // RunSweeper sweeps every queue of the fleet every opts.Interval, until ctx
@@ -102,6 +127,7 @@ func RunSweeper(ctx context.Context, f *Fleet, opts SweeperOptions) error {
 	}
 	t := time.NewTimer(0)
 	defer t.Stop()
+	cursor := "0" // of the walk over wkrs:all, across sweeps
 	for {
 		select {
 		case <-ctx.Done():
@@ -111,11 +137,17 @@ func RunSweeper(ctx context.Context, f *Fleet, opts SweeperOptions) error {
 		case <-t.C:
 		}
 		st, err := sweep(ctx, f, opts)
+		if opts.ForgetWorkersAfter > 0 && err == nil {
+			var n int
+			cursor, n, err = f.forgetWorkers(ctx, opts.ForgetWorkersAfter, cursor, opts.ForgetBatch)
+			st.Forgotten += n
+		}
 		switch {
 		case err != nil && ctx.Err() == nil && !f.closed.Load():
 			opts.Logger.Warn("fleet: sweep failed", "error", err)
-		case st.Requeued+st.Buried+st.Moved+st.Trimmed > 0:
-			opts.Logger.Debug("fleet: swept", "queues", st.Queues, "moved", st.Moved, "requeued", st.Requeued, "buried", st.Buried, "trimmed", st.Trimmed)
+		case st.Requeued+st.Buried+st.Moved+st.Trimmed+st.Forgotten > 0:
+			opts.Logger.Debug("fleet: swept", "queues", st.Queues, "moved", st.Moved, "requeued", st.Requeued, "buried", st.Buried,
+				"trimmed", st.Trimmed, "forgotten", st.Forgotten)
 		}
 		t.Reset(opts.Interval)
 	}
@@ -132,7 +164,73 @@ func Sweep(ctx context.Context, f *Fleet, opts SweeperOptions) (SweepStats, erro
 	if err != nil {
 		return SweepStats{}, fmt.Errorf("fleet: sweep: %w", err)
 	}
-	return sweep(ctx, f, opts)
+	st, err := sweep(ctx, f, opts)
+	for cursor := "0"; opts.ForgetWorkersAfter > 0 && err == nil; {
+		var n int
+		cursor, n, err = f.forgetWorkers(ctx, opts.ForgetWorkersAfter, cursor, opts.ForgetBatch)
+		st.Forgotten += n
+		if cursor == "0" {
+			break
+		}
+	}
+	return st, err
+}
+
+// forgetWorkers looks at up to batch members of wkrs:all from cursor (an
+// SSCAN cursor), and removes the workers among them whose last_seen is
+// older than after by the server's clock, or who have none (index entries
+// whose keys are gone). It returns the next cursor ("0" at the end of a
+// pass) and how many it removed: a few round trips, whatever the number of
+// workers.
+func (f *Fleet) forgetWorkers(ctx context.Context, after time.Duration, cursor string, batch int) (string, int, error) {
+	c := f.client
+	cur, err := strconv.ParseUint(cursor, 10, 64)
+	if err != nil {
+		cur = 0
+	}
+	res := c.DoMulti(ctx,
+		c.B().Sscan().Key(f.keys.AllWorkers()).Cursor(cur).Count(int64(batch)).Build(),
+		c.B().Time().Build())
+	e, err := res[0].AsScanEntry()
+	if err != nil {
+		return cursor, 0, opErr("forget workers", f.keys.AllWorkers(), err)
+	}
+	tm, err := res[1].AsStrSlice()
+	if err != nil || len(tm) != 2 {
+		return cursor, 0, opErr("forget workers", "TIME", fmt.Errorf("TIME: %v %w", tm, err))
+	}
+	now, _ := strconv.ParseInt(tm[0], 10, 64)
+	cutoff := now - int64(after/time.Second)
+	type member struct{ typ, id string }
+	var ms []member
+	var cmds rueidis.Commands
+	for _, m := range e.Elements {
+		typ, id, ok := strings.Cut(m, "|")
+		if !ok || keys.Join(keys.Check(keys.KindType, typ), keys.Check(keys.KindWorker, id)) != nil {
+			continue // not a worker fleet could have registered
+		}
+		ms = append(ms, member{typ, id})
+		cmds = append(cmds, c.B().Hget().Key(f.keys.Worker(typ, id).State).Field("last_seen").Build())
+	}
+	forgot := 0
+	if len(cmds) > 0 {
+		for i, r := range c.DoMulti(ctx, cmds...) {
+			s, err := r.ToString()
+			if err != nil && !rueidis.IsRedisNil(err) {
+				return cursor, forgot, opErr("forget workers", ms[i].typ+"|"+ms[i].id, err)
+			}
+			seen, perr := strconv.ParseInt(s, 10, 64)
+			if err == nil && perr == nil && seen >= cutoff {
+				continue
+			}
+			rr, err := f.removeWorker(ctx, ms[i].typ, ms[i].id)
+			if err != nil {
+				return cursor, forgot, opErr("forget workers", ms[i].typ+"|"+ms[i].id, err)
+			}
+			forgot += rr.Workers
+		}
+	}
+	return strconv.FormatUint(e.Cursor, 10), forgot, nil
 }
 
 func sweep(ctx context.Context, f *Fleet, opts SweeperOptions) (SweepStats, error) {

@@ -258,6 +258,25 @@ func (b *batch[C, O, P]) fetch(run, soft context.Context) {
 	timer := time.NewTimer(0)
 	<-timer.C
 	defer timer.Stop()
+	// drained: the last reserve took tasks and left the queue empty; readyAt:
+	// when its earliest scheduled task is due (zero: none).
+	drained, readyAt := false, time.Time{}
+	wait := func(sleep time.Duration) bool {
+		if !readyAt.IsZero() {
+			sleep = min(sleep, max(time.Until(readyAt), time.Millisecond))
+		}
+		timer.Reset(sleep)
+		select {
+		case <-soft.Done():
+			return false
+		case <-ch:
+			if !timer.Stop() {
+				<-timer.C
+			}
+		case <-timer.C:
+		}
+		return true
+	}
 	for {
 		// Wait for a free slot, then take every free one.
 		select {
@@ -275,12 +294,31 @@ func (b *batch[C, O, P]) fetch(run, soft context.Context) {
 				break more
 			}
 		}
+		if drained && f.cache {
+			// The queue was empty at the last reserve: arm the invalidation
+			// of the queue key and look, before reserving blind.
+			drained = false
+			l, err := f.client.DoCache(run, f.client.B().Llen().Key(q.k.Pending).Cache(), f.cacheTTL).AsInt64()
+			if err == nil && l == 0 && (readyAt.IsZero() || time.Now().Before(readyAt)) {
+				for range n {
+					b.free <- struct{}{}
+				}
+				if !wait(b.w.opts.ConfigPoll) {
+					return
+				}
+				continue
+			}
+		}
 		var sleep time.Duration
 		err := q.ready(run)
 		var tasks []*Task[P]
 		st := reserveState{nextReady: -1}
 		if err == nil {
-			tasks, st, err = q.reserve(run, n)
+			tasks, st, err = q.reserve(run, n, f.cache)
+		}
+		readyAt = time.Time{}
+		if st.nextReady >= 0 {
+			readyAt = time.Now().Add(st.nextReady)
 		}
 		for _, t := range tasks {
 			b.tasks <- t // never blocks: one buffer place per slot
@@ -291,6 +329,7 @@ func (b *batch[C, O, P]) fetch(run, soft context.Context) {
 		switch {
 		case len(tasks) > 0:
 			bo.n, errBo.n = 0, 0
+			drained = st.drained
 			continue
 		case err != nil:
 			if run.Err() != nil || errors.Is(err, ErrClosed) {
@@ -309,18 +348,8 @@ func (b *batch[C, O, P]) fetch(run, soft context.Context) {
 		default:
 			sleep = bo.next()
 		}
-		if st.nextReady >= 0 && st.nextReady < sleep {
-			sleep = max(st.nextReady, time.Millisecond)
-		}
-		timer.Reset(sleep)
-		select {
-		case <-soft.Done():
+		if !wait(sleep) {
 			return
-		case <-ch:
-			if !timer.Stop() {
-				<-timer.C
-			}
-		case <-timer.C:
 		}
 	}
 }
@@ -436,13 +465,6 @@ func (b *batch[C, O, P]) failed(s *Slot[C, O], err error) {
 	s.st.failed.Add(1)
 	b.w.failed.Add(1)
 	b.w.fail(err, true)
-}
-
-// leaseMargin is how long before the lease's end, as this process can prove
-// it (Task.Deadline), a handler's ctx is cancelled: room for the handler to
-// notice, and for clocks that run at slightly different rates.
-func leaseMargin(lease time.Duration) time.Duration {
-	return min(max(lease/10, 5*time.Millisecond), time.Second)
 }
 
 // keep keeps the task's lease alive until stop closes, extending it every

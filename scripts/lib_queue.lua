@@ -21,6 +21,18 @@ local function secs(ms)
   return string.format('%.3f', ms / 1000)
 end
 
+-- record names the lease hash field that holds the ids one reserve call
+-- took, "\255call:<token prefix>": the byte 255 never starts a task id
+-- that fleet or a JSON client writes (ids are UTF-8).
+local function record(prefix)
+  return '\255call:' .. prefix
+end
+
+-- prefix_of returns the token prefix of a lease token (prefix..i).
+local function prefix_of(token)
+  return string.match(token, '^(.*%.)%d+$') or ''
+end
+
 -- lease_entry spells a lease hash entry.
 local function lease_entry(token, deadline_ms)
   return token .. ' ' .. string.format('%d', deadline_ms)

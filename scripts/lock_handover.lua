@@ -5,23 +5,28 @@
 -- ARGV[1]  the holder's token
 -- ARGV[2]  the waiter's token
 -- ARGV[3]  the waiter's hold in milliseconds
--- returns  the waiter's fencing token (as lock_acquire), or false, changing
---          nothing, when the holder no longer holds the lock; a WRONGTYPE
---          error, nothing changed, when the fence holds something else
-local last = redis.call('GET', KEYS[1]) == ARGV[1] and redis.call('TYPE', KEYS[2]).ok
-if not last then
+-- ARGV[4]  the fence key's lifetime in milliseconds, max(hold, 24 h)
+-- returns  the waiter's fencing token (as lock_acquire; an odd fence stays
+--          odd for the next acquire to check the tombstones), or false,
+--          changing nothing, when the holder no longer holds the lock; a
+--          WRONGTYPE error, nothing changed, when the lock or the fence key
+--          holds another type (or the fence is not an integer)
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return false
 end
-if last ~= 'string' and last ~= 'none' then
-  return redis.error_reply('WRONGTYPE ' .. KEYS[2] .. ' holds a ' .. last .. ', not a string')
+local f = redis.pcall('INCRBY', KEYS[2], 2)
+if type(f) == 'table' then
+  return redis.error_reply('WRONGTYPE ' .. KEYS[2] .. ' is not an integer fence: ' .. tostring(f.err))
 end
-local prev = redis.call('GET', KEYS[2])
-if prev and not tonumber(prev) then
-  return redis.error_reply('WRONGTYPE ' .. KEYS[2] .. ' is not an integer')
+if f < 3000000000000000 then
+  local t = redis.call('TIME')
+  local seed = (tonumber(t[1]) * 1000000 + tonumber(t[2])) * 2 + 1
+  if seed <= f then
+    seed = f + 1
+    if seed % 2 == 0 then seed = seed + 1 end
+  end
+  f = seed
+  redis.call('SET', KEYS[2], string.format('%d', f), 'PX', ARGV[4])
 end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local fence = math.max((tonumber(prev) or 0) + 1, now)
-redis.call('SET', KEYS[2], string.format('%d', fence))
-return string.format('%d', fence)
+return string.format('%d', f)

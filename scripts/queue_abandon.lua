@@ -8,20 +8,23 @@
 -- KEYS[2]  fleet:queue:<name>:processing        zset: id -> deadline
 -- KEYS[3]  fleet:queue:<name>:processing:body   hash: id -> body
 -- KEYS[4]  fleet:queue:<name>:processing:lease  hash: id -> "token deadline_ms" (derived)
--- KEYS[5]  fleet:queue:<name>:call:<prefix>     string: the call's record (derived)
+-- KEYS[5]  fleet:queue:<name>:call:<prefix>     string: the call's tombstone (derived)
 -- ARGV[1]  the call's token prefix
 -- ARGV[2]  how long the tombstone lives, in milliseconds
 -- returns  how many tasks went back; -1 when the call had not run (tombstoned)
 local err = wrong_types({'list', 'zset', 'hash', 'hash'})
 if err then return err end
-local rec = redis.call('GET', KEYS[5])
+local rec = redis.call('HGET', KEYS[4], record(ARGV[1]))
 if not rec then
+  -- Not run yet, or run and already ended (its tasks acked): either way a
+  -- tombstone is right.
   redis.call('SET', KEYS[5], '', 'PX', ARGV[2])
   return -1
 end
+redis.call('HDEL', KEYS[4], record(ARGV[1]))
 local back = 0
-local ids = {}
-for id in string.gmatch(rec, '%S+') do ids[#ids + 1] = id end
+local ok, ids = pcall(cjson.decode, rec)
+if not ok or type(ids) ~= 'table' then ids = {} end
 for i = #ids, 1, -1 do -- back to the head in their order
   local id = ids[i]
   local v = redis.call('HGET', KEYS[4], id)
@@ -37,5 +40,4 @@ for i = #ids, 1, -1 do -- back to the head in their order
     end
   end
 end
-redis.call('SET', KEYS[5], '', 'PX', ARGV[2])
 return back

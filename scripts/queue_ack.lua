@@ -7,8 +7,6 @@
 -- KEYS[2]  fleet:queue:<name>:processing:body   hash: id -> body
 -- KEYS[3]  fleet:queue:<name>:processing:lease  hash: id -> "token deadline_ms" (derived)
 -- KEYS[4]  fleet:queue:<name>:dedup             hash: dedup key -> id (derived)
--- KEYS[5]  fleet:queue:<name>:call:<prefix>     string: the reserve call's record
---          (derived; an ack proves its caller got the reply: not needed)
 -- ARGV[1]  task id
 -- ARGV[2]  the caller's lease token
 -- ARGV[3]  the task's dedup key, or ''
@@ -23,9 +21,9 @@ if ARGV[3] ~= '' then
 end
 redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('HDEL', KEYS[3], ARGV[1])
+-- The reserve call's record goes too: an ack proves its caller got the reply.
+redis.call('HDEL', KEYS[3], ARGV[1], record(prefix_of(ARGV[2])))
 if holder then
   redis.call('HDEL', KEYS[4], ARGV[3])
 end
-redis.call('DEL', KEYS[5])
 return 1

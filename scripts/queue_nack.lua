@@ -11,8 +11,6 @@
 -- KEYS[5]  fleet:queue:<name>:dead              list: dead letters
 -- KEYS[6]  fleet:queue:<name>:dedup             hash: dedup key -> id (derived)
 -- KEYS[7]  fleet:queue:<name>:policy            string: the stored policy (derived)
--- KEYS[8]  fleet:queue:<name>:call:<prefix>     string: the reserve call's record (derived;
---          deleted: the caller got the reply)
 -- ARGV[1]  task id
 -- ARGV[2]  the caller's lease token
 -- ARGV[3]  the new body: attempts counted, "error" set, no "dead_at"
@@ -32,8 +30,7 @@ local p = policy(KEYS[7], {max_attempts = tonumber(ARGV[7]), backoff_base_ms = t
   backoff_max_ms = tonumber(ARGV[9]), dead_max = tonumber(ARGV[10])})
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
-redis.call('HDEL', KEYS[3], ARGV[1])
-redis.call('DEL', KEYS[8])
+redis.call('HDEL', KEYS[3], ARGV[1], record(prefix_of(ARGV[2]))) -- and the reserve call's record
 local attempts = tonumber(ARGV[4])
 local now = now_ms()
 if ARGV[5] == '1' or attempts >= p.max_attempts then

@@ -5,8 +5,6 @@
 -- KEYS[2]  fleet:queue:<name>:processing        zset: id -> deadline
 -- KEYS[3]  fleet:queue:<name>:processing:body   hash: id -> body
 -- KEYS[4]  fleet:queue:<name>:processing:lease  hash: id -> "token deadline_ms" (derived)
--- KEYS[5]  fleet:queue:<name>:call:<prefix>     string: the reserve call's record (derived;
---          deleted: the caller got the reply)
 -- ARGV[1]  task id
 -- ARGV[2]  the caller's lease token
 -- returns  1 when released; 0 when the lease is lost: then nothing changes
@@ -18,8 +16,7 @@ end
 local body = redis.call('HGET', KEYS[3], ARGV[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('HDEL', KEYS[3], ARGV[1])
-redis.call('HDEL', KEYS[4], ARGV[1])
-redis.call('DEL', KEYS[5])
+redis.call('HDEL', KEYS[4], ARGV[1], record(prefix_of(ARGV[2]))) -- and the reserve call's record
 if body then
   redis.call('LPUSH', KEYS[1], body)
 end

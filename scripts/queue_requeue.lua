@@ -28,6 +28,10 @@ for i = 2, #ARGV, 6 do
     redis.call('ZREM', KEYS[2], id)
     redis.call('HDEL', KEYS[3], id)
     redis.call('HDEL', KEYS[4], id)
+    local tok = string.match(held, '^(%S+)')
+    if tok then
+      redis.call('HDEL', KEYS[4], record(prefix_of(tok)))
+    end
     if bury == '1' then
       redis.call('RPUSH', KEYS[5], with_dead_at(body, ms))
       if dedup ~= '' and redis.call('HGET', KEYS[6], dedup) == id then

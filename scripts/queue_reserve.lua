@@ -4,10 +4,12 @@
 -- task). A body that is not a JSON object with a non-empty string "id" is
 -- poison: it goes to the dead letters, wrapped as
 -- {"body": <raw body>, "error": <reason>, "dead_at": <unix s>}.
--- The call records the ids it reserved under KEYS[7] (PX lease), so that a
--- caller that gave up while the script was in flight can hand them back
--- (queue_abandon.lua); when KEYS[7] already exists, that caller gave up
--- before the script ran, and it takes nothing.
+-- The call records the ids it reserved in the lease hash, under the field
+-- record(prefix) (lib_queue.lua), written by the same HSET as the last
+-- lease entry; ack, nack, release and the sweeper delete it. A caller that
+-- gave up while the script was in flight hands them back with
+-- queue_abandon.lua, which leaves a tombstone (KEYS[7]) when the script had
+-- not run yet: then it takes nothing.
 -- No TYPE checks: every key is read or written by a command that refuses a
 -- wrong type before a write it would spoil, or the writes are undone
 -- (see undo), so a wrong-type key changes nothing.
@@ -17,30 +19,40 @@
 -- KEYS[4]  fleet:queue:<name>:processing:lease  hash: id -> "token deadline_ms" (derived)
 -- KEYS[5]  fleet:queue:<name>:scheduled         zset: body -> ready_at (unix s)
 -- KEYS[6]  fleet:queue:<name>:dead              list: dead letters
--- KEYS[7]  fleet:queue:<name>:call:<prefix>     string: this call's record (derived)
+-- KEYS[7]  fleet:queue:<name>:call:<prefix>     string: the call's tombstone (derived)
 -- KEYS[8]  fleet:queue:<name>:policy            string: the stored policy (derived)
 -- ARGV[1]  N, how many tasks to reserve at most (>= 1)
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  token prefix (random per call; the i-th task's token is prefix..i)
 -- ARGV[4]  how many due scheduled tasks to move at most
 -- ARGV[5]  bound on the dead letters' count when no policy is stored (0: none)
--- returns  {now_ms, 0, next_ready, poisoned, id1, token1, body1, ...}
---          next_ready is the earliest scheduled ready_at (unix s) when nothing
---          was reserved and something is scheduled, else ''
+-- ARGV[6]  '1' to learn whether tasks are left pending, else '0'
+-- returns  {now_ms, left, next_ready, poisoned, id1, token1, body1, ...}
+--          left is 0 when nothing is left pending, 1 when something is or
+--          may be (always 1 unless ARGV[6] asked); next_ready is the
+--          earliest scheduled ready_at (unix s) when none was due, else ''
 if redis.call('EXISTS', KEYS[7]) == 1 then
-  return {'0', 0, '', 0}
+  return {'0', 1, '', 0}
 end
 local now = now_ms()
-local due = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', secs(now), 'LIMIT', 0, tonumber(ARGV[4]))
-if #due > 0 then
-  redis.call('RPUSH', KEYS[1], unpack(due)) -- first: a wrong-type list refuses it
-  redis.call('ZREM', KEYS[5], unpack(due))
+local out = {tostring(now), 1, '', 0}
+local first = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')
+if #first > 0 then
+  if tonumber(first[2]) * 1000 <= now then
+    local due = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', secs(now), 'LIMIT', 0, tonumber(ARGV[4]))
+    if #due > 0 then
+      redis.call('RPUSH', KEYS[1], unpack(due)) -- first: a wrong-type list refuses it
+      redis.call('ZREM', KEYS[5], unpack(due))
+    end
+  else
+    out[3] = first[2]
+  end
 end
-local out = {tostring(now), 0, '', 0}
+local n = tonumber(ARGV[1])
 local deadline = now + tonumber(ARGV[2])
 local score = secs(deadline)
 local poisoned = 0
-local popped = redis.call('LPOP', KEYS[1], tonumber(ARGV[1]))
+local popped = redis.call('LPOP', KEYS[1], n)
 if popped then
   local ids, dead = {}, {}
   -- undo hands everything back when a write fails on a wrong-type key.
@@ -54,6 +66,9 @@ if popped then
     for i = #popped, 1, -1 do redis.call('LPUSH', KEYS[1], popped[i]) end
     return redis.error_reply(e.err or tostring(e))
   end
+  -- Each task's body check and registration; the lease entries are written
+  -- at the end, the last one with the call's record.
+  local leases = {}
   for i, body in ipairs(popped) do
     local ok, v = pcall(cjson.decode, body)
     local why
@@ -77,12 +92,18 @@ if popped then
       ids[#ids + 1] = v.id
       r = redis.pcall('HSET', KEYS[3], v.id, body)
       if type(r) == 'table' and r.err then return undo(r) end
-      r = redis.pcall('HSET', KEYS[4], v.id, lease_entry(token, deadline))
-      if type(r) == 'table' and r.err then return undo(r) end
+      leases[#leases + 1] = v.id
+      leases[#leases + 1] = lease_entry(token, deadline)
       out[#out + 1] = v.id
       out[#out + 1] = token
       out[#out + 1] = body
     end
+  end
+  if #ids > 0 then
+    leases[#leases + 1] = record(ARGV[3])
+    leases[#leases + 1] = cjson.encode(ids)
+    local r = redis.pcall('HSET', KEYS[4], unpack(leases))
+    if type(r) == 'table' and r.err then return undo(r) end
   end
   if poisoned > 0 then
     local bound = policy(KEYS[8], {dead_max = tonumber(ARGV[5])}).dead_max
@@ -90,14 +111,12 @@ if popped then
       redis.call('LTRIM', KEYS[6], -bound, -1)
     end
   end
-  if #ids > 0 then
-    redis.call('SET', KEYS[7], table.concat(ids, ' '), 'PX', ARGV[2])
-  end
 end
-if #out == 4 then
-  local nxt = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')
-  if #nxt > 0 then
-    out[3] = nxt[2]
+if ARGV[6] == '1' then
+  if not popped or #popped < n then
+    out[2] = 0
+  elseif redis.call('LLEN', KEYS[1]) == 0 then
+    out[2] = 0
   end
 end
 out[4] = poisoned

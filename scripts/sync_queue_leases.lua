@@ -1,7 +1,8 @@
 -- sync_queue_leases: one bounded step of Sync's check of a queue's lease
 -- hash against its reservations.
 --  - 'stale': HSCAN the lease hash from a cursor; an entry whose id is not
---    in :processing is stale (its reservation ended) and is removed. The
+--    in :processing is stale (its reservation ended) and is removed, and so
+--    is a reserve call's record none of whose ids is. The
 --    check and the removal are one atomic step per entry, so a reservation
 --    made or ended meanwhile is never mistaken.
 --  - 'missing': ZSCAN :processing from a cursor and count the reservations
@@ -9,7 +10,7 @@
 --    for them, so they end through the sweeper when their deadline passes,
 --    as another client's reservation does.
 -- KEYS[1]  fleet:queue:<name>:processing        zset: id -> deadline
--- KEYS[2]  fleet:queue:<name>:processing:lease  hash: id -> token (derived)
+-- KEYS[2]  fleet:queue:<name>:processing:lease  hash: id -> "token deadline_ms" (derived)
 -- ARGV[1]  'stale' or 'missing'
 -- ARGV[2]  the scan cursor ('0' to start)
 -- ARGV[3]  the scan's COUNT
@@ -22,7 +23,21 @@ if ARGV[1] == 'stale' then
   local r = redis.call('HSCAN', KEYS[2], ARGV[2], 'COUNT', ARGV[3])
   local kv = r[2]
   for i = 1, #kv, 2 do
-    if not redis.call('ZSCORE', KEYS[1], kv[i]) then
+    local live
+    if string.byte(kv[i], 1) == 255 then
+      -- A reserve call's record (lib_queue.lua): stale once none of the
+      -- ids it took is in flight any more.
+      local ok, ids = pcall(cjson.decode, kv[i + 1])
+      live = false
+      if ok and type(ids) == 'table' then
+        for _, id in ipairs(ids) do
+          if type(id) == 'string' and redis.call('ZSCORE', KEYS[1], id) then live = true break end
+        end
+      end
+    else
+      live = redis.call('ZSCORE', KEYS[1], kv[i])
+    end
+    if not live then
       redis.call('HDEL', KEYS[2], kv[i])
       n = n + 1
     end

@@ -158,6 +158,12 @@ func (k Keys) Lock(name string) string { return k.join("fleet", "lock", k.tag(na
 // fencing token handed out for lock name. Its slot is the lock's.
 func (k Keys) LockFence(name string) string { return k.join("fleet", "fence", k.tag(name)) }
 
+// LockTomb is fleet:locktomb:<name> (zset: token -> server time in ms until
+// which it holds; derived): the tokens of acquires abandoned while their
+// script was in flight, which that script must not take the lock for. Its
+// slot is the lock's; its TTL is its last member's.
+func (k Keys) LockTomb(name string) string { return k.join("fleet", "locktomb", k.tag(name)) }
+
 // Catalog is fleet:catalog (hash: type -> JSON schemas).
 func (k Keys) Catalog() string { return k.join("fleet", "catalog") }
 

@@ -53,6 +53,8 @@ func TestLayouts(t *testing.T) {
 		{c.Lock("a:b"), "p:fleet:lock:a:b"},
 		{g.Lock("a:b"), "p:fleet:lock:{a:b}"},
 		{g.LockFence("a:b"), "p:fleet:fence:{a:b}"},
+		{c.LockTomb("a:b"), "p:fleet:locktomb:a:b"},
+		{g.LockTomb("a:b"), "p:fleet:locktomb:{a:b}"},
 		{c.KV("ns", "k:1"), "p:fleet:kv:ns:k:1"},
 		{g.KV("ns", "k:1"), "p:fleet:kv:ns:k:1"},
 		{c.Queue("q").Processing, "p:fleet:queue:q:processing"},

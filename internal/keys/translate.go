@@ -12,6 +12,7 @@ const (
 	FamCounter         Family = "counter"                // fleet:counter:<name>
 	FamLock            Family = "lock"                   // fleet:lock:<name>
 	FamFence           Family = "fence"                  // fleet:fence:<lock> (derived)
+	FamLockTomb        Family = "locktomb"               // fleet:locktomb:<lock> (derived, short-lived)
 	FamCatalog         Family = "catalog"                // fleet:catalog
 	FamMeta            Family = "meta"                   // fleet:meta (derived: the layout marker)
 	FamMigrate         Family = "migrate"                // fleet:migrate (derived: a migration's progress record)
@@ -146,7 +147,7 @@ func (k Keys) parseFleet(rest string) (Key, bool) {
 		return Key{Family: FamKV, Name: ns, Item: key}, ok && Check(KindNamespace, ns) == nil && Check(KindKey, key) == nil
 	case "counter":
 		return Key{Family: FamCounter, Name: rest}, Check(KindCounter, rest) == nil
-	case "lock", "fence":
+	case "lock", "fence", "locktomb":
 		name := rest
 		if k.tagged {
 			if len(rest) < 2 || rest[0] != '{' || rest[len(rest)-1] != '}' {
@@ -154,10 +155,7 @@ func (k Keys) parseFleet(rest string) (Key, bool) {
 			}
 			name = rest[1 : len(rest)-1]
 		}
-		f := FamLock
-		if fam == "fence" {
-			f = FamFence
-		}
+		f := map[string]Family{"lock": FamLock, "fence": FamFence, "locktomb": FamLockTomb}[fam]
 		return Key{Family: f, Name: name}, Check(KindLock, name) == nil
 	case "queue":
 		name, tail, ok := k.entity(rest)
@@ -254,6 +252,8 @@ func (k Keys) Spell(p Key) (string, bool) {
 		return k.Lock(p.Name), true
 	case FamFence:
 		return k.LockFence(p.Name), true
+	case FamLockTomb:
+		return k.LockTomb(p.Name), true
 	case FamCatalog:
 		return k.Catalog(), true
 	case FamMeta:

@@ -15,6 +15,7 @@ func TestTranslate(t *testing.T) {
 		{FamLock, "fleet:lock:job", "fleet:lock:{job}"},
 		{FamLock, "fleet:lock:job:a:b", "fleet:lock:{job:a:b}"},
 		{FamFence, "fleet:fence:job:a", "fleet:fence:{job:a}"},
+		{FamLockTomb, "fleet:locktomb:job", "fleet:locktomb:{job}"},
 		{FamCatalog, "fleet:catalog", "fleet:catalog"},
 		{FamMeta, "fleet:meta", "fleet:meta"},
 		{FamMigrate, "fleet:migrate", "fleet:migrate"},
