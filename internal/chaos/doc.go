@@ -24,7 +24,8 @@
 //	go test ./internal/chaos -run TestChaos -count=1 -timeout 2h -v \
 //	    -chaos.tasks=50000 -chaos.phase=30s -chaos.workers=4 -chaos.slots=8 -chaos.long=0.05
 //
-// -chaos.seed replays a run's faults and tasks (the seed is logged),
+// -chaos.seed draws the same faults and tasks again (the seed is logged;
+// the timing still varies),
 // -chaos.phases picks phases, -chaos.targets picks single and/or cluster,
 // -chaos.dir keeps the evidence (faults.log, submitted.log, ev/*.log, the
 // children's stderr in log/, report.json). See the flags in chaos_test.go.
