@@ -98,7 +98,7 @@ func (f *Fleet) PublishCatalog(ctx context.Context, entries ...CatalogEntry) err
 		}
 		args = append(args, e.Type, string(b))
 	}
-	defer f.watch.wrote(f.keys.Catalog())
+	f.watch.wrote(f.keys.Catalog()) // before the write: its invalidation may come before the reply
 	return opErr("publish catalog", "", catalogReplaceScript.Exec(ctx, f.client, []string{f.keys.Catalog()}, args).Error())
 }
 

@@ -47,10 +47,11 @@ func TestWorkerBatchOutcomes(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitFor(t, 5*time.Second, func() bool { return w.Stats().Failed == 1 }, "err task not failed")
-		st := e.hgetall(t, k.State)
-		if st["state"] != "ERROR" || !strings.Contains(st["last_error"], "boom") {
-			t.Fatalf("state after error %v", st)
-		}
+		// The counter moves before the state is written: wait for the state.
+		waitFor(t, 5*time.Second, func() bool {
+			st := e.hgetall(t, k.State)
+			return st["state"] == "ERROR" && strings.Contains(st["last_error"], "boom")
+		}, "state after error %v", e.hgetall(t, k.State))
 		if sched := e.zscores(t, qk.Scheduled); len(sched) != 1 || !strings.Contains(sched[0].Member, `"attempts":1`) || !strings.Contains(sched[0].Member, `"error":"boom"`) {
 			t.Fatalf("scheduled %v", sched)
 		}
@@ -58,10 +59,10 @@ func TestWorkerBatchOutcomes(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitFor(t, 5*time.Second, func() bool { return w.Stats().Failed == 2 }, "panic task not failed")
-		st = e.hgetall(t, k.State)
-		if st["state"] != "ERROR" || !strings.Contains(st["last_error"], "panic: kaboom") {
-			t.Fatalf("state after panic %v", st)
-		}
+		waitFor(t, 5*time.Second, func() bool {
+			st := e.hgetall(t, k.State)
+			return st["state"] == "ERROR" && strings.Contains(st["last_error"], "panic: kaboom")
+		}, "state after panic %v", e.hgetall(t, k.State))
 		if sched := e.zscores(t, qk.Scheduled); len(sched) != 2 {
 			t.Fatalf("scheduled after panic %v", sched)
 		}

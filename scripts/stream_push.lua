@@ -11,9 +11,8 @@
 --          [0-9a-f-] only and data is JSON, so the text needs no escaping
 -- returns  {length after trimming, now as stored (unix seconds, ms precision,
 --          no trailing zeros)}; a WRONGTYPE error, changing nothing, when
---          KEYS[1] is not a sorted set
-local err = wrong_types('zset')
-if err then return err end
+--          KEYS[1] is not a sorted set (no TYPE check: the first ZADD, the
+--          first write, refuses it)
 -- secs spells ms (unix milliseconds, >= 0) as seconds the way Go's
 -- strconv.FormatFloat(x, 'f', -1, 64) does: 1733130000.12, 1733130000.
 local function secs(ms)

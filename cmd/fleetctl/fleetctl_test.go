@@ -261,14 +261,15 @@ func TestFleetctlMigrate(t *testing.T) {
 	args := []string{"--url", single.URL, "--prefix", from, "--json", "migrate", "--to", cluster.URL, "--to-prefix", to}
 	var r fleet.MigrateReport
 	out, errOut, code := fctl(t, append(args, "--dry-run")...)
-	if code != 0 || json.Unmarshal([]byte(out), &r) != nil || !r.DryRun || len(r.Plan) != 3 {
+	// The queue, its policy and the registry; the KV key.
+	if code != 0 || json.Unmarshal([]byte(out), &r) != nil || !r.DryRun || len(r.Plan) != 4 {
 		t.Fatalf("dry run: exit %d, %s %s", code, out, errOut)
 	}
 	if got := redistest.Keys(t, redistest.Client(t, cluster), to); len(got) != 1 || got[0] != to+"fleet:meta" {
 		t.Fatalf("the dry run wrote %v", got)
 	}
 	out, errOut, code = fctl(t, args...)
-	if code != 0 || json.Unmarshal([]byte(out), &r) != nil || r.Copied != 3 || !r.Verified {
+	if code != 0 || json.Unmarshal([]byte(out), &r) != nil || r.Copied != 4 || !r.Verified {
 		t.Fatalf("migrate: exit %d, %s %s", code, out, errOut)
 	}
 	g, err := fleet.Open(ctx, fleet.Options{URL: cluster.URL, Prefix: to})
