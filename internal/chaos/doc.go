@@ -1,6 +1,8 @@
 // Package chaos is fleet's fault suite. It has no API: its test, TestChaos
-// (chaos_test.go), starts batch worker processes and sweeper processes (the
-// test binary itself, re-executed in a role), submits tasks, and injects
+// (chaos_test.go), starts batch worker processes, sweeper processes and a
+// reserver process (Reserve with short ctxs, so that many end while the
+// script is in flight) — the test binary itself, re-executed in a role —
+// submits tasks, and injects
 // faults while they run: SIGKILL, SIGSTOP/SIGCONT and SIGTERM of worker and
 // sweeper processes, redis-server restarts (SIGKILL and SIGTERM, with
 // appendonly yes and appendfsync always), and connection cuts, blackholes
@@ -25,8 +27,8 @@
 //	    -chaos.tasks=50000 -chaos.phase=30s -chaos.workers=4 -chaos.slots=8 -chaos.long=0.05
 //
 // -chaos.seed draws the same faults and tasks again (the seed is logged;
-// the timing still varies),
-// -chaos.phases picks phases, -chaos.targets picks single and/or cluster,
-// -chaos.dir keeps the evidence (faults.log, submitted.log, ev/*.log, the
-// children's stderr in log/, report.json). See the flags in chaos_test.go.
+// the timing still varies), -chaos.phases picks phases, -chaos.targets
+// picks single and/or cluster, -chaos.dir keeps the evidence (faults.log,
+// submitted.log, ev/*.log, the children's stderr in log/, report.json).
+// See the flags in chaos_test.go.
 package chaos
