@@ -2,9 +2,8 @@
 // (chaos_test.go), starts batch worker processes, sweeper processes and a
 // reserver process (Reserve with short ctxs, so that many end while the
 // script is in flight) — the test binary itself, re-executed in a role —
-// submits tasks, and injects
-// faults while they run: SIGKILL, SIGSTOP/SIGCONT and SIGTERM of worker and
-// sweeper processes, redis-server restarts (SIGKILL and SIGTERM, with
+// submits tasks, and injects faults while they run: SIGKILL, SIGSTOP/SIGCONT
+// and SIGTERM of worker and sweeper processes, redis-server restarts (SIGKILL and SIGTERM, with
 // appendonly yes and appendfsync always), and connection cuts, blackholes
 // and replies held back through a TCP proxy in front of each process. Every
 // process writes what it did (handler starts and ends, acks) to an
