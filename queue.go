@@ -374,9 +374,10 @@ func newBody(id string, payload []byte, dedup string) string {
 // register adds the queue to the fleet-wide registry (fleet:queues), so
 // that a sweeper finds it even after the registry was lost, and stores the
 // queue's policy (fleet:queue:<name>:policy): the first time a handle
-// reaches Redis it writes its own options over what is stored (the newest
-// process wins), and later only where none is stored (after a loss). It
-// runs at most about once a second per handle, in one round trip. On a
+// reaches Redis (a submit or a reserve) it writes its own options over what
+// is stored (the newest process wins), and later, from submits, only where
+// none is stored (after a loss). It runs at most about once a second per
+// handle, in one round trip. On a
 // cluster the registry lives in another slot than the queue: these are
 // commands of their own, never part of a queue script.
 func (q *Queue[T]) register(ctx context.Context) error {

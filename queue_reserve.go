@@ -126,8 +126,12 @@ func (q *Queue[T]) await(ctx context.Context, n int, wait time.Duration, st rese
 // it took.
 func (q *Queue[T]) reserve(ctx context.Context, n int, wantLeft bool) ([]*Task[T], reserveState, error) {
 	st := reserveState{nextReady: -1}
-	if err := q.register(ctx); err != nil {
-		return nil, st, err
+	if !q.published.Load() {
+		// A consumer stores its policy once; after that only submits keep
+		// the registration (so a reserve never waits on another round trip).
+		if err := q.register(ctx); err != nil {
+			return nil, st, err
+		}
 	}
 	prefix := newToken() + "."
 	sent := monoNow()

@@ -312,3 +312,63 @@ func TestWorkerLastSeenServerClock(t *testing.T) {
 		near(t, "stats ts", ts, time.Now().Add(fast), 3*time.Second)
 	})
 }
+
+// A reserve whose reply comes back after the lease ran out (replies held
+// back by the network) never starts the handler: the task goes back
+// uncounted, and runs later with a lease it can prove.
+func TestWorkerNeverStartsPastLease(t *testing.T) {
+	t.Parallel()
+	s, direct := ownServer(t, fleet.Options{Layout: fleet.LayoutCompat})
+	p, err := fleettest.StartProxy(s.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	wf, err := fleet.Open(ctx(t), fleet.Options{URL: p.URL(), DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = wf.Close() })
+	t.Cleanup(p.Thaw)
+	raw := redistest.Client(t, redistest.Target{URL: s.URL()})
+	e := &env{F: direct, Raw: raw, Tg: redistest.Target{URL: s.URL()}}
+	k := e.qk("late")
+	opts := fleet.QueueOptions{Lease: time.Second}
+	var mu sync.Mutex
+	var late []time.Duration
+	runs := 0
+	w := fleet.NewBatchWorker(wf, fleet.WorkerOptions{Type: "late", ID: "w", Slots: 1}, fleet.NewQueue[job](wf, "late", opts),
+		fleet.BatchFunc[wcfg, out, job](func(ctx context.Context, _ *fleet.Slot[wcfg, out], tk *fleet.Task[job]) error {
+			mu.Lock()
+			defer mu.Unlock()
+			runs++
+			if left := time.Until(tk.Deadline()); left <= 0 {
+				late = append(late, -left) // called at all past the lease
+			}
+			return nil
+		}))
+	startWorker(t, w)
+	// Without caching the idle worker polls, its backoff growing to 1 s:
+	// let it grow, so that the poll in flight when the replies are held is
+	// (almost surely) one sent after the submit.
+	time.Sleep(1500 * time.Millisecond)
+	p.HoldReplies()
+	if _, err := fleet.NewQueue[job](direct, "late", opts).Submit(ctx(t), jobN(1)); err != nil {
+		t.Fatal(err)
+	}
+	// The worker's reserve ran: the task is in flight, its reply held back.
+	waitFor(t, 10*time.Second, func() bool { return len(e.zscores(t, k.Processing)) == 1 }, "the reserve never ran")
+	time.Sleep(1200 * time.Millisecond) // past the 1 s lease
+	p.Thaw()
+	waitFor(t, 10*time.Second, func() bool {
+		n, _ := raw.Do(context.Background(), raw.B().Exists().Key(k.Pending, k.Processing, k.Body).Build()).AsInt64()
+		mu.Lock()
+		defer mu.Unlock()
+		return n == 0 && runs >= 1
+	}, "the task was never run and acked")
+	mu.Lock()
+	defer mu.Unlock()
+	if len(late) > 0 {
+		t.Fatalf("handlers began past their lease: %v", late)
+	}
+}

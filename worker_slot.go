@@ -393,16 +393,25 @@ func (b *batch[C, O, P]) handle(run context.Context, s *Slot[C, O], t *Task[P]) 
 
 func (b *batch[C, O, P]) handleTask(run context.Context, s *Slot[C, O], t *Task[P]) error {
 	w := b.w
+	margin := leaseMargin(b.q.opts.Lease)
+	if time.Until(t.Deadline()) < margin {
+		// The reserve's reply came too late (held back, a stalled server, a
+		// paused process): another worker may get the task any moment.
+		// Never start it; hand it back uncounted if it is still ours.
+		b.release(t)
+		return fmt.Errorf("task %s: %w: its lease ran out before it could start", t.ID, ErrLeaseLost)
+	}
 	s.st.busy.Store(true)
 	defer s.st.busy.Store(false)
 	tctx, cancel := context.WithCancelCause(run)
 	defer cancel(nil)
-	hctx := tctx
+	var hctx context.Context = tctx
 	if to := w.opts.TaskTimeout; to > 0 {
 		var hcancel context.CancelFunc
 		hctx, hcancel = context.WithTimeoutCause(tctx, to, fmt.Errorf("%w after %v", ErrTaskTimeout, to))
 		defer hcancel()
 	}
+	hctx = &leaseCtx{Context: hctx, end: t.proven.Load, margin: margin, cancel: cancel} // outermost: its Err is the one called
 	stopKeep := make(chan struct{})
 	kept := make(chan struct{})
 	go func() {
@@ -465,6 +474,28 @@ func (b *batch[C, O, P]) failed(s *Slot[C, O], err error) {
 	s.st.failed.Add(1)
 	b.w.failed.Add(1)
 	b.w.fail(err, true)
+}
+
+// leaseCtx is a handler's ctx whose Err also looks at the clock: a lease
+// that ran out (less the margin) cancels it at once, with ErrLeaseLost, even
+// before keep's timer fired. A process resumed after a pause (SIGSTOP, a
+// frozen VM) runs its goroutines before its timers; without this, the
+// handler's next ctx.Err() could still say nil past the lease.
+type leaseCtx struct {
+	context.Context
+	end    func() int64 // the proven deadline, as monoNow
+	margin time.Duration
+	cancel context.CancelCauseFunc
+}
+
+func (c *leaseCtx) Err() error {
+	if err := c.Context.Err(); err != nil {
+		return err
+	}
+	if monoNow() > c.end()-int64(c.margin) {
+		c.cancel(fmt.Errorf("%w: the lease ran out before an extension was confirmed", ErrLeaseLost))
+	}
+	return c.Context.Err()
 }
 
 // keep keeps the task's lease alive until stop closes, extending it every
