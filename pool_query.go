@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-
 )
 
 // Filter is one condition of a Query: a tag field, by its JSON name, equal
@@ -187,4 +186,3 @@ func canonJSON(v any) (string, bool) {
 
 // List returns every unexpired item of the pool: Where().List.
 func (p *Pool[P, T]) List(ctx context.Context) ([]Item[P, T], error) { return p.Where().List(ctx) }
-
