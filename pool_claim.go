@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -294,17 +296,22 @@ func (c *poolCore) abandon(ctx context.Context, token string, hold time.Duration
 }
 
 // waiters is the chain of a pool handle's waiting claims: a wake-up reaches
-// one of them, which hands it on to the next when it finds no match, until
-// each has looked once.
+// one of them, which hands it on, when it finds no match, to the next
+// waiter with other filters, until each kind of query has looked once. A
+// failed look tells nothing about a waiter with other filters, but all
+// about those with the same.
 type waiters struct {
 	mu   sync.Mutex
 	list []*waiter
 }
 
-type waiter struct{ relay chan int }
+type waiter struct {
+	key   string               // the query's filters, canonical
+	relay chan map[string]bool // a wake-up handed on, with the keys that looked
+}
 
-func (w *waiters) add() *waiter {
-	me := &waiter{relay: make(chan int, 1)}
+func (w *waiters) add(key string) *waiter {
+	me := &waiter{key: key, relay: make(chan map[string]bool, 1)}
 	w.mu.Lock()
 	w.list = append(w.list, me)
 	w.mu.Unlock()
@@ -322,27 +329,39 @@ func (w *waiters) remove(me *waiter) {
 	}
 }
 
-// pass hands a wake-up that me had seen hops times on to the waiter after
-// me, unless every waiter has seen it.
-func (w *waiters) pass(me *waiter, hops int) {
+// pass hands a wake-up that me looked at in vain on to the next waiter
+// whose filters have not looked yet.
+func (w *waiters) pass(me *waiter, looked map[string]bool) {
+	if looked == nil {
+		looked = map[string]bool{}
+	}
+	looked[me.key] = true
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	n := len(w.list)
-	if hops >= n {
-		return
-	}
-	for i, x := range w.list {
-		if x == me {
-			next := w.list[(i+1)%n]
-			if next != me {
-				select {
-				case next.relay <- hops:
-				default:
-				}
+	i := slices.Index(w.list, me)
+	for j := 1; i >= 0 && j < len(w.list); j++ {
+		next := w.list[(i+j)%len(w.list)]
+		if !looked[next.key] {
+			select {
+			case next.relay <- looked:
+			default:
 			}
 			return
 		}
 	}
+}
+
+// waitKey is the query's filters, canonical: waiters with equal keys find
+// the same items.
+func (q *Query[P, T]) waitKey() string {
+	var b strings.Builder
+	for _, f := range q.filters {
+		b.WriteString(f.field)
+		b.WriteByte(0)
+		b.WriteString(f.canon)
+		b.WriteByte(0)
+	}
+	return b.String()
 }
 
 // wait claims an item as soon as one is put or released, within opts.Wait.
@@ -356,10 +375,10 @@ func (q *Query[P, T]) wait(ctx context.Context, opts ClaimOptions) (*Claim[P, T]
 	// A put by a client that does not bump the signal still changes the hash.
 	hash := f.watch.join(c.hash)
 	defer f.watch.leave(c.hash, hash)
-	me := c.waiters.add()
+	me := c.waiters.add(q.waitKey())
 	defer c.waiters.remove(me)
 	bo := backoff{min: 5 * time.Millisecond, max: c.opts.PollInterval}
-	hops := -1 // how many waiters saw the wake-up that woke us; -1: none did
+	woken, looked := false, map[string]bool(nil) // by a wake-up; who looked at it
 	for {
 		wait := bo.next()
 		if f.cache {
@@ -381,8 +400,8 @@ func (q *Query[P, T]) wait(ctx context.Context, opts ClaimOptions) (*Claim[P, T]
 		if cl != nil || err != nil {
 			return cl, err
 		}
-		if hops >= 0 {
-			c.waiters.pass(me, hops+1)
+		if woken {
+			c.waiters.pass(me, looked)
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -398,12 +417,13 @@ func (q *Query[P, T]) wait(ctx context.Context, opts ClaimOptions) (*Claim[P, T]
 			t.Stop()
 			return nil, ErrClosed
 		case <-sig.one:
-			hops = 0
+			woken, looked = true, nil
 		case <-hash.one:
-			hops = 0
-		case hops = <-me.relay:
+			woken, looked = true, nil
+		case looked = <-me.relay:
+			woken = true
 		case <-t.C:
-			hops = -1
+			woken, looked = false, nil
 		}
 		t.Stop()
 	}
