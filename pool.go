@@ -438,8 +438,9 @@ func (p *Pool[P, T]) Size(ctx context.Context) (int64, error) {
 // from the pool hash, the authoritative record, in bounded steps that never
 // stall the server: it indexes every valid item, drops expired ones, and
 // removes index entries of items that are gone or whose tags changed. Use
-// it after manual changes to Redis; puts and claims index items written by
-// other clients on their own, a bounded share at a time. Claims stay
+// it after manual changes to Redis, and after changing which tag fields
+// the tags type marks fleet:"index"; puts and claims index items written
+// by other clients on their own, a bounded share at a time. Claims stay
 // correct while it runs.
 func (p *Pool[P, T]) Rebuild(ctx context.Context) error {
 	if err := p.ready(ctx); err != nil {
@@ -449,6 +450,13 @@ func (p *Pool[P, T]) Rebuild(ctx context.Context) error {
 }
 
 func (c *poolCore) rebuild(ctx context.Context) error {
+	if c.fields != "" {
+		// The indexed fields of this tags type, for the untyped readers
+		// (Sync, the sweeper), as a put stores them.
+		if err := c.f.client.Do(ctx, c.f.client.B().Set().Key(c.idx.Fields).Value(c.fields).Build()).Error(); err != nil {
+			return err
+		}
+	}
 	for cursor := "0"; ; {
 		next, _, err := c.indexStep(ctx, cursor, true)
 		if err != nil {

@@ -36,9 +36,11 @@ type ClaimOptions struct {
 	// released when none is free. Zero returns at once. A waiting claim is
 	// woken by the put or release itself (client-side caching
 	// invalidation; one waiter of each process per change, which hands the
-	// wake-up on to the next waiter when it finds no match), with a poll
-	// every PoolOptions.PollInterval as the fallback; without caching it
-	// polls with a backoff. ctx bounds the wait too.
+	// wake-up on to a waiter with other filters when it finds no match),
+	// with a poll every PoolOptions.PollInterval as the fallback; without
+	// caching it polls with a backoff. ctx bounds the wait too. When the
+	// wait runs out, the last look checks the whole hash if another client
+	// wrote the pool lately, so that "none" means none is free.
 	Wait time.Duration
 }
 
