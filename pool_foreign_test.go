@@ -174,6 +174,11 @@ func TestPoolForeignMarkBadAndPut(t *testing.T) {
 		if m := e.smembers(t, e.idxKey("markbad", "all")); !slices.Equal(m, []string{"py-2"}) {
 			t.Fatalf("all-set %v", m)
 		}
+		// The sign of another writer lasts 24 hours from the last one seen.
+		ttl, _ := e.Raw.Do(ctx(t), e.Raw.B().Pttl().Key(e.idxKey("markbad", "foreign")).Build()).AsInt64()
+		if ttl < int64(23*time.Hour/time.Millisecond) || ttl > int64(24*time.Hour/time.Millisecond) {
+			t.Fatalf("foreign marker PTTL %d ms", ttl)
+		}
 	})
 }
 

@@ -90,6 +90,13 @@ func TestPoolPutClaimRelease(t *testing.T) {
 		if s, _ := e.get(t, e.idxKey("cf-cookies", "own:"+id)); s != cl.Token() {
 			t.Fatalf("owner key = %q, want the token", s)
 		}
+		// The token key names the item, for an abandon, for hold + 1 min.
+		if s, _ := e.get(t, e.idxKey("cf-cookies", "tok:"+cl.Token())); s != id {
+			t.Fatalf("token key = %q, want the item id", s)
+		}
+		if ttl, _ := e.Raw.Do(ctx(t), e.Raw.B().Pttl().Key(e.idxKey("cf-cookies", "tok:"+cl.Token())).Build()).AsInt64(); ttl < 79000 || ttl > 80000 {
+			t.Fatalf("token key PTTL %d ms, want hold (20 s) + 1 min", ttl)
+		}
 		// The second claimer sees none.
 		if again, err := p.Claim(ctx(t), fleet.ClaimOptions{Hold: time.Second}); again != nil || err != nil {
 			t.Fatalf("second Claim = %v, %v; want none", again, err)
