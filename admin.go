@@ -239,7 +239,7 @@ func (f *Fleet) dropPool(ctx context.Context, name string, r *RemoveReport) erro
 	}
 	// Every key below shares the pool's slot in the tagged layout (the
 	// compat layout runs on a single node only), so one DEL may take many.
-	del := []string{hash, idx.All, idx.Exp, idx.Signal, idx.Scan}
+	del := []string{hash, idx.All, idx.Exp, idx.Signal, idx.Scan, idx.Free, idx.Held, idx.Bad, idx.Foreign, idx.Fields, idx.Sweep}
 	for _, t := range tags {
 		if strings.HasPrefix(t, idx.Base+"t:") {
 			del = append(del, t)
@@ -247,6 +247,16 @@ func (f *Fleet) dropPool(ctx context.Context, name string, r *RemoveReport) erro
 	}
 	for _, id := range sortedKeys(ids) {
 		del = append(del, claim+id, idx.Base+"own:"+id)
+	}
+	// A claim's token key is named by its token, which its owner key holds.
+	var gets rueidis.Commands
+	for _, id := range sortedKeys(ids) {
+		gets = append(gets, c.B().Get().Key(idx.Base+"own:"+id).Build())
+	}
+	for _, r := range c.DoMulti(ctx, gets...) {
+		if tok, err := r.ToString(); err == nil {
+			del = append(del, idx.Base+"tok:"+tok)
+		}
 	}
 	del = append(del, idx.Tags) // last: a failure midway leaves the tag sets findable
 	for len(del) > 0 {

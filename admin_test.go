@@ -139,9 +139,9 @@ func TestAdminDropPool(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// hash, all, exp, sig, tags, 4 tag sets (region:seu, region:sus,
-		// fast:T, fast:F), claim, owner
-		if r.Items != 3 || r.Keys != 11 || r.Entries != 1 {
+		// hash, all, exp, sig, tags, free, held, fields, 3 tag sets of the
+		// free items (region:seu, fast:T, fast:F), claim, owner, token
+		if r.Items != 3 || r.Keys != 14 || r.Entries != 1 {
 			t.Fatalf("report %+v", r)
 		}
 		sameKeys(t, "after drop", e.keys(t), other)

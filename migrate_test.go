@@ -21,7 +21,7 @@ type migCookie struct {
 }
 
 type migTags struct {
-	Site string `json:"site"`
+	Site string `json:"site" fleet:"index"`
 }
 
 type migOut struct {

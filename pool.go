@@ -30,11 +30,11 @@ const (
 )
 
 // How much one script call may examine, so that no call stalls the server
-// on a huge pool: candidates per claim call, entries per reindex step.
+// on a huge pool: candidates per claim call, entries per reindex or check
+// step.
 const (
-	poolClaimBudget  = 512
-	poolIndexStep    = 256
-	poolIndexOnClaim = 4 // reindex steps a claim that found none may run
+	poolClaimBudget = 512
+	poolIndexStep   = 256
 )
 
 // PoolOptions configures a Pool. The zero value means every default.
@@ -79,7 +79,21 @@ func (o *PoolOptions) withDefaults() (PoolOptions, error) {
 //
 // Besides the documented keys, a pool keeps derived indexes under
 // fleet:pidx:<name> (SCHEMA.md; Rebuild makes them again from the pool
-// hash), so that a claim reads only the items its filters select.
+// hash): the free items, the claimed items by claim deadline, and, for each
+// tag field that T marks with the struct tag fleet:"index", one set of free
+// items per value. A claim reads only free items, so its cost does not grow
+// with the number of claimed items. A filter on an unmarked field is
+// checked on each free item it reads (of the smallest marked filter's set,
+// or of every free item): it costs up to one read per free item, in
+// bounded script calls. Every process that writes a pool should use the
+// same tags type; after changing the marks, run Rebuild.
+//
+// Another client that writes only the documented keys (the pool hash and
+// claim keys) is supported: its items are found by List at once, and by
+// Claim, which checks the whole hash in bounded steps before it answers
+// "none" whenever the hash's size disagrees with the indexes or such a
+// client was seen in the last 24 hours (and RunSweeper reconciles the
+// indexes a bounded share at a time).
 //
 // A Pool is safe for concurrent use.
 type Pool[P, T any] struct {
@@ -89,8 +103,10 @@ type Pool[P, T any] struct {
 }
 
 // NewPool returns the pool name with payloads P and tags T. A bad name
-// (ErrInvalidName), bad options (ErrInvalidOptions) or a T that is not a
-// struct (ErrInvalidArgument) is kept, returned by every call and by Err.
+// (ErrInvalidName), bad options (ErrInvalidOptions), a T that is not a
+// struct or marks fleet:"index" on a field that cannot be indexed (not a
+// string, bool or number) (ErrInvalidArgument) is kept, returned by every
+// call and by Err.
 func NewPool[P, T any](f *Fleet, name string, opts PoolOptions) *Pool[P, T] {
 	o, err := opts.withDefaults()
 	p := &Pool[P, T]{core: newPoolCore(f, name, o)}
@@ -103,6 +119,7 @@ func NewPool[P, T any](f *Fleet, name string, opts PoolOptions) *Pool[P, T] {
 		err = fmt.Errorf("%w: pool tags type %s is not a struct", ErrInvalidArgument, tt)
 	default:
 		p.fields = tagFields(tt)
+		p.core.fields, err = indexedFields(p.fields)
 	}
 	p.err = err
 	return p
@@ -134,8 +151,13 @@ type poolCore struct {
 	hash  string
 	claim string // claim key prefix
 	idx   keys.PoolIndex
+	// fields is the JSON array of the tag fields with index sets (the tags
+	// type's fleet:"index" fields); "" for an untyped core (Sync, the
+	// sweeper), whose scripts read the array the pool's puts stored.
+	fields string
 
 	registered atomic.Int64 // unix ms of the last SADD to fleet:pools (admin.go)
+	waiters    waiters      // this handle's waiting claims (pool_claim.go)
 }
 
 func newPoolCore(f *Fleet, name string, o PoolOptions) *poolCore {
@@ -151,8 +173,10 @@ var (
 	poolIndexScript   = poolScript("pool_index.lua")
 	poolCleanScript   = poolScript("pool_clean.lua")
 	poolPruneScript   = poolScript("pool_prune.lua")
-	poolReleaseScript = script("pool_release.lua")
-	poolExtendScript  = script("pool_extend.lua")
+	poolReleaseScript = poolScript("pool_release.lua")
+	poolExtendScript  = poolScript("pool_extend.lua")
+	poolAbandonScript = poolScript("pool_abandon.lua")
+	poolCheckScript   = poolScript("pool_check.lua")
 )
 
 // poolScript loads a pool script with pool_lib.lua's helpers before it.
@@ -160,14 +184,18 @@ func poolScript(name string) *rueidis.Lua {
 	return rueidis.NewLuaScript(mustRead("pool_lib.lua") + "\n" + mustRead(name))
 }
 
-// std returns the KEYS[1..6] and ARGV[1..2] that every pool_lib script
+// std returns the KEYS[1..11] and ARGV[1..3] that every pool_lib script
 // takes, with room for more.
 func (c *poolCore) std(extraKeys ...string) ([]string, []string) {
-	k := append([]string{c.hash, c.idx.All, c.idx.Exp, c.idx.Tags, c.idx.Signal, c.idx.Scan}, extraKeys...)
-	return k, []string{c.idx.Base, c.claim}
+	k := make([]string, 0, 11+len(extraKeys)+4)
+	k = append(k, c.hash, c.idx.All, c.idx.Exp, c.idx.Tags, c.idx.Signal, c.idx.Scan,
+		c.idx.Free, c.idx.Held, c.idx.Bad, c.idx.Foreign, c.idx.Fields)
+	return append(k, extraKeys...), []string{c.idx.Base, c.claim, c.fields}
 }
 
 func (c *poolCore) owner(id string) string { return c.idx.Base + "own:" + id }
+
+func (c *poolCore) tokenKey(token string) string { return c.idx.Base + "tok:" + token }
 
 // decodeItem decodes an entry of the pool hash, {"p": base64 of the
 // payload's JSON, "t": tags, "x": expires_at in unix seconds or null}; the
@@ -267,7 +295,7 @@ func (c *poolCore) put(ctx context.Context, id, b64, tags string, ttl time.Durat
 		return fmt.Errorf("fleet: pool put: unexpected reply of %d elements", len(res))
 	}
 	if !c.f.cache {
-		c.f.watch.pokeAll(c.idx.Signal)
+		c.f.watch.wakeOne(c.idx.Signal)
 	}
 	if res[0] > res[1] {
 		// The hash holds entries the index lacks (written by another
@@ -300,7 +328,7 @@ func (c *poolCore) indexStep(ctx context.Context, cursor string, force bool) (ne
 	}
 	added, _ = res[1].AsInt64()
 	if added > 0 && !c.f.cache {
-		c.f.watch.pokeAll(c.idx.Signal)
+		c.f.watch.wakeOne(c.idx.Signal)
 	}
 	return next, added, nil
 }
@@ -410,8 +438,9 @@ func (p *Pool[P, T]) Size(ctx context.Context) (int64, error) {
 // from the pool hash, the authoritative record, in bounded steps that never
 // stall the server: it indexes every valid item, drops expired ones, and
 // removes index entries of items that are gone or whose tags changed. Use
-// it after manual changes to Redis; puts and claims index items written by
-// other clients on their own, a bounded share at a time. Claims stay
+// it after manual changes to Redis, and after changing which tag fields
+// the tags type marks fleet:"index"; puts and claims index items written
+// by other clients on their own, a bounded share at a time. Claims stay
 // correct while it runs.
 func (p *Pool[P, T]) Rebuild(ctx context.Context) error {
 	if err := p.ready(ctx); err != nil {
@@ -421,6 +450,13 @@ func (p *Pool[P, T]) Rebuild(ctx context.Context) error {
 }
 
 func (c *poolCore) rebuild(ctx context.Context) error {
+	if c.fields != "" {
+		// The indexed fields of this tags type, for the untyped readers
+		// (Sync, the sweeper), as a put stores them.
+		if err := c.f.client.Do(ctx, c.f.client.B().Set().Key(c.idx.Fields).Value(c.fields).Build()).Error(); err != nil {
+			return err
+		}
+	}
 	for cursor := "0"; ; {
 		next, _, err := c.indexStep(ctx, cursor, true)
 		if err != nil {
@@ -434,8 +470,10 @@ func (c *poolCore) rebuild(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := c.clean(ctx, c.idx.All, "", ""); err != nil {
-		return err
+	for _, set := range []string{c.idx.All, c.idx.Free, c.idx.Bad} {
+		if err := c.clean(ctx, set, "", ""); err != nil {
+			return err
+		}
 	}
 	tp := c.idx.Base + "t:"
 	for _, s := range sets {

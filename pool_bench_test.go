@@ -136,3 +136,73 @@ func BenchmarkPoolClaimLatency(b *testing.B) {
 		})
 	}
 }
+
+// holdN claims n items of p concurrently, for an hour, and returns the
+// claims.
+func holdN(b *testing.B, p *fleet.Pool[cookie, cookieTags], n int) {
+	b.Helper()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	for range 64 {
+		wg.Go(func() {
+			for next.Add(1) <= int64(n) {
+				cl, err := p.Claim(context.Background(), fleet.ClaimOptions{Hold: time.Hour})
+				if err != nil || cl == nil {
+					failed.Store(fmt.Errorf("Claim = %v, %v", cl, err))
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err, _ := failed.Load().(error); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkPoolClaimShare claims one item (and releases it at once, so the
+// share stays put) on a 100,000-item pool of which 0%, 90% or 99.9% are
+// claimed and held, and claims on the pool with every item held (a claim
+// that finds none); it reports the claim's p50 and p99 and the time it
+// took to claim the held share.
+//
+//	go test -run '^$' -bench BenchmarkPoolClaimShare -benchtime 2000x .
+func BenchmarkPoolClaimShare(b *testing.B) {
+	const n = 100_000
+	for _, tc := range []struct {
+		name string
+		held int
+	}{{"claimed=0%", 0}, {"claimed=90%", n * 9 / 10}, {"claimed=99.9%", n - n/1000}, {"none-free", n}} {
+		p, _ := benchPool(b, "bench-share")
+		fillPool(b, p, n)
+		start := time.Now()
+		holdN(b, p, tc.held)
+		holdRate := float64(tc.held) / time.Since(start).Seconds()
+		b.Run(tc.name, func(b *testing.B) {
+			ctx := context.Background()
+			lat := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for range b.N {
+				t0 := time.Now()
+				cl, err := p.Claim(ctx, fleet.ClaimOptions{Hold: time.Minute})
+				lat = append(lat, time.Since(t0))
+				if err != nil || (cl == nil) != (tc.held == n) {
+					b.Fatalf("Claim = %v, %v", cl, err)
+				}
+				if cl != nil {
+					if err := cl.Release(ctx); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			b.StopTimer()
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+			if tc.held > 0 {
+				b.ReportMetric(holdRate, "hold-claims/s")
+			}
+		})
+	}
+}

@@ -3,15 +3,10 @@ package fleet
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
-	"time"
-
-	"github.com/redis/rueidis"
 )
 
 // Filter is one condition of a Query: a tag field, by its JSON name, equal
@@ -40,7 +35,8 @@ type Query[P, T any] struct {
 }
 
 // canonFilter is a checked filter: the field, the value's canonical form,
-// and the index set that holds the items with it.
+// and, for a field marked fleet:"index", the set of the free items with
+// that value ("" for an unmarked field: checked on each item read).
 type canonFilter struct{ field, canon, key string }
 
 // Where returns the query for items whose tags match every filter. A
@@ -64,10 +60,22 @@ func (p *Pool[P, T]) Where(filters ...Filter) *Query[P, T] {
 			q.err = poolErr("pool where", p.core.name, err)
 			return q
 		}
-		q.filters = append(q.filters, canonFilter{field: f.name, canon: c,
-			key: p.core.f.keys.PoolTagIndex(p.core.name, f.name, c)})
+		cf := canonFilter{field: f.name, canon: c}
+		if f.indexed {
+			cf.key = p.core.f.keys.PoolTagIndex(p.core.name, f.name, c)
+		}
+		q.filters = append(q.filters, cf)
 	}
-	slices.SortFunc(q.filters, func(a, b canonFilter) int { return strings.Compare(a.key, b.key) })
+	// The indexed filters first (pool_claim.lua takes them in that order).
+	slices.SortFunc(q.filters, func(a, b canonFilter) int {
+		if (a.key == "") != (b.key == "") {
+			if a.key == "" {
+				return 1
+			}
+			return -1
+		}
+		return strings.Compare(a.field+"\x00"+a.canon, b.field+"\x00"+b.canon)
+	})
 	q.filters = slices.Compact(q.filters)
 	return q
 }
@@ -178,278 +186,3 @@ func canonJSON(v any) (string, bool) {
 
 // List returns every unexpired item of the pool: Where().List.
 func (p *Pool[P, T]) List(ctx context.Context) ([]Item[P, T], error) { return p.Where().List(ctx) }
-
-// ClaimOptions says how to claim an item.
-type ClaimOptions struct {
-	// Hold is the lease: a crashed holder's claim frees the item after
-	// Hold. Required, > 0.
-	Hold time.Duration
-	// Wait bounds how long Claim waits for a matching item to be put or
-	// released when none is free. Zero returns at once. A waiting claim is
-	// woken by the put or release itself (client-side caching
-	// invalidation), with a poll every PoolOptions.PollInterval as the
-	// fallback; without caching it polls with a backoff. ctx bounds the
-	// wait too.
-	Wait time.Duration
-}
-
-// Claim is an exclusive lease on one item. It ends by Release, by MarkBad,
-// or by its lease running out. Its methods are safe for concurrent use.
-type Claim[P, T any] struct {
-	// Item is the claimed item.
-	Item  Item[P, T]
-	core  *poolCore
-	token string
-	ended atomic.Bool
-}
-
-// Token returns the claim's random token, kept in the derived owner key
-// fleet:pidx:<name>:own:<id> while the claim lasts.
-func (c *Claim[P, T]) Token() string { return c.token }
-
-// Claim takes an exclusive lease of opts.Hold on one free, unexpired item
-// of the pool (Pool.Claim) or of the query. When none is free it waits up
-// to opts.Wait for one; then, finding none, it returns nil and a nil error:
-// "none" is a normal result. It returns ErrInvalidArgument for Hold <= 0 or
-// Wait < 0, the query's error, and ctx's error when ctx ends first.
-//
-// A claim reads only the items its smallest filter index selects, in
-// bounded script calls, so it stays fast on a large pool.
-func (q *Query[P, T]) Claim(ctx context.Context, opts ClaimOptions) (*Claim[P, T], error) {
-	if err := q.ready(ctx); err != nil {
-		return nil, poolErr("pool claim", q.pool.core.name, err)
-	}
-	if opts.Hold <= 0 || opts.Wait < 0 {
-		return nil, poolErr("pool claim", q.pool.core.name,
-			fmt.Errorf("%w: hold %v must be > 0 and wait %v not negative", ErrInvalidArgument, opts.Hold, opts.Wait))
-	}
-	cl, err := q.try(ctx, opts.Hold)
-	if cl != nil || err != nil || opts.Wait == 0 {
-		return cl, poolErr("pool claim", q.pool.core.name, err)
-	}
-	cl, err = q.wait(ctx, opts)
-	return cl, poolErr("pool claim", q.pool.core.name, err)
-}
-
-// Claim claims any item of the pool: Where().Claim.
-func (p *Pool[P, T]) Claim(ctx context.Context, opts ClaimOptions) (*Claim[P, T], error) {
-	return p.Where().Claim(ctx, opts)
-}
-
-// try claims an item now, or returns nil when none is free.
-func (q *Query[P, T]) try(ctx context.Context, hold time.Duration) (*Claim[P, T], error) {
-	c := q.pool.core
-	extra := make([]string, len(q.filters))
-	for i, f := range q.filters {
-		extra[i] = f.key
-	}
-	token := newToken()
-	cursor, badSeen, reindexed := "", 0, 0
-	for {
-		k, a := c.std(extra...)
-		a = append(a, token, millis(hold), cursor, strconv.Itoa(poolClaimBudget))
-		for _, f := range q.filters {
-			a = append(a, f.field, f.canon)
-		}
-		res, err := poolClaimScript.Exec(ctx, c.f.client, k, a).ToArray()
-		if err != nil {
-			return nil, err
-		}
-		if len(res) < 3 {
-			return nil, fmt.Errorf("fleet: pool claim: unexpected reply of %d elements", len(res))
-		}
-		if got, _ := res[0].AsInt64(); got == 1 {
-			id, _ := res[1].ToString()
-			raw, _ := res[2].ToString()
-			it, err := decodeItem[P, T](id, raw)
-			if err == nil {
-				return &Claim[P, T]{Item: it, core: c, token: token}, nil
-			}
-			// Valid to the script, but not for P or T: never hand it out.
-			// The claim stays, so that the next attempts (ours and
-			// others') skip it for hold; List reports it.
-			if badSeen++; badSeen >= 16 {
-				return nil, nil
-			}
-			token, cursor = newToken(), ""
-			continue
-		}
-		if cursor, err = res[1].ToString(); err != nil {
-			return nil, err
-		}
-		if cursor != "0" {
-			continue
-		}
-		// A whole pass found none. If the hash holds entries that the
-		// index lacks, index a bounded share of them and look again.
-		hlen, _ := res[2].AsInt64()
-		nall, _ := res[3].AsInt64()
-		if hlen <= nall || reindexed >= poolIndexOnClaim {
-			return nil, nil
-		}
-		var added int64
-		for added == 0 && reindexed < poolIndexOnClaim {
-			reindexed++
-			if _, added, err = c.indexStep(ctx, "", false); err != nil {
-				return nil, err
-			}
-		}
-		if added == 0 {
-			return nil, nil
-		}
-		cursor = ""
-	}
-}
-
-// wait claims an item as soon as one is put or released, within opts.Wait.
-func (q *Query[P, T]) wait(ctx context.Context, opts ClaimOptions) (*Claim[P, T], error) {
-	c := q.pool.core
-	f := c.f
-	deadline := time.NewTimer(opts.Wait)
-	defer deadline.Stop()
-	sig, stopSig := f.watch.listen(c.idx.Signal)
-	defer stopSig()
-	// A put by a client that does not bump the signal still changes the hash.
-	hash, stopHash := f.watch.listen(c.hash)
-	defer stopHash()
-	bo := backoff{min: 5 * time.Millisecond, max: c.opts.PollInterval}
-	for {
-		wait := bo.next()
-		if f.cache {
-			// Arm the server's invalidations before looking, so that a put
-			// or release after the look wakes us.
-			if _, err := f.track(ctx, c.idx.Signal); err != nil && ctx.Err() == nil {
-				return nil, err
-			}
-			r := f.client.DoCache(ctx, f.client.B().Hlen().Key(c.hash).Cache(), f.cacheTTL)
-			if err := r.Error(); err != nil && !rueidis.IsRedisNil(err) && ctx.Err() == nil {
-				return nil, err
-			}
-			wait = c.opts.PollInterval
-		}
-		if err := f.alive(ctx); err != nil {
-			return nil, err
-		}
-		cl, err := q.try(ctx, opts.Hold)
-		if cl != nil || err != nil {
-			return cl, err
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
-		case <-deadline.C:
-			t.Stop()
-			return nil, nil
-		case <-f.done:
-			t.Stop()
-			return nil, ErrClosed
-		case <-sig:
-		case <-hash:
-		case <-t.C:
-		}
-		t.Stop()
-	}
-}
-
-// Release ends the claim: the item is free for others at once. It returns
-// ErrClaimNotHeld, changing nothing, when the claim already ended or its
-// lease ran out.
-func (c *Claim[P, T]) Release(ctx context.Context) error {
-	p := c.core
-	if err := p.f.alive(ctx); err != nil {
-		return poolErr("pool release", p.name, err)
-	}
-	id := c.Item.ID
-	n, err := poolReleaseScript.Exec(ctx, p.f.client, []string{p.claim + id, p.owner(id), p.idx.Signal}, []string{c.token}).AsInt64()
-	if err != nil {
-		return poolErr("pool release", p.name, err)
-	}
-	if n != 1 {
-		return poolErr("pool release", p.name, fmt.Errorf("%w: item %q", ErrClaimNotHeld, id))
-	}
-	c.ended.Store(true)
-	if !p.f.cache {
-		p.f.watch.pokeAll(p.idx.Signal)
-	}
-	return nil
-}
-
-// Extend sets the claim's lease to hold from now. It returns
-// ErrClaimNotHeld, changing nothing, when the claim already ended or its
-// lease ran out; ErrInvalidArgument for hold <= 0.
-func (c *Claim[P, T]) Extend(ctx context.Context, hold time.Duration) error {
-	p := c.core
-	if err := p.f.alive(ctx); err != nil {
-		return poolErr("pool extend", p.name, err)
-	}
-	if hold <= 0 {
-		return poolErr("pool extend", p.name, fmt.Errorf("%w: hold %v must be > 0", ErrInvalidArgument, hold))
-	}
-	id := c.Item.ID
-	n, err := poolExtendScript.Exec(ctx, p.f.client, []string{p.claim + id, p.owner(id)}, []string{c.token, millis(hold)}).AsInt64()
-	if err != nil {
-		return poolErr("pool extend", p.name, err)
-	}
-	if n != 1 {
-		return poolErr("pool extend", p.name, fmt.Errorf("%w: item %q", ErrClaimNotHeld, id))
-	}
-	return nil
-}
-
-// MarkBad removes the claimed item from the pool for good, for every
-// reader, and ends the claim: for an item found unusable (a rejected
-// cookie, a dead account). reason is for the caller's own logs: the
-// documented schema has no place for it, so fleet does not store it. It
-// returns ErrClaimNotHeld, changing nothing, when the claim already ended
-// or its lease ran out.
-func (c *Claim[P, T]) MarkBad(ctx context.Context, reason string) error {
-	_ = reason
-	p := c.core
-	if err := p.f.alive(ctx); err != nil {
-		return poolErr("pool mark bad", p.name, err)
-	}
-	id := c.Item.ID
-	k, a := p.std(p.claim+id, p.owner(id))
-	n, err := poolMarkBadScript.Exec(ctx, p.f.client, k, append(a, c.token, id)).AsInt64()
-	if err != nil {
-		return poolErr("pool mark bad", p.name, err)
-	}
-	if n != 1 {
-		return poolErr("pool mark bad", p.name, fmt.Errorf("%w: item %q", ErrClaimNotHeld, id))
-	}
-	c.ended.Store(true)
-	return nil
-}
-
-// Do claims an item as Claim does, runs fn with it, and always ends the
-// claim afterwards (Release, unless fn already released it or marked it
-// bad), even when fn panics: Go's form of the seed's
-// `async with pool.where(...).claim(...) as item`. It reports whether an
-// item was claimed; when none was, fn does not run and the error is nil.
-// The error is fn's, joined with a failed release's (ErrClaimNotHeld when
-// the lease ran out while fn ran).
-func (q *Query[P, T]) Do(ctx context.Context, opts ClaimOptions, fn func(ctx context.Context, c *Claim[P, T]) error) (claimed bool, err error) {
-	c, err := q.Claim(ctx, opts)
-	if c == nil || err != nil {
-		return false, err
-	}
-	defer func() {
-		if c.ended.Load() {
-			return
-		}
-		// Release with a context of its own: ctx may be why fn ended.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opts.Hold)
-		defer cancel()
-		if rerr := c.Release(rctx); rerr != nil {
-			err = errors.Join(err, rerr)
-		}
-	}()
-	return true, fn(ctx, c)
-}
-
-// Do claims any item of the pool and runs fn with it: Where().Do.
-func (p *Pool[P, T]) Do(ctx context.Context, opts ClaimOptions, fn func(ctx context.Context, c *Claim[P, T]) error) (bool, error) {
-	return p.Where().Do(ctx, opts, fn)
-}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -19,6 +20,7 @@ type tagField struct {
 	typ       reflect.Type
 	omitEmpty bool
 	why       string // why the field cannot be filtered, "" when it can
+	indexed   bool   // marked fleet:"index": the pool keeps index sets of it
 }
 
 var (
@@ -61,7 +63,8 @@ func tagFields(t reflect.Type) map[string]tagField {
 				continue
 			}
 			seen[name] = depth
-			f := tagField{name: name, typ: ft, omitEmpty: hasOpt(opts, "omitempty") || hasOpt(opts, "omitzero")}
+			f := tagField{name: name, typ: ft, omitEmpty: hasOpt(opts, "omitempty") || hasOpt(opts, "omitzero"),
+				indexed: hasOpt(sf.Tag.Get("fleet"), "index")}
 			switch {
 			case hasOpt(opts, "string"):
 				f.why = "is encoded with the ,string option"
@@ -83,6 +86,27 @@ func tagFields(t reflect.Type) map[string]tagField {
 	}
 	walk(t, 0, make(map[string]int))
 	return out
+}
+
+// indexedFields returns the JSON array of the fields marked fleet:"index",
+// sorted, or an error naming a marked field that cannot be indexed.
+func indexedFields(fields map[string]tagField) (string, error) {
+	var names []string
+	for _, f := range fields {
+		if !f.indexed {
+			continue
+		}
+		if f.why != "" {
+			return "", fmt.Errorf("%w: tag field %q is marked fleet:\"index\" but cannot be indexed: it %s", ErrInvalidArgument, f.name, f.why)
+		}
+		names = append(names, f.name)
+	}
+	slices.Sort(names)
+	b, _ := json.Marshal(names)
+	if names == nil {
+		b = []byte("[]")
+	}
+	return string(b), nil
 }
 
 func hasOpt(opts, want string) bool {

@@ -21,8 +21,8 @@ type cookie struct {
 }
 
 type cookieTags struct {
-	Site  string   `json:"site"`
-	Fresh bool     `json:"fresh"`
+	Site  string   `json:"site" fleet:"index"`
+	Fresh bool     `json:"fresh" fleet:"index"`
 	Score int      `json:"score,omitempty"`
 	Ratio float64  `json:"ratio"`
 	Notes []string `json:"notes,omitempty"`
@@ -90,20 +90,30 @@ func TestPoolPutClaimRelease(t *testing.T) {
 		if s, _ := e.get(t, e.idxKey("cf-cookies", "own:"+id)); s != cl.Token() {
 			t.Fatalf("owner key = %q, want the token", s)
 		}
+		// The token key names the item, for an abandon, for hold + 1 min.
+		if s, _ := e.get(t, e.idxKey("cf-cookies", "tok:"+cl.Token())); s != id {
+			t.Fatalf("token key = %q, want the item id", s)
+		}
+		if ttl, _ := e.Raw.Do(ctx(t), e.Raw.B().Pttl().Key(e.idxKey("cf-cookies", "tok:"+cl.Token())).Build()).AsInt64(); ttl < 79000 || ttl > 80000 {
+			t.Fatalf("token key PTTL %d ms, want hold (20 s) + 1 min", ttl)
+		}
 		// The second claimer sees none.
 		if again, err := p.Claim(ctx(t), fleet.ClaimOptions{Hold: time.Second}); again != nil || err != nil {
 			t.Fatalf("second Claim = %v, %v; want none", again, err)
 		}
+		// The claimed item left the free set and its tag sets (they are
+		// gone, empty) for the held zset; ratio is not marked fleet:"index",
+		// so it has no tag set at all.
 		wantKeys := []string{
 			e.poolKey("cf-cookies", ""),
 			e.poolKey("cf-cookies", ":claim:"+id),
 			e.idxKey("cf-cookies", "all"),
+			e.idxKey("cf-cookies", "fields"),
+			e.idxKey("cf-cookies", "held"),
 			e.idxKey("cf-cookies", "own:"+id),
 			e.idxKey("cf-cookies", "sig"),
-			e.idxKey("cf-cookies", "t:fresh:T"),
-			e.idxKey("cf-cookies", "t:ratio:n0"),
-			e.idxKey("cf-cookies", "t:site:sx"),
 			e.idxKey("cf-cookies", "tags"),
+			e.idxKey("cf-cookies", "tok:"+cl.Token()),
 			e.Prefix + "fleet:pools", // the pool registry (Put adds the name)
 		}
 		slices.Sort(wantKeys)
@@ -129,8 +139,9 @@ func TestPoolPutClaimRelease(t *testing.T) {
 		if ok, err := p.Delete(ctx(t), id); !ok || err != nil {
 			t.Fatalf("Delete = %v, %v", ok, err)
 		}
-		// Only the wake-up counter and the registry entry stay.
-		if got := e.keys(t); !slices.Equal(got, []string{e.idxKey("cf-cookies", "sig"), e.Prefix + "fleet:pools"}) {
+		// Only the wake-up counter, the indexed fields and the registry
+		// entry stay.
+		if got := e.keys(t); !slices.Equal(got, []string{e.idxKey("cf-cookies", "fields"), e.idxKey("cf-cookies", "sig"), e.Prefix + "fleet:pools"}) {
 			t.Fatalf("keys after Delete: %v", got)
 		}
 	})

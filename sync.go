@@ -570,13 +570,15 @@ func (s *syncer) pool(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	n, err := s.steps(ctx, func(cursor string) rueidis.RedisResult {
-		k, a := c.std(c.idx.All)
-		return poolCleanScript.Exec(ctx, s.f.client, k, append(a, cursor, strconv.Itoa(poolIndexStep), "", ""))
-	})
-	s.r.PoolUnindexed += n
-	if err != nil {
-		return err
+	for _, set := range []string{c.idx.All, c.idx.Free, c.idx.Bad} {
+		n, err := s.steps(ctx, func(cursor string) rueidis.RedisResult {
+			k, a := c.std(set)
+			return poolCleanScript.Exec(ctx, s.f.client, k, append(a, cursor, strconv.Itoa(poolIndexStep), "", ""))
+		})
+		s.r.PoolUnindexed += n
+		if err != nil {
+			return err
+		}
 	}
 	tp := c.idx.Base + "t:"
 	for _, set := range sets {
@@ -593,7 +595,7 @@ func (s *syncer) pool(ctx context.Context, name string) error {
 			return err
 		}
 	}
-	n, err = s.steps(ctx, func(cursor string) rueidis.RedisResult {
+	n, err := s.steps(ctx, func(cursor string) rueidis.RedisResult {
 		k, a := c.std()
 		return syncPoolExpScript.Exec(ctx, s.f.client, k, append(a, cursor, strconv.Itoa(poolIndexStep)))
 	})

@@ -20,8 +20,8 @@ import (
 
 // adminTags are the tags of the admin and sync tests' pools.
 type adminTags struct {
-	Region string `json:"region"`
-	Fast   bool   `json:"fast"`
+	Region string `json:"region" fleet:"index"`
+	Fast   bool   `json:"fast" fleet:"index"`
 }
 
 // fixture fills a Fleet with one of everything that has derived keys: a

@@ -36,6 +36,13 @@ const (
 	FamPoolScan        Family = "pidx:scan"              // fleet:pidx:<pool>:scan (derived)
 	FamPoolTagIndex    Family = "pidx:t"                 // fleet:pidx:<pool>:t:<field>:<canon> (derived)
 	FamPoolOwner       Family = "pidx:own"               // fleet:pidx:<pool>:own:<item> (derived)
+	FamPoolFree        Family = "pidx:free"              // fleet:pidx:<pool>:free (derived)
+	FamPoolHeld        Family = "pidx:held"              // fleet:pidx:<pool>:held (derived)
+	FamPoolBad         Family = "pidx:bad"               // fleet:pidx:<pool>:bad (derived)
+	FamPoolForeign     Family = "pidx:foreign"           // fleet:pidx:<pool>:foreign (derived)
+	FamPoolFields      Family = "pidx:fields"            // fleet:pidx:<pool>:fields (derived)
+	FamPoolSweep       Family = "pidx:sweep"             // fleet:pidx:<pool>:sweep (derived)
+	FamPoolToken       Family = "pidx:tok"               // fleet:pidx:<pool>:tok:<token> (derived)
 	FamWorkerHardware  Family = "wkr:hardware"           // wkr:<type>:<id>:hardware
 	FamWorkerConfig    Family = "wkr:config"             // wkr:<type>:<id>:config
 	FamWorkerGen       Family = "wkr:gen"                // wkr:<type>:<id>:gen
@@ -194,6 +201,21 @@ func (k Keys) parseFleet(rest string) (Key, bool) {
 			return Key{Family: FamPoolSignal, Name: name}, true
 		case "scan":
 			return Key{Family: FamPoolScan, Name: name}, true
+		case "free":
+			return Key{Family: FamPoolFree, Name: name}, true
+		case "held":
+			return Key{Family: FamPoolHeld, Name: name}, true
+		case "bad":
+			return Key{Family: FamPoolBad, Name: name}, true
+		case "foreign":
+			return Key{Family: FamPoolForeign, Name: name}, true
+		case "fields":
+			return Key{Family: FamPoolFields, Name: name}, true
+		case "sweep":
+			return Key{Family: FamPoolSweep, Name: name}, true
+		}
+		if tok, ok := strings.CutPrefix(tail, "tok:"); ok {
+			return Key{Family: FamPoolToken, Name: name, Item: tok}, Check(KindItem, tok) == nil
 		}
 		if item, ok := strings.CutPrefix(tail, "own:"); ok {
 			return Key{Family: FamPoolOwner, Name: name, Item: item}, Check(KindItem, item) == nil
@@ -300,6 +322,20 @@ func (k Keys) Spell(p Key) (string, bool) {
 		return k.PoolTagIndex(p.Name, p.Field, p.Canon), true
 	case FamPoolOwner:
 		return k.PoolOwner(p.Name, p.Item), true
+	case FamPoolFree:
+		return x().Free, true
+	case FamPoolHeld:
+		return x().Held, true
+	case FamPoolBad:
+		return x().Bad, true
+	case FamPoolForeign:
+		return x().Foreign, true
+	case FamPoolFields:
+		return x().Fields, true
+	case FamPoolSweep:
+		return x().Sweep, true
+	case FamPoolToken:
+		return k.PoolToken(p.Name, p.Item), true
 	case FamWorkerHardware:
 		return w().Hardware, true
 	case FamWorkerConfig:
