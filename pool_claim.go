@@ -20,13 +20,6 @@ import (
 // token nobody holds, for at most the hold.
 const poolTombMargin = time.Minute
 
-// How a claim given up in flight is undone: attempts this far apart, each
-// bounded by poolAbandonTry.
-const (
-	poolAbandonEvery = 150 * time.Millisecond
-	poolAbandonTry   = time.Second
-)
-
 // ClaimOptions says how to claim an item.
 type ClaimOptions struct {
 	// Hold is the lease: a crashed holder's claim frees the item after
@@ -96,16 +89,6 @@ func (p *Pool[P, T]) Claim(ctx context.Context, opts ClaimOptions) (*Claim[P, T]
 	return p.Where().Claim(ctx, opts)
 }
 
-// inFlight reports whether err leaves a script's outcome unknown: ctx ended
-// or the connection broke while it was on its way (a Redis error reply
-// means it did not run).
-func inFlight(err error) bool {
-	if _, ok := rueidis.IsRedisErr(err); ok {
-		return false
-	}
-	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || unreachable(err)
-}
-
 // claimReply is what pool_claim.lua answered when it claimed nothing.
 type claimReply struct {
 	cursor, set                 string
@@ -136,8 +119,8 @@ func (q *Query[P, T]) try(ctx context.Context, hold time.Duration, full bool) (*
 		}
 		res, err := poolClaimScript.Exec(ctx, c.f.client, k, a).ToArray()
 		if err != nil {
-			if inFlight(err) {
-				c.abandon(ctx, token, hold)
+			if outcomeUnknown(err) {
+				c.abandon(token, hold)
 			}
 			return nil, err
 		}
@@ -270,30 +253,11 @@ func (c *poolCore) checkStepFixed(ctx context.Context, cursor string, count int)
 // frees the item if the token took it, and otherwise leaves a tombstone
 // that makes the late script take nothing. It retries until it gets an
 // answer, the hold and margin have passed, or the Fleet closes.
-func (c *poolCore) abandon(ctx context.Context, token string, hold time.Duration) {
-	until := time.Now().Add(hold + poolTombMargin)
+func (c *poolCore) abandon(token string, hold time.Duration) {
 	k, a := c.std(c.tokenKey(token))
 	a = append(a, token, millis(hold+poolTombMargin))
-	base := context.WithoutCancel(ctx)
-	c.f.spawn(func() {
-		for {
-			actx, cancel := context.WithTimeout(base, poolAbandonTry)
-			err := poolAbandonScript.Exec(actx, c.f.client, k, a).Error()
-			cancel()
-			if err == nil || !inFlight(err) || time.Now().After(until) {
-				if err != nil {
-					c.f.log.Warn("fleet: pool claim given up in flight: cannot undo it", "pool", c.name, "err", err)
-				}
-				return
-			}
-			t := time.NewTimer(poolAbandonEvery)
-			select {
-			case <-c.f.done:
-				t.Stop()
-				return
-			case <-t.C:
-			}
-		}
+	c.f.abandon("claim "+c.name, hold+poolTombMargin, func(ctx context.Context) error {
+		return poolAbandonScript.Exec(ctx, c.f.client, k, a).Error()
 	})
 }
 

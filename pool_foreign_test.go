@@ -334,7 +334,7 @@ func TestPoolClaimAbandonOrder(t *testing.T) {
 
 // commandCalls sums INFO commandstats calls on a server of the test's own,
 // but for INFO and CONFIG (the measuring itself).
-func commandCalls(t *testing.T, c rueidis.Client) int64 {
+func clientCommandCalls(t *testing.T, c rueidis.Client) int64 {
 	t.Helper()
 	s, err := c.Do(context.Background(), c.B().Info().Section("commandstats").Build()).ToString()
 	if err != nil {
@@ -394,12 +394,12 @@ func TestPoolClaimAllThenNone(t *testing.T) {
 			}
 			for _, q := range []*fleet.Query[cookie, cookieTags]{p.Where(), p.Where(fleet.Eq("site", "s3")), p.Where(fleet.Eq("ratio", 0.0))} {
 				e.do(t, e.Raw.B().ConfigResetstat().Build())
-				before := commandCalls(t, e.Raw)
+				before := clientCommandCalls(t, e.Raw)
 				cl, err := q.Claim(ctx(t), fleet.ClaimOptions{Hold: time.Minute})
 				if cl != nil || err != nil {
 					t.Fatalf("Claim on a fully claimed pool = %v, %v", cl, err)
 				}
-				if calls := commandCalls(t, e.Raw) - before; calls > 30 {
+				if calls := clientCommandCalls(t, e.Raw) - before; calls > 30 {
 					t.Fatalf("a claim that found none ran %d Redis commands", calls)
 				} else {
 					t.Logf("none in %d commands", calls)

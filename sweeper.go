@@ -104,6 +104,9 @@ type SweepStats struct {
 	Trimmed int
 	// Forgotten counts the workers removed by ForgetWorkersAfter.
 	Forgotten int
+	// PoolsFixed counts pool index entries fixed, and items freed whose
+	// claim had ended, while reconciling pools with other clients' writes.
+	PoolsFixed int
 }
 
 // RunSweeper sweeps every queue of the fleet every opts.Interval, until ctx
@@ -145,9 +148,9 @@ func RunSweeper(ctx context.Context, f *Fleet, opts SweeperOptions) error {
 		switch {
 		case err != nil && ctx.Err() == nil && !f.closed.Load():
 			opts.Logger.Warn("fleet: sweep failed", "error", err)
-		case st.Requeued+st.Buried+st.Moved+st.Trimmed+st.Forgotten > 0:
+		case st.Requeued+st.Buried+st.Moved+st.Trimmed+st.Forgotten+st.PoolsFixed > 0:
 			opts.Logger.Debug("fleet: swept", "queues", st.Queues, "moved", st.Moved, "requeued", st.Requeued, "buried", st.Buried,
-				"trimmed", st.Trimmed, "forgotten", st.Forgotten)
+				"trimmed", st.Trimmed, "forgotten", st.Forgotten, "pools_fixed", st.PoolsFixed)
 		}
 		t.Reset(opts.Interval)
 	}
@@ -259,6 +262,13 @@ func sweep(ctx context.Context, f *Fleet, opts SweeperOptions) (SweepStats, erro
 	}
 	slices.Sort(names)
 	var first error
+	// Pools: reconcile their indexes with what other clients wrote, a
+	// bounded share of entries per sweep (pool_sweep.go).
+	if ps, err := sweepPools(ctx, f, 0); err != nil {
+		first = opErr("sweep pools", "", err)
+	} else {
+		st.PoolsFixed += ps.Fixed + ps.Freed
+	}
 	for _, name := range names {
 		if keys.Check(keys.KindQueue, name) != nil {
 			continue // not a queue fleet could have made

@@ -43,8 +43,8 @@ type CfCookie struct {
 
 // CfCookieTags are the pool's tags: claims filter on them.
 type CfCookieTags struct {
-	Site  string `json:"site"`
-	Fresh bool   `json:"fresh"`
+	Site  string `json:"site" fleet:"index"`
+	Fresh bool   `json:"fresh" fleet:"index"`
 }
 
 // HarvestRequest is the harvester queue's task payload.
