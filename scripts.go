@@ -12,21 +12,26 @@ import (
 //go:embed scripts/*.lua
 var scriptFS embed.FS
 
-// script loads an embedded script, with lib_types.lua's helpers before it.
+// script loads an embedded script, with the helpers it calls (withLib).
 // Exec sends EVALSHA and falls back to EVAL on NOSCRIPT, so SCRIPT FLUSH or
 // a restarted server never breaks a call.
 func script(name string) *rueidis.Lua {
 	return rueidis.NewLuaScript(withLib(name))
 }
 
-// withLib is an embedded script with lib_types.lua before it, and
-// lib_queue.lua too for a queue script.
+// withLib is an embedded script with the helpers it calls before it:
+// lib_types.lua when it checks key types, lib_queue.lua for a queue
+// script. (A helper costs a closure on every run: only those in use go.)
 func withLib(name string) string {
-	lib := mustRead("lib_types.lua") + "\n"
-	if strings.HasPrefix(name, "queue_") {
+	body := mustRead(name)
+	lib := ""
+	if strings.Contains(body, "wrong_types(") {
+		lib += mustRead("lib_types.lua") + "\n"
+	}
+	if strings.HasPrefix(name, "queue_") || strings.HasPrefix(name, "sync_queue_") {
 		lib += mustRead("lib_queue.lua") + "\n"
 	}
-	return lib + mustRead(name)
+	return lib + body
 }
 
 // retryableScript loads an embedded script that is safe to run twice (its

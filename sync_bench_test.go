@@ -116,3 +116,107 @@ func BenchmarkSyncQueue(b *testing.B) {
 	b.Run("rebuild", func(b *testing.B) { run(b, true) })
 	b.Run("steady", func(b *testing.B) { run(b, false) })
 }
+
+// BenchmarkSyncPool: Sync of a pool of 1M items written by a client that
+// keeps only the documented keys (the pool hash, no indexes), on a
+// redis-server of the benchmark's own, while another client PINGs in a
+// loop. "rebuild" drops the indexes first (Sync indexes 1M items),
+// "steady" starts from sound ones. Reported: items/s and the PING latency
+// percentiles during Sync. Run:
+//
+//	go test -run '^$' -bench SyncPool -benchtime 1x -timeout 30m .
+func BenchmarkSyncPool(b *testing.B) {
+	const n = 1_000_000
+	ctx := context.Background()
+	s, err := fleettest.StartServer(ctx, fleettest.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(s.Stop)
+	f, err := fleet.Open(ctx, fleet.Options{URL: s.URL()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { f.Close() })
+	opt, _ := rueidis.ParseURL(s.URL())
+	raw, err := rueidis.NewClient(opt)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(raw.Close)
+
+	start := time.Now()
+	var cmds rueidis.Commands
+	for i := 0; i < n; i += 1000 {
+		hs := raw.B().Hset().Key("fleet:pool:big").FieldValue()
+		for j := i; j < i+1000; j++ {
+			hs = hs.FieldValue(fmt.Sprintf("item-%d", j), fmt.Sprintf(`{"p":"Y29va2ll","t":{"site":"s%d","fresh":true},"x":null}`, j%100))
+		}
+		cmds = append(cmds, hs.Build())
+		if len(cmds) == 50 || i+1000 >= n {
+			for _, r := range raw.DoMulti(ctx, cmds...) {
+				if err := r.Error(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			cmds = cmds[:0]
+		}
+	}
+	if err := raw.Do(ctx, raw.B().Sadd().Key("fleet:pools").Member("big").Build()).Error(); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("filled %d items in %v", n, time.Since(start))
+
+	run := func(b *testing.B, reset bool) {
+		var lat []time.Duration
+		for range b.N {
+			if reset {
+				b.StopTimer()
+				for _, k := range []string{"all", "free", "held", "exp", "bad", "tags"} {
+					if err := raw.Do(ctx, raw.B().Unlink().Key("fleet:pidx:big:"+k).Build()).Error(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.StartTimer()
+			}
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			wg.Go(func() {
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					t0 := time.Now()
+					if err := raw.Do(ctx, raw.B().Ping().Build()).Error(); err != nil {
+						b.Error(err)
+						return
+					}
+					lat = append(lat, time.Since(t0))
+				}
+			})
+			t0 := time.Now()
+			r, err := f.Sync(ctx)
+			d := time.Since(t0)
+			close(stop)
+			wg.Wait()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if !reset && r.Fixed() != 0 {
+				b.Fatalf("report %+v", r)
+			}
+			b.ReportMetric(float64(n)/d.Seconds(), "items/s")
+		}
+		slices.Sort(lat)
+		if len(lat) > 0 {
+			p := func(q float64) float64 { return float64(lat[int(q*float64(len(lat)-1))]) / 1e6 }
+			b.ReportMetric(p(0.5), "ping-p50-ms")
+			b.ReportMetric(p(0.99), "ping-p99-ms")
+			b.ReportMetric(float64(lat[len(lat)-1])/1e6, "ping-max-ms")
+		}
+	}
+	b.Run("rebuild", func(b *testing.B) { run(b, true) })
+	b.Run("steady", func(b *testing.B) { run(b, false) })
+}
