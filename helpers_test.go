@@ -9,6 +9,8 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/fleet-go/fleet"
+	"github.com/fleet-go/fleet/fleettest"
+	"github.com/fleet-go/fleet/internal/costmeter"
 	"github.com/fleet-go/fleet/internal/redistest"
 )
 
@@ -93,4 +95,35 @@ func (e *env) do(t *testing.T, cmd rueidis.Completed) rueidis.RedisResult {
 		t.Fatalf("raw command: %v", err)
 	}
 	return r
+}
+
+// serverCalls reads INFO commandstats of the server c talks to: the calls
+// of each command so far (commands run inside scripts included), by name
+// ("get", "evalsha", "client|caching").
+func serverCalls(t *testing.T, c rueidis.Client) map[string]int64 {
+	t.Helper()
+	s, err := costmeter.Read(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.Calls
+}
+
+// ownCalls is serverCalls for a server of the test's own, read through
+// redis-cli, so that the reading adds no client of its own (INFO only).
+func ownCalls(t *testing.T, s *fleettest.Server) map[string]int64 {
+	t.Helper()
+	out, err := s.Cli(context.Background(), "INFO", "commandstats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpu, err := s.Cli(context.Background(), "INFO", "cpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := costmeter.Parse(out + "\n" + cpu)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snap.Calls
 }

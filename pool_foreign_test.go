@@ -336,19 +336,11 @@ func TestPoolClaimAbandonOrder(t *testing.T) {
 // but for INFO and CONFIG (the measuring itself).
 func clientCommandCalls(t *testing.T, c rueidis.Client) int64 {
 	t.Helper()
-	s, err := c.Do(context.Background(), c.B().Info().Section("commandstats").Build()).ToString()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n int64
-	for line := range strings.SplitSeq(s, "\n") {
-		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
-		if !ok || name == "cmdstat_info" || strings.HasPrefix(name, "cmdstat_config") {
-			continue
+	n := int64(0)
+	for name, v := range serverCalls(t, c) {
+		if name != "info" && !strings.HasPrefix(name, "config") {
+			n += v
 		}
-		v, _, _ := strings.Cut(rest, ",")
-		k, _ := strconv.ParseInt(v, 10, 64)
-		n += k
 	}
 	return n
 }

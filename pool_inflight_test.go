@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -106,20 +105,8 @@ func TestPoolClaimGivenUpInFlight(t *testing.T) {
 // RESETSTAT, on a server of the test's own.
 func scriptCalls(t *testing.T, c rueidis.Client) int64 {
 	t.Helper()
-	s, err := c.Do(context.Background(), c.B().Info().Section("commandstats").Build()).ToString()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n int64
-	for line := range strings.SplitSeq(s, "\n") {
-		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
-		if ok && (name == "cmdstat_evalsha" || name == "cmdstat_eval") {
-			v, _, _ := strings.Cut(rest, ",")
-			k, _ := strconv.ParseInt(v, 10, 64)
-			n += k
-		}
-	}
-	return n
+	calls := serverCalls(t, c)
+	return calls["evalsha"] + calls["eval"]
 }
 
 // TestPoolWaitersWokenOnePerChange: ten claims wait (eight for any item,

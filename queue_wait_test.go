@@ -3,7 +3,6 @@ package fleet_test
 import (
 	"context"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -33,24 +32,8 @@ func dedicated(t *testing.T) *fleettest.Server {
 // its MULTI/EXEC).
 func roundTrips(t *testing.T, s *fleettest.Server) int64 {
 	t.Helper()
-	out, err := s.Cli(context.Background(), "INFO", "commandstats")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n int64
-	for line := range strings.SplitSeq(out, "\n") {
-		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
-		if !ok {
-			continue
-		}
-		switch name {
-		case "cmdstat_evalsha", "cmdstat_eval", "cmdstat_exec", "cmdstat_ping", "cmdstat_info":
-			v, _, _ := strings.Cut(rest, ",")
-			c, _ := strconv.ParseInt(v, 10, 64)
-			n += c
-		}
-	}
-	return n
+	calls := ownCalls(t, s)
+	return calls["evalsha"] + calls["eval"] + calls["exec"] + calls["ping"] + calls["info"]
 }
 
 // TestQueueIdleWaitCost: an idle waiting consumer costs Redis about one

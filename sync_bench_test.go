@@ -63,58 +63,17 @@ func BenchmarkSyncQueue(b *testing.B) {
 	}
 	b.Logf("filled %d tasks in %v", n, time.Since(start))
 
-	run := func(b *testing.B, reset bool) {
-		var lat []time.Duration
-		for range b.N {
-			if reset {
-				b.StopTimer()
-				if err := raw.Do(ctx, raw.B().Unlink().Key("fleet:queue:big:dedup").Build()).Error(); err != nil {
-					b.Fatal(err)
-				}
-				b.StartTimer()
-			}
-			stop := make(chan struct{})
-			var wg sync.WaitGroup
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					t0 := time.Now()
-					if err := raw.Do(ctx, raw.B().Ping().Build()).Error(); err != nil {
-						b.Error(err)
-						return
-					}
-					lat = append(lat, time.Since(t0))
-				}
-			}()
-			t0 := time.Now()
-			r, err := f.Sync(ctx)
-			d := time.Since(t0)
-			close(stop)
-			wg.Wait()
-			if err != nil {
-				b.Fatal(err)
-			}
-			if reset && r.DedupAdded != n || !reset && r.Fixed() != 0 {
-				b.Fatalf("report %+v", r)
-			}
-			b.ReportMetric(float64(n)/d.Seconds(), "tasks/s")
-		}
-		slices.Sort(lat)
-		if len(lat) > 0 {
-			p := func(q float64) float64 { return float64(lat[int(q*float64(len(lat)-1))]) / 1e6 }
-			b.ReportMetric(p(0.5), "ping-p50-ms")
-			b.ReportMetric(p(0.99), "ping-p99-ms")
-			b.ReportMetric(float64(lat[len(lat)-1])/1e6, "ping-max-ms")
+	reset := func() {
+		if err := raw.Do(ctx, raw.B().Unlink().Key("fleet:queue:big:dedup").Build()).Error(); err != nil {
+			b.Fatal(err)
 		}
 	}
-	b.Run("rebuild", func(b *testing.B) { run(b, true) })
-	b.Run("steady", func(b *testing.B) { run(b, false) })
+	b.Run("rebuild", func(b *testing.B) {
+		syncWithPings(b, f, raw, n, "tasks/s", reset, func(r fleet.SyncReport) bool { return r.DedupAdded == n })
+	})
+	b.Run("steady", func(b *testing.B) {
+		syncWithPings(b, f, raw, n, "tasks/s", nil, func(r fleet.SyncReport) bool { return r.Fixed() == 0 })
+	})
 }
 
 // BenchmarkSyncPool: Sync of a pool of 1M items written by a client that
@@ -167,56 +126,68 @@ func BenchmarkSyncPool(b *testing.B) {
 	}
 	b.Logf("filled %d items in %v", n, time.Since(start))
 
-	run := func(b *testing.B, reset bool) {
-		var lat []time.Duration
-		for range b.N {
-			if reset {
-				b.StopTimer()
-				for _, k := range []string{"all", "free", "held", "exp", "bad", "tags"} {
-					if err := raw.Do(ctx, raw.B().Unlink().Key("fleet:pidx:big:"+k).Build()).Error(); err != nil {
-						b.Fatal(err)
-					}
-				}
-				b.StartTimer()
-			}
-			stop := make(chan struct{})
-			var wg sync.WaitGroup
-			wg.Go(func() {
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					t0 := time.Now()
-					if err := raw.Do(ctx, raw.B().Ping().Build()).Error(); err != nil {
-						b.Error(err)
-						return
-					}
-					lat = append(lat, time.Since(t0))
-				}
-			})
-			t0 := time.Now()
-			r, err := f.Sync(ctx)
-			d := time.Since(t0)
-			close(stop)
-			wg.Wait()
-			if err != nil {
+	reset := func() {
+		for _, k := range []string{"all", "free", "held", "exp", "bad", "tags"} {
+			if err := raw.Do(ctx, raw.B().Unlink().Key("fleet:pidx:big:"+k).Build()).Error(); err != nil {
 				b.Fatal(err)
 			}
-			if !reset && r.Fixed() != 0 {
-				b.Fatalf("report %+v", r)
-			}
-			b.ReportMetric(float64(n)/d.Seconds(), "items/s")
-		}
-		slices.Sort(lat)
-		if len(lat) > 0 {
-			p := func(q float64) float64 { return float64(lat[int(q*float64(len(lat)-1))]) / 1e6 }
-			b.ReportMetric(p(0.5), "ping-p50-ms")
-			b.ReportMetric(p(0.99), "ping-p99-ms")
-			b.ReportMetric(float64(lat[len(lat)-1])/1e6, "ping-max-ms")
 		}
 	}
-	b.Run("rebuild", func(b *testing.B) { run(b, true) })
-	b.Run("steady", func(b *testing.B) { run(b, false) })
+	b.Run("rebuild", func(b *testing.B) {
+		syncWithPings(b, f, raw, n, "items/s", reset, func(fleet.SyncReport) bool { return true })
+	})
+	b.Run("steady", func(b *testing.B) {
+		syncWithPings(b, f, raw, n, "items/s", nil, func(r fleet.SyncReport) bool { return r.Fixed() == 0 })
+	})
+}
+
+// syncWithPings runs Sync b.N times (after reset, when set, outside the
+// timer) while another client PINGs in a loop, checks each report with ok,
+// and reports n per second of Sync as unit and the PING latencies.
+func syncWithPings(b *testing.B, f *fleet.Fleet, raw rueidis.Client, n int, unit string, reset func(), ok func(fleet.SyncReport) bool) {
+	ctx := context.Background()
+	var lat []time.Duration
+	for range b.N {
+		if reset != nil {
+			b.StopTimer()
+			reset()
+			b.StartTimer()
+		}
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				t0 := time.Now()
+				if err := raw.Do(ctx, raw.B().Ping().Build()).Error(); err != nil {
+					b.Error(err)
+					return
+				}
+				lat = append(lat, time.Since(t0))
+			}
+		})
+		t0 := time.Now()
+		r, err := f.Sync(ctx)
+		d := time.Since(t0)
+		close(stop)
+		wg.Wait()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if !ok(r) {
+			b.Fatalf("report %+v", r)
+		}
+		b.ReportMetric(float64(n)/d.Seconds(), unit)
+	}
+	slices.Sort(lat)
+	if len(lat) > 0 {
+		p := func(q float64) float64 { return float64(lat[int(q*float64(len(lat)-1))]) / 1e6 }
+		b.ReportMetric(p(0.5), "ping-p50-ms")
+		b.ReportMetric(p(0.99), "ping-p99-ms")
+		b.ReportMetric(float64(lat[len(lat)-1])/1e6, "ping-max-ms")
+	}
 }
