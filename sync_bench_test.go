@@ -11,7 +11,6 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/fleet-go/fleet"
-	"github.com/fleet-go/fleet/fleettest"
 )
 
 // BenchmarkSyncQueue: Sync of a queue of 1M pending tasks, each with a
@@ -25,22 +24,9 @@ import (
 func BenchmarkSyncQueue(b *testing.B) {
 	const n = 1_000_000
 	ctx := context.Background()
-	s, err := fleettest.StartServer(ctx, fleettest.Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(s.Stop)
-	f, err := fleet.Open(ctx, fleet.Options{URL: s.URL()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { f.Close() })
-	opt, _ := rueidis.ParseURL(s.URL())
-	raw, err := rueidis.NewClient(opt)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(raw.Close)
+	s := costServer(b)
+	f := costFleet(b, s.URL())
+	raw := costClient(b, s.Addr, nil)
 
 	// Fill: pipelined RPUSH of 1,000 bodies each.
 	start := time.Now()
@@ -87,22 +73,9 @@ func BenchmarkSyncQueue(b *testing.B) {
 func BenchmarkSyncPool(b *testing.B) {
 	const n = 1_000_000
 	ctx := context.Background()
-	s, err := fleettest.StartServer(ctx, fleettest.Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(s.Stop)
-	f, err := fleet.Open(ctx, fleet.Options{URL: s.URL()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { f.Close() })
-	opt, _ := rueidis.ParseURL(s.URL())
-	raw, err := rueidis.NewClient(opt)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(raw.Close)
+	s := costServer(b)
+	f := costFleet(b, s.URL())
+	raw := costClient(b, s.Addr, nil)
 
 	start := time.Now()
 	var cmds rueidis.Commands

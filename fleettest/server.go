@@ -176,7 +176,7 @@ func waitPing(ctx context.Context, addr string, exited <-chan struct{}) error {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	for {
-		if err := ping(addr); err == nil {
+		if err := Ping(ctx, addr); err == nil {
 			return nil
 		}
 		select {
@@ -189,8 +189,11 @@ func waitPing(ctx context.Context, addr string, exited <-chan struct{}) error {
 	}
 }
 
-func ping(addr string) error {
-	conn, err := net.DialTimeout("tcp", addr, time.Second)
+// Ping checks that a Redis server answers PING on addr, within a second
+// (or ctx), with a connection of its own.
+func Ping(ctx context.Context, addr string) error {
+	d := net.Dialer{Timeout: time.Second}
+	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return err
 	}

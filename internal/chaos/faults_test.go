@@ -10,6 +10,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/fleet-go/fleet/fleettest"
 )
 
 // faultEvent is one line of the fault log.
@@ -262,7 +264,7 @@ func (r *run) startOrFail(p *proc) {
 // passes bytes, the server answers.
 func (r *run) heal(ctx context.Context) {
 	if r.server != nil {
-		if err := ping(ctx, r.server.Addr); err != nil {
+		if err := fleettest.Ping(ctx, r.server.Addr); err != nil {
 			r.restartServer(ctx)
 		}
 	}
