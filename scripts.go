@@ -34,13 +34,6 @@ func withLib(name string) string {
 	return lib + body
 }
 
-// retryableScript loads an embedded script that is safe to run twice (its
-// second run finds the effect of the first and answers the same), so that
-// rueidis may resend it after a connection breaks.
-func retryableScript(name string) *rueidis.Lua {
-	return rueidis.NewLuaScriptRetryable(withLib(name))
-}
-
 // readOnlyScript loads an embedded script that only reads (EVALSHA_RO).
 func readOnlyScript(name string) *rueidis.Lua {
 	return rueidis.NewLuaScriptReadOnly(withLib(name))

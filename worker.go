@@ -157,7 +157,6 @@ type Worker struct {
 
 	decode func([]byte) (any, error)            // stored config -> C, validated
 	spawn  func(run, soft context.Context) bool // starts the slot goroutines
-	stream interface{ Err() error }             // the Stream[O] of Emit
 
 	cfgMu   sync.Mutex
 	cfg     atomic.Pointer[configSnap]

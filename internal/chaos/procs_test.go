@@ -59,13 +59,6 @@ func (p *proc) url() string {
 	return p.r.tg.url
 }
 
-// alive reports whether a process of this place runs (perhaps stopped).
-func (p *proc) alive() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.aliveLocked()
-}
-
 func (p *proc) aliveLocked() bool {
 	if p.cmd == nil {
 		return false
