@@ -418,7 +418,7 @@ func (b *batch[C, O, P]) handleTask(run context.Context, s *Slot[C, O], t *Task[
 		defer close(kept)
 		b.keep(tctx, t, stopKeep, cancel)
 	}()
-	err := protect(func() error { return b.a.Handle(hctx, s, t) })
+	err := protect(func() error { return b.runHandler(hctx, s, t) })
 	close(stopKeep)
 	<-kept
 	cause := context.Cause(hctx)
