@@ -183,6 +183,7 @@ type Worker struct {
 	cancelSoft context.CancelFunc
 	cancelRun  context.CancelFunc
 	slotWG     sync.WaitGroup
+	aux        sync.WaitGroup // goroutines that end with run (the cancel listener)
 	stopped    chan struct{}
 }
 
@@ -315,6 +316,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		cancelBg()
 		bgWG.Wait()
 		cancelRun()
+		w.aux.Wait()
 		wctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		if err := w.beat(wctx, true); err != nil {
 			w.log.Warn("fleet: worker final state not written", "err", err)

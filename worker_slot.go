@@ -220,7 +220,8 @@ func NewBatchWorker[C, O, P any](f *Fleet, opts WorkerOptions, q *Queue[P], a Ba
 	w.decode = func(raw []byte) (any, error) { return decodeConfig[C](raw) }
 	w.catalog = Describe[C, O, P](w.opts.Type)
 	w.spawn = func(run, soft context.Context) bool {
-		b := &batch[C, O, P]{w: w, q: q, a: a, free: make(chan struct{}, len(w.slots)), tasks: make(chan *Task[P], len(w.slots))}
+		b := &batch[C, O, P]{w: w, q: q, a: a, free: make(chan struct{}, len(w.slots)), tasks: make(chan *Task[P], len(w.slots)), cancels: newCancelWatch()}
+		w.startCancels(run, q.name, b.cancels)
 		for range w.slots {
 			b.free <- struct{}{}
 		}
@@ -243,6 +244,8 @@ type batch[C, O, P any] struct {
 	a     BatchAutomation[C, O, P]
 	free  chan struct{} // one token per free slot
 	tasks chan *Task[P] // reserved tasks for the slots; closed by fetch
+
+	cancels *cancelWatch // the handlers that Queue.Cancel may cancel
 }
 
 // fetch reserves tasks while slots are free, until Stop begins (soft). Its
@@ -405,6 +408,7 @@ func (b *batch[C, O, P]) handleTask(run context.Context, s *Slot[C, O], t *Task[
 	defer s.st.busy.Store(false)
 	tctx, cancel := context.WithCancelCause(run)
 	defer cancel(nil)
+	defer b.cancels.start(t.ID, cancel)()
 	var hctx context.Context = tctx
 	if to := w.opts.TaskTimeout; to > 0 {
 		var hcancel context.CancelFunc
@@ -438,6 +442,8 @@ func (b *batch[C, O, P]) handleTask(run context.Context, s *Slot[C, O], t *Task[
 		w.done.Add(1)
 		w.succeed()
 		return nil
+	case errors.Is(cause, ErrCanceled):
+		return b.endCanceled(ectx, t, err)
 	case errors.Is(cause, ErrLeaseLost):
 		// The handler was stopped because the lease could no longer be
 		// proven: not the task's fault. Hand it back uncounted if it is
