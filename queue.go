@@ -472,6 +472,15 @@ type SubmitOptions struct {
 	// adds nothing and returns that task's id. The key is free again once
 	// the task is acked or dead-lettered. Defaults to none.
 	DedupKey string
+	// UniqueFor keeps DedupKey held for this long after the task is acked
+	// (asynq's Unique, BullMQ's deduplication ttl), in
+	// fleet:queue:<name>:unique:<key>; a task that is dead-lettered frees
+	// its key at once, as without it. While the key is held, live or within
+	// the window, SubmitWith returns the holder's id and a *DuplicateError
+	// (errors.Is ErrDuplicate) naming it. It needs DedupKey. Defaults to 0:
+	// the key is held only while the task lives, and a duplicate gets the
+	// holder's id with a nil error.
+	UniqueFor time.Duration
 }
 
 // SubmitWith is Submit with a delay and/or a dedup key. It returns the new
@@ -483,6 +492,9 @@ func (q *Queue[T]) SubmitWith(ctx context.Context, payload T, opts SubmitOptions
 	}
 	if opts.DedupKey != "" && (len(opts.DedupKey) > keys.MaxNameLen || !isText(opts.DedupKey)) {
 		return "", queueErr(op, q.name, fmt.Errorf("%w: dedup key of %d bytes must be valid text of at most %d bytes", ErrInvalidArgument, len(opts.DedupKey), keys.MaxNameLen))
+	}
+	if opts.UniqueFor != 0 {
+		return q.submitUnique(ctx, payload, opts)
 	}
 	b, err := q.encodePayload(payload)
 	if err != nil {

@@ -169,7 +169,7 @@ func (q *Queue[T]) reserve(ctx context.Context, n int, wantLeft bool) ([]*Task[T
 			err = errors.New("body id changed") // cannot happen: the script read it
 		}
 		if err == nil {
-			t.Attempts, t.dedup = w.Attempts, w.Dedup
+			t.Attempts, t.dedup, t.unique = w.Attempts, w.Dedup, w.UniqueMS
 			payload := w.Payload
 			if len(payload) == 0 {
 				payload = json.RawMessage("null")

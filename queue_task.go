@@ -28,6 +28,7 @@ type Task[T any] struct {
 	q      *Queue[T]
 	token  string
 	dedup  string
+	unique int64        // the body's "unique_ms": SubmitOptions.UniqueFor
 	body   string       // as stored in :processing:body
 	proven atomic.Int64 // monoNow when the lease may run out: send time of the reserve or last extend, plus the lease
 }
@@ -53,6 +54,7 @@ type wireBody struct {
 	Payload  json.RawMessage `json:"payload"`
 	Attempts int             `json:"attempts"`
 	Dedup    string          `json:"dedup"`
+	UniqueMS int64           `json:"unique_ms"`
 }
 
 func parseBody(body string) (wireBody, error) {
@@ -117,6 +119,9 @@ func (t *Task[T]) Ack(ctx context.Context) error {
 	q := t.q
 	if err := q.ready(ctx); err != nil {
 		return queueErr("ack", q.name, err)
+	}
+	if t.unique > 0 && t.dedup != "" {
+		return queueErr("ack", q.name, t.ackUnique(ctx))
 	}
 	n, err := queueAckScript.Exec(ctx, q.f.client, []string{q.k.Processing, q.k.Body, q.k.Lease, q.k.Dedup},
 		[]string{t.ID, t.token, t.dedup}).AsInt64()

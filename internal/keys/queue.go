@@ -29,6 +29,10 @@ type Queue struct {
 	// flight, and ends when the task is acked or dead-lettered. It can be
 	// rebuilt from the "dedup" field of the bodies in the documented keys.
 	Dedup string
+	// Unique is the prefix of fleet:queue:<name>:unique:<dedup key> (string:
+	// the id of the task that held the key, PX the window; optional): a dedup
+	// key kept held after its task was acked, for SubmitOptions.UniqueFor.
+	Unique string
 }
 
 // Queue returns the keys of queue name.
@@ -44,6 +48,7 @@ func (k Keys) Queue(name string) Queue {
 		Dedup:      base + ":dedup",
 		Policy:     base + ":policy",
 		Call:       base + ":call:",
+		Unique:     base + ":unique:",
 	}
 }
 
