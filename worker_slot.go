@@ -256,6 +256,8 @@ func (b *batch[C, O, P]) fetch(run, soft context.Context) {
 	q, f := b.q, b.w.f
 	ch, stop := f.watch.listen(q.k.Pending)
 	defer stop()
+	pause := newPauseGate(f, q.k.Paused, b.w.opts.ConfigPoll) // Queue.Pause
+	defer pause.stop()
 	bo := backoff{min: 2 * time.Millisecond, max: time.Second}
 	errBo := backoff{min: 50 * time.Millisecond, max: 5 * time.Second}
 	timer := time.NewTimer(0)
@@ -296,6 +298,9 @@ func (b *batch[C, O, P]) fetch(run, soft context.Context) {
 			default:
 				break more
 			}
+		}
+		if !pause.hold(run, soft) {
+			return
 		}
 		if drained && f.cache {
 			// The queue was empty at the last reserve: arm the invalidation

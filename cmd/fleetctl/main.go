@@ -121,7 +121,7 @@ func (a *app) fail(err error) int {
 	if errors.Is(err, fleet.ErrInvalidName) || errors.Is(err, fleet.ErrInvalidArgument) {
 		return exitUsage
 	}
-	if errors.Is(err, fleet.ErrNotDead) {
+	if errors.Is(err, fleet.ErrNotDead) || errors.Is(err, fleet.ErrUnknownQueue) || errors.Is(err, fleet.ErrScheduleNotFound) {
 		return exitNotFound
 	}
 	return exitError

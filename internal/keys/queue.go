@@ -33,6 +33,9 @@ type Queue struct {
 	// the id of the task that held the key, PX the window; optional): a dedup
 	// key kept held after its task was acked, for SubmitOptions.UniqueFor.
 	Unique string
+	// Paused is fleet:queue:<name>:paused (string "1"; optional): while it
+	// exists, batch workers reserve nothing from the queue.
+	Paused string
 }
 
 // Queue returns the keys of queue name.
@@ -49,6 +52,7 @@ func (k Keys) Queue(name string) Queue {
 		Policy:     base + ":policy",
 		Call:       base + ":call:",
 		Unique:     base + ":unique:",
+		Paused:     base + ":paused",
 	}
 }
 
