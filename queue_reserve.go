@@ -125,6 +125,13 @@ func (q *Queue[T]) await(ctx context.Context, n int, wait time.Duration, st rese
 // script may still run, or have run: abandonReserve then hands back what
 // it took.
 func (q *Queue[T]) reserve(ctx context.Context, n int, wantLeft bool) ([]*Task[T], reserveState, error) {
+	return q.reserveAs(ctx, n, wantLeft, "")
+}
+
+// reserveAs is reserve for a worker named owner ("type|id"; "" for none),
+// whose name goes before the lease tokens (owner/<random>.<i>), so that
+// Lookup can say which worker holds a task.
+func (q *Queue[T]) reserveAs(ctx context.Context, n int, wantLeft bool, owner string) ([]*Task[T], reserveState, error) {
 	st := reserveState{nextReady: -1}
 	if !q.published.Load() {
 		// A consumer stores its policy once; after that only submits keep
@@ -134,6 +141,9 @@ func (q *Queue[T]) reserve(ctx context.Context, n int, wantLeft bool) ([]*Task[T
 		}
 	}
 	prefix := newToken() + "."
+	if owner != "" {
+		prefix = owner + "/" + prefix
+	}
 	sent := monoNow()
 	res, err := queueReserveScript.Exec(ctx, q.f.client,
 		[]string{q.k.Pending, q.k.Processing, q.k.Body, q.k.Lease, q.k.Scheduled, q.k.Dead, q.k.Call + prefix, q.k.Policy},
