@@ -77,6 +77,16 @@ type QueueOptions struct {
 	// MaxPayloadBytes bounds a task's payload as JSON; a bigger one is
 	// refused with ErrInvalidPayload. Defaults to DefaultMaxPayloadBytes.
 	MaxPayloadBytes int
+	// Retention, when set, keeps the record of each task this handle acks
+	// (its result, attempts, when it was done, by which worker) for this
+	// long, in fleet:queue:<name>:result:<id>, for Lookup and ResultOf. A
+	// result is what Task.SetResult set (or what a BatchResultFunc
+	// returned), at most MaxPayloadBytes of JSON. Each retained task costs
+	// one string key: about 150 bytes of record and key, plus the result,
+	// plus Redis's per-key overhead (about 50-90 bytes); so memory is
+	// bounded by the ack rate times Retention. Defaults to 0: nothing is
+	// kept, and an ack writes nothing more.
+	Retention time.Duration
 }
 
 func (o QueueOptions) withDefaults() (QueueOptions, error) {
@@ -93,6 +103,8 @@ func (o QueueOptions) withDefaults() (QueueOptions, error) {
 		return o, fmt.Errorf("%w: QueueOptions.DeadMax %d is negative", ErrInvalidArgument, o.DeadMax)
 	case o.DeadMaxAge < 0:
 		return o, fmt.Errorf("%w: QueueOptions.DeadMaxAge %v is negative", ErrInvalidArgument, o.DeadMaxAge)
+	case o.Retention < 0:
+		return o, fmt.Errorf("%w: QueueOptions.Retention %v is negative", ErrInvalidArgument, o.Retention)
 	case o.MaxPayloadBytes < 0:
 		return o, fmt.Errorf("%w: QueueOptions.MaxPayloadBytes %d is negative", ErrInvalidArgument, o.MaxPayloadBytes)
 	}

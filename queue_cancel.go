@@ -26,7 +26,9 @@ var queueCancelScript = script("queue_cancel.lua")
 // cancel, and its task runs on.
 //
 // May return ErrTaskNotFound (no pending, scheduled, running or dead task
-// has the id), ErrTaskFinished (the task is in the dead letters: nothing
+// has the id, nor a retained result: a task that was acked without
+// QueueOptions.Retention is not known any more), ErrTaskFinished (the task
+// is in the dead letters, or done with its result retained: nothing
 // changes), ErrUnavailable. Finding a waiting task reads the queue in one
 // script, O(N) in the tasks that wait: a call for operators, not for
 // every task.
@@ -38,7 +40,7 @@ func (q *Queue[T]) Cancel(ctx context.Context, id string) error {
 	if id == "" || len(id) > 1024 {
 		return queueErr(op, q.name, fmt.Errorf("%w: task id of %d bytes", ErrInvalidArgument, len(id)))
 	}
-	n, err := queueCancelScript.Exec(ctx, q.f.client, []string{q.k.Pending, q.k.Scheduled, q.k.Processing, q.k.Dedup, q.k.Dead},
+	n, err := queueCancelScript.Exec(ctx, q.f.client, []string{q.k.Pending, q.k.Scheduled, q.k.Processing, q.k.Dedup, q.k.Dead, q.k.Result + id},
 		[]string{id}).AsInt64()
 	switch {
 	case err != nil:
@@ -48,6 +50,8 @@ func (q *Queue[T]) Cancel(ctx context.Context, id string) error {
 		err = q.f.Publish(ctx, q.f.keys.CancelTopic(q.name), id)
 	case n == 3:
 		err = fmt.Errorf("%w: task %s is in the dead letters", ErrTaskFinished, id)
+	case n == 4:
+		err = fmt.Errorf("%w: task %s is done", ErrTaskFinished, id)
 	}
 	return queueErr(op, q.name, err)
 }

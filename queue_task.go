@@ -28,9 +28,10 @@ type Task[T any] struct {
 	q      *Queue[T]
 	token  string
 	dedup  string
-	unique int64        // the body's "unique_ms": SubmitOptions.UniqueFor
-	body   string       // as stored in :processing:body
-	proven atomic.Int64 // monoNow when the lease may run out: send time of the reserve or last extend, plus the lease
+	unique int64                  // the body's "unique_ms": SubmitOptions.UniqueFor
+	body   string                 // as stored in :processing:body
+	proven atomic.Int64           // monoNow when the lease may run out: send time of the reserve or last extend, plus the lease
+	result atomic.Pointer[[]byte] // SetResult's, as JSON
 }
 
 // Token returns the lease token of this reservation, stored in
@@ -120,8 +121,8 @@ func (t *Task[T]) Ack(ctx context.Context) error {
 	if err := q.ready(ctx); err != nil {
 		return queueErr("ack", q.name, err)
 	}
-	if t.unique > 0 && t.dedup != "" {
-		return queueErr("ack", q.name, t.ackUnique(ctx))
+	if (t.unique > 0 && t.dedup != "") || q.opts.Retention > 0 {
+		return queueErr("ack", q.name, t.ackKeep(ctx))
 	}
 	n, err := queueAckScript.Exec(ctx, q.f.client, []string{q.k.Processing, q.k.Body, q.k.Lease, q.k.Dedup},
 		[]string{t.ID, t.token, t.dedup}).AsInt64()

@@ -6,10 +6,7 @@ import (
 	"strconv"
 )
 
-var (
-	queueSubmitUniqueScript = script("queue_submit_unique.lua")
-	queueAckUniqueScript    = script("queue_ack_unique.lua")
-)
+var queueSubmitUniqueScript = script("queue_submit_unique.lua")
 
 // submitUnique is SubmitWith with UniqueFor set.
 func (q *Queue[T]) submitUnique(ctx context.Context, payload T, opts SubmitOptions) (string, error) {
@@ -51,16 +48,4 @@ func (q *Queue[T]) submitUnique(ctx context.Context, payload T, opts SubmitOptio
 		q.wakeLocal()
 	}
 	return got, nil
-}
-
-// ackUnique acks a task submitted with UniqueFor: its dedup key stays held
-// for the window (queue_ack_unique.lua).
-func (t *Task[T]) ackUnique(ctx context.Context) error {
-	q := t.q
-	n, err := queueAckUniqueScript.Exec(ctx, q.f.client, []string{q.k.Processing, q.k.Body, q.k.Lease, q.k.Dedup, q.k.Unique + t.dedup},
-		[]string{t.ID, t.token, t.dedup, strconv.FormatInt(t.unique, 10)}).AsInt64()
-	if err == nil && n != 1 {
-		err = fmt.Errorf("%w: task %s", ErrLeaseLost, t.ID)
-	}
-	return err
 }

@@ -7,10 +7,11 @@
 -- KEYS[3]  fleet:queue:<name>:processing  zset: id -> deadline (unix s)
 -- KEYS[4]  fleet:queue:<name>:dedup       hash: dedup key -> id (derived)
 -- KEYS[5]  fleet:queue:<name>:dead        list: dead letters
+-- KEYS[6]  fleet:queue:<name>:result:<id>  string: the record of a task done (optional)
 -- ARGV[1]  task id
 -- returns  1 removed (pending or scheduled); 2 running (nothing changes
 --          here: the caller tells its worker); 3 dead (nothing changes);
---          0 not found
+--          4 done, its record retained (nothing changes); 0 not found
 local id = ARGV[1]
 local needle = id
 -- holds reports whether body is the task's.
@@ -26,6 +27,9 @@ local function free_dedup(v)
 end
 if redis.call('ZSCORE', KEYS[3], id) then
   return 2
+end
+if redis.call('EXISTS', KEYS[6]) == 1 then
+  return 4
 end
 local chunk = 1000
 local n = redis.call('LLEN', KEYS[1])

@@ -36,6 +36,10 @@ type Queue struct {
 	// Paused is fleet:queue:<name>:paused (string "1"; optional): while it
 	// exists, batch workers reserve nothing from the queue.
 	Paused string
+	// Result is the prefix of fleet:queue:<name>:result:<id> (string: JSON
+	// {id, result, attempts, done_at, worker}, PX QueueOptions.Retention;
+	// optional): a completed task's record, kept when retention is on.
+	Result string
 }
 
 // Queue returns the keys of queue name.
@@ -53,6 +57,7 @@ func (k Keys) Queue(name string) Queue {
 		Call:       base + ":call:",
 		Unique:     base + ":unique:",
 		Paused:     base + ":paused",
+		Result:     base + ":result:",
 	}
 }
 
