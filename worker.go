@@ -165,6 +165,8 @@ type Worker struct {
 	decode func([]byte) (any, error)            // stored config -> C, validated
 	spawn  func(run, soft context.Context) bool // starts the slot goroutines
 
+	newFetcher func(b any) func() // a batch worker's fetcher other than batch.fetch (NewPriorityWorker)
+
 	cfgMu   sync.Mutex
 	cfg     atomic.Pointer[configSnap]
 	seenGen atomic.Int64

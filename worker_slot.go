@@ -231,7 +231,11 @@ func NewBatchWorker[C, O, P any](f *Fleet, opts WorkerOptions, q *Queue[P], a Ba
 				return false
 			}
 		}
-		return w.goSlot(func() { b.fetch(run, soft) })
+		fetch := func() { b.fetch(run, soft) }
+		if w.newFetcher != nil {
+			fetch = w.newFetcher(b) // NewPriorityWorker's
+		}
+		return w.goSlot(fetch)
 	}
 	return w
 }
@@ -401,7 +405,7 @@ func (b *batch[C, O, P]) handle(run context.Context, s *Slot[C, O], t *Task[P]) 
 
 func (b *batch[C, O, P]) handleTask(run context.Context, s *Slot[C, O], t *Task[P]) error {
 	w := b.w
-	margin := leaseMargin(b.q.opts.Lease)
+	margin := leaseMargin(t.q.opts.Lease)
 	if time.Until(t.Deadline()) < margin {
 		// The reserve's reply came too late (held back, a stalled server, a
 		// paused process): another worker may get the task any moment.
@@ -518,7 +522,7 @@ func (c *leaseCtx) Err() error {
 // handler must stop: a task never runs on two workers at once, beyond the
 // margin.
 func (b *batch[C, O, P]) keep(ctx context.Context, t *Task[P], stop <-chan struct{}, cancel context.CancelCauseFunc) {
-	lease := b.q.opts.Lease
+	lease := t.q.opts.Lease
 	every := b.w.opts.LeaseExtend
 	if every == 0 {
 		every = lease / 3
