@@ -43,6 +43,25 @@
 // registration, heartbeats, stats, and config pushed by generation
 // ([Fleet.UpdateConfig], [Fleet.PushConfig]).
 //
+// # Task control
+//
+//   - [AddSchedule] with [Every] or [Cron], and [RunScheduler] in any number
+//     of processes: periodic tasks, one per tick, with a policy for missed
+//     ticks ([MissedRunOnce], [MissedSkip]); [Fleet.Schedules],
+//     [Fleet.PauseSchedule], [Fleet.RemoveSchedule].
+//   - [SubmitOptions.UniqueFor]: a dedup key held for a window after the
+//     task; a duplicate gets a [DuplicateError].
+//   - [Queue.Cancel]: a waiting task is removed, a running one is cancelled
+//     on its worker (cause [ErrCanceled]) and dead-lettered.
+//   - [Queue.Lookup], [QueueOptions.Retention], [Task.SetResult],
+//     [BatchResultFunc], [ResultOf]: a task's state and its result.
+//   - [Queue.Pause], [Fleet.PauseQueue]: workers reserve nothing from a
+//     paused queue; submits go on.
+//   - [NewPriorityWorker]: one worker over several queues, by strict
+//     priority or by weight.
+//   - [WorkerOptions.Middleware]: wrap handlers ([Middleware], [Handler]);
+//     the first is the outermost.
+//
 // # Operations
 //
 // [Fleet.Health], [Fleet.Sync], the admin functions ([Fleet.RemoveWorker],

@@ -82,10 +82,10 @@ type QueueOptions struct {
 	// long, in fleet:queue:<name>:result:<id>, for Lookup and ResultOf. A
 	// result is what Task.SetResult set (or what a BatchResultFunc
 	// returned), at most MaxPayloadBytes of JSON. Each retained task costs
-	// one string key: about 150 bytes of record and key, plus the result,
-	// plus Redis's per-key overhead (about 50-90 bytes); so memory is
-	// bounded by the ack rate times Retention. Defaults to 0: nothing is
-	// kept, and an ack writes nothing more.
+	// one string key with a TTL: about 280 bytes of server memory with a
+	// small result (BenchmarkRetainedResult), plus the result's bytes; so
+	// memory is bounded by the ack rate times Retention. Defaults to 0:
+	// nothing is kept, and an ack writes nothing more.
 	Retention time.Duration
 }
 

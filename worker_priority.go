@@ -257,8 +257,8 @@ func (p *prio[C, O, P]) fetch(run, soft context.Context) {
 	}
 }
 
-// plan shares free slots among the queues that are neither known empty
-// nor paused: all to the highest that qualifies (strict), or one by one by
+// plan gives the free slots to one of the queues that are neither known
+// empty nor paused: the highest that qualifies (strict), or the next by
 // smooth weighted round robin (weighted).
 func (p *prio[C, O, P]) plan(ctx context.Context, free int, empty []bool, gates []*pauseGate) []int {
 	plan := make([]int, len(p.qs))
@@ -283,19 +283,20 @@ func (p *prio[C, O, P]) plan(ctx context.Context, free int, empty []bool, gates 
 		plan[best] = free
 		return plan
 	}
-	for range free {
-		best := -1
-		for i := range p.qs {
-			if !ok[i] {
-				continue
-			}
-			p.current[i] += p.weights[i]
-			if best < 0 || p.current[i] > p.current[best] {
-				best = i
-			}
+	// One reserve per round: the whole round goes to one queue, picked by a
+	// smooth weighted round robin in which a round of k tasks counts k
+	// times, so the shares hold per task, not per round.
+	best := -1
+	for i := range p.qs {
+		if !ok[i] {
+			continue
 		}
-		p.current[best] -= total
-		plan[best]++
+		p.current[i] += p.weights[i] * free
+		if best < 0 || p.current[best] < p.current[i] {
+			best = i
+		}
 	}
+	p.current[best] -= total * free
+	plan[best] = free
 	return plan
 }
