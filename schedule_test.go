@@ -8,6 +8,7 @@ import (
 	"log"
 	"maps"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -101,6 +102,10 @@ func TestScheduleReplicas(t *testing.T) {
 			t.Fatalf("%d ticks", len(ticks))
 		}
 		consecutive(t, ticks, created+100, 100)
+		// The first 30 ticks gave exactly 30 tasks.
+		if first30 := len(slices.DeleteFunc(slices.Clone(ticks), func(tk int64) bool { return tk > created+3000 })); first30 != 30 {
+			t.Fatalf("%d tasks for the first 30 ticks", first30)
+		}
 		// Removed: no key of the schedule is left, and no tick comes after.
 		time.Sleep(300 * time.Millisecond)
 		if got := scheduledTicks(t, e, "ticks", "every100", p); len(got) != len(ticks) {
