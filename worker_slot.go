@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -445,19 +446,13 @@ func (b *batch[C, O, P]) handleTask(run, soft context.Context, s *Slot[C, O], t 
 	var hctx context.Context = tctx
 	if to := w.opts.TaskTimeout; to > 0 {
 		var hcancel context.CancelFunc
-		hctx, hcancel = context.WithTimeoutCause(tctx, to, fmt.Errorf("%w after %v", ErrTaskTimeout, to))
+		hctx, hcancel = context.WithTimeoutCause(tctx, to, w.timeoutCause)
 		defer hcancel()
 	}
 	hctx = &leaseCtx{Context: hctx, end: t.proven.Load, margin: margin, cancel: cancel} // outermost: its Err is the one called
-	stopKeep := make(chan struct{})
-	kept := make(chan struct{})
-	go func() {
-		defer close(kept)
-		b.keep(tctx, t, stopKeep, cancel)
-	}()
+	k := b.keep(tctx, t, cancel)
 	err := protect(func() error { return b.a.Handle(hctx, s, t) })
-	close(stopKeep)
-	<-kept
+	k.stop()
 	cause := context.Cause(hctx)
 
 	ectx, ecancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -536,47 +531,85 @@ func (c *leaseCtx) Err() error {
 	return c.Context.Err()
 }
 
-// keep keeps the task's lease alive until stop closes, extending it every
-// LeaseExtend (a third of the lease by default). It cancels the handler's
+// keeper keeps one task's lease alive while its handler runs, from a timer:
+// no goroutine of its own while nothing is due. Every LeaseExtend (a third
+// of the lease by default) it extends the lease. It cancels the handler's
 // ctx with ErrLeaseLost when Redis says the lease is lost, and also when
 // the lease it can prove runs out (Task.Deadline, less leaseMargin) before
 // an extension was confirmed: Redis unreachable, or too slow to answer.
 // From then on a sweeper may give the task to another worker, so the
 // handler must stop: a task never runs on two workers at once, beyond the
 // margin.
-func (b *batch[C, O, P]) keep(ctx context.Context, t *Task[P], stop <-chan struct{}, cancel context.CancelCauseFunc) {
+type keeper[C, O, P any] struct {
+	b      *batch[C, O, P]
+	ctx    context.Context
+	t      *Task[P]
+	cancel context.CancelCauseFunc
+	every  time.Duration
+	margin time.Duration
+
+	mu      sync.Mutex // held while a tick runs, so that stop waits for it
+	stopped bool
+	timer   *time.Timer
+	extend  int64 // monoNow at which the next extension is due
+}
+
+// keep starts the keeper of t.
+func (b *batch[C, O, P]) keep(ctx context.Context, t *Task[P], cancel context.CancelCauseFunc) *keeper[C, O, P] {
 	lease := b.q.opts.Lease
-	every := b.w.opts.LeaseExtend
-	if every == 0 {
-		every = lease / 3
+	k := &keeper[C, O, P]{b: b, ctx: ctx, t: t, cancel: cancel, every: b.w.opts.LeaseExtend, margin: leaseMargin(lease)}
+	if k.every == 0 {
+		k.every = lease / 3
 	}
-	margin := leaseMargin(lease)
-	tk := time.NewTicker(max(every, time.Millisecond))
-	defer tk.Stop()
-	expire := time.NewTimer(time.Until(t.Deadline()) - margin)
-	defer expire.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-ctx.Done():
-			return
-		case <-expire.C:
-			cancel(fmt.Errorf("%w: no extension confirmed before the lease ran out", ErrLeaseLost))
-			return
-		case <-tk.C:
-		}
-		ectx, ecancel := context.WithDeadline(ctx, t.Deadline().Add(-margin))
-		err := t.Extend(ectx, lease)
+	k.every = max(k.every, time.Millisecond)
+	k.extend = monoNow() + int64(k.every)
+	k.mu.Lock()
+	k.timer = time.AfterFunc(k.wait(), k.tick)
+	k.mu.Unlock()
+	return k
+}
+
+// wait is how long until the next tick: the next extension, or the end of
+// the proven lease, whichever comes first.
+func (k *keeper[C, O, P]) wait() time.Duration {
+	end := k.t.proven.Load() - int64(k.margin)
+	return time.Duration(min(k.extend, end) - monoNow())
+}
+
+func (k *keeper[C, O, P]) tick() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.stopped || k.ctx.Err() != nil {
+		return
+	}
+	now := monoNow()
+	if now >= k.t.proven.Load()-int64(k.margin) {
+		k.cancel(fmt.Errorf("%w: no extension confirmed before the lease ran out", ErrLeaseLost))
+		return
+	}
+	if now >= k.extend {
+		k.extend = now + int64(k.every)
+		ectx, ecancel := context.WithDeadline(k.ctx, k.t.Deadline().Add(-k.margin))
+		err := k.t.Extend(ectx, k.b.q.opts.Lease)
 		ecancel()
 		switch {
 		case errors.Is(err, ErrLeaseLost):
-			cancel(err)
+			k.cancel(err)
 			return
-		case err == nil:
-			expire.Reset(time.Until(t.Deadline()) - margin)
-		case ctx.Err() == nil:
-			b.w.log.Warn("fleet: worker could not extend a lease", "task", t.ID, "err", err)
+		case err != nil && k.ctx.Err() == nil:
+			k.b.w.log.Warn("fleet: worker could not extend a lease", "task", k.t.ID, "err", err)
 		}
 	}
+	if !k.stopped {
+		k.timer.Reset(k.wait())
+	}
+}
+
+// stop ends the keeper; it waits for a tick in progress (an extension in
+// flight) to end.
+func (k *keeper[C, O, P]) stop() {
+	k.mu.Lock()
+	k.stopped = true
+	k.timer.Stop()
+	k.mu.Unlock()
 }
