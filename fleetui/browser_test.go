@@ -62,7 +62,7 @@ type mail struct {
 // FLEETUI_README_SHOT=1 the overview's also replaces docs/fleetui.png.
 func TestBrowser(t *testing.T) {
 	chrome := chromePath(t)
-	tg := redistest.Targets(t)[0]
+	tg := redistest.Target{Name: "single-compat", URL: redistest.SingleURL(t)}
 	b := newBed(t, tg, fleetui.Options{Refresh: 300 * time.Millisecond, SampleEvery: 250 * time.Millisecond})
 	c := ctxFor(t)
 	dir := artifacts(t)

@@ -398,7 +398,7 @@ func TestPayloadsAreEscaped(t *testing.T) {
 }
 
 func TestStreamEvents(t *testing.T) {
-	tg := redistest.Targets(t)[0]
+	tg := redistest.Target{Name: "single-compat", URL: redistest.SingleURL(t)}
 	b := newBed(t, tg, fleetui.Options{})
 	s := fleet.NewStream[out](b.F, "jobs", fleet.StreamOptions{})
 	c := ctxFor(t)
