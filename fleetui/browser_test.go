@@ -94,6 +94,18 @@ func TestBrowser(t *testing.T) {
 		}
 	}
 	submitMail(20)
+	type region struct {
+		Region string `json:"region" fleet:"index"`
+	}
+	proxies := fleet.NewPool[string, region](b.F, "proxies", fleet.PoolOptions{})
+	for _, r := range []string{"eu", "eu", "us", "us", "us"} {
+		if _, err := proxies.Put(c, "socks5://proxy."+r, region{Region: r}, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if cl, err := proxies.Where(fleet.Eq("region", "us")).Claim(c, fleet.ClaimOptions{Hold: time.Minute}); err != nil || cl == nil {
+		t.Fatalf("claim: %v %v", cl, err)
+	}
 
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chrome), chromedp.NoSandbox, chromedp.Headless, chromedp.DisableGPU,
@@ -177,8 +189,10 @@ func TestBrowser(t *testing.T) {
 		t.Fatalf("the page reloaded (marker %q)", marker)
 	}
 	// Let the chart gather a few samples while the mailer works.
-	submitMail(30)
-	waitJS("the chart draws", `document.querySelectorAll('svg.chart rect').length >= 4 && document.querySelector('svg.spark') !== null`)
+	for i := range 6 {
+		submitMail(4 + 4*i)
+		waitJS("the chart draws", fmt.Sprintf(`document.querySelectorAll('svg.chart rect').length >= %d && document.querySelector('svg.spark') !== null`, i+2))
+	}
 	shot("overview")
 	if os.Getenv("FLEETUI_README_SHOT") == "1" {
 		png, err := chromedp.Run(step(), chromedp.Screenshot(chromedp.CSS("body")))
