@@ -400,48 +400,99 @@ func TestPayloadsAreEscaped(t *testing.T) {
 func TestStreamEvents(t *testing.T) {
 	tg := redistest.Target{Name: "single-compat", URL: redistest.SingleURL(t)}
 	b := newBed(t, tg, fleetui.Options{})
+	// A server of its own that reports when each events handler returns.
+	ended := make(chan string, 4)
+	ui := fleetui.Handler(b.F, fleetui.Options{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ui.ServeHTTP(w, r)
+		if strings.HasSuffix(r.URL.Path, "/events") {
+			ended <- r.Header.Get("Last-Event-ID")
+		}
+	}))
+	t.Cleanup(srv.Close)
 	s := fleet.NewStream[out](b.F, "jobs", fleet.StreamOptions{})
 	c := ctxFor(t)
 	first, err := s.Push(c, out{N: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rctx, cancel := context.WithCancel(c)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(rctx, "GET", b.Srv.URL+"/fleet/streams/jobs/events", nil)
-	res, err := b.C.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	open := func(lastID string) (*bufio.Scanner, context.CancelFunc) {
+		t.Helper()
+		rctx, cancel := context.WithCancel(c)
+		req, _ := http.NewRequestWithContext(rctx, "GET", srv.URL+"/fleet/streams/jobs/events", nil)
+		if lastID != "" {
+			req.Header.Set("Last-Event-ID", lastID)
+		}
+		res, err := b.C.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { res.Body.Close() })
+		if ct := res.Header.Get("Content-Type"); res.StatusCode != 200 || ct != "text/event-stream" {
+			t.Fatalf("events: %d %q", res.StatusCode, ct)
+		}
+		return bufio.NewScanner(res.Body), cancel
 	}
-	defer res.Body.Close()
-	if ct := res.Header.Get("Content-Type"); res.StatusCode != 200 || ct != "text/event-stream" {
-		t.Fatalf("events: %d %q", res.StatusCode, ct)
-	}
-	sc := bufio.NewScanner(res.Body)
-	next := func() string { // the data line of the next entry event
+	// next returns the id and data lines of the next entry event.
+	next := func(sc *bufio.Scanner) (id, data string) {
 		t.Helper()
 		for sc.Scan() {
-			if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
-				return d
+			if v, ok := strings.CutPrefix(sc.Text(), "id: "); ok {
+				id = v
+			}
+			if v, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+				return id, v
 			}
 		}
 		t.Fatalf("stream ended: %v", sc.Err())
-		return ""
+		return "", ""
 	}
-	if d := next(); !strings.Contains(d, `"id":"`+first+`"`) || !strings.Contains(d, `"data":"{\n  \"n\": 1\n}"`) {
+	sc, cancel := open("")
+	firstEventID, d := next(sc)
+	if !strings.Contains(d, `"id":"`+first+`"`) || !strings.Contains(d, `"data":"{\n  \"n\": 1\n}"`) {
 		t.Fatalf("first entry: %s", d)
 	}
 	second, err := s.Push(c, out{N: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := next(); !strings.Contains(d, `"id":"`+second+`"`) {
+	if _, d := next(sc); !strings.Contains(d, `"id":"`+second+`"`) {
 		t.Fatalf("second entry: %s", d)
 	}
-	// Ending the request ends the handler: the body reaches EOF, and
-	// goleak (TestMain) finds no goroutine of it left.
+	// Ending the request ends the handler, well before its 30 s life.
 	cancel()
-	for sc.Scan() {
+	select {
+	case <-ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the events handler still runs 10 s after its request ended")
+	}
+	// A reconnect resumes at the Last-Event-ID: the entries of that
+	// millisecond and after, the first one included.
+	sc, cancel = open(firstEventID)
+	defer cancel()
+	if _, d := next(sc); !strings.Contains(d, `"id":"`+first+`"`) {
+		t.Fatalf("resumed at %s: %s", firstEventID, d)
+	}
+	if _, d := next(sc); !strings.Contains(d, `"id":"`+second+`"`) {
+		t.Fatalf("resumed, second: %s", d)
+	}
+	cancel()
+	select {
+	case <-ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the resumed events handler still runs 10 s after its request ended")
+	}
+	// A bad Last-Event-ID is 400.
+	req, _ := http.NewRequestWithContext(c, "GET", srv.URL+"/fleet/streams/jobs/events", nil)
+	req.Header.Set("Last-Event-ID", "soon")
+	res, err := b.C.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	<-ended
+	if res.StatusCode != http.StatusBadRequest {
+		t.Fatalf("bad Last-Event-ID: %d", res.StatusCode)
 	}
 }
 

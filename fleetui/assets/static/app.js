@@ -33,7 +33,7 @@
   if (refresh > 0) {
     var poll = function () {
       if (dlg && dlg.open) { setTimeout(poll, refresh); return; }
-      fetch(location.href, { headers: { "X-Fleet-Live": "1" }, credentials: "same-origin", cache: "no-store" })
+      fetch(location.href, { credentials: "same-origin", cache: "no-store" })
         .then(function (res) {
           if (!res.ok) throw new Error("HTTP " + res.status);
           return res.text();
