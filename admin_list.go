@@ -20,9 +20,9 @@ import (
 // entries of a stream. Each reads one page or one entity, never the
 // keyspace.
 
-// TaskInfo is one task that waits on a queue, as PendingTasks and
+// WaitingTask is one task that waits on a queue, as PendingTasks and
 // ScheduledTasks read it.
-type TaskInfo struct {
+type WaitingTask struct {
 	// ID is the task's id; empty when the body is not a task (poison that
 	// the next reserve sends to the dead letters).
 	ID string `json:"id"`
@@ -37,8 +37,8 @@ type TaskInfo struct {
 	Raw string `json:"raw"`
 }
 
-func taskInfo(raw string) TaskInfo {
-	t := TaskInfo{Raw: raw}
+func waitingTask(raw string) WaitingTask {
+	t := WaitingTask{Raw: raw}
 	if b, err := parseBody(raw); err == nil {
 		t.ID, t.Payload, t.Attempts = b.ID, b.Payload, b.Attempts
 	}
@@ -56,7 +56,7 @@ func checkPage(offset, count int) error {
 // in the order reserves take them (the head of fleet:queue:<name> first),
 // in one LRANGE. A queue that does not exist lists none. May return
 // ErrInvalidName, ErrInvalidArgument, ErrWrongType, ErrUnavailable.
-func (f *Fleet) PendingTasks(ctx context.Context, name string, offset, count int) ([]TaskInfo, error) {
+func (f *Fleet) PendingTasks(ctx context.Context, name string, offset, count int) ([]WaitingTask, error) {
 	if err := keys.Join(keys.Check(keys.KindQueue, name), checkPage(offset, count)); err != nil {
 		return nil, queueErr("pending tasks", name, err)
 	}
@@ -71,9 +71,9 @@ func (f *Fleet) PendingTasks(ctx context.Context, name string, offset, count int
 	if err != nil {
 		return nil, queueErr("pending tasks", name, err)
 	}
-	out := make([]TaskInfo, len(raws))
+	out := make([]WaitingTask, len(raws))
 	for i, r := range raws {
-		out[i] = taskInfo(r)
+		out[i] = waitingTask(r)
 	}
 	return out, nil
 }
@@ -82,7 +82,7 @@ func (f *Fleet) PendingTasks(ctx context.Context, name string, offset, count int
 // offset, the soonest due first (fleet:queue:<name>:scheduled by rank), in
 // one ZRANGE. A queue that does not exist lists none. May return
 // ErrInvalidName, ErrInvalidArgument, ErrWrongType, ErrUnavailable.
-func (f *Fleet) ScheduledTasks(ctx context.Context, name string, offset, count int) ([]TaskInfo, error) {
+func (f *Fleet) ScheduledTasks(ctx context.Context, name string, offset, count int) ([]WaitingTask, error) {
 	if err := keys.Join(keys.Check(keys.KindQueue, name), checkPage(offset, count)); err != nil {
 		return nil, queueErr("scheduled tasks", name, err)
 	}
@@ -98,9 +98,9 @@ func (f *Fleet) ScheduledTasks(ctx context.Context, name string, offset, count i
 	if err != nil {
 		return nil, queueErr("scheduled tasks", name, err)
 	}
-	out := make([]TaskInfo, len(zs))
+	out := make([]WaitingTask, len(zs))
 	for i, z := range zs {
-		out[i] = taskInfo(z.Member)
+		out[i] = waitingTask(z.Member)
 		out[i].ReadyAt = fromUnixSeconds(z.Score)
 	}
 	return out, nil

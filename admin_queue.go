@@ -63,6 +63,7 @@ type QueueCounts struct {
 	InFlight  int64  `json:"in_flight"`
 	Scheduled int64  `json:"scheduled"`
 	Dead      int64  `json:"dead"`
+	Paused    bool   `json:"paused"`
 }
 
 // PoolCounts is one pool's line of an Overview.
@@ -126,7 +127,8 @@ func (f *Fleet) Overview(ctx context.Context) (Overview, error) {
 			c.B().Llen().Key(k.Pending).Build(),
 			c.B().Zcard().Key(k.Processing).Build(),
 			c.B().Zcard().Key(k.Scheduled).Build(),
-			c.B().Llen().Key(k.Dead).Build())
+			c.B().Llen().Key(k.Dead).Build(),
+			c.B().Exists().Key(k.Paused).Build())
 	}
 	nowMs := strconv.FormatInt(now.UnixMilli(), 10)
 	for _, n := range ps {
@@ -140,13 +142,18 @@ func (f *Fleet) Overview(ctx context.Context) (Overview, error) {
 	for i, n := range qs {
 		qc := QueueCounts{Name: n}
 		for j, p := range []*int64{&qc.Pending, &qc.InFlight, &qc.Scheduled, &qc.Dead} {
-			if *p, err = res[4*i+j].AsInt64(); err != nil {
+			if *p, err = res[5*i+j].AsInt64(); err != nil {
 				return ov, queueErr("overview", n, err)
 			}
 		}
+		paused, err := res[5*i+4].AsInt64()
+		if err != nil {
+			return ov, queueErr("overview", n, err)
+		}
+		qc.Paused = paused == 1
 		ov.Queues = append(ov.Queues, qc)
 	}
-	res = res[4*len(qs):]
+	res = res[5*len(qs):]
 	cmds = cmds[:0]
 	var owners []int // pool index of each EXISTS
 	for i, n := range ps {

@@ -77,6 +77,16 @@ type QueueOptions struct {
 	// MaxPayloadBytes bounds a task's payload as JSON; a bigger one is
 	// refused with ErrInvalidPayload. Defaults to DefaultMaxPayloadBytes.
 	MaxPayloadBytes int
+	// Retention, when set, keeps the record of each task this handle acks
+	// (its result, attempts, when it was done, by which worker) for this
+	// long, in fleet:queue:<name>:result:<id>, for Lookup and ResultOf. A
+	// result is what Task.SetResult set (or what a BatchResultFunc
+	// returned), at most MaxPayloadBytes of JSON. Each retained task costs
+	// one string key: about 150 bytes of record and key, plus the result,
+	// plus Redis's per-key overhead (about 50-90 bytes); so memory is
+	// bounded by the ack rate times Retention. Defaults to 0: nothing is
+	// kept, and an ack writes nothing more.
+	Retention time.Duration
 }
 
 func (o QueueOptions) withDefaults() (QueueOptions, error) {
@@ -93,6 +103,8 @@ func (o QueueOptions) withDefaults() (QueueOptions, error) {
 		return o, fmt.Errorf("%w: QueueOptions.DeadMax %d is negative", ErrInvalidArgument, o.DeadMax)
 	case o.DeadMaxAge < 0:
 		return o, fmt.Errorf("%w: QueueOptions.DeadMaxAge %v is negative", ErrInvalidArgument, o.DeadMaxAge)
+	case o.Retention < 0:
+		return o, fmt.Errorf("%w: QueueOptions.Retention %v is negative", ErrInvalidArgument, o.Retention)
 	case o.MaxPayloadBytes < 0:
 		return o, fmt.Errorf("%w: QueueOptions.MaxPayloadBytes %d is negative", ErrInvalidArgument, o.MaxPayloadBytes)
 	}
@@ -474,6 +486,15 @@ type SubmitOptions struct {
 	// adds nothing and returns that task's id. The key is free again once
 	// the task is acked or dead-lettered. Defaults to none.
 	DedupKey string
+	// UniqueFor keeps DedupKey held for this long after the task is acked
+	// (asynq's Unique, BullMQ's deduplication ttl), in
+	// fleet:queue:<name>:unique:<key>; a task that is dead-lettered frees
+	// its key at once, as without it. While the key is held, live or within
+	// the window, SubmitWith returns the holder's id and a *DuplicateError
+	// (errors.Is ErrDuplicate) naming it. It needs DedupKey. Defaults to 0:
+	// the key is held only while the task lives, and a duplicate gets the
+	// holder's id with a nil error.
+	UniqueFor time.Duration
 }
 
 // SubmitWith is Submit with a delay and/or a dedup key. It returns the new
@@ -485,6 +506,9 @@ func (q *Queue[T]) SubmitWith(ctx context.Context, payload T, opts SubmitOptions
 	}
 	if opts.DedupKey != "" && (len(opts.DedupKey) > keys.MaxNameLen || !isText(opts.DedupKey)) {
 		return "", queueErr(op, q.name, fmt.Errorf("%w: dedup key of %d bytes must be valid text of at most %d bytes", ErrInvalidArgument, len(opts.DedupKey), keys.MaxNameLen))
+	}
+	if opts.UniqueFor != 0 {
+		return q.submitUnique(ctx, payload, opts)
 	}
 	b, err := q.encodePayload(payload)
 	if err != nil {

@@ -23,6 +23,8 @@ type QueueStats struct {
 	Scheduled int64
 	// Dead letters (fleet:queue:<name>:dead).
 	Dead int64
+	// Paused says whether the queue is paused (Queue.Pause).
+	Paused bool
 }
 
 // Stats counts the queue's tasks, in one round trip. May return
@@ -38,6 +40,7 @@ func (q *Queue[T]) Stats(ctx context.Context) (QueueStats, error) {
 		c.B().Zcard().Key(q.k.Processing).Build(),
 		c.B().Zcard().Key(q.k.Scheduled).Build(),
 		c.B().Llen().Key(q.k.Dead).Build(),
+		c.B().Exists().Key(q.k.Paused).Build(),
 	)
 	for i, p := range []*int64{&s.Pending, &s.InFlight, &s.Scheduled, &s.Dead} {
 		n, err := res[i].AsInt64()
@@ -46,6 +49,11 @@ func (q *Queue[T]) Stats(ctx context.Context) (QueueStats, error) {
 		}
 		*p = n
 	}
+	paused, err := res[4].AsInt64()
+	if err != nil {
+		return QueueStats{}, queueErr("stats", q.name, err)
+	}
+	s.Paused = paused == 1
 	return s, nil
 }
 

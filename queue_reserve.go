@@ -39,7 +39,7 @@ func (q *Queue[T]) Reserve(ctx context.Context, n int, wait time.Duration) ([]*T
 	if wait < 0 {
 		return nil, queueErr(op, q.name, fmt.Errorf("%w: wait %v is negative", ErrInvalidArgument, wait))
 	}
-	tasks, st, err := q.reserve(ctx, n, false, nil)
+	tasks, st, err := q.reserve(ctx, n, false)
 	if len(tasks) > 0 || wait == 0 || (err != nil && !transient(err)) {
 		return tasks, queueErr(op, q.name, err)
 	}
@@ -112,7 +112,7 @@ func (q *Queue[T]) await(ctx context.Context, n int, wait time.Duration, st rese
 	tryNow, retried := false, false
 	for {
 		if tryNow {
-			tasks, s, err := q.reserve(ctx, n, false, nil)
+			tasks, s, err := q.reserve(ctx, n, false)
 			if len(tasks) > 0 {
 				// Pass the wake on: another local waiter takes what is
 				// left, or re-arms the invalidation that this pop used up.
@@ -164,11 +164,19 @@ func (q *Queue[T]) await(ctx context.Context, n int, wait time.Duration, st rese
 	}
 }
 
-// reserve runs the reserve script once and decodes what it returns; with
-// ack, it first acks that task (st.acked says how that went). When the call
-// ends without a reply (ctx ended, or the connection broke) the script may
-// still run, or have run: abandonReserve then hands back what it took.
-func (q *Queue[T]) reserve(ctx context.Context, n int, wantLeft bool, ack *Task[T]) ([]*Task[T], reserveState, error) {
+// reserve runs the reserve script once and decodes what it returns. When
+// the call ends without a reply (ctx ended, or the connection broke) the
+// script may still run, or have run: abandonReserve then hands back what
+// it took.
+func (q *Queue[T]) reserve(ctx context.Context, n int, wantLeft bool) ([]*Task[T], reserveState, error) {
+	return q.reserveAs(ctx, n, wantLeft, "", nil)
+}
+
+// reserveAs is reserve for a worker named owner ("type|id"; "" for none),
+// whose name goes before the lease tokens (owner/<random>.<i>), so that
+// Lookup can say which worker holds a task; with ack, it first acks that
+// task (st.acked says how that went).
+func (q *Queue[T]) reserveAs(ctx context.Context, n int, wantLeft bool, owner string, ack *Task[T]) ([]*Task[T], reserveState, error) {
 	st := reserveState{nextReady: -1, acked: -1}
 	if !q.published.Load() {
 		// A consumer stores its policy once; after that only submits keep
@@ -178,6 +186,9 @@ func (q *Queue[T]) reserve(ctx context.Context, n int, wantLeft bool, ack *Task[
 		}
 	}
 	prefix := newToken() + "."
+	if owner != "" {
+		prefix = owner + "/" + prefix
+	}
 	sent := monoNow()
 	look := q.look.now(sent)
 	move := "0"
@@ -243,7 +254,7 @@ func (q *Queue[T]) reserve(ctx context.Context, n int, wantLeft bool, ack *Task[
 			err = errors.New("body id changed") // cannot happen: the script read it
 		}
 		if err == nil {
-			t.Attempts, t.dedup = w.Attempts, w.Dedup
+			t.Attempts, t.dedup, t.unique = w.Attempts, w.Dedup, w.UniqueMS
 			payload := w.Payload
 			if len(payload) == 0 {
 				payload = json.RawMessage("null")

@@ -28,8 +28,10 @@ type Task[T any] struct {
 	q      *Queue[T]
 	token  string
 	dedup  string
-	body   string       // as stored in :processing:body
-	proven atomic.Int64 // monoNow when the lease may run out: send time of the reserve or last extend, plus the lease
+	unique int64                  // the body's "unique_ms": SubmitOptions.UniqueFor
+	body   string                 // as stored in :processing:body
+	proven atomic.Int64           // monoNow when the lease may run out: send time of the reserve or last extend, plus the lease
+	result atomic.Pointer[[]byte] // SetResult's, as JSON
 }
 
 // Token returns the lease token of this reservation, stored in
@@ -53,6 +55,7 @@ type wireBody struct {
 	Payload  json.RawMessage `json:"payload"`
 	Attempts int             `json:"attempts"`
 	Dedup    string          `json:"dedup"`
+	UniqueMS int64           `json:"unique_ms"`
 }
 
 func parseBody(body string) (wireBody, error) {
@@ -118,12 +121,22 @@ func (t *Task[T]) Ack(ctx context.Context) error {
 	if err := q.ready(ctx); err != nil {
 		return queueErr("ack", q.name, err)
 	}
+	if !q.plainAck(t) {
+		return queueErr("ack", q.name, t.ackKeep(ctx))
+	}
 	n, err := queueAckScript.Exec(ctx, q.f.client, []string{q.k.Processing, q.k.Body, q.k.Lease, q.k.Dedup},
 		[]string{t.ID, t.token, t.dedup}).AsInt64()
 	if err == nil && n != 1 {
 		err = fmt.Errorf("%w: task %s", ErrLeaseLost, t.ID)
 	}
 	return queueErr("ack", q.name, err)
+}
+
+// plainAck reports whether t's ack is the plain one (queue_ack.lua, also
+// run by a worker slot's ack-and-take): not when its dedup key is held for
+// a window after it, nor when the queue retains done tasks.
+func (q *Queue[T]) plainAck(t *Task[T]) bool {
+	return (t.unique == 0 || t.dedup == "") && q.opts.Retention <= 0
 }
 
 // Nack ends the reservation as failed with cause: the attempt is counted

@@ -106,6 +106,13 @@ type WorkerOptions struct {
 	// Logger receives what the worker's goroutines have to say. Defaults to
 	// the Fleet's logger.
 	Logger *slog.Logger
+	// Middleware wraps a batch worker's handler, for logging, metrics,
+	// tracing or panic handling. The first is the outermost: it runs first,
+	// calls the second, and so on to the handler, and it sees the outcome
+	// last. A panic anywhere in the chain is still recovered by the worker
+	// (and nacked) once the middleware's deferred calls have run. Loop
+	// workers ignore it. Defaults to none.
+	Middleware []Middleware
 }
 
 func (o WorkerOptions) withDefaults() (WorkerOptions, error) {
@@ -178,6 +185,7 @@ type Worker struct {
 	cancelSoft context.CancelFunc
 	cancelRun  context.CancelFunc
 	slotWG     sync.WaitGroup
+	aux        sync.WaitGroup // goroutines that end with run (the cancel listener)
 	stopped    chan struct{}
 }
 
@@ -311,6 +319,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		cancelBg()
 		bgWG.Wait()
 		cancelRun()
+		w.aux.Wait()
 		wctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		if err := w.beat(wctx, true); err != nil {
 			w.log.Warn("fleet: worker final state not written", "err", err)

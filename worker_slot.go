@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/redis/rueidis"
 )
 
 // LoopAutomation is an automation that runs in each slot until stopped,
@@ -222,7 +224,8 @@ func NewBatchWorker[C, O, P any](f *Fleet, opts WorkerOptions, q *Queue[P], a Ba
 	w.decode = func(raw []byte) (any, error) { return decodeConfig[C](raw) }
 	w.catalog = Describe[C, O, P](w.opts.Type)
 	w.spawn = func(run, soft context.Context) bool {
-		b := &batch[C, O, P]{w: w, q: q, a: a, free: make(chan struct{}, len(w.slots)), tasks: make(chan *Task[P], len(w.slots))}
+		b := &batch[C, O, P]{w: w, q: q, a: a, free: make(chan struct{}, len(w.slots)), tasks: make(chan *Task[P], len(w.slots)), cancels: newCancelWatch()}
+		w.startCancels(run, q.name, b.cancels)
 		for range w.slots {
 			b.free <- struct{}{}
 		}
@@ -250,6 +253,8 @@ type batch[C, O, P any] struct {
 	// last reserve or take found the queue empty, so the fetcher arms the
 	// queue key's invalidation before it reserves blind.
 	more, drained atomic.Bool
+
+	cancels *cancelWatch // the handlers that Queue.Cancel may cancel
 }
 
 // fetch reserves tasks while slots are free, until Stop begins (soft). Its
@@ -260,6 +265,8 @@ func (b *batch[C, O, P]) fetch(run, soft context.Context) {
 	q, f := b.q, b.w.f
 	ch, stop := f.watch.listen(q.k.Pending)
 	defer stop()
+	pause := newPauseGate(f, q.k.Paused, b.w.opts.ConfigPoll) // Queue.Pause
+	defer pause.stop()
 	bo := backoff{min: 2 * time.Millisecond, max: time.Second}
 	errBo := backoff{min: 50 * time.Millisecond, max: 5 * time.Second}
 	timer := time.NewTimer(0)
@@ -300,6 +307,9 @@ func (b *batch[C, O, P]) fetch(run, soft context.Context) {
 				break more
 			}
 		}
+		if !pause.hold(run, soft) {
+			return
+		}
 		if b.drained.Swap(false) && f.cache {
 			// The queue was empty at the last reserve: arm the invalidation
 			// of the queue key and look, before reserving blind.
@@ -319,7 +329,7 @@ func (b *batch[C, O, P]) fetch(run, soft context.Context) {
 		var tasks []*Task[P]
 		st := reserveState{nextReady: -1}
 		if err == nil {
-			tasks, st, err = q.reserve(run, n, f.cache, nil)
+			tasks, st, err = q.reserveAs(run, n, f.cache, b.w.name(), nil)
 		}
 		readyAt = time.Time{}
 		if st.nextReady >= 0 {
@@ -402,22 +412,26 @@ func (b *batch[C, O, P]) handle(run, soft context.Context, s *Slot[C, O], t *Tas
 
 // finish acks a task that succeeded. While the queue has more, it takes the
 // next task in the same call (queue_reserve.lua acks first), so that a busy
-// slot makes one round trip per task and never waits on the fetcher.
+// slot makes one round trip per task and never waits on the fetcher. It
+// takes nothing when the task's ack is not the plain one (a unique window,
+// result retention), when the queue is paused, or when caching is off (the
+// pause flag could not be read for free).
 func (b *batch[C, O, P]) finish(ctx, soft context.Context, t *Task[P]) (*Task[P], error) {
-	if !b.more.Load() || soft.Err() != nil {
+	q := t.q
+	if !b.more.Load() || soft.Err() != nil || q != b.q || !q.plainAck(t) || b.paused(ctx) {
 		return nil, t.Ack(ctx)
 	}
-	tasks, st, err := b.q.reserve(ctx, 1, false, t)
+	tasks, st, err := q.reserveAs(ctx, 1, false, b.w.name(), t)
 	switch {
 	case st.acked == 0:
 		err = errors.Join(fmt.Errorf("%w: task %s", ErrLeaseLost, t.ID), err)
 	case st.acked == 1 && err != nil:
 		// Acked; only the take failed: the fetcher takes over.
-		b.w.log.Warn("fleet: worker reserve failed", "queue", b.q.name, "err", err)
+		b.w.log.Warn("fleet: worker reserve failed", "queue", q.name, "err", err)
 		err = nil
 	}
 	if err != nil {
-		err = queueErr("ack", b.q.name, err)
+		err = queueErr("ack", q.name, err)
 	}
 	if len(tasks) == 0 {
 		b.more.Store(false)
@@ -427,6 +441,21 @@ func (b *batch[C, O, P]) finish(ctx, soft context.Context, t *Task[P]) (*Task[P]
 		return nil, err
 	}
 	return tasks[0], err
+}
+
+// paused reports whether the queue is paused, read through the client-side
+// cache (free while the flag does not change); without caching it says
+// true, so that only the fetcher, which polls the flag, reserves.
+func (b *batch[C, O, P]) paused(ctx context.Context) bool {
+	f := b.w.f
+	if !f.cache {
+		return true
+	}
+	v, err := f.client.DoCache(ctx, f.client.B().Get().Key(b.q.k.Paused).Cache(), f.cacheTTL).ToString()
+	if rueidis.IsRedisNil(err) {
+		return false
+	}
+	return err != nil || v != ""
 }
 
 func (b *batch[C, O, P]) handleTask(run, soft context.Context, s *Slot[C, O], t *Task[P]) (*Task[P], error) {
@@ -443,6 +472,7 @@ func (b *batch[C, O, P]) handleTask(run, soft context.Context, s *Slot[C, O], t 
 	defer s.st.busy.Store(false)
 	tctx, cancel := context.WithCancelCause(run)
 	defer cancel(nil)
+	defer b.cancels.start(t.ID, cancel)()
 	var hctx context.Context = tctx
 	if to := w.opts.TaskTimeout; to > 0 {
 		var hcancel context.CancelFunc
@@ -451,7 +481,7 @@ func (b *batch[C, O, P]) handleTask(run, soft context.Context, s *Slot[C, O], t 
 	}
 	hctx = &leaseCtx{Context: hctx, end: t.proven.Load, margin: margin, cancel: cancel} // outermost: its Err is the one called
 	k := b.keep(tctx, t, cancel)
-	err := protect(func() error { return b.a.Handle(hctx, s, t) })
+	err := protect(func() error { return b.runHandler(hctx, s, t) })
 	k.stop()
 	cause := context.Cause(hctx)
 
@@ -471,6 +501,8 @@ func (b *batch[C, O, P]) handleTask(run, soft context.Context, s *Slot[C, O], t 
 		w.done.Add(1)
 		w.succeed()
 		return next, nil
+	case errors.Is(cause, ErrCanceled):
+		return nil, b.endCanceled(ectx, t, err)
 	case errors.Is(cause, ErrLeaseLost):
 		// The handler was stopped because the lease could no longer be
 		// proven: not the task's fault. Hand it back uncounted if it is

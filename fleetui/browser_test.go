@@ -228,7 +228,7 @@ func TestBrowser(t *testing.T) {
 		t.Fatalf("dead letters after the re-queue: %+v %v", dead, err)
 	}
 	pending, err := b.F.PendingTasks(c, "jobs", 0, 10)
-	if err != nil || len(pending) != 4 || !slices.ContainsFunc(pending, func(ti fleet.TaskInfo) bool { return ti.ID == plainID }) {
+	if err != nil || len(pending) != 4 || !slices.ContainsFunc(pending, func(ti fleet.WaitingTask) bool { return ti.ID == plainID }) {
 		t.Fatalf("pending after the re-queue: %+v %v", pending, err)
 	}
 

@@ -223,7 +223,7 @@ func (h *handler) queue(w http.ResponseWriter, r *http.Request) {
 	data := struct {
 		Name                     string
 		Stats                    fleet.QueueStats
-		Pending, Scheduled       []fleet.TaskInfo
+		Pending, Scheduled       []fleet.WaitingTask
 		Dead                     []fleet.DeadLetter
 		PendingP, ScheduledP     pager
 		DeadP                    pager

@@ -13,7 +13,7 @@ func init() {
 	register(&command{
 		name:    "queues",
 		args:    "[queue]",
-		summary: "count the tasks of every registered queue (or of one): pending, in flight, scheduled, dead",
+		summary: "count the tasks of every registered queue (or of one): pending, in flight, scheduled, dead; and whether it is paused",
 		run: func(ctx context.Context, a *app, args []string) int {
 			var qs []fleet.QueueCounts
 			switch len(args) {
@@ -28,7 +28,7 @@ func init() {
 				if err != nil {
 					return a.fail(err)
 				}
-				if st.Pending+st.InFlight+st.Scheduled+st.Dead == 0 {
+				if st.Pending+st.InFlight+st.Scheduled+st.Dead == 0 && !st.Paused {
 					// Empty: known only if registered.
 					ov, err := a.f.Overview(ctx)
 					if err != nil {
@@ -38,14 +38,14 @@ func init() {
 						return a.notFound(fmt.Errorf("no queue %s is registered, and it holds no task", args[0]))
 					}
 				}
-				qs = []fleet.QueueCounts{{Name: args[0], Pending: st.Pending, InFlight: st.InFlight, Scheduled: st.Scheduled, Dead: st.Dead}}
+				qs = []fleet.QueueCounts{{Name: args[0], Pending: st.Pending, InFlight: st.InFlight, Scheduled: st.Scheduled, Dead: st.Dead, Paused: st.Paused}}
 			default:
 				return a.usageErr("queues", "takes at most one queue name")
 			}
 			a.emit(qs, func(w *tabwriter.Writer) {
-				fmt.Fprintln(w, "QUEUE\tPENDING\tIN FLIGHT\tSCHEDULED\tDEAD")
+				fmt.Fprintln(w, "QUEUE\tPENDING\tIN FLIGHT\tSCHEDULED\tDEAD\tPAUSED")
 				for _, q := range qs {
-					fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\n", q.Name, q.Pending, q.InFlight, q.Scheduled, q.Dead)
+					fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%v\n", q.Name, q.Pending, q.InFlight, q.Scheduled, q.Dead, q.Paused)
 				}
 			})
 			return exitOK

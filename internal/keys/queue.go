@@ -29,6 +29,17 @@ type Queue struct {
 	// flight, and ends when the task is acked or dead-lettered. It can be
 	// rebuilt from the "dedup" field of the bodies in the documented keys.
 	Dedup string
+	// Unique is the prefix of fleet:queue:<name>:unique:<dedup key> (string:
+	// the id of the task that held the key, PX the window; optional): a dedup
+	// key kept held after its task was acked, for SubmitOptions.UniqueFor.
+	Unique string
+	// Paused is fleet:queue:<name>:paused (string "1"; optional): while it
+	// exists, batch workers reserve nothing from the queue.
+	Paused string
+	// Result is the prefix of fleet:queue:<name>:result:<id> (string: JSON
+	// {id, result, attempts, done_at, worker}, PX QueueOptions.Retention;
+	// optional): a completed task's record, kept when retention is on.
+	Result string
 }
 
 // Queue returns the keys of queue name.
@@ -44,6 +55,9 @@ func (k Keys) Queue(name string) Queue {
 		Dedup:      base + ":dedup",
 		Policy:     base + ":policy",
 		Call:       base + ":call:",
+		Unique:     base + ":unique:",
+		Paused:     base + ":paused",
+		Result:     base + ":result:",
 	}
 }
 

@@ -1,0 +1,63 @@
+package fleet
+
+import (
+	"context"
+	"time"
+)
+
+// TaskInfo is what middleware sees of the task a batch handler runs: enough
+// to log it, count it, trace it, without knowing its payload type.
+type TaskInfo struct {
+	// Queue is the name of the task's queue.
+	Queue string
+	// ID is the task's id.
+	ID string
+	// Attempts counts the earlier runs of the task that failed.
+	Attempts int
+	// Type and Worker name the worker that runs it (WorkerOptions.Type and
+	// ID).
+	Type, Worker string
+	// Slot is the index of the slot that runs it.
+	Slot int
+	// Deadline is the lease the worker could prove when the handler began
+	// (Task.Deadline); the worker extends it while the handler runs.
+	Deadline time.Time
+	// Payload is the task's decoded payload (a P of the worker's queue).
+	Payload any
+}
+
+// Handler runs one task; the innermost Handler of a chain calls the
+// worker's BatchAutomation. Its error decides the task's outcome as
+// BatchAutomation.Handle's does.
+type Handler func(ctx context.Context, t TaskInfo) error
+
+// Middleware wraps a Handler with behaviour of its own (logging, metrics,
+// tracing, panic handling): it returns a Handler that does its part and
+// calls next, or does not call it to skip the task's handler (its error
+// then stands for the handler's).
+type Middleware func(next Handler) Handler
+
+// chain wraps h in mws: mws[0] is the outermost, so it runs first and sees
+// the final outcome last. A panic anywhere in the chain is recovered by the
+// worker (a *PanicError) after every middleware's deferred calls ran, so a
+// middleware that recovers panics itself sees the handler's first.
+func chain(h Handler, mws []Middleware) Handler {
+	for i := len(mws) - 1; i >= 0; i-- {
+		if mws[i] != nil {
+			h = mws[i](h)
+		}
+	}
+	return h
+}
+
+// runHandler runs the handler of task t through the worker's middleware.
+func (b *batch[C, O, P]) runHandler(ctx context.Context, s *Slot[C, O], t *Task[P]) error {
+	mws := b.w.opts.Middleware
+	if len(mws) == 0 {
+		return b.a.Handle(ctx, s, t)
+	}
+	inner := func(ctx context.Context, _ TaskInfo) error { return b.a.Handle(ctx, s, t) }
+	info := TaskInfo{Queue: b.q.name, ID: t.ID, Attempts: t.Attempts, Type: b.w.opts.Type, Worker: b.w.opts.ID,
+		Slot: s.st.index, Deadline: t.Deadline(), Payload: t.Payload}
+	return chain(inner, mws)(ctx, info)
+}

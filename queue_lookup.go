@@ -1,0 +1,222 @@
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+var (
+	queueAckKeepScript = script("queue_ack_keep.lua")
+	queueLookupScript  = readOnlyScript("queue_lookup.lua")
+)
+
+// SetResult sets the task's result, kept with its record when it is acked
+// on a queue with QueueOptions.Retention (without it, nothing is kept). v
+// is encoded as JSON now; a later call replaces it. May return
+// ErrInvalidArgument (v does not encode, or is over MaxPayloadBytes).
+func (t *Task[T]) SetResult(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return queueErr("set result", t.q.name, fmt.Errorf("%w: cannot encode %T as JSON: %w", ErrInvalidArgument, v, err))
+	}
+	if len(b) > t.q.opts.MaxPayloadBytes {
+		return queueErr("set result", t.q.name, fmt.Errorf("%w: result of %d bytes, more than MaxPayloadBytes %d", ErrInvalidArgument, len(b), t.q.opts.MaxPayloadBytes))
+	}
+	t.result.Store(&b)
+	return nil
+}
+
+// BatchResultFunc adapts a function that returns a typed result to a
+// BatchAutomation: on success its result is set with Task.SetResult (and
+// kept when the queue has QueueOptions.Retention).
+type BatchResultFunc[C, O, P, R any] func(ctx context.Context, s *Slot[C, O], t *Task[P]) (R, error)
+
+// Handle calls fn and sets its result.
+func (fn BatchResultFunc[C, O, P, R]) Handle(ctx context.Context, s *Slot[C, O], t *Task[P]) error {
+	r, err := fn(ctx, s, t)
+	if err != nil {
+		return err
+	}
+	return t.SetResult(r)
+}
+
+// ackKeep acks a task that leaves something behind: its dedup key held
+// for its unique window, and/or its record (queue_ack_keep.lua).
+func (t *Task[T]) ackKeep(ctx context.Context) error {
+	q := t.q
+	unique := "0"
+	if t.dedup != "" && t.unique > 0 {
+		unique = strconv.FormatInt(t.unique, 10)
+	}
+	result := ""
+	if p := t.result.Load(); p != nil {
+		result = string(*p)
+	}
+	n, err := queueAckKeepScript.Exec(ctx, q.f.client,
+		[]string{q.k.Processing, q.k.Body, q.k.Lease, q.k.Dedup, q.k.Unique + t.dedup, q.k.Result + t.ID},
+		[]string{t.ID, t.token, t.dedup, unique, millis(q.opts.Retention), result, strconv.Itoa(t.Attempts)}).AsInt64()
+	if err == nil && n != 1 {
+		err = fmt.Errorf("%w: task %s", ErrLeaseLost, t.ID)
+	}
+	return err
+}
+
+// TaskStatus is where a task is in its life.
+type TaskStatus string
+
+// The statuses Lookup reports.
+const (
+	// TaskPending: waiting on the queue.
+	TaskPending TaskStatus = "pending"
+	// TaskScheduled: waiting for its ready time (a delay, or a retry's
+	// backoff).
+	TaskScheduled TaskStatus = "scheduled"
+	// TaskActive: reserved by a worker, which holds its lease.
+	TaskActive TaskStatus = "active"
+	// TaskDone: acked, and its record retained (QueueOptions.Retention).
+	TaskDone TaskStatus = "done"
+	// TaskDead: in the dead letters.
+	TaskDead TaskStatus = "dead"
+	// TaskCanceled: cancelled while it ran (Queue.Cancel); its record is
+	// the dead letter. A task cancelled while it waited is gone.
+	TaskCanceled TaskStatus = "canceled"
+)
+
+// TaskRecord is what Lookup found of a task.
+type TaskRecord struct {
+	// ID is the task's id.
+	ID string `json:"id"`
+	// Status is where the task is.
+	Status TaskStatus `json:"status"`
+	// Payload is the task's payload as stored (JSON); empty for a done
+	// task, whose body is gone.
+	Payload json.RawMessage `json:"payload,omitempty"`
+	// Attempts counts the failed runs so far.
+	Attempts int `json:"attempts"`
+	// LastError is the error of the last failed run, if any.
+	LastError string `json:"last_error,omitempty"`
+	// Worker is the worker ("type|id") that holds an active task's lease,
+	// or that acked a done one; empty when the task was reserved by a
+	// Reserve of your own, or by a client of the documented schema.
+	Worker string `json:"worker,omitempty"`
+	// Deadline is an active task's lease deadline (server clock).
+	Deadline time.Time `json:"deadline,omitzero"`
+	// ReadyAt is when a scheduled task becomes ready.
+	ReadyAt time.Time `json:"ready_at,omitzero"`
+	// SubmittedAt is when the task was submitted, read from its id (a
+	// UUIDv7, to the millisecond); zero for an id fleet did not make.
+	SubmittedAt time.Time `json:"submitted_at,omitzero"`
+	// DoneAt is when a done task was acked (server clock).
+	DoneAt time.Time `json:"done_at,omitzero"`
+	// DeadAt is when a dead or canceled task died (server clock).
+	DeadAt time.Time `json:"dead_at,omitzero"`
+	// Result is a done task's result (JSON); "null" when none was set.
+	Result json.RawMessage `json:"result,omitempty"`
+}
+
+// Lookup finds task id of the queue and returns its record: pending,
+// scheduled, active (with the worker and the lease's deadline), dead or
+// canceled (while its dead letter is kept), or done (while its record is
+// retained, see QueueOptions.Retention). It reads the queue in one
+// read-only script, O(N) in the tasks waiting and dead: a call for
+// operators and status pages, not for every task. May return
+// ErrTaskNotFound, ErrInvalidArgument (an empty id), ErrUnavailable.
+func (q *Queue[T]) Lookup(ctx context.Context, id string) (TaskRecord, error) {
+	const op = "lookup"
+	r := TaskRecord{ID: id}
+	if err := q.ready(ctx); err != nil {
+		return r, queueErr(op, q.name, err)
+	}
+	if id == "" || len(id) > 1024 {
+		return r, queueErr(op, q.name, fmt.Errorf("%w: task id of %d bytes", ErrInvalidArgument, len(id)))
+	}
+	res, err := queueLookupScript.Exec(ctx, q.f.client,
+		[]string{q.k.Pending, q.k.Scheduled, q.k.Processing, q.k.Body, q.k.Lease, q.k.Dead, q.k.Result + id},
+		[]string{id}).AsStrSlice()
+	if err != nil {
+		return r, queueErr(op, q.name, err)
+	}
+	if len(res) == 0 || res[0] == "none" {
+		return r, queueErr(op, q.name, fmt.Errorf("%w: %s", ErrTaskNotFound, id))
+	}
+	if u, err := uuid.Parse(id); err == nil && u.Version() == 7 {
+		sec, nsec := u.Time().UnixTime()
+		r.SubmittedAt = time.Unix(sec, nsec)
+	}
+	r.Status = TaskStatus(res[0])
+	var body struct {
+		Payload  json.RawMessage `json:"payload"`
+		Attempts int             `json:"attempts"`
+		Error    string          `json:"error"`
+		DeadAt   float64         `json:"dead_at"`
+		Result   json.RawMessage `json:"result"`
+		DoneAt   float64         `json:"done_at"`
+		Worker   string          `json:"worker"`
+	}
+	if len(res) > 1 {
+		_ = json.Unmarshal([]byte(res[1]), &body) // a body of another client may hold anything
+	}
+	r.Payload, r.Attempts, r.LastError = body.Payload, body.Attempts, body.Error
+	switch r.Status {
+	case TaskActive:
+		if len(res) > 3 {
+			tok, _, _ := strings.Cut(res[2], " ")
+			if i := strings.LastIndexByte(tok, '/'); i > 0 {
+				r.Worker = tok[:i]
+			}
+			r.Deadline = scoreTime(res[3])
+		}
+	case TaskScheduled:
+		if len(res) > 2 {
+			r.ReadyAt = scoreTime(res[2])
+		}
+	case TaskDone:
+		r.Payload, r.Result, r.Worker, r.DoneAt = nil, body.Result, body.Worker, floatTime(body.DoneAt)
+	case TaskDead:
+		r.DeadAt = floatTime(body.DeadAt)
+		if strings.HasPrefix(body.Error, ErrCanceled.Error()) {
+			r.Status = TaskCanceled
+		}
+	}
+	return r, nil
+}
+
+func scoreTime(s string) time.Time {
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return time.Time{}
+	}
+	return floatTime(f)
+}
+
+func floatTime(f float64) time.Time {
+	if f <= 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(int64(f*1000 + 0.5))
+}
+
+// ResultOf returns the result of task id of q, decoded into R: the task
+// must be done with its record retained (QueueOptions.Retention). May
+// return ErrTaskNotFound (unknown, expired, or not done yet: Lookup says
+// which), ErrDecode (the result does not decode into R), ErrUnavailable.
+func ResultOf[R, T any](ctx context.Context, q *Queue[T], id string) (R, error) {
+	var r R
+	rec, err := q.Lookup(ctx, id)
+	if err != nil {
+		return r, err
+	}
+	if rec.Status != TaskDone {
+		return r, queueErr("result", q.name, fmt.Errorf("%w: task %s is %s, not done", ErrTaskNotFound, id, rec.Status))
+	}
+	if err := json.Unmarshal(rec.Result, &r); err != nil {
+		return r, queueErr("result", q.name, fmt.Errorf("%w: result of task %s into %T: %w", ErrDecode, id, r, err))
+	}
+	return r, nil
+}

@@ -1,0 +1,51 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+)
+
+var queueSubmitUniqueScript = script("queue_submit_unique.lua")
+
+// submitUnique is SubmitWith with UniqueFor set.
+func (q *Queue[T]) submitUnique(ctx context.Context, payload T, opts SubmitOptions) (string, error) {
+	const op = "submit"
+	switch {
+	case opts.UniqueFor < 0:
+		return "", queueErr(op, q.name, fmt.Errorf("%w: SubmitOptions.UniqueFor %v is negative", ErrInvalidArgument, opts.UniqueFor))
+	case opts.DedupKey == "":
+		return "", queueErr(op, q.name, fmt.Errorf("%w: SubmitOptions.UniqueFor needs a DedupKey", ErrInvalidArgument))
+	case opts.UniqueFor.Milliseconds() < 1:
+		return "", queueErr(op, q.name, fmt.Errorf("%w: SubmitOptions.UniqueFor %v is under a millisecond", ErrInvalidArgument, opts.UniqueFor))
+	}
+	b, err := q.encodePayload(payload)
+	if err != nil {
+		return "", queueErr(op, q.name, err)
+	}
+	id, err := newTaskID()
+	if err != nil {
+		return "", queueErr(op, q.name, err)
+	}
+	readyAt := ""
+	if !opts.NotBefore.IsZero() {
+		readyAt = secondsString(opts.NotBefore)
+	}
+	if err := q.register(ctx); err != nil {
+		return "", queueErr(op, q.name, err)
+	}
+	body := newBody(id, b, opts.DedupKey)
+	body = body[:len(body)-1] + `,"unique_ms":` + strconv.FormatInt(opts.UniqueFor.Milliseconds(), 10) + "}"
+	got, err := queueSubmitUniqueScript.Exec(ctx, q.f.client, []string{q.k.Pending, q.k.Scheduled, q.k.Dedup, q.k.Unique + opts.DedupKey},
+		[]string{id, body, opts.DedupKey, readyAt}).ToString()
+	if err != nil {
+		return "", queueErr(op, q.name, err)
+	}
+	if got != id {
+		return got, queueErr(op, q.name, &DuplicateError{Key: opts.DedupKey, ID: got})
+	}
+	if readyAt == "" {
+		q.wakeLocal()
+	}
+	return got, nil
+}
