@@ -121,7 +121,7 @@ func (t *Task[T]) Ack(ctx context.Context) error {
 	if err := q.ready(ctx); err != nil {
 		return queueErr("ack", q.name, err)
 	}
-	if (t.unique > 0 && t.dedup != "") || q.opts.Retention > 0 {
+	if !q.plainAck(t) {
 		return queueErr("ack", q.name, t.ackKeep(ctx))
 	}
 	n, err := queueAckScript.Exec(ctx, q.f.client, []string{q.k.Processing, q.k.Body, q.k.Lease, q.k.Dedup},
@@ -130,6 +130,13 @@ func (t *Task[T]) Ack(ctx context.Context) error {
 		err = fmt.Errorf("%w: task %s", ErrLeaseLost, t.ID)
 	}
 	return queueErr("ack", q.name, err)
+}
+
+// plainAck reports whether t's ack is the plain one (queue_ack.lua, also
+// run by a worker slot's ack-and-take): not when its dedup key is held for
+// a window after it, nor when the queue retains done tasks.
+func (q *Queue[T]) plainAck(t *Task[T]) bool {
+	return (t.unique == 0 || t.dedup == "") && q.opts.Retention <= 0
 }
 
 // Nack ends the reservation as failed with cause: the attempt is counted
@@ -185,6 +192,9 @@ func (t *Task[T]) end(ctx context.Context, op string, attempts int, cause string
 	}
 	if res[0] != 1 {
 		return fmt.Errorf("%w: task %s", ErrLeaseLost, t.ID)
+	}
+	if !bury {
+		q.look.soon() // a retry may wait in :scheduled now
 	}
 	return nil
 }

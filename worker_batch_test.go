@@ -94,7 +94,7 @@ func TestWorkerLeaseLost(t *testing.T) {
 		t.Parallel()
 		e := open(t, tg)
 		qk := e.qk("leasy")
-		q := fleet.NewQueue[job](e.F, "leasy", fleet.QueueOptions{Lease: 600 * time.Millisecond})
+		q := fleet.NewQueue[job](e.F, "leasy", fleet.QueueOptions{Lease: time.Second})
 		cause := make(chan error, 1)
 		started := make(chan struct{})
 		w := fleet.NewBatchWorker(e.F, fleet.WorkerOptions{Type: "leasy", ID: "w1", Slots: 1, LeaseExtend: 50 * time.Millisecond}, q,
@@ -115,7 +115,7 @@ func TestWorkerLeaseLost(t *testing.T) {
 		}
 		<-started
 		// Past 2 leases the extender has kept it alive.
-		time.Sleep(1300 * time.Millisecond)
+		time.Sleep(2100 * time.Millisecond)
 		select {
 		case c := <-cause:
 			t.Fatalf("cancelled while the lease held: %v", c)
