@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"sync"
 	"time"
 )
 
@@ -65,7 +66,12 @@ func NewPriorityWorker[C, O, P any](f *Fleet, opts WorkerOptions, mode PriorityM
 	w.spawn = func(run, soft context.Context) bool {
 		w.newFetcher = func(bb any) func() {
 			b := bb.(*batch[C, O, P])
-			p := &prio[C, O, P]{b: b, qs: qs, weights: ws, strict: mode == PriorityStrict}
+			p := &prio[C, O, P]{b: b, qs: qs, weights: ws, strict: mode == PriorityStrict, index: map[string]int{},
+				current: make([]int, len(qs)), empty: make([]bool, len(qs)), paused: make([]bool, len(qs))}
+			for i, q := range qs {
+				p.index[q.name] = i
+			}
+			b.takes = p
 			for _, q := range qs[1:] {
 				w.startCancels(run, q.name, b.cancels)
 			}
@@ -116,7 +122,112 @@ type prio[C, O, P any] struct {
 	qs      []*Queue[P]
 	weights []int
 	strict  bool
-	current []int // smooth weighted round robin state
+	index   map[string]int // queue name -> its place in qs
+
+	mu      sync.Mutex // guards what follows: the fetcher and the slots (takeFrom) share it
+	current []int      // smooth weighted round robin state
+	empty   []bool     // the queue was found empty; its key's invalidation clears it
+	paused  []bool     // the queue was paused at the fetcher's last look
+	chosen  int        // the last pick
+}
+
+// taker is what a batch worker's slots ask before an ack-and-take
+// (batch.finish) when the fetcher is not batch.fetch.
+type taker interface {
+	// takeFrom reports whether the next task should come from queue, and
+	// counts it as taken when so.
+	takeFrom(queue string) bool
+	// tookNone says that an ack-and-take found queue empty.
+	tookNone(ctx context.Context, queue string)
+}
+
+// takeFrom lets a slot that finished a task of queue take the next one
+// from the same queue in the ack's call only when the priorities would
+// pick that queue next: under PriorityStrict, when no higher queue is
+// known to have tasks; under PriorityWeighted, when the round robin's next
+// pick is that queue (and then the pick is counted).
+func (p *prio[C, O, P]) takeFrom(queue string) bool {
+	i, ok := p.index[queue]
+	if !ok {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pick(1, i)
+}
+
+// tookNone marks queue empty, and arms its key's invalidation.
+func (p *prio[C, O, P]) tookNone(ctx context.Context, queue string) {
+	if i, ok := p.index[queue]; ok {
+		p.arm(ctx, i)
+	}
+}
+
+// arm marks queue i empty and arms the invalidation of its key; it
+// reports false when the queue turned out to hold tasks after all.
+func (p *prio[C, O, P]) arm(ctx context.Context, i int) bool {
+	p.mu.Lock()
+	p.empty[i] = true
+	p.mu.Unlock()
+	f := p.b.w.f
+	if !f.cache {
+		return true
+	}
+	l, err := f.client.DoCache(ctx, f.client.B().Llen().Key(p.qs[i].k.Pending).Cache(), f.cacheTTL).AsInt64()
+	if err == nil && l > 0 {
+		p.mu.Lock()
+		p.empty[i] = false
+		p.mu.Unlock()
+		return false
+	}
+	return true
+}
+
+// candidates reports whether a queue is neither known empty nor paused.
+func (p *prio[C, O, P]) candidates() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i := range p.qs {
+		if !p.empty[i] && !p.paused[i] {
+			return true
+		}
+	}
+	return false
+}
+
+// pick chooses the queue for the next free tasks among those neither
+// known empty nor paused, and counts the choice when only is -1 or the
+// choice is only; it returns whether a queue was chosen (and is only, when
+// only >= 0). p.mu is held.
+func (p *prio[C, O, P]) pick(free, only int) bool {
+	best, total := -1, 0
+	for i := range p.qs {
+		if p.empty[i] || p.paused[i] {
+			continue
+		}
+		total += p.weights[i]
+		switch {
+		case best < 0:
+			best = i
+		case p.strict && p.weights[i] > p.weights[best]:
+			best = i
+		case !p.strict && p.current[best]+p.weights[best]*free < p.current[i]+p.weights[i]*free:
+			best = i
+		}
+	}
+	if best < 0 || (only >= 0 && best != only) {
+		return false
+	}
+	p.chosen = best
+	if !p.strict {
+		for i := range p.qs {
+			if !p.empty[i] && !p.paused[i] {
+				p.current[i] += p.weights[i] * free
+			}
+		}
+		p.current[best] -= total * free
+	}
+	return true
 }
 
 // fetch reserves tasks for the free slots from the queues, by priority,
@@ -125,8 +236,6 @@ func (p *prio[C, O, P]) fetch(run, soft context.Context) {
 	b, f := p.b, p.b.w.f
 	defer close(b.tasks)
 	n := len(p.qs)
-	p.current = make([]int, n)
-	empty := make([]bool, n)
 	readyAt := make([]time.Time, n)
 	gates := make([]*pauseGate, n)
 	cases := make([]reflect.SelectCase, 0, 2*n+2)
@@ -148,20 +257,6 @@ func (p *prio[C, O, P]) fetch(run, soft context.Context) {
 	errBo := backoff{min: 50 * time.Millisecond, max: 5 * time.Second}
 	bo := backoff{min: 2 * time.Millisecond, max: time.Second}
 	owner := b.w.name()
-	// arm marks queue i empty and arms the invalidation of its key; it
-	// reports false when the queue turned out to hold tasks after all.
-	arm := func(i int) bool {
-		empty[i] = true
-		if !f.cache {
-			return true
-		}
-		l, err := f.client.DoCache(run, f.client.B().Llen().Key(p.qs[i].k.Pending).Cache(), f.cacheTTL).AsInt64()
-		if err == nil && l > 0 {
-			empty[i] = false
-			return false
-		}
-		return true
-	}
 	for {
 		select {
 		case <-soft.Done():
@@ -179,12 +274,22 @@ func (p *prio[C, O, P]) fetch(run, soft context.Context) {
 			}
 		}
 		now := time.Now()
+		paused := make([]bool, n)
+		for i, g := range gates {
+			paused[i] = g.check(run)
+		}
+		plan := make([]int, n)
+		p.mu.Lock()
 		for i := range p.qs {
-			if empty[i] && !readyAt[i].IsZero() && !now.Before(readyAt[i]) {
-				empty[i], readyAt[i] = false, time.Time{}
+			if p.empty[i] && !readyAt[i].IsZero() && !now.Before(readyAt[i]) {
+				p.empty[i], readyAt[i] = false, time.Time{}
 			}
 		}
-		plan := p.plan(run, free, empty, gates)
+		copy(p.paused, paused)
+		if p.pick(free, -1) {
+			plan[p.chosen] = free
+		}
+		p.mu.Unlock()
 		got, failed := 0, false
 		for i, k := range plan {
 			if k == 0 {
@@ -211,7 +316,7 @@ func (p *prio[C, O, P]) fetch(run, soft context.Context) {
 				b.w.log.Warn("fleet: worker reserve failed", "queue", q.name, "err", err)
 				failed = true
 			case len(tasks) == 0 || st.drained:
-				arm(i)
+				p.arm(run, i)
 			}
 		}
 		for range free - got {
@@ -220,6 +325,9 @@ func (p *prio[C, O, P]) fetch(run, soft context.Context) {
 		if got > 0 {
 			bo.n, errBo.n = 0, 0
 			continue
+		}
+		if !failed && p.candidates() {
+			continue // the queue chosen was empty: try the next at once
 		}
 		// Nothing came: sleep until a queue's key changes, a pause flag
 		// changes, a scheduled task is due, or the fallback poll.
@@ -244,59 +352,19 @@ func (p *prio[C, O, P]) fetch(run, soft context.Context) {
 		}
 		switch {
 		case chosen < n:
-			empty[chosen] = false
+			p.mu.Lock()
+			p.empty[chosen] = false
+			p.mu.Unlock()
 		case chosen < 2*n:
 			gates[chosen-n].read = time.Time{}
 		case chosen == 2*n:
 			return
 		default:
-			for i := range empty {
-				empty[i] = false // the fallback poll: look at every queue again
+			p.mu.Lock()
+			for i := range p.empty {
+				p.empty[i] = false // the fallback poll: look at every queue again
 			}
+			p.mu.Unlock()
 		}
 	}
-}
-
-// plan gives the free slots to one of the queues that are neither known
-// empty nor paused: the highest that qualifies (strict), or the next by
-// smooth weighted round robin (weighted).
-func (p *prio[C, O, P]) plan(ctx context.Context, free int, empty []bool, gates []*pauseGate) []int {
-	plan := make([]int, len(p.qs))
-	ok := make([]bool, len(p.qs))
-	total := 0
-	for i := range p.qs {
-		ok[i] = !empty[i] && !gates[i].check(ctx)
-		if ok[i] {
-			total += p.weights[i]
-		}
-	}
-	if total == 0 {
-		return plan
-	}
-	if p.strict {
-		best := -1
-		for i := range p.qs {
-			if ok[i] && (best < 0 || p.weights[i] > p.weights[best]) {
-				best = i
-			}
-		}
-		plan[best] = free
-		return plan
-	}
-	// One reserve per round: the whole round goes to one queue, picked by a
-	// smooth weighted round robin in which a round of k tasks counts k
-	// times, so the shares hold per task, not per round.
-	best := -1
-	for i := range p.qs {
-		if !ok[i] {
-			continue
-		}
-		p.current[i] += p.weights[i] * free
-		if best < 0 || p.current[best] < p.current[i] {
-			best = i
-		}
-	}
-	p.current[best] -= total * free
-	plan[best] = free
-	return plan
 }

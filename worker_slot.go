@@ -259,6 +259,7 @@ type batch[C, O, P any] struct {
 	more, drained atomic.Bool
 
 	cancels *cancelWatch // the handlers that Queue.Cancel may cancel
+	takes   taker        // NewPriorityWorker's say on ack-and-take; nil: b.more decides
 }
 
 // fetch reserves tasks while slots are free, until Stop begins (soft). Its
@@ -422,7 +423,7 @@ func (b *batch[C, O, P]) handle(run, soft context.Context, s *Slot[C, O], t *Tas
 // pause flag could not be read for free).
 func (b *batch[C, O, P]) finish(ctx, soft context.Context, t *Task[P]) (*Task[P], error) {
 	q := t.q
-	if !b.more.Load() || soft.Err() != nil || q != b.q || !q.plainAck(t) || b.paused(ctx) {
+	if !b.mayTake(ctx, soft, t) {
 		return nil, t.Ack(ctx)
 	}
 	tasks, st, err := q.reserveAs(ctx, 1, false, b.w.name(), t)
@@ -441,21 +442,38 @@ func (b *batch[C, O, P]) finish(ctx, soft context.Context, t *Task[P]) (*Task[P]
 		b.more.Store(false)
 		if st.acked == 1 && err == nil {
 			b.drained.Store(true)
+			if b.takes != nil {
+				b.takes.tookNone(ctx, q.name)
+			}
 		}
 		return nil, err
 	}
 	return tasks[0], err
 }
 
+// mayTake reports whether finish may take the next task with t's ack.
+func (b *batch[C, O, P]) mayTake(ctx, soft context.Context, t *Task[P]) bool {
+	q := t.q
+	if soft.Err() != nil || !q.plainAck(t) {
+		return false
+	}
+	if b.takes == nil {
+		return b.more.Load() && q == b.q && !b.paused(ctx, q.k.Paused)
+	}
+	// NewPriorityWorker: only from where its priorities say (last: it
+	// counts the pick).
+	return !b.paused(ctx, q.k.Paused) && b.takes.takeFrom(q.name)
+}
+
 // paused reports whether the queue is paused, read through the client-side
 // cache (free while the flag does not change); without caching it says
 // true, so that only the fetcher, which polls the flag, reserves.
-func (b *batch[C, O, P]) paused(ctx context.Context) bool {
+func (b *batch[C, O, P]) paused(ctx context.Context, key string) bool {
 	f := b.w.f
 	if !f.cache {
 		return true
 	}
-	v, err := f.client.DoCache(ctx, f.client.B().Get().Key(b.q.k.Paused).Cache(), f.cacheTTL).ToString()
+	v, err := f.client.DoCache(ctx, f.client.B().Get().Key(key).Cache(), f.cacheTTL).ToString()
 	if rueidis.IsRedisNil(err) {
 		return false
 	}
