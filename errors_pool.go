@@ -10,12 +10,12 @@ import (
 var (
 	// ErrUnknownField is returned (through Query.Err, Claim, List) for a
 	// filter on a field that the pool's tags type does not have, by its
-	// JSON name. The seed's TypeError.
+	// JSON name. (In fleet's own design this is a TypeError.)
 	ErrUnknownField = errors.New("fleet: unknown tag field")
 	// ErrFilterType is returned for a filter value whose type does not fit
 	// the field, or a filter on a field that cannot be matched exactly
-	// (not a string, bool or number; a ':' in its name). The seed's
-	// ValueError.
+	// (not a string, bool or number; a ':' in its name). (In fleet's own
+	// design this is a ValueError.)
 	ErrFilterType = errors.New("fleet: filter value does not fit the tag field")
 	// ErrPayloadTooLarge is returned by Put for a payload whose JSON is
 	// longer than PoolOptions.MaxPayloadBytes. Nothing is stored.
