@@ -17,7 +17,9 @@
 //
 // # Primitives
 //
-//   - [Fleet.KV]: namespaced values with optional TTLs; reads go through
+//   - [Fleet.KV]: namespaced values with optional TTLs, stored as JSON (a
+//     string as a JSON string; []byte and json.RawMessage as they are);
+//     reads go through
 //     client-side caching, so a repeated read costs no round trip and a write
 //     anywhere reaches the next read through the server's invalidation.
 //   - [Fleet.Counter]: an atomic integer.
@@ -34,7 +36,9 @@
 //   - [NewPool]: tagged items with expiry, exclusive claims with leases,
 //     filters checked against the tags type ([Eq]), mark-bad, waiting
 //     claims, and claims that read only their smallest tag index.
-//   - [NewStream]: a bounded output stream; [Fleet.Publish] and [Subscribe]:
+//   - [NewStream]: a bounded output stream whose members are the outputs'
+//     JSON, as documented ([StreamOptions.Envelope] adds an id and a time
+//     to each, for streams only fleet reads); [Fleet.Publish] and [Subscribe]:
 //     the event bus; [Fleet.PublishCatalog]: JSON Schemas of each automation.
 //
 // # Workers
