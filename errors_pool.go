@@ -17,9 +17,6 @@ var (
 	// (not a string, bool or number; a ':' in its name). (In fleet's own
 	// design this is a ValueError.)
 	ErrFilterType = errors.New("fleet: filter value does not fit the tag field")
-	// ErrPayloadTooLarge is returned by Put for a payload whose JSON is
-	// longer than PoolOptions.MaxPayloadBytes. Nothing is stored.
-	ErrPayloadTooLarge = errors.New("fleet: pool payload too large")
 	// ErrClaimNotHeld is returned by Claim.Release, Claim.Extend and
 	// Claim.MarkBad when the claim is no longer the caller's: its lease ran
 	// out (and perhaps another claimed the item), or it already ended.
