@@ -32,9 +32,9 @@ func init() {
 				ws = []fleet.WorkerInfo{}
 			}
 			a.emit(ws, func(w *tabwriter.Writer) {
-				fmt.Fprintln(w, "TYPE\tID\tSTATE\tLAST SEEN\tGEN\tLAST ERROR")
+				fmt.Fprintln(w, "TYPE\tID\tSTATE\tLAST SEEN\tGEN\tAPPLIED\tLAST ERROR")
 				for _, x := range ws {
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\n", x.Type, x.ID, x.State, ts(x.LastSeen), x.Gen, x.LastError)
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%s\n", x.Type, x.ID, x.State, ts(x.LastSeen), x.Gen, x.AppliedGen, x.LastError)
 				}
 			})
 			return exitOK
