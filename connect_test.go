@@ -75,3 +75,35 @@ func TestOpenNamesLikelyCauses(t *testing.T) {
 		}
 	})
 }
+
+// With NoMarkerWrite, Open writes nothing (a dry run's target stays
+// empty), and still refuses a marker of another layout.
+func TestOpenNoMarkerWrite(t *testing.T) {
+	t.Parallel()
+	src := open(t, singleCompat(t))
+	if err := src.F.KV("cfg").Set(ctx(t), "k", "v", 0); err != nil {
+		t.Fatal(err)
+	}
+	tg := clusterTagged(t)
+	raw := redistest.Client(t, tg)
+	prefix := redistest.Prefix(t, tg)
+	dst := openOn(t, tg, prefix, func(o *fleet.Options) { o.NoMarkerWrite = true })
+	rep, err := fleet.Migrate(ctx(t), src.F, dst, fleet.MigrateOptions{DryRun: true})
+	if err != nil || len(rep.Plan) != 1 {
+		t.Fatalf("dry run = %+v, %v", rep, err)
+	}
+	if got := redistest.Keys(t, raw, prefix); len(got) != 0 {
+		t.Fatalf("open and dry run wrote %v", got)
+	}
+	if m, err := dst.ReadMarker(ctx(t)); err != nil || m.Found {
+		t.Fatalf("marker = %+v, %v", m, err)
+	}
+	// A marker of another layout is still refused.
+	if err := raw.Do(ctx(t), raw.B().Hset().Key(prefix+"fleet:meta").FieldValue().FieldValue("layout", "compat").FieldValue("schema", "1").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = fleet.Open(ctx(t), fleet.Options{URL: tg.URL, Prefix: prefix, NoMarkerWrite: true})
+	if !errors.Is(err, fleet.ErrMarker) {
+		t.Fatalf("Open on a compat-marked prefix = %v, want ErrMarker", err)
+	}
+}

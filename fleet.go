@@ -83,6 +83,12 @@ type Options struct {
 	DialTimeout time.Duration
 	// Logger receives what background work has to say. Defaults to silent.
 	Logger *slog.Logger
+	// NoMarkerWrite makes Open check an existing layout marker (fleet:meta)
+	// but leave a missing one unwritten, so that opening writes nothing:
+	// for a dry run (fleetctl migrate --dry-run opens its target so) or a
+	// look at a database that must stay untouched. Defaults to false: Open
+	// writes the marker on first use.
+	NoMarkerWrite bool
 }
 
 // Fleet is a connection to the shared state of one fleet. It is safe for
@@ -169,7 +175,7 @@ func Open(ctx context.Context, opts Options) (*Fleet, error) {
 		f.closeClient()
 		return nil, connectErr(nil, err)
 	}
-	if err := f.checkMarker(ctx); err != nil {
+	if err := f.checkMarker(ctx, !opts.NoMarkerWrite); err != nil {
 		f.closeClient()
 		return nil, err
 	}

@@ -39,7 +39,8 @@ const (
 // default.
 type MigrateOptions struct {
 	// DryRun reads the source and lists in MigrateReport.Plan what would be
-	// copied, writing nothing anywhere.
+	// copied, writing nothing anywhere. (Opening the target writes its
+	// layout marker unless it is opened with Options.NoMarkerWrite.)
 	DryRun bool
 	// Restart ignores (and, unless DryRun, deletes) the target's progress
 	// record, and copies everything from the start.
