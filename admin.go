@@ -304,8 +304,10 @@ type WorkersFilter struct {
 
 // WorkerInfo is what Workers reads of one worker.
 type WorkerInfo struct {
+	// Type is the worker's automation type.
 	Type string `json:"type"`
-	ID   string `json:"id"`
+	// ID is the worker's id, unique within its type.
+	ID string `json:"id"`
 	// State is IDLE, RUNNING or ERROR; empty when the worker has no state.
 	State WorkerState `json:"state"`
 	// LastSeen is the worker's last heartbeat; zero when unknown.

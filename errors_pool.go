@@ -36,9 +36,9 @@ var (
 type BadItemsError struct {
 	// Pool is the pool's name.
 	Pool string
-	// IDs lists the bad entries' item ids, with Causes[i] the reason of
-	// IDs[i].
-	IDs    []string
+	// IDs lists the bad entries' item ids.
+	IDs []string
+	// Causes holds why each is bad: Causes[i] is the reason of IDs[i].
 	Causes []error
 }
 

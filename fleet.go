@@ -54,9 +54,11 @@ type Options struct {
 	// backoff on it.
 	Client rueidis.Client
 
-	// Username and Password authenticate with ACL (or requirepass). They
-	// override the URL's.
+	// Username is the ACL user to authenticate as. It overrides the URL's.
+	// Defaults to none (the default user).
 	Username string
+	// Password authenticates the user (ACL) or against requirepass. It
+	// overrides the URL's. Defaults to none.
 	Password string
 	// TLSConfig turns TLS on with this configuration (custom CA, client
 	// certificates). Without it, rediss:// uses the system roots.

@@ -22,6 +22,7 @@ func Handler[P any](fn func(ctx context.Context, payload P) error) BatchAutomati
 // payloadFunc is the BatchAutomation of Handler.
 type payloadFunc[P any] func(ctx context.Context, payload P) error
 
+// Handle calls fn with the task's payload.
 func (fn payloadFunc[P]) Handle(ctx context.Context, _ *Slot[struct{}, struct{}], t *Task[P]) error {
 	return fn(ctx, t.Payload)
 }
