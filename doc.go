@@ -45,7 +45,10 @@
 //
 // [NewLoopWorker] and [NewBatchWorker] host an automation in slots, with
 // registration, heartbeats, stats, and config pushed by generation
-// ([Fleet.UpdateConfig], [Fleet.PushConfig]).
+// ([Fleet.UpdateConfig], [Fleet.PushConfig]). [Handler] makes a batch
+// automation of a plain func(ctx, payload) error. Shutting down: Start's
+// ctx (a signal ctx), [Worker.Stop], [WorkerOptions.StopGrace] and
+// [Fleet.Close], as docs/SHUTDOWN.md shows.
 //
 // # Operations
 //
@@ -67,5 +70,12 @@
 // Errors wrap sentinels that errors.Is can test ([ErrWrongType],
 // [ErrUnavailable], [ErrNotObtained], [ErrNotHeld], ...) together with their
 // cause: a Redis error, a network error, or the context's error. A missing
-// value is a result (ok false), not an error.
+// value is a result (ok false), not an error. A payload over its limit is
+// [ErrPayloadTooLarge] for queues and pools alike.
+//
+// # Testing
+//
+// Package fleettest gives tests a Redis the way fleet's own tests get
+// theirs (FLEET_REDIS_URL, a redis-server on PATH, or Docker), with a
+// go-redis style client for assertions.
 package fleet
