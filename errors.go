@@ -48,6 +48,12 @@ var (
 	// ErrNotObtained is returned by Lock.Acquire when the lock is held by
 	// another and the wait ran out.
 	ErrNotObtained = errors.New("fleet: lock not obtained")
+	// ErrPayloadTooLarge is returned for a payload whose JSON is longer than
+	// the limit: by Queue.Submit, SubmitMany and Fleet.SubmitJSON
+	// (QueueOptions.MaxPayloadBytes) and by Pool.Put
+	// (PoolOptions.MaxPayloadBytes). Nothing is written. An HTTP front end
+	// maps it to 413.
+	ErrPayloadTooLarge = errors.New("fleet: payload too large")
 	// ErrNotHeld is returned by Lease.Release and Lease.Extend when the lease
 	// is no longer the holder: it expired, and perhaps another took the lock.
 	ErrNotHeld = errors.New("fleet: lock not held")

@@ -10,16 +10,13 @@ import (
 var (
 	// ErrUnknownField is returned (through Query.Err, Claim, List) for a
 	// filter on a field that the pool's tags type does not have, by its
-	// JSON name. The seed's TypeError.
+	// JSON name. (In fleet's own design this is a TypeError.)
 	ErrUnknownField = errors.New("fleet: unknown tag field")
 	// ErrFilterType is returned for a filter value whose type does not fit
 	// the field, or a filter on a field that cannot be matched exactly
-	// (not a string, bool or number; a ':' in its name). The seed's
-	// ValueError.
+	// (not a string, bool or number; a ':' in its name). (In fleet's own
+	// design this is a ValueError.)
 	ErrFilterType = errors.New("fleet: filter value does not fit the tag field")
-	// ErrPayloadTooLarge is returned by Put for a payload whose JSON is
-	// longer than PoolOptions.MaxPayloadBytes. Nothing is stored.
-	ErrPayloadTooLarge = errors.New("fleet: pool payload too large")
 	// ErrClaimNotHeld is returned by Claim.Release, Claim.Extend and
 	// Claim.MarkBad when the claim is no longer the caller's: its lease ran
 	// out (and perhaps another claimed the item), or it already ended.
@@ -39,9 +36,9 @@ var (
 type BadItemsError struct {
 	// Pool is the pool's name.
 	Pool string
-	// IDs lists the bad entries' item ids, with Causes[i] the reason of
-	// IDs[i].
-	IDs    []string
+	// IDs lists the bad entries' item ids.
+	IDs []string
+	// Causes holds why each is bad: Causes[i] is the reason of IDs[i].
 	Causes []error
 }
 

@@ -9,12 +9,13 @@ import (
 var (
 	// ErrInvalidPayload is returned by Submit, SubmitMany and SubmitJSON for
 	// a payload that fails validation (the message lists the failing fields)
-	// or is over QueueOptions.MaxPayloadBytes. Nothing is written. An HTTP
-	// front end maps it to 422.
+	// or does not encode as JSON. Nothing is written. An HTTP front end maps
+	// it to 422. (A payload over QueueOptions.MaxPayloadBytes is
+	// ErrPayloadTooLarge.)
 	ErrInvalidPayload = errors.New("fleet: invalid task payload")
 	// ErrBadJSON is returned by SubmitJSON for bytes that are not one JSON
-	// value of the queue's payload type (syntax, unknown field, wrong type,
-	// trailing data). Nothing is written. An HTTP front end maps it to 400.
+	// value of the queue's payload type (an empty body, syntax, unknown
+	// field, wrong type, trailing data). Nothing is written. An HTTP front end maps it to 400.
 	ErrBadJSON = errors.New("fleet: bad task JSON")
 	// ErrUnknownQueue is returned by SubmitJSON for a queue that no NewQueue
 	// of this process made. An HTTP front end maps it to 404.
@@ -39,7 +40,7 @@ func queueErr(op, name string, err error) error {
 	if err == nil {
 		return nil
 	}
-	for _, s := range []error{ErrInvalidPayload, ErrBadJSON, ErrUnknownQueue, ErrLeaseLost, ErrNotDead, ErrDuplicate} {
+	for _, s := range []error{ErrInvalidPayload, ErrPayloadTooLarge, ErrBadJSON, ErrUnknownQueue, ErrLeaseLost, ErrNotDead, ErrDuplicate} {
 		if errors.Is(err, s) {
 			return fmt.Errorf("fleet: %s %q: %w", op, name, err)
 		}

@@ -604,8 +604,15 @@ func TestLockDoEndsAtDeadline(t *testing.T) {
 		if !errors.Is(err, fleet.ErrLockLost) || !errors.Is(cause, fleet.ErrLockLost) {
 			t.Fatalf("Do = %v, fn's cause %v; want ErrLockLost", err, cause)
 		}
-		if at.After(deadline) || at.Sub(start) > hold {
-			t.Fatalf("fn's ctx ended %v after start, %v after the deadline", at.Sub(start), at.Sub(deadline))
+		// The ctx ends on a timer at the deadline less the margin (hold/10):
+		// never before it. How late fn sees it is the scheduler's business
+		// (a loaded machine wakes a goroutine tens of ms late), so lateness
+		// only has to stay well under a hold.
+		if early := deadline.Add(-hold / 10).Sub(at); early > 5*time.Millisecond {
+			t.Fatalf("fn's ctx ended %v before the deadline less the margin", early)
+		}
+		if late := at.Sub(deadline); late > time.Second {
+			t.Fatalf("fn's ctx ended %v after start, %v after the deadline", at.Sub(start), late)
 		}
 		waitFor(t, 5*time.Second, func() bool { return len(e.keys(t)) == 1 }, "keys %v, want the fence alone", e.keys(t))
 	})

@@ -469,8 +469,8 @@ func (c *Claim[P, T]) MarkBad(ctx context.Context, reason string) error {
 
 // Do claims an item as Claim does, runs fn with it, and always ends the
 // claim afterwards (Release, unless fn already released it or marked it
-// bad), even when fn panics: Go's form of the seed's
-// `async with pool.where(...).claim(...) as item`. It reports whether an
+// bad), even when fn panics: Go's form of the
+// `async with pool.where(...).claim(...) as item` of fleet's own design. It reports whether an
 // item was claimed; when none was, fn does not run and the error is nil.
 // The error is fn's, joined with a failed release's (ErrClaimNotHeld when
 // the lease ran out while fn ran).

@@ -13,7 +13,7 @@ import (
 	"github.com/fleet-go/fleet/internal/redistest"
 )
 
-// cookie and cookieTags are the seed's CfCookie pool.
+// cookie and cookieTags are the CfCookie pool of fleet's own design.
 type cookie struct {
 	Cookies   map[string]string `json:"cookies"`
 	UserAgent string            `json:"user_agent"`

@@ -32,14 +32,16 @@ func TestSubmitJSON(t *testing.T) {
 			{"not an object", "http", `[1]`, fleet.ErrBadJSON, "cannot unmarshal array"},
 			{"invalid fields", "http", `{"url":"nope","n":-1}`, fleet.ErrInvalidPayload, "url (fails url), n (fails gte=0)"},
 			{"missing field", "http", `{"n":1}`, fleet.ErrInvalidPayload, "url (fails required)"},
-			{"too large", "http", `{"url":"https://example.com/` + strings.Repeat("a", 200) + `","n":1}`, fleet.ErrInvalidPayload, "MaxPayloadBytes"},
+			{"too large", "http", `{"url":"https://example.com/` + strings.Repeat("a", 200) + `","n":1}`, fleet.ErrPayloadTooLarge, "MaxPayloadBytes"},
+			{"empty body", "http", ``, fleet.ErrBadJSON, "empty body"},
+			{"blank body", "http", " \n\t", fleet.ErrBadJSON, "empty body"},
 		}
 		for _, c := range cases {
 			id, err := e.F.SubmitJSON(ctx(t), c.queue, []byte(c.raw))
 			if !errors.Is(err, c.want) || id != "" || !strings.Contains(err.Error(), c.in) {
 				t.Errorf("%s: SubmitJSON = %q, %v; want %v containing %q", c.name, id, err, c.want, c.in)
 			}
-			for _, other := range []error{fleet.ErrUnknownQueue, fleet.ErrBadJSON, fleet.ErrInvalidPayload} {
+			for _, other := range []error{fleet.ErrUnknownQueue, fleet.ErrBadJSON, fleet.ErrInvalidPayload, fleet.ErrPayloadTooLarge} {
 				if other != c.want && errors.Is(err, other) {
 					t.Errorf("%s: %v is also %v", c.name, err, other)
 				}
@@ -95,6 +97,11 @@ func TestQueueBadInput(t *testing.T) {
 		k := e.qk("bad")
 		if _, err := q.Submit(ctx(t), job{URL: "x", N: 5000}); !errors.Is(err, fleet.ErrInvalidPayload) || !strings.Contains(err.Error(), "url (fails url), n (fails lte=1000)") {
 			t.Errorf("invalid payload: %v", err)
+		}
+		small := fleet.NewQueue[job](e.F, "bad", fleet.QueueOptions{MaxPayloadBytes: 50})
+		if _, err := small.Submit(ctx(t), job{URL: "https://example.com/" + strings.Repeat("a", 50)}); !errors.Is(err, fleet.ErrPayloadTooLarge) ||
+			errors.Is(err, fleet.ErrInvalidPayload) || !strings.Contains(err.Error(), "MaxPayloadBytes 50") {
+			t.Errorf("payload over the limit: %v, want ErrPayloadTooLarge", err)
 		}
 		if _, err := q.SubmitMany(ctx(t), []job{jobN(1), {}}); !errors.Is(err, fleet.ErrInvalidPayload) || !strings.Contains(err.Error(), "payload 1") {
 			t.Errorf("SubmitMany with one invalid: %v", err)

@@ -414,15 +414,15 @@ func (w *Worker) register(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	def, gen := []byte(nil), int64(0)
+	def, gen, applied := []byte(nil), int64(0), ""
 	if c := w.cfg.Load(); c != nil && c.raw != nil {
-		def, gen = c.raw, c.gen
+		def, gen, applied = c.raw, c.gen, strconv.FormatInt(c.gen, 10)
 	} else if def, err = configJSON(w.opts.Config); err != nil {
 		return err
 	}
 	f, c := w.f, w.f.client
 	res, err := workerRegisterScript.Exec(ctx, c, []string{w.k.Hardware, w.k.Config, w.k.Gen, w.k.State},
-		[]string{string(hw), string(def), strconv.FormatInt(gen, 10), string(w.stateNow())}).ToArray()
+		[]string{string(hw), string(def), strconv.FormatInt(gen, 10), string(w.stateNow()), applied}).ToArray()
 	if err != nil {
 		return err
 	}
@@ -456,6 +456,7 @@ func (w *Worker) register(ctx context.Context) error {
 	}
 	w.seenGen.Store(gen)
 	w.cfg.Store(&configSnap{gen: gen, val: val, raw: []byte(raw)})
+	w.recordApplied(gen)
 	return nil
 }
 

@@ -86,8 +86,8 @@ func (s *Slot[C, O]) ConfigChanged() <-chan struct{} { return s.st.changed }
 // Emit pushes v to stream:<type> and publishes it on event:<type>.emit (see
 // Stream.Emit), and counts it in the stats.
 func (s *Slot[C, O]) Emit(ctx context.Context, v O) (string, error) {
-	id, err := s.stream.Emit(ctx, v)
-	if id != "" {
+	id, pushed, err := s.stream.emit(ctx, v)
+	if pushed {
 		s.w.emitted.Add(1)
 	}
 	if err == nil && s.w.kind == "loop" {

@@ -35,7 +35,8 @@ func init() {
 			if to == "" {
 				return a.usageErr("migrate", "--to is required")
 			}
-			target, err := fleet.Open(ctx, fleet.Options{URL: to, Prefix: toPrefix, Layout: fleet.Layout(toLayout)})
+			// A dry run writes nothing on the target, not even the layout marker.
+			target, err := fleet.Open(ctx, fleet.Options{URL: to, Prefix: toPrefix, Layout: fleet.Layout(toLayout), NoMarkerWrite: dry})
 			if err != nil {
 				return a.fail(err)
 			}
