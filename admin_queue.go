@@ -39,7 +39,7 @@ func (f *Fleet) DeadLetters(ctx context.Context, name string, offset, count int)
 }
 
 // RequeueDead puts the dead letter of task id of queue name back on the
-// queue (Queue.RequeueDead, by name). May return ErrNotDead.
+// queue (Queue.RequeueDead, by name). May return ErrNoDeadLetter.
 func (f *Fleet) RequeueDead(ctx context.Context, name, id string) error {
 	return f.adminQueue(name).RequeueDead(ctx, id)
 }

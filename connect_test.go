@@ -88,7 +88,7 @@ func TestOpenNoMarkerWrite(t *testing.T) {
 	raw := redistest.Client(t, tg)
 	prefix := redistest.Prefix(t, tg)
 	dst := openOn(t, tg, prefix, func(o *fleet.Options) { o.NoMarkerWrite = true })
-	rep, err := fleet.Migrate(ctx(t), src.F, dst, fleet.MigrateOptions{DryRun: true})
+	rep, err := src.F.MigrateTo(ctx(t), dst, fleet.MigrateOptions{DryRun: true})
 	if err != nil || len(rep.Plan) != 1 {
 		t.Fatalf("dry run = %+v, %v", rep, err)
 	}

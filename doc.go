@@ -31,7 +31,7 @@
 //
 //   - [NewQueue]: typed task queues: validated submits (one, many, delayed,
 //     deduplicated), an atomic reserve with a lease only its owner can end,
-//     retries with backoff, dead letters; [RunSweeper] recovers expired
+//     retries with backoff, dead letters; [Fleet.RunSweeper] recovers expired
 //     leases; [Fleet.SubmitJSON] serves a REST endpoint.
 //   - [NewPool]: tagged items with expiry, exclusive claims with leases,
 //     filters checked against the tags type ([Eq]), mark-bad, waiting
@@ -54,7 +54,7 @@
 //
 // [Fleet.Health], [Fleet.Sync], the admin functions ([Fleet.RemoveWorker],
 // [Fleet.PurgeType], [Fleet.DropPool], [Fleet.Workers], [Fleet.Overview],
-// dead letters by queue name), [Migrate] between layouts, and the layout
+// dead letters by queue name), [Fleet.MigrateTo] between layouts, and the layout
 // marker that [Open] checks. cmd/fleetctl puts them on the command line.
 // Reads for dashboards ([Fleet.PendingTasks], [Fleet.ScheduledTasks],
 // [Fleet.Registered], [Fleet.StatsFrames], [Fleet.PoolTagCounts],
@@ -72,7 +72,7 @@
 // # Errors
 //
 // Errors wrap sentinels that errors.Is can test ([ErrWrongType],
-// [ErrUnavailable], [ErrNotObtained], [ErrNotHeld], ...) together with their
+// [ErrUnavailable], [ErrNotObtained], [ErrLeaseLost], ...) together with their
 // cause: a Redis error, a network error, or the context's error. A missing
 // value is a result (ok false), not an error. A payload over its limit is
 // [ErrPayloadTooLarge] for queues and pools alike.

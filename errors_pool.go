@@ -17,11 +17,6 @@ var (
 	// (not a string, bool or number; a ':' in its name). (In fleet's own
 	// design this is a ValueError.)
 	ErrFilterType = errors.New("fleet: filter value does not fit the tag field")
-	// ErrClaimNotHeld is returned by Claim.Release, Claim.Extend and
-	// Claim.MarkBad when the claim is no longer the caller's: its lease ran
-	// out (and perhaps another claimed the item), or it already ended.
-	// Nothing is changed.
-	ErrClaimNotHeld = errors.New("fleet: pool claim not held")
 	// ErrBadItem is what a BadItemsError is: entries of the pool hash that
 	// are not valid items (not JSON, fields missing or of the wrong type, a
 	// payload or tags that do not decode into the pool's types). They are
@@ -65,7 +60,7 @@ func poolErr(op, name string, err error) error {
 	if err == nil {
 		return nil
 	}
-	for _, s := range []error{ErrUnknownField, ErrFilterType, ErrPayloadTooLarge, ErrClaimNotHeld, ErrBadItem} {
+	for _, s := range []error{ErrUnknownField, ErrFilterType, ErrPayloadTooLarge, ErrLeaseLost, ErrBadItem} {
 		if errors.Is(err, s) {
 			return fmt.Errorf("fleet: %s %q: %w", op, name, err)
 		}

@@ -295,7 +295,7 @@ func TestOnlyNetworkErrorsAreUnavailable(t *testing.T) {
 		<-c.Done()
 		return nil
 	})
-	if !errors.Is(err, fleet.ErrLockLost) || errors.Is(err, fleet.ErrUnavailable) {
+	if !errors.Is(err, fleet.ErrLeaseLost) || errors.Is(err, fleet.ErrUnavailable) {
 		t.Errorf("Do after losing the lock = %v", err)
 	}
 }

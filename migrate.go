@@ -164,7 +164,7 @@ type migration struct {
 // skipped and listed in the report. May also return ErrMigrateSource,
 // ErrInvalidArgument, ErrClosed, ErrUnavailable and ctx's error; the report
 // holds what was done before.
-func Migrate(ctx context.Context, source, target *Fleet, opts MigrateOptions) (MigrateReport, error) {
+func (source *Fleet) MigrateTo(ctx context.Context, target *Fleet, opts MigrateOptions) (MigrateReport, error) {
 	start := time.Now()
 	rep := MigrateReport{DryRun: opts.DryRun}
 	err := migrate(ctx, source, target, opts, &rep)

@@ -554,7 +554,7 @@ func secondsString(t time.Time) string {
 // queue (unknown fields and trailing data are refused), validates it, and
 // submits it. The queue must have been made by NewQueue in this process.
 // The errors tell an HTTP front end what to answer: ErrUnknownQueue (404),
-// ErrBadJSON (400, an empty body too), ErrPayloadTooLarge (413),
+// ErrInvalidJSON (400, an empty body too), ErrPayloadTooLarge (413),
 // ErrInvalidPayload (422); nothing is written for any.
 func (f *Fleet) SubmitJSON(ctx context.Context, queue string, raw []byte) (string, error) {
 	e, ok := f.queues.Load(queue)
@@ -569,16 +569,16 @@ func (q *Queue[T]) submitJSON(ctx context.Context, raw []byte) (string, error) {
 		return "", queueErr("submit json", q.name, fmt.Errorf("%w: %d bytes, more than QueueOptions.MaxPayloadBytes %d", ErrPayloadTooLarge, len(raw), q.opts.MaxPayloadBytes))
 	}
 	if len(bytes.TrimSpace(raw)) == 0 {
-		return "", queueErr("submit json", q.name, fmt.Errorf("%w: empty body", ErrBadJSON))
+		return "", queueErr("submit json", q.name, fmt.Errorf("%w: empty body", ErrInvalidJSON))
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	var p T
 	if err := dec.Decode(&p); err != nil {
-		return "", queueErr("submit json", q.name, fmt.Errorf("%w: %w", ErrBadJSON, err))
+		return "", queueErr("submit json", q.name, fmt.Errorf("%w: %w", ErrInvalidJSON, err))
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return "", queueErr("submit json", q.name, fmt.Errorf("%w: trailing data after the JSON value", ErrBadJSON))
+		return "", queueErr("submit json", q.name, fmt.Errorf("%w: trailing data after the JSON value", ErrInvalidJSON))
 	}
 	return q.Submit(ctx, p)
 }

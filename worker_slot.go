@@ -524,7 +524,7 @@ func (b *batch[C, O, P]) handleTask(run, soft context.Context, s *Slot[C, O], t 
 	}
 	var eerr error
 	if errors.Is(err, ErrPermanent) {
-		eerr = t.Bury(ectx, err)
+		eerr = t.DeadLetter(ectx, err)
 	} else {
 		eerr = t.Nack(ectx, err)
 	}

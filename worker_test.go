@@ -286,11 +286,16 @@ func TestConfigBadNames(t *testing.T) {
 			t.Errorf("Start %q: %v", n, err)
 		}
 	}
-	for _, slots := range []int{0, -1} {
-		w := fleet.NewLoopWorker(e.F, fleet.WorkerOptions{Type: "t", ID: "w", Slots: slots}, idleLoop())
-		if err := w.Start(c); !errors.Is(err, fleet.ErrInvalidArgument) {
-			t.Errorf("Slots %d: %v", slots, err)
-		}
+	if w := fleet.NewLoopWorker(e.F, fleet.WorkerOptions{Type: "t", ID: "w", Slots: -1}, idleLoop()); !errors.Is(w.Start(c), fleet.ErrInvalidArgument) {
+		t.Errorf("Slots -1: %v", w.Err())
+	}
+	// Slots 0 means the default, one slot.
+	w0 := fleet.NewLoopWorker(e.F, fleet.WorkerOptions{Type: "t", ID: "w0"}, idleLoop())
+	if err := w0.Err(); err != nil {
+		t.Fatalf("Slots 0: %v", err)
+	}
+	if got := w0.Stats().Slots; got != fleet.DefaultSlots {
+		t.Errorf("Slots 0 runs %d slots, want %d", got, fleet.DefaultSlots)
 	}
 	if w := fleet.NewLoopWorker[wcfg, out](e.F, fleet.WorkerOptions{Type: "t", ID: "w", Slots: 1}, nil); !errors.Is(w.Err(), fleet.ErrInvalidArgument) {
 		t.Errorf("nil automation: %v", w.Err())

@@ -48,7 +48,7 @@ func init() {
 					b.set(fmt.Sprintf("migrate: %d copied, %d skipped", p.Copied, p.Skipped), int64(p.Scanned), int64(p.Total))
 				}
 			}
-			r, err := fleet.Migrate(ctx, a.f, target, opts)
+			r, err := a.f.MigrateTo(ctx, target, opts)
 			b.done()
 			if err != nil && !errors.Is(err, fleet.ErrMigrateMismatch) {
 				return a.fail(err)

@@ -103,7 +103,7 @@ func run(addr string, selftest bool, timeout time.Duration) error {
 	}
 	var wg sync.WaitGroup
 	wg.Add(1)
-	go func() { defer wg.Done(); _ = fleet.RunSweeper(ctx, f, fleet.SweeperOptions{}) }()
+	go func() { defer wg.Done(); _ = f.RunSweeper(ctx, fleet.SweeperOptions{}) }()
 
 	if selftest {
 		addr = "127.0.0.1:0"
@@ -204,7 +204,7 @@ func status(err error) int {
 	switch {
 	case errors.Is(err, fleet.ErrUnknownQueue), errors.Is(err, fleet.ErrInvalidName):
 		return http.StatusNotFound
-	case errors.Is(err, fleet.ErrBadJSON):
+	case errors.Is(err, fleet.ErrInvalidJSON):
 		return http.StatusBadRequest
 	case errors.Is(err, fleet.ErrPayloadTooLarge):
 		return http.StatusRequestEntityTooLarge
