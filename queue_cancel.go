@@ -170,7 +170,7 @@ func (w *Worker) listenCancels(ctx context.Context, topic string, cw *cancelWatc
 // returned err: buried with ErrCanceled, never retried.
 func (b *batch[C, O, P]) endCanceled(ctx context.Context, t *Task[P], err error) error {
 	err = fmt.Errorf("%w: %w", ErrCanceled, err)
-	if berr := t.Bury(ctx, err); berr != nil {
+	if berr := t.DeadLetter(ctx, err); berr != nil {
 		b.w.log.Warn("fleet: worker could not end a canceled task", "task", t.ID, "err", berr)
 	}
 	return fmt.Errorf("task %s: %w", t.ID, err)

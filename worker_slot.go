@@ -86,8 +86,8 @@ func (s *Slot[C, O]) ConfigChanged() <-chan struct{} { return s.st.changed }
 // Emit pushes v to stream:<type> and publishes it on event:<type>.emit (see
 // Stream.Emit), and counts it in the stats.
 func (s *Slot[C, O]) Emit(ctx context.Context, v O) (string, error) {
-	id, err := s.stream.Emit(ctx, v)
-	if id != "" {
+	id, pushed, err := s.stream.emit(ctx, v)
+	if pushed {
 		s.w.emitted.Add(1)
 	}
 	if err == nil && s.w.kind == "loop" {
@@ -546,7 +546,7 @@ func (b *batch[C, O, P]) handleTask(run, soft context.Context, s *Slot[C, O], t 
 	}
 	var eerr error
 	if errors.Is(err, ErrPermanent) {
-		eerr = t.Bury(ectx, err)
+		eerr = t.DeadLetter(ectx, err)
 	} else {
 		eerr = t.Nack(ectx, err)
 	}
