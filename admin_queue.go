@@ -216,3 +216,17 @@ func setOf(names []string) map[string]bool {
 	}
 	return m
 }
+
+// LookupTask finds task id of queue name and returns its record
+// (Queue.Lookup, by name). May return ErrTaskNotFound, ErrInvalidName,
+// ErrInvalidArgument, ErrUnavailable.
+func (f *Fleet) LookupTask(ctx context.Context, name, id string) (TaskRecord, error) {
+	return f.adminQueue(name).Lookup(ctx, id)
+}
+
+// CancelTask cancels task id of queue name (Queue.Cancel, by name): a
+// waiting task is removed, a running one is cancelled on its worker. May
+// return ErrTaskNotFound, ErrTaskFinished, ErrInvalidName, ErrUnavailable.
+func (f *Fleet) CancelTask(ctx context.Context, name, id string) error {
+	return f.adminQueue(name).Cancel(ctx, id)
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"strings"
@@ -108,6 +109,33 @@ func TestFleetctlAdmin(t *testing.T) {
 		}
 		if _, _, code = run("config", "get", "scraper", "h2"); code != 4 {
 			t.Fatalf("config get of a worker without config: exit %d", code)
+		}
+
+		// task get and cancel.
+		q := fleet.NewQueue[job](f, "jobs", fleet.QueueOptions{})
+		id, err := q.Submit(ctx, job{N: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, _, code = run("--json", "task", "get", "jobs", id)
+		var rec fleet.TaskRecord
+		var payload bytes.Buffer
+		if err := json.Unmarshal([]byte(out), &rec); err == nil {
+			err = json.Compact(&payload, rec.Payload)
+		}
+		if code != 0 || rec.ID != id || rec.Status != fleet.TaskPending || payload.String() != `{"n":1}` {
+			t.Fatalf("task get: %d %q %v", code, out, err)
+		}
+		if _, _, code = run("task", "cancel", "jobs", id); code != 0 {
+			t.Fatalf("task cancel: exit %d", code)
+		}
+		if n, _ := q.Stats(ctx); n.Pending != 0 {
+			t.Fatalf("%d pending after the cancel", n.Pending)
+		}
+		for _, args := range [][]string{{"task", "get", "jobs", id}, {"task", "cancel", "jobs", "nope"}} {
+			if _, _, code := run(args...); code != 4 {
+				t.Fatalf("%q: exit %d, want 4", args, code)
+			}
 		}
 
 		// Unknown names: 4, and a JSON error with --json.

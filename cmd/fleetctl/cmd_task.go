@@ -1,0 +1,53 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"text/tabwriter"
+	"time"
+)
+
+func init() {
+	register(&command{
+		name:    "task",
+		args:    "get <queue> <task id> | cancel <queue> <task id>",
+		summary: "show a task's state (pending, scheduled, active, done, dead, canceled), or cancel it",
+		run: func(ctx context.Context, a *app, args []string) int {
+			if len(args) != 3 {
+				return a.usageErr("task", "needs an action (get, cancel), a queue and a task id")
+			}
+			action, queue, id := args[0], args[1], args[2]
+			switch action {
+			case "get":
+				r, err := a.f.LookupTask(ctx, queue, id)
+				if err != nil {
+					return a.fail(err)
+				}
+				a.emit(r, func(w *tabwriter.Writer) {
+					fmt.Fprintf(w, "id\t%s\nstatus\t%s\nattempts\t%d\n", r.ID, r.Status, r.Attempts)
+					for _, kv := range [][2]string{{"worker", r.Worker}, {"last error", r.LastError}, {"payload", string(r.Payload)}, {"result", string(r.Result)}} {
+						if kv[1] != "" {
+							fmt.Fprintf(w, "%s\t%s\n", kv[0], kv[1])
+						}
+					}
+					for _, kv := range []struct {
+						k string
+						v time.Time
+					}{{"submitted", r.SubmittedAt}, {"ready at", r.ReadyAt}, {"deadline", r.Deadline}, {"done at", r.DoneAt}, {"dead at", r.DeadAt}} {
+						if !kv.v.IsZero() {
+							fmt.Fprintf(w, "%s\t%s\n", kv.k, ts(kv.v))
+						}
+					}
+				})
+				return exitOK
+			case "cancel":
+				if err := a.f.CancelTask(ctx, queue, id); err != nil {
+					return a.fail(err)
+				}
+				a.emit(map[string]string{"canceled": id}, func(w *tabwriter.Writer) { fmt.Fprintf(w, "canceled %s\n", id) })
+				return exitOK
+			}
+			return a.usageErr("task", "expected get <queue> <id> or cancel <queue> <id>")
+		},
+	})
+}
