@@ -3,7 +3,9 @@ package fleet
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/fleet-go/fleet/internal/keys"
@@ -168,16 +170,48 @@ func (d submitDone) call(written int, err error) {
 }
 
 // traceField spells the body field `,"trace":{...}` for a trace context,
-// or "" for none.
+// or "" for none. Keys are sorted, as encoding/json sorts them.
 func traceField(tr map[string]string) string {
 	if len(tr) == 0 {
 		return ""
 	}
-	b, err := json.Marshal(tr)
-	if err != nil {
-		return ""
+	var b strings.Builder
+	b.WriteString(`,"trace":{`)
+	for i, k := range slices.Sorted(maps.Keys(tr)) {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		writeJSONString(&b, k)
+		b.WriteByte(':')
+		writeJSONString(&b, tr[k])
 	}
-	return `,"trace":` + string(b)
+	b.WriteByte('}')
+	return b.String()
+}
+
+// writeJSONString writes s as a JSON string: as it is when it is printable
+// ASCII without quotes or backslashes (a traceparent always is), else as
+// encoding/json spells it.
+func writeJSONString(b *strings.Builder, s string) {
+	if plainJSON(s) {
+		b.WriteByte('"')
+		b.WriteString(s)
+		b.WriteByte('"')
+		return
+	}
+	q, _ := json.Marshal(s) // a string always encodes
+	b.Write(q)
+}
+
+// plainJSON reports whether s needs no escaping in a JSON string, nor any
+// in encoding/json's HTML-safe form.
+func plainJSON(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
 }
 
 // decodeTrace reads a body's "trace" field: nil when it is missing or is

@@ -121,12 +121,16 @@ type Telemetry struct {
 	attrs sync.Map // queue name -> *queueAttrs
 }
 
-// queueAttrs are one queue's attribute sets, made once.
+// queueAttrs are one queue's attribute sets and span options, made once.
 type queueAttrs struct {
 	queue   attribute.Set // system and destination
 	submit  attribute.Set // ... and operation submit
 	process attribute.Set // ... and operation process
-	span    []attribute.KeyValue
+
+	submitName, processName string                  // the spans' names
+	submitOpts, processOpts []trace.SpanStartOption // kind and the attributes known before the start
+	submitAdd, queueAdd     []metric.AddOption      // the sets above as options
+	processRecord           []metric.RecordOption
 }
 
 // New returns a Telemetry that reports through opts's providers. It
@@ -187,12 +191,21 @@ func (t *Telemetry) queue(name string) *queueAttrs {
 		return a.(*queueAttrs)
 	}
 	sys, dest := attribute.String("messaging.system", system), attribute.String("messaging.destination.name", name)
+	opSubmit, opProcess := attribute.String("messaging.operation.name", "submit"), attribute.String("messaging.operation.name", "process")
 	a := &queueAttrs{
-		queue:   attribute.NewSet(sys, dest),
-		submit:  attribute.NewSet(sys, dest, attribute.String("messaging.operation.name", "submit")),
-		process: attribute.NewSet(sys, dest, attribute.String("messaging.operation.name", "process")),
-		span:    []attribute.KeyValue{sys, dest},
+		queue:       attribute.NewSet(sys, dest),
+		submit:      attribute.NewSet(sys, dest, opSubmit),
+		process:     attribute.NewSet(sys, dest, opProcess),
+		submitName:  "submit " + name,
+		processName: "process " + name,
+		submitOpts: []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer),
+			trace.WithAttributes(sys, dest, opSubmit, attribute.String("messaging.operation.type", "send"))},
+		processOpts: []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer),
+			trace.WithAttributes(sys, dest, opProcess, attribute.String("messaging.operation.type", "process"))},
 	}
+	a.submitAdd = []metric.AddOption{metric.WithAttributeSet(a.submit)}
+	a.queueAdd = []metric.AddOption{metric.WithAttributeSet(a.queue)}
+	a.processRecord = []metric.RecordOption{metric.WithAttributeSet(a.process)}
 	v, _ := t.attrs.LoadOrStore(name, a)
 	return v.(*queueAttrs)
 }
@@ -209,15 +222,14 @@ func (t *Telemetry) Observer() *fleet.Observer {
 
 func (t *Telemetry) submit(ctx context.Context, e fleet.SubmitEvent) (map[string]string, func(int, error)) {
 	a := t.queue(e.Queue)
-	attrs := make([]attribute.KeyValue, 0, len(a.span)+3)
-	attrs = append(attrs, a.span...)
-	attrs = append(attrs, attribute.String("messaging.operation.name", "submit"), attribute.String("messaging.operation.type", "send"))
-	if len(e.IDs) == 1 {
-		attrs = append(attrs, attribute.String("messaging.message.id", e.IDs[0]))
-	} else {
-		attrs = append(attrs, attribute.Int("messaging.batch.message_count", len(e.IDs)))
+	ctx, span := t.tracer.Start(ctx, a.submitName, a.submitOpts...)
+	if span.IsRecording() {
+		if len(e.IDs) == 1 {
+			span.SetAttributes(attribute.String("messaging.message.id", e.IDs[0]))
+		} else {
+			span.SetAttributes(attribute.Int("messaging.batch.message_count", len(e.IDs)))
+		}
 	}
-	ctx, span := t.tracer.Start(ctx, "submit "+e.Queue, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
 	var carrier propagation.MapCarrier
 	if span.SpanContext().IsValid() {
 		carrier = propagation.MapCarrier{}
@@ -225,7 +237,7 @@ func (t *Telemetry) submit(ctx context.Context, e fleet.SubmitEvent) (map[string
 	}
 	return carrier, func(n int, err error) {
 		if n > 0 {
-			t.submitted.Add(ctx, int64(n), metric.WithAttributeSet(a.submit))
+			t.submitted.Add(ctx, int64(n), a.submitAdd...)
 		}
 		if err != nil {
 			span.SetAttributes(attribute.String("error.type", errorType(err)))
@@ -237,16 +249,16 @@ func (t *Telemetry) submit(ctx context.Context, e fleet.SubmitEvent) (map[string
 }
 
 func (t *Telemetry) taskEnded(ctx context.Context, e fleet.TaskEndEvent) {
-	set := metric.WithAttributeSet(t.queue(e.Queue).queue)
+	set := t.queue(e.Queue).queueAdd
 	switch e.Outcome {
 	case fleet.TaskProcessed:
-		t.processed.Add(ctx, 1, set)
+		t.processed.Add(ctx, 1, set...)
 	case fleet.TaskRetried:
-		t.failed.Add(ctx, 1, set)
-		t.retried.Add(ctx, 1, set)
+		t.failed.Add(ctx, 1, set...)
+		t.retried.Add(ctx, 1, set...)
 	case fleet.TaskDeadLettered:
-		t.failed.Add(ctx, 1, set)
-		t.dead.Add(ctx, 1, set)
+		t.failed.Add(ctx, 1, set...)
+		t.dead.Add(ctx, 1, set...)
 	}
 }
 
@@ -285,25 +297,23 @@ func (t *Telemetry) Middleware() fleet.Middleware {
 		return func(ctx context.Context, ti fleet.TaskInfo) error {
 			start := time.Now()
 			a := t.queue(ti.Queue)
-			attrs := make([]attribute.KeyValue, 0, len(a.span)+4)
-			attrs = append(attrs, a.span...)
-			attrs = append(attrs, attribute.String("messaging.operation.name", "process"),
-				attribute.String("messaging.operation.type", "process"),
-				attribute.String("messaging.message.id", ti.ID), attribute.Int("fleet.task.attempts", ti.Attempts))
-			opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...)}
+			opts := a.processOpts
 			if ti.Trace != nil {
 				if sc := trace.SpanContextFromContext(t.prop.Extract(context.Background(), propagation.MapCarrier(ti.Trace))); sc.IsValid() {
 					if t.linkOnly || trace.SpanContextFromContext(ctx).IsValid() {
-						opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
+						opts = append(opts[:len(opts):len(opts)], trace.WithLinks(trace.Link{SpanContext: sc}))
 					} else {
 						ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
 					}
 				}
 			}
 			if t.linkOnly {
-				opts = append(opts, trace.WithNewRoot())
+				opts = append(opts[:len(opts):len(opts)], trace.WithNewRoot())
 			}
-			ctx, span := t.tracer.Start(ctx, "process "+ti.Queue, opts...)
+			ctx, span := t.tracer.Start(ctx, a.processName, opts...)
+			if span.IsRecording() {
+				span.SetAttributes(attribute.String("messaging.message.id", ti.ID), attribute.Int("fleet.task.attempts", ti.Attempts))
+			}
 			ended := false
 			defer func() {
 				if !ended { // the handler panicked: the worker recovers it
@@ -325,7 +335,7 @@ func (t *Telemetry) Middleware() fleet.Middleware {
 func (t *Telemetry) endRun(ctx context.Context, span trace.Span, a *queueAttrs, start time.Time, typ string, err error) {
 	d := time.Since(start).Seconds()
 	if typ == "" {
-		t.process.Record(ctx, d, metric.WithAttributeSet(a.process))
+		t.process.Record(ctx, d, a.processRecord...)
 		span.End()
 		return
 	}

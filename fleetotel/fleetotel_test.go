@@ -107,7 +107,7 @@ func open(t *testing.T, tg target, prefix string, obs *fleet.Observer) *fleet.Fl
 }
 
 // deletePrefix deletes every key under prefix, on every node.
-func deletePrefix(t *testing.T, tg target, prefix string) {
+func deletePrefix(t testing.TB, tg target, prefix string) {
 	opts := tg.opts
 	opts.Observer = nil
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
