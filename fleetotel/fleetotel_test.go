@@ -106,8 +106,12 @@ func open(t *testing.T, tg target, prefix string, obs *fleet.Observer) *fleet.Fl
 	return f
 }
 
-// deletePrefix deletes every key under prefix, on every node.
+// deletePrefix deletes every key under prefix, on every node; t (nil in
+// an Example) is told of a failure.
 func deletePrefix(t testing.TB, tg target, prefix string) {
+	if t == nil {
+		t = &quiet{}
+	}
 	opts := tg.opts
 	opts.Observer = nil
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -137,6 +141,11 @@ func deletePrefix(t testing.TB, tg target, prefix string) {
 		}
 	}
 }
+
+// quiet is a testing.TB for an Example's clean-up, which has none.
+type quiet struct{ testing.TB }
+
+func (*quiet) Errorf(string, ...any) {}
 
 // kit is one process's OpenTelemetry: an SDK with an in-memory span
 // exporter and a manual metric reader, and the Telemetry over it.
