@@ -29,11 +29,13 @@ type Observer struct {
 	// body, as the optional "trace" object (SCHEMA.md); nil or empty writes
 	// no field. It may return a func that the submit calls once with its
 	// outcome: how many tasks it wrote (a duplicate of a live dedup key
-	// writes none) and its error.
+	// writes none) and its error. The tasks that schedules submit
+	// (AddSchedule) are not reported.
 	Submit func(ctx context.Context, e SubmitEvent) (trace map[string]string, done func(written int, err error))
 	// TaskEnded is called for each task that a call of this Fleet ended:
 	// acked (Task.Ack, or a worker's ack), retried or dead-lettered
-	// (Task.Nack, Task.Bury, a cancel, a poisoned body at reserve).
+	// (Task.Nack, Task.Bury, a cancel, a poisoned body at reserve). A
+	// lease that runs out is re-queued by a sweeper, and not reported.
 	TaskEnded func(ctx context.Context, e TaskEndEvent)
 	// LockWaited is called when Lock.Acquire (and so Lock.Do) returns,
 	// with how long it took.
@@ -128,7 +130,14 @@ func (f *Fleet) obsStart() int64 {
 // trace context it returns to bodies (in place) and returns the func to
 // call with the outcome (never nil). Without an Observer it does nothing.
 func (f *Fleet) observeSubmit(ctx context.Context, queue string, ids, bodies []string, notBefore time.Time, dedup string) submitDone {
-	if f.obs == nil || f.obs.Submit == nil {
+	if f.obs == nil { // inlined: without an Observer, this check is all
+		return nil
+	}
+	return f.observeSubmitSlow(ctx, queue, ids, bodies, notBefore, dedup)
+}
+
+func (f *Fleet) observeSubmitSlow(ctx context.Context, queue string, ids, bodies []string, notBefore time.Time, dedup string) submitDone {
+	if f.obs.Submit == nil {
 		return nil
 	}
 	tr, done := f.obs.Submit(ctx, SubmitEvent{Queue: queue, IDs: ids, NotBefore: notBefore, DedupKey: dedup})
@@ -143,11 +152,18 @@ func (f *Fleet) observeSubmit(ctx context.Context, queue string, ids, bodies []s
 // observeSubmitOne is observeSubmit for one task, whose body it rewrites
 // in place.
 func (f *Fleet) observeSubmitOne(ctx context.Context, queue, id string, body *string, notBefore time.Time, dedup string) submitDone {
-	if f.obs == nil || f.obs.Submit == nil {
+	if f.obs == nil {
+		return nil
+	}
+	return f.observeSubmitOneSlow(ctx, queue, id, body, notBefore, dedup)
+}
+
+func (f *Fleet) observeSubmitOneSlow(ctx context.Context, queue, id string, body *string, notBefore time.Time, dedup string) submitDone {
+	if f.obs.Submit == nil {
 		return nil
 	}
 	bodies := []string{*body}
-	done := f.observeSubmit(ctx, queue, []string{id}, bodies, notBefore, dedup)
+	done := f.observeSubmitSlow(ctx, queue, []string{id}, bodies, notBefore, dedup)
 	*body = bodies[0]
 	return done
 }
@@ -230,10 +246,9 @@ func decodeTrace(raw json.RawMessage) map[string]string {
 // taskEnded tells the Observer that task id of queue ended with outcome,
 // if it did (ok).
 func (f *Fleet) taskEnded(ctx context.Context, queue, id string, outcome TaskOutcome, ok bool) {
-	if !ok || f.obs == nil || f.obs.TaskEnded == nil {
-		return
+	if ok && f.obs != nil && f.obs.TaskEnded != nil {
+		f.obs.TaskEnded(ctx, TaskEndEvent{Queue: queue, ID: id, Outcome: outcome})
 	}
-	f.obs.TaskEnded(ctx, TaskEndEvent{Queue: queue, ID: id, Outcome: outcome})
 }
 
 // nackOutcome is the outcome that queue_nack.lua's delay reply spells: -1
@@ -248,7 +263,13 @@ func nackOutcome(delay int64) TaskOutcome {
 // lockWaited tells the Observer how an acquire of lock that began at start
 // (obsStart) went.
 func (f *Fleet) lockWaited(ctx context.Context, lock string, start int64, obtained bool, err error) {
-	if f.obs == nil || f.obs.LockWaited == nil {
+	if f.obs != nil {
+		f.lockWaitedSlow(ctx, lock, start, obtained, err)
+	}
+}
+
+func (f *Fleet) lockWaitedSlow(ctx context.Context, lock string, start int64, obtained bool, err error) {
+	if f.obs.LockWaited == nil {
 		return
 	}
 	f.obs.LockWaited(ctx, LockWaitEvent{Lock: lock, Wait: time.Duration(monoNow() - start), Obtained: obtained, Err: err})
@@ -257,7 +278,13 @@ func (f *Fleet) lockWaited(ctx context.Context, lock string, start int64, obtain
 // claimWaited tells the Observer how a claim on pool that began at start
 // (obsStart) went.
 func (f *Fleet) claimWaited(ctx context.Context, pool string, start int64, claimed bool, err error) {
-	if f.obs == nil || f.obs.ClaimWaited == nil {
+	if f.obs != nil {
+		f.claimWaitedSlow(ctx, pool, start, claimed, err)
+	}
+}
+
+func (f *Fleet) claimWaitedSlow(ctx context.Context, pool string, start int64, claimed bool, err error) {
+	if f.obs.ClaimWaited == nil {
 		return
 	}
 	f.obs.ClaimWaited(ctx, ClaimWaitEvent{Pool: pool, Wait: time.Duration(monoNow() - start), Claimed: claimed, Err: err})
