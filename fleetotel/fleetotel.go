@@ -299,12 +299,13 @@ func (t *Telemetry) Middleware() fleet.Middleware {
 			a := t.queue(ti.Queue)
 			opts := a.processOpts
 			if ti.Trace != nil {
-				if sc := trace.SpanContextFromContext(t.prop.Extract(context.Background(), propagation.MapCarrier(ti.Trace))); sc.IsValid() {
-					if t.linkOnly || trace.SpanContextFromContext(ctx).IsValid() {
+				carrier := propagation.MapCarrier(ti.Trace)
+				if t.linkOnly || trace.SpanContextFromContext(ctx).IsValid() {
+					if sc := trace.SpanContextFromContext(t.prop.Extract(context.Background(), carrier)); sc.IsValid() {
 						opts = append(opts[:len(opts):len(opts)], trace.WithLinks(trace.Link{SpanContext: sc}))
-					} else {
-						ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
 					}
+				} else {
+					ctx = t.prop.Extract(ctx, carrier) // the submit span, as the remote parent (and baggage, if propagated)
 				}
 			}
 			if t.linkOnly {
