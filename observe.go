@@ -193,6 +193,15 @@ func traceField(tr map[string]string) string {
 	}
 	var b strings.Builder
 	b.WriteString(`,"trace":{`)
+	if len(tr) == 1 { // the usual traceparent alone: nothing to sort
+		for k, v := range tr {
+			writeJSONString(&b, k)
+			b.WriteByte(':')
+			writeJSONString(&b, v)
+		}
+		b.WriteByte('}')
+		return b.String()
+	}
 	for i, k := range slices.Sorted(maps.Keys(tr)) {
 		if i > 0 {
 			b.WriteByte(',')
@@ -236,11 +245,60 @@ func decodeTrace(raw json.RawMessage) map[string]string {
 	if len(raw) == 0 {
 		return nil
 	}
-	var m map[string]string
-	if json.Unmarshal(raw, &m) != nil || len(m) == 0 {
+	m, ok := decodeFlat(raw)
+	if !ok && json.Unmarshal(raw, &m) != nil {
+		return nil
+	}
+	if len(m) == 0 {
 		return nil
 	}
 	return m
+}
+
+// decodeFlat reads {"k":"v",...} spelled as traceField spells it: no white
+// space, no escapes, ASCII. Anything else is not ok, for encoding/json to
+// read (or refuse).
+func decodeFlat(b []byte) (map[string]string, bool) {
+	if len(b) < 2 || b[0] != '{' || b[len(b)-1] != '}' {
+		return nil, false
+	}
+	b = b[1 : len(b)-1]
+	m := make(map[string]string, 2)
+	for len(b) > 0 {
+		k, rest, ok := flatString(b)
+		if !ok || len(rest) == 0 || rest[0] != ':' {
+			return nil, false
+		}
+		v, rest, ok := flatString(rest[1:])
+		if !ok {
+			return nil, false
+		}
+		m[k] = v
+		if len(rest) == 0 {
+			break
+		}
+		if rest[0] != ',' || len(rest) == 1 {
+			return nil, false
+		}
+		b = rest[1:]
+	}
+	return m, true
+}
+
+// flatString reads a JSON string without escapes at the start of b.
+func flatString(b []byte) (string, []byte, bool) {
+	if len(b) < 2 || b[0] != '"' {
+		return "", nil, false
+	}
+	for i := 1; i < len(b); i++ {
+		switch c := b[i]; {
+		case c == '"':
+			return string(b[1:i]), b[i+1:], true
+		case c == '\\' || c < 0x20 || c > 0x7e:
+			return "", nil, false
+		}
+	}
+	return "", nil, false
 }
 
 // taskEnded tells the Observer that task id of queue ended with outcome,

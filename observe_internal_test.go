@@ -26,7 +26,19 @@ func TestTraceField(t *testing.T) {
 	if traceField(nil) != "" || traceField(map[string]string{}) != "" {
 		t.Fatal("an empty trace context writes a field")
 	}
-	for _, raw := range []string{``, `null`, `"00-x"`, `1`, `[]`, `{}`, `{"a":1}`, `{"a":"b"`} {
+	// Spelled by other writers: white space, escapes, duplicate keys.
+	for raw, want := range map[string]map[string]string{
+		`{ "a" : "b" }`:     {"a": "b"},
+		`{"a":"\u0041\n"}`:  {"a": "A\n"},
+		`{"a":"b","a":"c"}`: {"a": "c"},
+		`{"a":"é","b":"x"}`: {"a": "é", "b": "x"},
+		`{"a":"b","c":"d"}`: {"a": "b", "c": "d"},
+	} {
+		if got := decodeTrace(json.RawMessage(raw)); !maps.Equal(got, want) {
+			t.Fatalf("decodeTrace(%s) = %q, want %q", raw, got, want)
+		}
+	}
+	for _, raw := range []string{``, `null`, `"00-x"`, `1`, `[]`, `{}`, `{"a":1}`, `{"a":"b"`, `{"a":"b",}`, `{"a""b"}`, `{"a":"b"}x`, `{"a":"b" "c":"d"}`} {
 		if m := decodeTrace(json.RawMessage(raw)); m != nil {
 			t.Fatalf("decodeTrace(%s) = %q", raw, m)
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -102,10 +103,18 @@ func newPipeline(b *testing.B, v variant) *pipeline {
 	return p
 }
 
+// cpuTime is the CPU time this process has used, user and system.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 // run submits n tasks (benchSubmitters in parallel, one Submit each) and
-// returns once the worker has handled them all.
-func (p *pipeline) run(b *testing.B, n int) time.Duration {
-	start := time.Now()
+// returns once the worker has handled them all, with the wall time and
+// this process's CPU time it took.
+func (p *pipeline) run(b *testing.B, n int) (wall, cpu time.Duration) {
+	start, cpu0 := time.Now(), cpuTime()
 	p.want.Store(p.done.Load() + int64(n))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -127,7 +136,7 @@ func (p *pipeline) run(b *testing.B, n int) time.Duration {
 	case <-ctx.Done():
 		b.Fatalf("handled %d of %d", p.done.Load(), p.want.Load())
 	}
-	return time.Since(start)
+	return time.Since(start), cpuTime() - cpu0
 }
 
 // BenchmarkEndToEnd: submit, reserve, handle, ack, per task, without
@@ -139,7 +148,8 @@ func BenchmarkEndToEnd(b *testing.B) {
 			p := newPipeline(b, v)
 			p.run(b, 100) // warm up: connections, scripts
 			b.ResetTimer()
-			p.run(b, b.N)
+			_, cpu := p.run(b, b.N)
+			b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/task")
 		})
 	}
 }
@@ -157,20 +167,25 @@ func BenchmarkEndToEndRatio(b *testing.B) {
 			pb.run(b, 100)
 			pv.run(b, 100)
 			b.ResetTimer()
-			var tb, tv time.Duration
+			var tb, tv, cb, cv time.Duration
+			runBare := func(n int) { w, c := pb.run(b, n); tb, cb = tb+w, cb+c }
+			runOtel := func(n int) { w, c := pv.run(b, n); tv, cv = tv+w, cv+c }
 			for i, left := 0, b.N; left > 0; i, left = i+1, left-benchRound {
 				n := min(left, benchRound)
 				if i%2 == 0 { // each goes first every other round: the second one pays for the first one's tail
-					tb += pb.run(b, n)
-					tv += pv.run(b, n)
+					runBare(n)
+					runOtel(n)
 				} else {
-					tv += pv.run(b, n)
-					tb += pb.run(b, n)
+					runOtel(n)
+					runBare(n)
 				}
 			}
 			b.StopTimer()
-			b.ReportMetric(float64(tb.Nanoseconds())/float64(b.N), "bare-ns/task")
-			b.ReportMetric(float64(tv.Nanoseconds())/float64(b.N), "otel-ns/task")
+			per := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / float64(b.N) }
+			b.ReportMetric(per(tb), "bare-ns/task")
+			b.ReportMetric(per(tv), "otel-ns/task")
+			b.ReportMetric(per(cb), "bare-cpu-ns/task")
+			b.ReportMetric(per(cv), "otel-cpu-ns/task")
 			b.ReportMetric(tb.Seconds()/tv.Seconds(), "ratio")
 		})
 	}
