@@ -304,20 +304,29 @@ type WorkersFilter struct {
 
 // WorkerInfo is what Workers reads of one worker.
 type WorkerInfo struct {
+	// Type is the worker's automation type.
 	Type string `json:"type"`
-	ID   string `json:"id"`
+	// ID is the worker's id, unique within its type.
+	ID string `json:"id"`
 	// State is IDLE, RUNNING or ERROR; empty when the worker has no state.
 	State WorkerState `json:"state"`
 	// LastSeen is the worker's last heartbeat; zero when unknown.
 	LastSeen time.Time `json:"last_seen"`
 	// LastError is the worker's last error text.
 	LastError string `json:"last_error,omitempty"`
-	// Gen is the worker's config generation; 0 when it has none.
+	// Gen is the worker's stored config generation (wkr:<type>:<id>:gen):
+	// the newest config pushed to it; 0 when it has none.
 	Gen int64 `json:"gen"`
+	// AppliedGen is the generation of the config the worker runs (the
+	// applied_gen field of its :state hash, which fleet derives). It is
+	// below Gen while the worker has not yet seen the newest config, or
+	// after it refused it (see LastError); 0 when the worker never
+	// recorded one (a worker of another client).
+	AppliedGen int64 `json:"applied_gen"`
 }
 
 // Workers lists the indexed workers that filter selects, sorted by type
-// and id, with their state, last_seen, last_error and gen, read in one
+// and id, with their state, last_seen, last_error, gen and applied gen, read in one
 // pipelined round trip after the index (and a TIME). May return ErrInvalidName,
 // ErrInvalidArgument, ErrUnavailable.
 func (f *Fleet) Workers(ctx context.Context, filter WorkersFilter) ([]WorkerInfo, error) {
@@ -363,7 +372,7 @@ func (f *Fleet) Workers(ctx context.Context, filter WorkersFilter) ([]WorkerInfo
 	for _, w := range list {
 		k := f.keys.Worker(w.Type, w.ID)
 		cmds = append(cmds,
-			c.B().Hmget().Key(k.State).Field("state", "last_seen", "last_error").Build(),
+			c.B().Hmget().Key(k.State).Field("state", "last_seen", "last_error", "applied_gen").Build(),
 			c.B().Get().Key(k.Gen).Build())
 	}
 	// TIME has no slot: a cluster client refuses it beside keyed commands.
@@ -378,11 +387,12 @@ func (f *Fleet) Workers(ctx context.Context, filter WorkersFilter) ([]WorkerInfo
 		if err != nil {
 			return nil, opErr("workers", w.Type+"|"+w.ID, err)
 		}
-		vals := make([]string, 3)
-		for j := range min(len(st), 3) {
+		vals := make([]string, 4)
+		for j := range min(len(st), 4) {
 			vals[j], _ = st[j].ToString() // nil fields stay ""
 		}
 		w.State, w.LastError = WorkerState(vals[0]), vals[2]
+		w.AppliedGen, _ = strconv.ParseInt(vals[3], 10, 64)
 		if s, err := strconv.ParseFloat(vals[1], 64); err == nil {
 			w.LastSeen = time.UnixMilli(int64(s * 1000))
 		}

@@ -311,8 +311,8 @@ func (f *Fleet) PoolTagCounts(ctx context.Context, name string) ([]TagCount, err
 // StreamTail reads stream:<typ> without changing it. With since zero it
 // returns the newest n entries; otherwise up to n entries pushed at or
 // after since (by score), so a tail that passes the Time of the last entry
-// it saw gets that entry again (entries of one millisecond share a score)
-// and drops the IDs it has. Entries are oldest first, decoded as
+// it saw gets that entry again (entries of one PushMany with Envelope share
+// a score) and drops the ones it has. Entries are oldest first, decoded as
 // StreamEntry[json.RawMessage] (a bare member, written without fleet's
 // envelope, has no ID); members that decode as neither are reported in a
 // *StreamDecodeError beside the others. n <= 0 is ErrInvalidArgument. May
@@ -327,7 +327,9 @@ func (f *Fleet) StreamTail(ctx context.Context, typ string, since time.Time, n i
 	if since.IsZero() {
 		cmd = c.B().Zrange().Key(s.key).Min("+inf").Max("-inf").Byscore().Rev().Limit(0, int64(n)).Withscores().Build()
 	} else {
-		from := strconv.FormatFloat(unixSeconds(since), 'f', 3, 64)
+		// Scores are to the microsecond (bare members) or the millisecond
+		// (envelopes): since, to the microsecond, misses neither.
+		from := strconv.FormatFloat(float64(since.UnixMicro())/1e6, 'f', 6, 64)
 		cmd = c.B().Zrange().Key(s.key).Min(from).Max("+inf").Byscore().Limit(0, int64(n)).Withscores().Build()
 	}
 	zs, err := c.Do(ctx, cmd).AsZScores()

@@ -39,7 +39,7 @@ func (f *Fleet) DeadLetters(ctx context.Context, name string, offset, count int)
 }
 
 // RequeueDead puts the dead letter of task id of queue name back on the
-// queue (Queue.RequeueDead, by name). May return ErrNotDead.
+// queue (Queue.RequeueDead, by name). May return ErrNoDeadLetter.
 func (f *Fleet) RequeueDead(ctx context.Context, name, id string) error {
 	return f.adminQueue(name).RequeueDead(ctx, id)
 }
@@ -58,16 +58,25 @@ func (f *Fleet) PurgeDead(ctx context.Context, name string) (int64, error) {
 
 // QueueCounts is one queue's line of an Overview.
 type QueueCounts struct {
-	Name      string `json:"name"`
-	Pending   int64  `json:"pending"`
-	InFlight  int64  `json:"in_flight"`
-	Scheduled int64  `json:"scheduled"`
-	Dead      int64  `json:"dead"`
-	Paused    bool   `json:"paused"`
+	// Name is the queue's name.
+	Name string `json:"name"`
+	// Pending counts the tasks waiting on the queue (its list).
+	Pending int64 `json:"pending"`
+	// InFlight counts the reserved tasks (:processing).
+	InFlight int64 `json:"in_flight"`
+	// Scheduled counts the tasks waiting for a retry or a delayed start
+	// (:scheduled).
+	Scheduled int64 `json:"scheduled"`
+	// Dead counts the dead letters (:dead).
+	Dead int64 `json:"dead"`
+	// Paused says the queue is paused (Queue.Pause): workers reserve
+	// nothing from it.
+	Paused bool `json:"paused"`
 }
 
 // PoolCounts is one pool's line of an Overview.
 type PoolCounts struct {
+	// Name is the pool's name.
 	Name string `json:"name"`
 	// Items counts the items that have not expired (as Pool.Size).
 	Items int64 `json:"items"`
@@ -78,8 +87,10 @@ type PoolCounts struct {
 // Overview is the counts of every registered queue and pool, sorted by
 // name.
 type Overview struct {
+	// Queues has one line per queue of fleet:queues.
 	Queues []QueueCounts `json:"queues"`
-	Pools  []PoolCounts  `json:"pools"`
+	// Pools has one line per pool of fleet:pools.
+	Pools []PoolCounts `json:"pools"`
 }
 
 // Overview counts every queue of fleet:queues and every pool of

@@ -17,7 +17,9 @@
 //
 // # Primitives
 //
-//   - [Fleet.KV]: namespaced values with optional TTLs; reads go through
+//   - [Fleet.KV]: namespaced values with optional TTLs, stored as JSON (a
+//     string as a JSON string; []byte and json.RawMessage as they are);
+//     reads go through
 //     client-side caching, so a repeated read costs no round trip and a write
 //     anywhere reaches the next read through the server's invalidation.
 //   - [Fleet.Counter]: an atomic integer.
@@ -29,25 +31,49 @@
 //
 //   - [NewQueue]: typed task queues: validated submits (one, many, delayed,
 //     deduplicated), an atomic reserve with a lease only its owner can end,
-//     retries with backoff, dead letters; [RunSweeper] recovers expired
+//     retries with backoff, dead letters; [Fleet.RunSweeper] recovers expired
 //     leases; [Fleet.SubmitJSON] serves a REST endpoint.
 //   - [NewPool]: tagged items with expiry, exclusive claims with leases,
 //     filters checked against the tags type ([Eq]), mark-bad, waiting
 //     claims, and claims that read only their smallest tag index.
-//   - [NewStream]: a bounded output stream; [Fleet.Publish] and [Subscribe]:
+//   - [NewStream]: a bounded output stream whose members are the outputs'
+//     JSON, as documented ([StreamOptions.Envelope] adds an id and a time
+//     to each, for streams only fleet reads); [Fleet.Publish] and [Subscribe]:
 //     the event bus; [Fleet.PublishCatalog]: JSON Schemas of each automation.
 //
 // # Workers
 //
 // [NewLoopWorker] and [NewBatchWorker] host an automation in slots, with
 // registration, heartbeats, stats, and config pushed by generation
-// ([Fleet.UpdateConfig], [Fleet.PushConfig]).
+// ([Fleet.UpdateConfig], [Fleet.PushConfig]). [TaskFunc] makes a batch
+// automation of a plain func(ctx, payload) error. Shutting down: Start's
+// ctx (a signal ctx), [Worker.Stop], [WorkerOptions.StopGrace] and
+// [Fleet.Close], as docs/SHUTDOWN.md shows.
+//
+// # Task control
+//
+//   - [AddSchedule] with [Every] or [Cron], and [RunScheduler] in any number
+//     of processes: periodic tasks, one per tick, with a policy for missed
+//     ticks ([MissedRunOnce], [MissedSkip]); [Fleet.Schedules],
+//     [Fleet.PauseSchedule], [Fleet.RemoveSchedule].
+//   - [SubmitOptions.UniqueFor]: a dedup key held for a window after the
+//     task; a duplicate gets a [DuplicateError].
+//   - [Queue.Cancel]: a waiting task is removed, a running one is cancelled
+//     on its worker (cause [ErrCanceled]) and dead-lettered.
+//   - [Queue.Lookup], [QueueOptions.Retention], [Task.SetResult],
+//     [BatchResultFunc], [ResultOf]: a task's state and its result.
+//   - [Queue.Pause], [Fleet.PauseQueue]: workers reserve nothing from a
+//     paused queue; submits go on.
+//   - [NewPriorityWorker]: one worker over several queues, by strict
+//     priority or by weight.
+//   - [WorkerOptions.Middleware]: wrap handlers ([Middleware], [Handler]);
+//     the first is the outermost.
 //
 // # Operations
 //
 // [Fleet.Health], [Fleet.Sync], the admin functions ([Fleet.RemoveWorker],
 // [Fleet.PurgeType], [Fleet.DropPool], [Fleet.Workers], [Fleet.Overview],
-// dead letters by queue name), [Migrate] between layouts, and the layout
+// dead letters by queue name), [Fleet.MigrateTo] between layouts, and the layout
 // marker that [Open] checks. cmd/fleetctl puts them on the command line.
 // Reads for dashboards ([Fleet.PendingTasks], [Fleet.ScheduledTasks],
 // [Fleet.Registered], [Fleet.StatsFrames], [Fleet.PoolTagCounts],
@@ -73,7 +99,14 @@
 // # Errors
 //
 // Errors wrap sentinels that errors.Is can test ([ErrWrongType],
-// [ErrUnavailable], [ErrNotObtained], [ErrNotHeld], ...) together with their
+// [ErrUnavailable], [ErrNotObtained], [ErrLeaseLost], ...) together with their
 // cause: a Redis error, a network error, or the context's error. A missing
-// value is a result (ok false), not an error.
+// value is a result (ok false), not an error. A payload over its limit is
+// [ErrPayloadTooLarge] for queues and pools alike.
+//
+// # Testing
+//
+// Package fleettest gives tests a Redis the way fleet's own tests get
+// theirs (FLEET_REDIS_URL, a redis-server on PATH, or Docker), with a
+// go-redis style client for assertions.
 package fleet

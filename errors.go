@@ -48,9 +48,22 @@ var (
 	// ErrNotObtained is returned by Lock.Acquire when the lock is held by
 	// another and the wait ran out.
 	ErrNotObtained = errors.New("fleet: lock not obtained")
-	// ErrNotHeld is returned by Lease.Release and Lease.Extend when the lease
-	// is no longer the holder: it expired, and perhaps another took the lock.
-	ErrNotHeld = errors.New("fleet: lock not held")
+	// ErrPayloadTooLarge is returned for a payload whose JSON is longer than
+	// the limit: by Queue.Submit, SubmitMany and Fleet.SubmitJSON
+	// (QueueOptions.MaxPayloadBytes) and by Pool.Put
+	// (PoolOptions.MaxPayloadBytes). Nothing is written. An HTTP front end
+	// maps it to 413.
+	ErrPayloadTooLarge = errors.New("fleet: payload too large")
+	// ErrLeaseLost says the caller no longer holds what it held under a
+	// lease: a lock (Lease.Release, Extend; the cause of Lock.Do's ctx), a
+	// pool claim (Claim.Release, Extend, MarkBad; the cause of Pool.Do's
+	// ctx), a queue reservation (Task.Ack, Nack, DeadLetter, Extend; the
+	// cause of a batch handler's ctx) or a semaphore permit. Its lease ran
+	// out (and perhaps another took the thing), or it already ended.
+	// Nothing is changed. The message says which thing it was. It is one
+	// error for all of them, so that one errors.Is check covers every
+	// lease.
+	ErrLeaseLost = errors.New("fleet: lease lost")
 )
 
 // opErr wraps err, the failure of op on name, with the sentinel that

@@ -10,21 +10,13 @@ import (
 var (
 	// ErrUnknownField is returned (through Query.Err, Claim, List) for a
 	// filter on a field that the pool's tags type does not have, by its
-	// JSON name. The seed's TypeError.
+	// JSON name. (In fleet's own design this is a TypeError.)
 	ErrUnknownField = errors.New("fleet: unknown tag field")
 	// ErrFilterType is returned for a filter value whose type does not fit
 	// the field, or a filter on a field that cannot be matched exactly
-	// (not a string, bool or number; a ':' in its name). The seed's
-	// ValueError.
+	// (not a string, bool or number; a ':' in its name). (In fleet's own
+	// design this is a ValueError.)
 	ErrFilterType = errors.New("fleet: filter value does not fit the tag field")
-	// ErrPayloadTooLarge is returned by Put for a payload whose JSON is
-	// longer than PoolOptions.MaxPayloadBytes. Nothing is stored.
-	ErrPayloadTooLarge = errors.New("fleet: pool payload too large")
-	// ErrClaimNotHeld is returned by Claim.Release, Claim.Extend and
-	// Claim.MarkBad when the claim is no longer the caller's: its lease ran
-	// out (and perhaps another claimed the item), or it already ended.
-	// Nothing is changed.
-	ErrClaimNotHeld = errors.New("fleet: pool claim not held")
 	// ErrBadItem is what a BadItemsError is: entries of the pool hash that
 	// are not valid items (not JSON, fields missing or of the wrong type, a
 	// payload or tags that do not decode into the pool's types). They are
@@ -39,9 +31,9 @@ var (
 type BadItemsError struct {
 	// Pool is the pool's name.
 	Pool string
-	// IDs lists the bad entries' item ids, with Causes[i] the reason of
-	// IDs[i].
-	IDs    []string
+	// IDs lists the bad entries' item ids.
+	IDs []string
+	// Causes holds why each is bad: Causes[i] is the reason of IDs[i].
 	Causes []error
 }
 
@@ -68,7 +60,7 @@ func poolErr(op, name string, err error) error {
 	if err == nil {
 		return nil
 	}
-	for _, s := range []error{ErrUnknownField, ErrFilterType, ErrPayloadTooLarge, ErrClaimNotHeld, ErrBadItem} {
+	for _, s := range []error{ErrUnknownField, ErrFilterType, ErrPayloadTooLarge, ErrLeaseLost, ErrBadItem} {
 		if errors.Is(err, s) {
 			return fmt.Errorf("fleet: %s %q: %w", op, name, err)
 		}

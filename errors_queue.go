@@ -9,24 +9,20 @@ import (
 var (
 	// ErrInvalidPayload is returned by Submit, SubmitMany and SubmitJSON for
 	// a payload that fails validation (the message lists the failing fields)
-	// or is over QueueOptions.MaxPayloadBytes. Nothing is written. An HTTP
-	// front end maps it to 422.
+	// or does not encode as JSON. Nothing is written. An HTTP front end maps
+	// it to 422. (A payload over QueueOptions.MaxPayloadBytes is
+	// ErrPayloadTooLarge.)
 	ErrInvalidPayload = errors.New("fleet: invalid task payload")
-	// ErrBadJSON is returned by SubmitJSON for bytes that are not one JSON
-	// value of the queue's payload type (syntax, unknown field, wrong type,
-	// trailing data). Nothing is written. An HTTP front end maps it to 400.
-	ErrBadJSON = errors.New("fleet: bad task JSON")
+	// ErrInvalidJSON is returned by SubmitJSON for bytes that are not one JSON
+	// value of the queue's payload type (an empty body, syntax, unknown
+	// field, wrong type, trailing data). Nothing is written. An HTTP front end maps it to 400.
+	ErrInvalidJSON = errors.New("fleet: bad task JSON")
 	// ErrUnknownQueue is returned by SubmitJSON for a queue that no NewQueue
 	// of this process made. An HTTP front end maps it to 404.
 	ErrUnknownQueue = errors.New("fleet: unknown queue")
-	// ErrLeaseLost is returned by Task.Ack, Nack, Bury and Extend when the
-	// reservation is no longer the caller's: its deadline passed and the
-	// task was re-queued (and perhaps reserved by another), or it was
-	// already ended. Nothing is changed.
-	ErrLeaseLost = errors.New("fleet: task lease lost")
-	// ErrNotDead is returned by Queue.RequeueDead when no dead letter has
+	// ErrNoDeadLetter is returned by Queue.RequeueDead when no dead letter has
 	// the id, or the one that has it cannot be re-queued (a poison body).
-	ErrNotDead = errors.New("fleet: no such dead letter")
+	ErrNoDeadLetter = errors.New("fleet: no such dead letter")
 	// ErrDuplicate is returned by Queue.RequeueDead when the dead task's
 	// dedup key is held by another live task: re-queueing it would make the
 	// duplicate that the key exists to prevent. Nothing changes.
@@ -39,7 +35,7 @@ func queueErr(op, name string, err error) error {
 	if err == nil {
 		return nil
 	}
-	for _, s := range []error{ErrInvalidPayload, ErrBadJSON, ErrUnknownQueue, ErrLeaseLost, ErrNotDead, ErrDuplicate} {
+	for _, s := range []error{ErrInvalidPayload, ErrPayloadTooLarge, ErrInvalidJSON, ErrUnknownQueue, ErrLeaseLost, ErrNoDeadLetter, ErrDuplicate} {
 		if errors.Is(err, s) {
 			return fmt.Errorf("fleet: %s %q: %w", op, name, err)
 		}

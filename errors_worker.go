@@ -15,6 +15,11 @@ var (
 	// worker's config type or fails its validate tags. A worker that gets
 	// one keeps its config and records the error in last_error.
 	ErrInvalidConfig = errors.New("fleet: invalid worker config")
+	// ErrUnknownWorker is returned by UpdateConfig for a type and id that no
+	// worker registered (wkr:<type>:<id>:gen is missing): a typo would
+	// otherwise create the keys of a worker that never reads them. Nothing
+	// is written.
+	ErrUnknownWorker = errors.New("fleet: unknown worker")
 	// ErrWorkerStarted is returned by Worker.Start on a worker that was
 	// already started (a Worker runs once: make a new one to run again).
 	ErrWorkerStarted = errors.New("fleet: worker already started")
@@ -50,7 +55,7 @@ func workerErr(op, name string, err error) error {
 	if err == nil {
 		return nil
 	}
-	for _, s := range []error{ErrStaleGen, ErrInvalidConfig, ErrWorkerStarted, ErrWorkerNotStarted, ErrInvalidPayload, ErrLeaseLost} {
+	for _, s := range []error{ErrStaleGen, ErrInvalidConfig, ErrUnknownWorker, ErrWorkerStarted, ErrWorkerNotStarted, ErrInvalidPayload, ErrLeaseLost} {
 		if errors.Is(err, s) {
 			return fmt.Errorf("fleet: %s %q: %w", op, name, err)
 		}

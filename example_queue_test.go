@@ -45,7 +45,7 @@ func ExampleNewQueue() {
 	// {Pending:0 InFlight:0 Scheduled:0 Dead:0 Paused:false}
 }
 
-func ExampleRunSweeper() {
+func ExampleFleet_RunSweeper() {
 	f, done := exampleFleet("sweeper")
 	defer done()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -53,7 +53,7 @@ func ExampleRunSweeper() {
 
 	// The host runs one sweeper (or several: they never duplicate a task).
 	swept := make(chan error)
-	go func() { swept <- fleet.RunSweeper(ctx, f, fleet.SweeperOptions{Interval: 50 * time.Millisecond}) }()
+	go func() { swept <- f.RunSweeper(ctx, fleet.SweeperOptions{Interval: 50 * time.Millisecond}) }()
 
 	q.Submit(ctx, Harvest{URL: "https://example.com/a"})
 	q.Reserve(ctx, 1, 0) // a worker takes the task and crashes

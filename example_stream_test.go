@@ -19,12 +19,13 @@ func ExampleStream() {
 		URL  string `json:"url"`
 		Code int    `json:"code"`
 	}
-	// stream:cf-scraper, bounded to 1,000 members and 10 minutes.
+	// stream:cf-scraper, bounded to 1,000 members and 10 minutes. Each
+	// member is the output's JSON, as the documented schema says.
 	s := fleet.NewStream[page](f, "cf-scraper", fleet.StreamOptions{MaxLen: 1000, MaxAge: 10 * time.Minute})
 	if _, err := s.Push(ctx, page{"https://a.example", 200}); err != nil {
 		log.Fatal(err)
 	}
-	// Two equal outputs are two entries.
+	// Two equal outputs are one member of the sorted set.
 	if _, err := s.PushMany(ctx, []page{{"https://b.example", 503}, {"https://b.example", 503}}); err != nil {
 		log.Fatal(err)
 	}
@@ -35,17 +36,26 @@ func ExampleStream() {
 	fmt.Printf("peek %+v\n", peek[0].Data)
 	entries, _ := s.Pop(ctx, 10) // oldest first
 	for _, e := range entries {
-		fmt.Printf("pop %+v id of %d chars, recent %v\n", e.Data, len(e.ID), time.Since(e.Time) < time.Minute)
+		fmt.Printf("pop %+v, recent %v\n", e.Data, time.Since(e.Time) < time.Minute)
 	}
-	n, _ = s.Len(ctx)
-	fmt.Println("len", n)
+
+	// With Envelope, each member wraps its output with an id and a time:
+	// equal outputs stay two entries. Only fleet reads that form.
+	w := fleet.NewStream[page](f, "cf-scraper-wrapped", fleet.StreamOptions{Envelope: true})
+	if _, err := w.PushMany(ctx, []page{{"https://b.example", 503}, {"https://b.example", 503}}); err != nil {
+		log.Fatal(err)
+	}
+	entries, _ = w.Pop(ctx, 10)
+	for _, e := range entries {
+		fmt.Printf("pop %+v id of %d chars\n", e.Data, len(e.ID))
+	}
 	// Output:
-	// len 3
+	// len 2
 	// peek {URL:https://a.example Code:200}
-	// pop {URL:https://a.example Code:200} id of 36 chars, recent true
-	// pop {URL:https://b.example Code:503} id of 36 chars, recent true
-	// pop {URL:https://b.example Code:503} id of 36 chars, recent true
-	// len 0
+	// pop {URL:https://a.example Code:200}, recent true
+	// pop {URL:https://b.example Code:503}, recent true
+	// pop {URL:https://b.example Code:503} id of 36 chars
+	// pop {URL:https://b.example Code:503} id of 36 chars
 }
 
 func ExampleSubscribe() {
@@ -78,12 +88,12 @@ func ExampleSubscribe() {
 		log.Fatal(err)
 	}
 	defer emits.Close()
-	id, _ := s.Emit(ctx, "cookie jar refreshed")
+	_, _ = s.Emit(ctx, "cookie jar refreshed")
 	e := <-emits.C()
-	fmt.Println(e.Data, e.ID == id)
+	fmt.Println(e.Data)
 	// Output:
 	// {Level:warn Msg:proxy pool low}
-	// cookie jar refreshed true
+	// cookie jar refreshed
 }
 
 func ExampleFleet_PublishCatalog() {

@@ -88,6 +88,17 @@ func ExampleFleet_UpdateConfig() {
 	defer done()
 	ctx := context.Background()
 
+	// The worker registers itself (wkr:scraper:host1:*) when it starts.
+	w := fleet.NewLoopWorker(f, fleet.WorkerOptions{Type: "scraper", ID: "host1", Slots: 1},
+		fleet.LoopFunc[map[string]any, struct{}](func(ctx context.Context, s *fleet.Slot[map[string]any, struct{}]) error {
+			<-ctx.Done()
+			return nil
+		}))
+	if err := w.Start(ctx); err != nil {
+		log.Fatal(err)
+	}
+	defer w.Stop(ctx)
+
 	_, _ = f.UpdateConfig(ctx, "scraper", "host1", json.RawMessage(`{"proxy":{"host":"p1","port":1080},"debug":true}`))
 	// Objects merge, null deletes.
 	gen, _ := f.UpdateConfig(ctx, "scraper", "host1", json.RawMessage(`{"proxy":{"port":1081},"debug":null}`))
@@ -97,7 +108,11 @@ func ExampleFleet_UpdateConfig() {
 	// A push with a gen not above the current one is refused.
 	err := f.PushConfig(ctx, "scraper", "host1", map[string]any{"proxy": nil}, 2)
 	fmt.Println(errors.Is(err, fleet.ErrStaleGen))
+	// A worker that never registered is refused: a typo writes nothing.
+	_, err = f.UpdateConfig(ctx, "scraper", "host2", json.RawMessage(`{}`))
+	fmt.Println(errors.Is(err, fleet.ErrUnknownWorker))
 	// Output:
 	// 2 {"proxy":{"host":"p1","port":1081}}
+	// true
 	// true
 }

@@ -3,7 +3,6 @@ package fleet
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -55,9 +54,11 @@ type Options struct {
 	// backoff on it.
 	Client rueidis.Client
 
-	// Username and Password authenticate with ACL (or requirepass). They
-	// override the URL's.
+	// Username is the ACL user to authenticate as. It overrides the URL's.
+	// Defaults to none (the default user).
 	Username string
+	// Password authenticates the user (ACL) or against requirepass. It
+	// overrides the URL's. Defaults to none.
 	Password string
 	// TLSConfig turns TLS on with this configuration (custom CA, client
 	// certificates). Without it, rediss:// uses the system roots.
@@ -84,6 +85,12 @@ type Options struct {
 	DialTimeout time.Duration
 	// Logger receives what background work has to say. Defaults to silent.
 	Logger *slog.Logger
+	// NoMarkerWrite makes Open check an existing layout marker (fleet:meta)
+	// but leave a missing one unwritten, so that opening writes nothing:
+	// for a dry run (fleetctl migrate --dry-run opens its target so) or a
+	// look at a database that must stay untouched. Defaults to false: Open
+	// writes the marker on first use.
+	NoMarkerWrite bool
 	// Observer is told of submits, task ends, lock and claim waits, for
 	// metrics and tracing (see Observer; the fleetotel package makes one).
 	// Open keeps a copy. Defaults to none.
@@ -119,9 +126,13 @@ type Fleet struct {
 }
 
 // Open connects to Redis, detects a cluster, and picks the key layout.
-// It returns ErrInvalidOptions for options it cannot use, ErrAuth when the
-// server refuses the credentials, ErrLayout for compat on a cluster, and
-// ErrUnavailable when no node answers.
+// It gives up when ctx ends (or after DialTimeout), returning ctx's error.
+// It returns ErrInvalidOptions for options it cannot use (a URL without
+// redis://, a database number the server does not have, a server that
+// does not speak the Redis protocol), ErrAuth when the server refuses the
+// credentials, ErrLayout for compat on a cluster, and ErrUnavailable when
+// no node answers. A failed TLS handshake says that the port may be plain
+// text.
 func Open(ctx context.Context, opts Options) (*Fleet, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -151,12 +162,7 @@ func Open(ctx context.Context, opts Options) (*Fleet, error) {
 			return nil, err
 		}
 		co.OnInvalidations = f.watch.onInvalidations
-		client, err := rueidis.NewClient(co)
-		if errors.Is(err, rueidis.ErrNoCache) {
-			f.log.Warn("fleet: server has no RESP3 client tracking; caching off")
-			co.DisableCache = true
-			client, err = rueidis.NewClient(co)
-		}
+		client, co, err := f.connectClient(ctx, co)
 		if err != nil {
 			return nil, connectErr(co.InitAddress, err)
 		}
@@ -178,26 +184,11 @@ func Open(ctx context.Context, opts Options) (*Fleet, error) {
 		f.closeClient()
 		return nil, connectErr(nil, err)
 	}
-	if err := f.checkMarker(ctx); err != nil {
+	if err := f.checkMarker(ctx, !opts.NoMarkerWrite); err != nil {
 		f.closeClient()
 		return nil, err
 	}
 	return f, nil
-}
-
-func connectErr(addrs []string, err error) error {
-	where := ""
-	if len(addrs) > 0 {
-		where = " to " + strings.Join(addrs, ",")
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("fleet: connect%s: %w", where, err)
-	}
-	kind := classify(err)
-	if kind == nil {
-		kind = ErrUnavailable
-	}
-	return fmt.Errorf("fleet: connect%s: %w: %w", where, kind, err)
 }
 
 func (o *Options) validate() error {
@@ -231,6 +222,9 @@ func (o *Options) validate() error {
 func (o *Options) clientOption() (rueidis.ClientOption, error) {
 	var co rueidis.ClientOption
 	if o.URL != "" {
+		if err := checkURL(o.URL); err != nil {
+			return co, err
+		}
 		var err error
 		if co, err = rueidis.ParseURL(o.URL); err != nil {
 			return co, fmt.Errorf("%w: URL: %w", ErrInvalidOptions, err)

@@ -164,7 +164,7 @@ func TestBadNamesChangeNothing(t *testing.T) {
 		if err := e.F.KV("a:b").Set(c, "c", "v", 0); !errors.Is(err, fleet.ErrInvalidName) {
 			t.Errorf("KV(a:b) = %v", err)
 		}
-		// Last segments may hold ':' (the seeds' own convention).
+		// Last segments may hold ':' (the convention of the documented schema).
 		if err := e.F.KV("a").Set(c, "b:c", "v", 0); err != nil {
 			t.Errorf("KV key b:c: %v", err)
 		}
@@ -295,7 +295,7 @@ func TestOnlyNetworkErrorsAreUnavailable(t *testing.T) {
 		<-c.Done()
 		return nil
 	})
-	if !errors.Is(err, fleet.ErrLockLost) || errors.Is(err, fleet.ErrUnavailable) {
+	if !errors.Is(err, fleet.ErrLeaseLost) || errors.Is(err, fleet.ErrUnavailable) {
 		t.Errorf("Do after losing the lock = %v", err)
 	}
 }

@@ -25,29 +25,53 @@ const (
 
 // HealthProblem is one thing that would lose data or break fleet.
 type HealthProblem struct {
-	Code    string `json:"code"`
-	Node    string `json:"node,omitempty"`
+	// Code names the kind of problem: one of the Health* constants.
+	Code string `json:"code"`
+	// Node is the address of the node it was found on; empty for a
+	// problem of the whole deployment (caching off, cluster slots).
+	Node string `json:"node,omitempty"`
+	// Message says what was found and why it matters, for a person.
 	Message string `json:"message"`
 }
 
 // NodeHealth is what Health read off one node.
 type NodeHealth struct {
-	Addr            string `json:"addr"`
-	Version         string `json:"version"`
-	AOF             bool   `json:"aof"`
+	// Addr is the node's address, host:port.
+	Addr string `json:"addr"`
+	// Version is the server's version (INFO redis_version).
+	Version string `json:"version"`
+	// AOF reports whether the append-only file is on (INFO aof_enabled).
+	AOF bool `json:"aof"`
+	// MaxmemoryPolicy is the eviction policy (INFO maxmemory_policy);
+	// fleet wants noeviction.
 	MaxmemoryPolicy string `json:"maxmemory_policy"`
-	UsedMemory      int64  `json:"used_memory"`
-	Keys            int64  `json:"keys"`
+	// UsedMemory is the memory the server has allocated, in bytes (INFO
+	// used_memory).
+	UsedMemory int64 `json:"used_memory"`
+	// Keys counts the keys of every database on the node (INFO keyspace),
+	// fleet's and others'.
+	Keys int64 `json:"keys"`
 }
 
 // HealthReport is the result of Health. It is healthy when Problems is
 // empty.
 type HealthReport struct {
-	Layout   Layout          `json:"layout"`
-	Cluster  bool            `json:"cluster"`
-	Cache    bool            `json:"client_cache"`
-	Slots    int             `json:"slots_ok,omitempty"`
-	Nodes    []NodeHealth    `json:"nodes"`
+	// Layout is the key layout this Fleet uses.
+	Layout Layout `json:"layout"`
+	// Cluster reports whether the server is a Redis Cluster.
+	Cluster bool `json:"cluster"`
+	// Cache reports whether client-side caching works on this Fleet
+	// (invalidations reach it); without it reads cost round trips and
+	// waits poll.
+	Cache bool `json:"client_cache"`
+	// Slots counts the cluster slots served (CLUSTER INFO
+	// cluster_slots_ok), of 16384; 0 on a single node.
+	Slots int `json:"slots_ok,omitempty"`
+	// Nodes has one entry per node read: the single node, or every master
+	// of the cluster.
+	Nodes []NodeHealth `json:"nodes"`
+	// Problems lists what would lose data or break fleet; empty (never
+	// nil) when healthy.
 	Problems []HealthProblem `json:"problems"`
 }
 

@@ -98,7 +98,7 @@ func TestAOFRestartKeepsQueue(t *testing.T) {
 	close(stopProd)
 	// Drain: the sweeper brings back reservations whose ack was lost.
 	waitFor(t, 30*time.Second, func() bool {
-		if _, err := fleet.Sweep(c, f, fleet.SweeperOptions{}); err != nil {
+		if _, err := f.Sweep(c, fleet.SweeperOptions{}); err != nil {
 			return false
 		}
 		st, err := q.Stats(c)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+	"github.com/redis/rueidis/rueidiscompat"
 
 	"github.com/fleet-go/fleet"
 	"github.com/fleet-go/fleet/fleettest"
@@ -86,6 +87,11 @@ func (e *env) get(t *testing.T, key string) (string, bool) {
 	}
 	return s, true
 }
+
+// compat is the raw client as a go-redis style client (rueidiscompat), for
+// reading back what a test left in Redis the way the documented schema
+// spells it.
+func (e *env) compat() rueidiscompat.Cmdable { return rueidiscompat.NewAdapter(e.Raw) }
 
 // do runs a raw command and fails the test on error.
 func (e *env) do(t *testing.T, cmd rueidis.Completed) rueidis.RedisResult {

@@ -1,11 +1,13 @@
 package fleet
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/redis/rueidis"
 
@@ -42,16 +44,17 @@ func (kv *KV) key(ctx context.Context, key string) (string, error) {
 	return kv.base + key, nil
 }
 
-// encode turns a value into the bytes stored: []byte, string and
-// json.RawMessage as they are, anything else as JSON.
+// encode turns a value into the bytes stored: []byte and json.RawMessage
+// as they are, anything else as JSON, a string too (as a JSON string, so
+// that a client that JSON-decodes every value reads it).
 func encode(v any) ([]byte, error) {
 	switch x := v.(type) {
 	case []byte:
 		return x, nil
-	case string:
-		return []byte(x), nil
 	case json.RawMessage:
 		return x, nil
+	case string:
+		return jsonString(x), nil
 	}
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -60,9 +63,59 @@ func encode(v any) ([]byte, error) {
 	return b, nil
 }
 
-// Set stores value under key: []byte, string and json.RawMessage as they
-// are, anything else as JSON. A ttl of 0 keeps the value until deleted; a
-// negative ttl is ErrInvalidArgument.
+// jsonString spells s as a JSON string, without escaping '<', '>' and '&'
+// (JSON clients read either spelling; this one is the shorter).
+func jsonString(s string) []byte {
+	if plainJSON(s) {
+		b := make([]byte, 0, len(s)+2)
+		return append(append(append(b, '"'), s...), '"')
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s) // a string always encodes
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+}
+
+// plainJSON reports whether s needs no escaping inside a JSON string: no
+// quote, backslash, control character or invalid UTF-8.
+func plainJSON(s string) bool {
+	ascii := true
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < 0x20, c == '"', c == '\\':
+			return false
+		case c >= utf8.RuneSelf:
+			ascii = false
+		}
+	}
+	return ascii || utf8.ValidString(s)
+}
+
+// textOf reads a stored value as text: a JSON string gives its content
+// (what Set stores for a Go string, and what JSON-speaking clients write);
+// any other value, such as raw text written by an older fleet or by a
+// client that does not speak JSON, gives its bytes unchanged.
+func textOf(s string) string {
+	if len(s) < 2 || s[0] != '"' || s[len(s)-1] != '"' {
+		return s
+	}
+	if in := s[1 : len(s)-1]; plainJSON(in) {
+		return in
+	}
+	var out string
+	if json.Unmarshal([]byte(s), &out) != nil {
+		return s
+	}
+	return out
+}
+
+// Set stores value under key: []byte and json.RawMessage as they are,
+// anything else as JSON. A string is stored as a JSON string (Set of
+// "hello" stores "\"hello\""), so that clients that JSON-decode every value,
+// as the documented schema allows, read it; store text unquoted with
+// []byte(s). A ttl of 0 keeps the value until deleted; a negative ttl is
+// ErrInvalidArgument.
 func (kv *KV) Set(ctx context.Context, key string, value any, ttl time.Duration) error {
 	k, err := kv.key(ctx, key)
 	if err != nil {
@@ -153,18 +206,33 @@ func (w *watcher) wroteCached(key string) {
 	}
 }
 
-// Get returns the bytes stored under key. A missing key is not an error:
-// ok is false and err nil.
+// Get returns the bytes stored under key, as they are (a string that Set
+// stored reads back as its JSON, quotes included). A missing key is not an
+// error: ok is false and err nil.
 func (kv *KV) Get(ctx context.Context, key string) (value []byte, ok bool, err error) {
-	s, ok, err := kv.GetString(ctx, key)
+	s, ok, err := kv.get(ctx, key)
 	if !ok {
 		return nil, ok, err
 	}
 	return []byte(s), true, nil
 }
 
-// GetString is Get for text; it saves Get's copy into a []byte.
+// GetString returns the value under key as text: a value that is a JSON
+// string (what Set stores for a Go string, and what a JSON-speaking client
+// writes) gives its content, without the quotes; any other value gives its
+// bytes as they are, so raw text written by an older fleet or by a client
+// that does not speak JSON still reads back. A missing key is not an
+// error: ok is false and err nil.
 func (kv *KV) GetString(ctx context.Context, key string) (string, bool, error) {
+	s, ok, err := kv.get(ctx, key)
+	if !ok {
+		return "", ok, err
+	}
+	return textOf(s), true, nil
+}
+
+// get reads the stored text of key.
+func (kv *KV) get(ctx context.Context, key string) (string, bool, error) {
 	k, err := kv.key(ctx, key)
 	if err != nil {
 		return "", false, opErr("kv get", key, err)
@@ -191,19 +259,23 @@ func (kv *KV) GetString(ctx context.Context, key string) (string, bool, error) {
 	return s, true, nil
 }
 
-// GetAs decodes the value under key into a T: JSON for most types, the raw
-// bytes for string and []byte. A missing key gives ok false and no error;
-// a value that does not decode gives ErrDecode.
+// GetAs decodes the value under key into a T. A string T reads as
+// GetString does (a JSON string's content, any other value as it is);
+// []byte and json.RawMessage get the stored bytes as they are; any other T
+// is decoded from JSON. A missing key gives ok false and no error; a value
+// that does not decode gives ErrDecode.
 func GetAs[T any](ctx context.Context, kv *KV, key string) (value T, ok bool, err error) {
-	s, ok, err := kv.GetString(ctx, key)
+	s, ok, err := kv.get(ctx, key)
 	if err != nil || !ok {
 		return value, ok, err
 	}
 	switch p := any(&value).(type) {
 	case *string:
-		*p = s
+		*p = textOf(s)
 	case *[]byte:
 		*p = []byte(s)
+	case *json.RawMessage:
+		*p = json.RawMessage(s)
 	default:
 		if err := json.Unmarshal([]byte(s), &value); err != nil {
 			return value, false, opErr("kv get", key, fmt.Errorf("%w: into %T: %w", ErrDecode, value, err))

@@ -38,10 +38,11 @@ func TestKVSetGet(t *testing.T) {
 		if err := kv.Set(c, "last-harvest", 1712345678.5, 0); err != nil {
 			t.Fatal(err)
 		}
-		// Stored as the schema says: raw bytes and strings as they are, other values as JSON.
+		// Stored as the schema says: raw bytes as they are, other values
+		// (strings too) as JSON.
 		want := map[string]string{
 			"raw":          "\x00\x01\x02\xff",
-			"text":         "hello",
+			"text":         `"hello"`,
 			"state":        `{"site":"x","count":3}`,
 			"last-harvest": "1712345678.5",
 		}
@@ -127,6 +128,85 @@ func TestKVTTLExpires(t *testing.T) {
 	})
 }
 
+// Strings round-trip with clients that JSON-encode every value, as the
+// documented schema allows: a Go string is stored as a JSON string, a JSON
+// string reads back without its quotes, and a raw value that is not JSON
+// (an older fleet's, another client's) still reads back as it is.
+func TestKVStringsRoundTripWithJSONClients(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		t.Parallel()
+		e := open(t, tg)
+		kv := e.F.KV("strs")
+		c := ctx(t)
+		key := func(k string) string { return e.Prefix + "fleet:kv:strs:" + k }
+		odd := "a \"quoted\" back\\slash\n<é> & 日本"
+		sets := map[string]any{
+			"hello": "hello",
+			"empty": "",
+			"odd":   odd,
+			"bytes": []byte("hello"),
+			"json":  json.RawMessage(`{"a":1}`),
+		}
+		for k, v := range sets {
+			if err := kv.Set(c, k, v, 0); err != nil {
+				t.Fatalf("Set %s: %v", k, err)
+			}
+		}
+		stored := map[string]string{"hello": `"hello"`, "empty": `""`, "bytes": "hello", "json": `{"a":1}`}
+		for k, v := range stored {
+			if got, ok := e.get(t, key(k)); !ok || got != v {
+				t.Errorf("stored %s = %q, %v; want %q", k, got, ok, v)
+			}
+		}
+		// What a JSON-decoding client reads of the odd string is the string.
+		raw, _ := e.get(t, key("odd"))
+		var decoded string
+		if err := json.Unmarshal([]byte(raw), &decoded); err != nil || decoded != odd {
+			t.Fatalf("stored odd %q decodes to %q, %v", raw, decoded, err)
+		}
+		if raw != `"a \"quoted\" back\\slash\n<é> & 日本"` {
+			t.Errorf("stored odd = %s", raw)
+		}
+		// Another client's values: a JSON string, raw text (not JSON), text
+		// that only looks quoted, and a JSON number.
+		e.do(t, e.Raw.B().Set().Key(key("py")).Value(`"from \"python\""`).Build())
+		e.do(t, e.Raw.B().Set().Key(key("legacy")).Value("plain text").Build())
+		e.do(t, e.Raw.B().Set().Key(key("broken")).Value(`"a"b"`).Build())
+		e.do(t, e.Raw.B().Set().Key(key("num")).Value(`42`).Build())
+		asString := map[string]string{
+			"hello": "hello", "empty": "", "odd": odd, "bytes": "hello", "json": `{"a":1}`,
+			"py": `from "python"`, "legacy": "plain text", "broken": `"a"b"`, "num": "42",
+		}
+		for k, want := range asString {
+			if got, ok, err := fleet.GetAs[string](c, kv, k); err != nil || !ok || got != want {
+				t.Errorf("GetAs[string](%s) = %q, %v, %v; want %q", k, got, ok, err, want)
+			}
+			if got, ok, err := kv.GetString(c, k); err != nil || !ok || got != want {
+				t.Errorf("GetString(%s) = %q, %v, %v; want %q", k, got, ok, err, want)
+			}
+		}
+		// Get, GetAs[[]byte] and GetAs[json.RawMessage] give the bytes as stored.
+		for k, want := range map[string]string{"hello": `"hello"`, "legacy": "plain text", "json": `{"a":1}`} {
+			if got, ok, err := kv.Get(c, k); err != nil || !ok || string(got) != want {
+				t.Errorf("Get(%s) = %q, %v, %v", k, got, ok, err)
+			}
+			if got, ok, err := fleet.GetAs[[]byte](c, kv, k); err != nil || !ok || string(got) != want {
+				t.Errorf("GetAs[[]byte](%s) = %q, %v, %v", k, got, ok, err)
+			}
+			if got, ok, err := fleet.GetAs[json.RawMessage](c, kv, k); err != nil || !ok || string(got) != want {
+				t.Errorf("GetAs[json.RawMessage](%s) = %q, %v, %v", k, got, ok, err)
+			}
+		}
+		// Other types decode JSON; raw text is ErrDecode for them.
+		if n, ok, err := fleet.GetAs[int](c, kv, "num"); err != nil || !ok || n != 42 {
+			t.Errorf("GetAs[int](num) = %d, %v, %v", n, ok, err)
+		}
+		if _, ok, err := fleet.GetAs[int](c, kv, "legacy"); !errors.Is(err, fleet.ErrDecode) || ok {
+			t.Errorf("GetAs[int](legacy) = %v, %v; want ErrDecode", ok, err)
+		}
+	})
+}
+
 // A write by another client reaches a reader that has the value cached.
 func TestKVCachedReadSeesOtherWriters(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
@@ -193,8 +273,8 @@ func TestKVWrongTypeChangesNothing(t *testing.T) {
 			t.Fatal("a refused Set wrote")
 		}
 		var raw json.RawMessage
-		if raw, _, _ = fleet.GetAs[json.RawMessage](c, kv, "text"); string(raw) != "" {
-			// json.RawMessage decodes JSON only: "not json" is not JSON.
+		if raw, _, _ = fleet.GetAs[json.RawMessage](c, kv, "text"); string(raw) != `"not json"` {
+			// json.RawMessage gets the stored bytes: the string as JSON.
 			t.Fatalf("GetAs RawMessage = %q", raw)
 		}
 	})

@@ -35,7 +35,7 @@ const (
 
 // Lock is a fleet-wide mutex (fleet:lock:<name>): the holder's random token
 // with a TTL of hold. Only the holder can release or extend it: a holder
-// whose lease ran out, and whose lock another then took, gets ErrNotHeld and
+// whose lease ran out, and whose lock another then took, gets ErrLeaseLost and
 // changes nothing. A Lock is safe for concurrent use.
 type Lock struct {
 	f     *Fleet
@@ -167,7 +167,7 @@ func (l *Lock) acquire(ctx context.Context, opts LockOptions) (*Lease, error) {
 		// Expired on arrival: the reply came back too late to use the
 		// lease. Free the lock (another may hold it already, which the
 		// release leaves alone) and try again within the wait.
-		if err := lease.Release(ctx); err != nil && !errors.Is(err, ErrNotHeld) {
+		if err := lease.Release(ctx); err != nil && !errors.Is(err, ErrLeaseLost) {
 			l.abandon(lease.token, opts.Hold, false)
 		}
 		if !time.Now().Before(until) {
@@ -232,7 +232,7 @@ func (l *Lock) try(ctx context.Context, token string, hold time.Duration) (*Leas
 	return newLease(l, token, n, sent.Add(hold)), 0, nil
 }
 
-// Release frees the lock. It returns ErrNotHeld, changing nothing, when the
+// Release frees the lock. It returns ErrLeaseLost, changing nothing, when the
 // lease ran out (and perhaps another holds the lock now).
 func (l *Lease) Release(ctx context.Context) error {
 	lk := l.lock
@@ -247,7 +247,7 @@ func (l *Lease) Release(ctx context.Context) error {
 			return opErr("lock release", lk.name, err)
 		}
 		if !passed {
-			return opErr("lock release", lk.name, ErrNotHeld)
+			return opErr("lock release", lk.name, ErrLeaseLost)
 		}
 		return nil
 	}
@@ -256,7 +256,7 @@ func (l *Lease) Release(ctx context.Context) error {
 		return opErr("lock release", lk.name, err)
 	}
 	if n != 1 {
-		return opErr("lock release", lk.name, ErrNotHeld)
+		return opErr("lock release", lk.name, ErrLeaseLost)
 	}
 	// Wake a waiter of this process at once. Waiters of other processes are
 	// woken by the invalidation of the key, which they armed when their try
@@ -266,7 +266,7 @@ func (l *Lease) Release(ctx context.Context) error {
 }
 
 // Extend sets the lease to hold from now, and its Deadline to hold from
-// just before the call was sent. It returns ErrNotHeld, changing nothing,
+// just before the call was sent. It returns ErrLeaseLost, changing nothing,
 // when the lease already ran out (the Deadline is then past).
 func (l *Lease) Extend(ctx context.Context, hold time.Duration) error {
 	lk := l.lock
@@ -284,24 +284,18 @@ func (l *Lease) Extend(ctx context.Context, hold time.Duration) error {
 			l.deadline = now
 		}
 		l.mu.Unlock()
-		return opErr("lock extend", lk.name, ErrNotHeld)
+		return opErr("lock extend", lk.name, ErrLeaseLost)
 	}
 	l.setDeadline(sent.Add(hold))
 	return nil
 }
 
-// ErrLockLost is the cause of the context that Do hands its function when
-// the lease ends while the function runs: its deadline came (less a small
-// margin) without a successful extension, or an extension found the lock
-// taken.
-var ErrLockLost = errors.New("fleet: lock lost")
-
 // Do acquires the lock, runs fn, and always releases the lock, even when fn
 // panics (the panic goes on after the release). It returns ErrNotObtained
 // when the lock could not be taken within opts.Wait, else fn's error joined
-// with a failed release's. fn's context ends, with cause ErrLockLost, a
+// with a failed release's. fn's context ends, with cause ErrLeaseLost, a
 // small margin (Hold/10, at most 1 s) before the lease's Deadline, on a
-// timer; Do then returns ErrLockLost too. With opts.KeepAlive the lease is
+// timer; Do then returns ErrLeaseLost too. With opts.KeepAlive the lease is
 // extended every Hold/3 while fn runs, each extension bounded by the
 // deadline, so fn's context ends only when extensions fail for a whole
 // lease (Redis unreachable) or one finds the lock taken.
@@ -321,7 +315,7 @@ func (l *Lock) Do(ctx context.Context, opts LockOptions, fn func(ctx context.Con
 			timer.Reset(d) // extended meanwhile
 			return
 		}
-		cancel(ErrLockLost)
+		cancel(ErrLeaseLost)
 	}
 	mu.Lock()
 	timer = time.AfterFunc(time.Until(lease.Deadline())-margin, expire)
@@ -339,14 +333,14 @@ func (l *Lock) Do(ctx context.Context, opts LockOptions, fn func(ctx context.Con
 		mu.Unlock()
 		close(stop)
 		<-kept
-		lost := errors.Is(context.Cause(fctx), ErrLockLost)
+		lost := errors.Is(context.Cause(fctx), ErrLeaseLost)
 		cancel(nil)
 		if lost {
 			// The lease is over as far as fn knows; free the lock should
 			// the server still hold it for us, in the background: the
 			// connection may be what failed.
 			l.abandon(lease.token, opts.Hold, false)
-			err = errors.Join(err, opErr("lock do", l.name, ErrLockLost))
+			err = errors.Join(err, opErr("lock do", l.name, ErrLeaseLost))
 			return
 		}
 		// Release with a context of its own: ctx may be the reason fn ended.
@@ -365,7 +359,7 @@ func (l *Lock) Do(ctx context.Context, opts LockOptions, fn func(ctx context.Con
 // keepAlive extends the lease every hold/3 until stop closes. Each
 // extension is bounded by the lease's deadline less margin, so that a
 // frozen connection cannot hold one past it; Do's timer ends fn's context
-// at that deadline. ErrNotHeld ends it at once.
+// at that deadline. ErrLeaseLost ends it at once.
 func (l *Lease) keepAlive(ctx context.Context, cancel context.CancelCauseFunc, hold, margin time.Duration, stop, kept chan struct{}) {
 	defer close(kept)
 	every := max(hold/3, time.Millisecond)
@@ -382,8 +376,8 @@ func (l *Lease) keepAlive(ctx context.Context, cancel context.CancelCauseFunc, h
 		ectx, ecancel := context.WithDeadline(ctx, l.Deadline().Add(-margin))
 		err := l.Extend(ectx, hold)
 		ecancel()
-		if errors.Is(err, ErrNotHeld) {
-			cancel(ErrLockLost)
+		if errors.Is(err, ErrLeaseLost) {
+			cancel(ErrLeaseLost)
 			return
 		}
 	}

@@ -54,8 +54,8 @@ func TestLockAcquireRelease(t *testing.T) {
 		if _, ok := e.get(t, key); ok {
 			t.Fatal("lock key left after release")
 		}
-		if err := lease.Release(c); !errors.Is(err, fleet.ErrNotHeld) {
-			t.Fatalf("second Release: %v, want ErrNotHeld", err)
+		if err := lease.Release(c); !errors.Is(err, fleet.ErrLeaseLost) {
+			t.Fatalf("second Release: %v, want ErrLeaseLost", err)
 		}
 		again, err := lk.Acquire(c, fleet.LockOptions{Hold: time.Second})
 		if err != nil {
@@ -96,11 +96,11 @@ func TestLockExpiredHolderCannotTouchNewHolder(t *testing.T) {
 			t.Fatalf("second holder after expiry: %v", err)
 		}
 		key := e.key("fleet:lock:job", "fleet:lock:{job}")
-		if err := old.Release(c); !errors.Is(err, fleet.ErrNotHeld) {
-			t.Fatalf("stale Release: %v, want ErrNotHeld", err)
+		if err := old.Release(c); !errors.Is(err, fleet.ErrLeaseLost) {
+			t.Fatalf("stale Release: %v, want ErrLeaseLost", err)
 		}
-		if err := old.Extend(c, time.Hour); !errors.Is(err, fleet.ErrNotHeld) {
-			t.Fatalf("stale Extend: %v, want ErrNotHeld", err)
+		if err := old.Extend(c, time.Hour); !errors.Is(err, fleet.ErrLeaseLost) {
+			t.Fatalf("stale Extend: %v, want ErrLeaseLost", err)
 		}
 		if v, _ := e.get(t, key); v != cur.Token() {
 			t.Fatalf("lock holds %q, want the new holder's %q", v, cur.Token())
@@ -254,7 +254,7 @@ func TestLockDo(t *testing.T) {
 			e.do(t, e.Raw.B().Set().Key(key).Value("thief").Build())
 			select {
 			case <-ctx.Done():
-				if !errors.Is(context.Cause(ctx), fleet.ErrLockLost) {
+				if !errors.Is(context.Cause(ctx), fleet.ErrLeaseLost) {
 					t.Errorf("cause %v", context.Cause(ctx))
 				}
 				return nil
@@ -262,8 +262,8 @@ func TestLockDo(t *testing.T) {
 				return errors.New("fn was not cancelled")
 			}
 		})
-		if !errors.Is(err, fleet.ErrLockLost) {
-			t.Fatalf("Do after losing the lock = %v, want ErrLockLost", err)
+		if !errors.Is(err, fleet.ErrLeaseLost) {
+			t.Fatalf("Do after losing the lock = %v, want ErrLeaseLost", err)
 		}
 		if v, _ := e.get(t, key); v != "thief" {
 			t.Fatalf("the loser's release touched the new holder: %q", v)

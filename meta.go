@@ -30,12 +30,13 @@ type Marker struct {
 	Found bool
 }
 
-// checkMarker reads the layout marker and writes it on first use. A
+// checkMarker reads the layout marker and, when write is set, writes it on
+// first use. A
 // database without a marker that holds documented fleet data (fleet:catalog
 // or wkrs:all, which every documented master and worker writes) is taken
 // as compat, as written by another client that follows the documented
 // schema.
-func (f *Fleet) checkMarker(ctx context.Context) error {
+func (f *Fleet) checkMarker(ctx context.Context, write bool) error {
 	m, err := f.ReadMarker(ctx)
 	if err != nil {
 		return err
@@ -51,6 +52,9 @@ func (f *Fleet) checkMarker(ctx context.Context) error {
 		}
 		if n > 0 {
 			m.Layout = LayoutCompat
+		}
+		if !write {
+			return f.compareMarker(Marker{Layout: m.Layout, Schema: SchemaVersion, Found: true})
 		}
 		c := f.client
 		res := c.DoMulti(ctx,

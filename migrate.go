@@ -39,7 +39,8 @@ const (
 // default.
 type MigrateOptions struct {
 	// DryRun reads the source and lists in MigrateReport.Plan what would be
-	// copied, writing nothing anywhere.
+	// copied, writing nothing anywhere. (Opening the target writes its
+	// layout marker unless it is opened with Options.NoMarkerWrite.)
 	DryRun bool
 	// Restart ignores (and, unless DryRun, deletes) the target's progress
 	// record, and copies everything from the start.
@@ -89,8 +90,13 @@ type MigrateStep struct {
 // MigrateFamily counts one family's keys and elements on both sides.
 // Elements are LLEN, SCARD, ZCARD, HLEN or STRLEN, summed.
 type MigrateFamily struct {
-	Family                         string
-	SourceKeys, TargetKeys         int64
+	// Family is the key family, as MigrateStep.Family names it: "kv",
+	// "queue", "queue:processing", "pool", ...
+	Family string
+	// SourceKeys and TargetKeys count the family's keys on each side.
+	SourceKeys, TargetKeys int64
+	// SourceElements and TargetElements sum the family's elements on each
+	// side.
 	SourceElements, TargetElements int64
 }
 
@@ -107,7 +113,8 @@ type MigrateReport struct {
 	// (fleet:pidx:<pool>:tags, a set of key names) of no known shape;
 	// UnknownKeys lists the first of them (Listed), members as "<member> (a
 	// member of <key>)". They are skipped, never guessed at.
-	Unknown     int64
+	Unknown int64
+	// UnknownKeys lists the first Listed of the Unknown keys and members.
 	UnknownKeys []string
 	// Vanished counts keys that expired or were deleted between SCAN and
 	// the copy.
@@ -117,7 +124,8 @@ type MigrateReport struct {
 	// Families holds the per-family counts of the verification, sorted by
 	// family; Mismatches those that differ. Both are empty when
 	// verification was skipped (DryRun, SkipVerify) or did not run.
-	Families   []MigrateFamily
+	Families []MigrateFamily
+	// Mismatches holds the entries of Families whose counts differ.
 	Mismatches []MigrateFamily
 	// Verified is true when the counts were compared and matched.
 	Verified bool
@@ -156,7 +164,7 @@ type migration struct {
 // skipped and listed in the report. May also return ErrMigrateSource,
 // ErrInvalidArgument, ErrClosed, ErrUnavailable and ctx's error; the report
 // holds what was done before.
-func Migrate(ctx context.Context, source, target *Fleet, opts MigrateOptions) (MigrateReport, error) {
+func (source *Fleet) MigrateTo(ctx context.Context, target *Fleet, opts MigrateOptions) (MigrateReport, error) {
 	start := time.Now()
 	rep := MigrateReport{DryRun: opts.DryRun}
 	err := migrate(ctx, source, target, opts, &rep)

@@ -73,7 +73,7 @@ func fillSource(t *testing.T, src *env) (live map[int]bool, fence int64) {
 	if err != nil || len(dead) != 1 {
 		t.Fatalf("reserve: %v", err)
 	}
-	if err := dead[0].Bury(c, errors.New("poison")); err != nil {
+	if err := dead[0].DeadLetter(c, errors.New("poison")); err != nil {
 		t.Fatal(err)
 	}
 	for _, i := range []int{4, 5} {
@@ -145,7 +145,7 @@ func TestMigrateCompatToCluster(t *testing.T) {
 	c := ctx(t)
 
 	// A dry run lists and writes nothing.
-	rep, err := fleet.Migrate(c, src.F, dst.F, fleet.MigrateOptions{DryRun: true})
+	rep, err := src.F.MigrateTo(c, dst.F, fleet.MigrateOptions{DryRun: true})
 	if err != nil {
 		t.Fatalf("dry run: %v", err)
 	}
@@ -172,7 +172,7 @@ func TestMigrateCompatToCluster(t *testing.T) {
 	// Interrupted after its first batch, then resumed to the end.
 	cctx, cancel := context.WithCancel(c)
 	batches := 0
-	_, err = fleet.Migrate(cctx, src.F, dst.F, fleet.MigrateOptions{Batch: 5, Progress: func(p fleet.MigrateProgress) {
+	_, err = src.F.MigrateTo(cctx, dst.F, fleet.MigrateOptions{Batch: 5, Progress: func(p fleet.MigrateProgress) {
 		batches++
 		cancel()
 	}})
@@ -180,7 +180,7 @@ func TestMigrateCompatToCluster(t *testing.T) {
 		t.Fatalf("interrupted run: %v after %d batches", err, batches)
 	}
 	var last fleet.MigrateProgress
-	rep, err = fleet.Migrate(c, src.F, dst.F, fleet.MigrateOptions{Batch: 5, Progress: func(p fleet.MigrateProgress) { last = p }})
+	rep, err = src.F.MigrateTo(c, dst.F, fleet.MigrateOptions{Batch: 5, Progress: func(p fleet.MigrateProgress) { last = p }})
 	if err != nil {
 		t.Fatalf("resumed run: %v\n%+v", err, rep)
 	}
@@ -206,7 +206,7 @@ func TestMigrateCompatToCluster(t *testing.T) {
 	// The cluster copy goes back to a compat single node, as a rollback
 	// rehearsal would, and verifies too.
 	back := open(t, singleCompat(t))
-	if rep, err := fleet.Migrate(c, dst.F, back.F, fleet.MigrateOptions{}); err != nil || !rep.Verified {
+	if rep, err := dst.F.MigrateTo(c, back.F, fleet.MigrateOptions{}); err != nil || !rep.Verified {
 		t.Fatalf("cluster -> compat: %v %+v", err, rep)
 	}
 	if s, _ := back.get(t, back.Prefix+"wkr:cam:w1:gen"); s != "5" {
@@ -308,7 +308,7 @@ func checkTarget(t *testing.T, dst *env, live map[int]bool, fence int64) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		_ = fleet.RunSweeper(sctx, f, fleet.SweeperOptions{Interval: 100 * time.Millisecond})
+		_ = f.RunSweeper(sctx, fleet.SweeperOptions{Interval: 100 * time.Millisecond})
 	}()
 	defer func() { stop(); wg.Wait() }()
 	q := migQueue(f)
@@ -352,22 +352,22 @@ func TestMigrateRefusesAnotherSource(t *testing.T) {
 		}
 	}
 	cctx, cancel := context.WithCancel(c)
-	_, err := fleet.Migrate(cctx, a.F, dst.F, fleet.MigrateOptions{Batch: 2, Progress: func(fleet.MigrateProgress) { cancel() }})
+	_, err := a.F.MigrateTo(cctx, dst.F, fleet.MigrateOptions{Batch: 2, Progress: func(fleet.MigrateProgress) { cancel() }})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("interrupted run: %v", err)
 	}
-	if _, err := fleet.Migrate(c, b.F, dst.F, fleet.MigrateOptions{}); !errors.Is(err, fleet.ErrMigrateSource) {
+	if _, err := b.F.MigrateTo(c, dst.F, fleet.MigrateOptions{}); !errors.Is(err, fleet.ErrMigrateSource) {
 		t.Fatalf("another source: %v, want ErrMigrateSource", err)
 	}
-	rep, err := fleet.Migrate(c, b.F, dst.F, fleet.MigrateOptions{Restart: true})
+	rep, err := b.F.MigrateTo(c, dst.F, fleet.MigrateOptions{Restart: true})
 	if !errors.Is(err, fleet.ErrMigrateMismatch) || len(rep.Mismatches) != 1 || rep.Mismatches[0].Family != "kv" {
 		// The target still holds a's first keys: verification says so.
 		t.Fatalf("restart onto a non-empty target: %v %+v", err, rep.Mismatches)
 	}
-	if _, err := fleet.Migrate(c, a.F, a.F, fleet.MigrateOptions{}); !errors.Is(err, fleet.ErrInvalidArgument) {
+	if _, err := a.F.MigrateTo(c, a.F, fleet.MigrateOptions{}); !errors.Is(err, fleet.ErrInvalidArgument) {
 		t.Errorf("a Fleet onto itself: %v", err)
 	}
-	if _, err := fleet.Migrate(c, a.F, dst.F, fleet.MigrateOptions{Batch: -1}); !errors.Is(err, fleet.ErrInvalidArgument) {
+	if _, err := a.F.MigrateTo(c, dst.F, fleet.MigrateOptions{Batch: -1}); !errors.Is(err, fleet.ErrInvalidArgument) {
 		t.Errorf("negative batch: %v", err)
 	}
 }
@@ -417,7 +417,7 @@ func BenchmarkMigrate(b *testing.B) {
 	defer df.Close()
 	b.ResetTimer()
 	for range b.N {
-		rep, err := fleet.Migrate(c, sf, df, fleet.MigrateOptions{Restart: true, SkipVerify: true})
+		rep, err := sf.MigrateTo(c, df, fleet.MigrateOptions{Restart: true, SkipVerify: true})
 		if err != nil || rep.Copied < n {
 			b.Fatalf("%v, %d copied", err, rep.Copied)
 		}
@@ -425,7 +425,7 @@ func BenchmarkMigrate(b *testing.B) {
 	}
 	b.StopTimer()
 	start := time.Now()
-	rep, err := fleet.Migrate(c, sf, df, fleet.MigrateOptions{Restart: true})
+	rep, err := sf.MigrateTo(c, df, fleet.MigrateOptions{Restart: true})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -440,7 +440,7 @@ func TestMigrateTagRegistryMembers(t *testing.T) {
 	dst := open(t, clusterTagged(t))
 	sp, dp := src.Prefix, dst.Prefix
 	src.do(t, src.Raw.B().Sadd().Key(sp+"fleet:pidx:p:tags").Member(sp+"fleet:pidx:p:t:f:sv", "garbage").Build())
-	rep, err := fleet.Migrate(ctx(t), src.F, dst.F, fleet.MigrateOptions{})
+	rep, err := src.F.MigrateTo(ctx(t), dst.F, fleet.MigrateOptions{})
 	if !errors.Is(err, fleet.ErrMigrateMismatch) || len(rep.Mismatches) != 1 || rep.Mismatches[0].Family != "pidx:tags" {
 		t.Fatalf("%v %+v", err, rep.Mismatches)
 	}

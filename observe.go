@@ -34,7 +34,7 @@ type Observer struct {
 	Submit func(ctx context.Context, e SubmitEvent) (trace map[string]string, done func(written int, err error))
 	// TaskEnded is called for each task that a call of this Fleet ended:
 	// acked (Task.Ack, or a worker's ack), retried or dead-lettered
-	// (Task.Nack, Task.Bury, a cancel, a poisoned body at reserve). A
+	// (Task.Nack, Task.DeadLetter, a cancel, a poisoned body at reserve). A
 	// lease that runs out is re-queued by a sweeper, and not reported.
 	TaskEnded func(ctx context.Context, e TaskEndEvent)
 	// LockWaited is called when Lock.Acquire (and so Lock.Do) returns,
@@ -218,7 +218,7 @@ func traceField(tr map[string]string) string {
 // ASCII without quotes or backslashes (a traceparent always is), else as
 // encoding/json spells it.
 func writeJSONString(b *strings.Builder, s string) {
-	if plainJSON(s) {
+	if htmlSafeASCII(s) {
 		b.WriteByte('"')
 		b.WriteString(s)
 		b.WriteByte('"')
@@ -228,9 +228,9 @@ func writeJSONString(b *strings.Builder, s string) {
 	b.Write(q)
 }
 
-// plainJSON reports whether s needs no escaping in a JSON string, nor any
-// in encoding/json's HTML-safe form.
-func plainJSON(s string) bool {
+// htmlSafeASCII reports whether s needs no escaping in a JSON string, nor
+// any in encoding/json's HTML-safe form.
+func htmlSafeASCII(s string) bool {
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
 			return false

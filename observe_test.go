@@ -117,7 +117,7 @@ func TestObserverQueue(t *testing.T) {
 		if err := tasks[1].Nack(c, errors.New("again")); err != nil {
 			t.Fatal(err)
 		}
-		if err := tasks[2].Bury(c, errors.New("never")); err != nil {
+		if err := tasks[2].DeadLetter(c, errors.New("never")); err != nil {
 			t.Fatal(err)
 		}
 		if err := tasks[0].Ack(c); !errors.Is(err, fleet.ErrLeaseLost) {

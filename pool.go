@@ -136,9 +136,10 @@ func (p *Pool[P, T]) Name() string { return p.core.name }
 type Item[P, T any] struct {
 	// ID is the item's id in the pool hash.
 	ID string
-	// Payload and Tags are the item's, decoded.
+	// Payload is the item's payload, decoded.
 	Payload P
-	Tags    T
+	// Tags are the item's tags, decoded.
+	Tags T
 	// ExpiresAt is when the item expires; zero for never.
 	ExpiresAt time.Time
 }

@@ -397,7 +397,7 @@ func (q *Query[P, T]) wait(ctx context.Context, opts ClaimOptions) (*Claim[P, T]
 }
 
 // Release ends the claim: the item is free for others at once. It returns
-// ErrClaimNotHeld, changing nothing, when the claim already ended or its
+// ErrLeaseLost, changing nothing, when the claim already ended or its
 // lease ran out.
 func (c *Claim[P, T]) Release(ctx context.Context) error {
 	p := c.core
@@ -411,7 +411,7 @@ func (c *Claim[P, T]) Release(ctx context.Context) error {
 		return poolErr("pool release", p.name, err)
 	}
 	if n != 1 {
-		return poolErr("pool release", p.name, fmt.Errorf("%w: item %q", ErrClaimNotHeld, id))
+		return poolErr("pool release", p.name, fmt.Errorf("%w: item %q", ErrLeaseLost, id))
 	}
 	c.ended.Store(true)
 	if !p.f.cache {
@@ -421,7 +421,7 @@ func (c *Claim[P, T]) Release(ctx context.Context) error {
 }
 
 // Extend sets the claim's lease to hold from now. It returns
-// ErrClaimNotHeld, changing nothing, when the claim already ended or its
+// ErrLeaseLost, changing nothing, when the claim already ended or its
 // lease ran out; ErrInvalidArgument for hold <= 0.
 func (c *Claim[P, T]) Extend(ctx context.Context, hold time.Duration) error {
 	p := c.core
@@ -438,7 +438,7 @@ func (c *Claim[P, T]) Extend(ctx context.Context, hold time.Duration) error {
 		return poolErr("pool extend", p.name, err)
 	}
 	if n != 1 {
-		return poolErr("pool extend", p.name, fmt.Errorf("%w: item %q", ErrClaimNotHeld, id))
+		return poolErr("pool extend", p.name, fmt.Errorf("%w: item %q", ErrLeaseLost, id))
 	}
 	return nil
 }
@@ -447,7 +447,7 @@ func (c *Claim[P, T]) Extend(ctx context.Context, hold time.Duration) error {
 // reader, and ends the claim: for an item found unusable (a rejected
 // cookie, a dead account). reason is for the caller's own logs: the
 // documented schema has no place for it, so fleet does not store it. It
-// returns ErrClaimNotHeld, changing nothing, when the claim already ended
+// returns ErrLeaseLost, changing nothing, when the claim already ended
 // or its lease ran out.
 func (c *Claim[P, T]) MarkBad(ctx context.Context, reason string) error {
 	_ = reason
@@ -462,7 +462,7 @@ func (c *Claim[P, T]) MarkBad(ctx context.Context, reason string) error {
 		return poolErr("pool mark bad", p.name, err)
 	}
 	if n != 1 {
-		return poolErr("pool mark bad", p.name, fmt.Errorf("%w: item %q", ErrClaimNotHeld, id))
+		return poolErr("pool mark bad", p.name, fmt.Errorf("%w: item %q", ErrLeaseLost, id))
 	}
 	c.ended.Store(true)
 	return nil
@@ -470,10 +470,10 @@ func (c *Claim[P, T]) MarkBad(ctx context.Context, reason string) error {
 
 // Do claims an item as Claim does, runs fn with it, and always ends the
 // claim afterwards (Release, unless fn already released it or marked it
-// bad), even when fn panics: Go's form of the seed's
-// `async with pool.where(...).claim(...) as item`. It reports whether an
+// bad), even when fn panics: Go's form of the
+// `async with pool.where(...).claim(...) as item` of fleet's own design. It reports whether an
 // item was claimed; when none was, fn does not run and the error is nil.
-// The error is fn's, joined with a failed release's (ErrClaimNotHeld when
+// The error is fn's, joined with a failed release's (ErrLeaseLost when
 // the lease ran out while fn ran).
 func (q *Query[P, T]) Do(ctx context.Context, opts ClaimOptions, fn func(ctx context.Context, c *Claim[P, T]) error) (claimed bool, err error) {
 	c, err := q.Claim(ctx, opts)

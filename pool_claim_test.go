@@ -117,13 +117,13 @@ func TestPoolVanishedClaimer(t *testing.T) {
 			t.Fatalf("Claim after hold = %v, %v; want the item", cl, err)
 		}
 		// The stale holder can neither release, extend nor mark bad the new claim.
-		if err := old.Release(ctx(t)); !errors.Is(err, fleet.ErrClaimNotHeld) {
+		if err := old.Release(ctx(t)); !errors.Is(err, fleet.ErrLeaseLost) {
 			t.Fatalf("stale Release: %v", err)
 		}
-		if err := old.Extend(ctx(t), time.Hour); !errors.Is(err, fleet.ErrClaimNotHeld) {
+		if err := old.Extend(ctx(t), time.Hour); !errors.Is(err, fleet.ErrLeaseLost) {
 			t.Fatalf("stale Extend: %v", err)
 		}
-		if err := old.MarkBad(ctx(t), "stale"); !errors.Is(err, fleet.ErrClaimNotHeld) {
+		if err := old.MarkBad(ctx(t), "stale"); !errors.Is(err, fleet.ErrLeaseLost) {
 			t.Fatalf("stale MarkBad: %v", err)
 		}
 		if s, _ := e.get(t, e.poolKey("leases", ":claim:"+id)); s != "1" {

@@ -116,7 +116,7 @@ func TestPoolFilters(t *testing.T) {
 		if slices.Contains(e.smembers(t, e.idxKey("filters", "t:site:sx")), bad) {
 			t.Fatal("index entry left after MarkBad")
 		}
-		if err := got[0].Release(ctx(t)); !errors.Is(err, fleet.ErrClaimNotHeld) {
+		if err := got[0].Release(ctx(t)); !errors.Is(err, fleet.ErrLeaseLost) {
 			t.Fatalf("Release after MarkBad: %v", err)
 		}
 		// Do always releases.

@@ -13,7 +13,7 @@ import (
 	"github.com/fleet-go/fleet/internal/redistest"
 )
 
-// cookie and cookieTags are the seed's CfCookie pool.
+// cookie and cookieTags are the CfCookie pool of fleet's own design.
 type cookie struct {
 	Cookies   map[string]string `json:"cookies"`
 	UserAgent string            `json:"user_agent"`
@@ -123,8 +123,8 @@ func TestPoolPutClaimRelease(t *testing.T) {
 		if err := cl.Release(ctx(t)); err != nil {
 			t.Fatal(err)
 		}
-		if err := cl.Release(ctx(t)); !errors.Is(err, fleet.ErrClaimNotHeld) {
-			t.Fatalf("second Release: %v, want ErrClaimNotHeld", err)
+		if err := cl.Release(ctx(t)); !errors.Is(err, fleet.ErrLeaseLost) {
+			t.Fatalf("second Release: %v, want ErrLeaseLost", err)
 		}
 		if _, ok := e.get(t, e.poolKey("cf-cookies", ":claim:"+id)); ok {
 			t.Fatal("claim key left after Release")

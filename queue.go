@@ -75,17 +75,17 @@ type QueueOptions struct {
 	// Defaults to DefaultDeadMaxAge.
 	DeadMaxAge time.Duration
 	// MaxPayloadBytes bounds a task's payload as JSON; a bigger one is
-	// refused with ErrInvalidPayload. Defaults to DefaultMaxPayloadBytes.
+	// refused with ErrPayloadTooLarge. Defaults to DefaultMaxPayloadBytes.
 	MaxPayloadBytes int
 	// Retention, when set, keeps the record of each task this handle acks
 	// (its result, attempts, when it was done, by which worker) for this
 	// long, in fleet:queue:<name>:result:<id>, for Lookup and ResultOf. A
 	// result is what Task.SetResult set (or what a BatchResultFunc
 	// returned), at most MaxPayloadBytes of JSON. Each retained task costs
-	// one string key: about 150 bytes of record and key, plus the result,
-	// plus Redis's per-key overhead (about 50-90 bytes); so memory is
-	// bounded by the ack rate times Retention. Defaults to 0: nothing is
-	// kept, and an ack writes nothing more.
+	// one string key with a TTL: about 280 bytes of server memory with a
+	// small result (BenchmarkRetainedResult), plus the result's bytes; so
+	// memory is bounded by the ack rate times Retention. Defaults to 0:
+	// nothing is kept, and an ack writes nothing more.
 	Retention time.Duration
 }
 
@@ -314,7 +314,7 @@ func (q *Queue[T]) encodePayload(p T) ([]byte, error) {
 		return nil, fmt.Errorf("%w: cannot encode %T as JSON: %w", ErrInvalidPayload, p, err)
 	}
 	if len(b) > q.opts.MaxPayloadBytes {
-		return nil, fmt.Errorf("%w: %d bytes of JSON, more than MaxPayloadBytes %d", ErrInvalidPayload, len(b), q.opts.MaxPayloadBytes)
+		return nil, fmt.Errorf("%w: %d bytes of JSON, more than QueueOptions.MaxPayloadBytes %d", ErrPayloadTooLarge, len(b), q.opts.MaxPayloadBytes)
 	}
 	return b, nil
 }
@@ -562,7 +562,8 @@ func secondsString(t time.Time) string {
 // queue (unknown fields and trailing data are refused), validates it, and
 // submits it. The queue must have been made by NewQueue in this process.
 // The errors tell an HTTP front end what to answer: ErrUnknownQueue (404),
-// ErrBadJSON (400), ErrInvalidPayload (422); nothing is written for any.
+// ErrInvalidJSON (400, an empty body too), ErrPayloadTooLarge (413),
+// ErrInvalidPayload (422); nothing is written for any.
 func (f *Fleet) SubmitJSON(ctx context.Context, queue string, raw []byte) (string, error) {
 	e, ok := f.queues.Load(queue)
 	if !ok {
@@ -573,16 +574,19 @@ func (f *Fleet) SubmitJSON(ctx context.Context, queue string, raw []byte) (strin
 
 func (q *Queue[T]) submitJSON(ctx context.Context, raw []byte) (string, error) {
 	if len(raw) > q.opts.MaxPayloadBytes {
-		return "", queueErr("submit json", q.name, fmt.Errorf("%w: %d bytes, more than MaxPayloadBytes %d", ErrInvalidPayload, len(raw), q.opts.MaxPayloadBytes))
+		return "", queueErr("submit json", q.name, fmt.Errorf("%w: %d bytes, more than QueueOptions.MaxPayloadBytes %d", ErrPayloadTooLarge, len(raw), q.opts.MaxPayloadBytes))
+	}
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return "", queueErr("submit json", q.name, fmt.Errorf("%w: empty body", ErrInvalidJSON))
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	var p T
 	if err := dec.Decode(&p); err != nil {
-		return "", queueErr("submit json", q.name, fmt.Errorf("%w: %w", ErrBadJSON, err))
+		return "", queueErr("submit json", q.name, fmt.Errorf("%w: %w", ErrInvalidJSON, err))
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return "", queueErr("submit json", q.name, fmt.Errorf("%w: trailing data after the JSON value", ErrBadJSON))
+		return "", queueErr("submit json", q.name, fmt.Errorf("%w: trailing data after the JSON value", ErrInvalidJSON))
 	}
 	return q.Submit(ctx, p)
 }

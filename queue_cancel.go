@@ -29,7 +29,9 @@ var queueCancelScript = script("queue_cancel.lua")
 // has the id, nor a retained result: a task that was acked without
 // QueueOptions.Retention is not known any more), ErrTaskFinished (the task
 // is in the dead letters, or done with its result retained: nothing
-// changes), ErrUnavailable. Finding a waiting task reads the queue in one
+// changes), ErrUnavailable. A Cancel cut off in flight (ctx ended, the
+// connection broke) removed its waiting task entirely or not at all; call
+// it again: ErrTaskNotFound then says it was removed. Finding a waiting task reads the queue in one
 // script, O(N) in the tasks that wait: a call for operators, not for
 // every task.
 func (q *Queue[T]) Cancel(ctx context.Context, id string) error {
@@ -168,7 +170,7 @@ func (w *Worker) listenCancels(ctx context.Context, topic string, cw *cancelWatc
 // returned err: buried with ErrCanceled, never retried.
 func (b *batch[C, O, P]) endCanceled(ctx context.Context, t *Task[P], err error) error {
 	err = fmt.Errorf("%w: %w", ErrCanceled, err)
-	if berr := t.Bury(ctx, err); berr != nil {
+	if berr := t.DeadLetter(ctx, err); berr != nil {
 		b.w.log.Warn("fleet: worker could not end a canceled task", "task", t.ID, "err", berr)
 	}
 	return fmt.Errorf("task %s: %w", t.ID, err)

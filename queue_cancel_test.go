@@ -130,7 +130,7 @@ func TestQueueCancelBadInput(t *testing.T) {
 		if err := ts[0].Ack(c); err != nil {
 			t.Fatal(err)
 		}
-		if err := ts[1].Bury(c, errors.New("broken")); err != nil {
+		if err := ts[1].DeadLetter(c, errors.New("broken")); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := q.Submit(c, job{URL: "https://example.com/waits"}); err != nil {

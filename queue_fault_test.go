@@ -42,7 +42,7 @@ func TestQueueOwnerCheckHoldsAgainstForeignRequeue(t *testing.T) {
 			for name, call := range map[string]func() error{
 				"ack":     func() error { return late.Ack(ctx(t)) },
 				"nack":    func() error { return late.Nack(ctx(t), errors.New("x")) },
-				"bury":    func() error { return late.Bury(ctx(t), errors.New("x")) },
+				"bury":    func() error { return late.DeadLetter(ctx(t), errors.New("x")) },
 				"extend":  func() error { return late.Extend(ctx(t), time.Minute) },
 				"release": func() error { return late.Release(ctx(t)) },
 			} {
@@ -98,12 +98,12 @@ func TestQueueStoredPolicy(t *testing.T) {
 		other := openOn(t, tg, e.Prefix)
 		var st fleet.SweepStats
 		waitFor(t, 10*time.Second, func() bool {
-			s, err := fleet.Sweep(ctx(t), other, fleet.SweeperOptions{})
-			st.Buried += s.Buried
+			s, err := other.Sweep(ctx(t), fleet.SweeperOptions{})
+			st.DeadLettered += s.DeadLettered
 			st.Requeued += s.Requeued
-			return err == nil && s.Buried+s.Requeued > 0
+			return err == nil && s.DeadLettered+s.Requeued > 0
 		}, "the expired reservation was never swept")
-		if st.Buried != 1 || st.Requeued != 0 {
+		if st.DeadLettered != 1 || st.Requeued != 0 {
 			t.Fatalf("sweep = %+v, want the task buried by the stored policy", st)
 		}
 		if dead := e.lrange(t, k.Dead); len(dead) != 1 || !strings.Contains(dead[0], "lease ran out on the last attempt") {
@@ -232,12 +232,12 @@ func TestQueueDeadAtServerClock(t *testing.T) {
 		if err != nil || len(got) != 2 {
 			t.Fatal(got, err)
 		}
-		if err := got[0].Bury(ctx(t), errors.New("bad")); err != nil {
+		if err := got[0].DeadLetter(ctx(t), errors.New("bad")); err != nil {
 			t.Fatal(err)
 		}
 		// The other one's lease runs out: the sweeper buries it.
 		waitFor(t, 10*time.Second, func() bool {
-			s, _ := fleet.Sweep(ctx(t), e.F, fleet.SweeperOptions{})
+			s, _ := e.F.Sweep(ctx(t), fleet.SweeperOptions{})
 			return len(e.lrange(t, k.Dead)) == 2 || s.Requeued > 0
 		}, "not swept")
 		now := e.serverNow(t)

@@ -47,39 +47,29 @@ func (e *env) qk(name string) qkeys {
 func (e *env) dump(t *testing.T) map[string]string {
 	t.Helper()
 	out := map[string]string{}
-	c := e.Raw
+	rc := e.compat()
 	bg := context.Background()
 	for _, k := range e.keys(t) {
-		typ, _ := c.Do(bg, c.B().Type().Key(k).Build()).ToString()
-		var v string
+		typ := rc.Type(bg, k).Val()
+		var l []string
 		switch typ {
 		case "string":
-			s, _ := c.Do(bg, c.B().Get().Key(k).Build()).ToString()
-			v = s
+			l = []string{rc.Get(bg, k).Val()}
 		case "list":
-			l, _ := c.Do(bg, c.B().Lrange().Key(k).Start(0).Stop(-1).Build()).AsStrSlice()
-			v = strings.Join(l, "\n")
+			l = rc.LRange(bg, k, 0, -1).Val()
 		case "set":
-			l, _ := c.Do(bg, c.B().Smembers().Key(k).Build()).AsStrSlice()
-			slices.Sort(l)
-			v = strings.Join(l, "\n")
+			l = slices.Sorted(slices.Values(rc.SMembers(bg, k).Val()))
 		case "hash":
-			m, _ := c.Do(bg, c.B().Hgetall().Key(k).Build()).AsStrMap()
-			var l []string
-			for f, x := range m {
+			for f, x := range rc.HGetAll(bg, k).Val() {
 				l = append(l, f+"="+x)
 			}
 			slices.Sort(l)
-			v = strings.Join(l, "\n")
 		case "zset":
-			zs, _ := c.Do(bg, c.B().Zrange().Key(k).Min("0").Max("-1").Withscores().Build()).AsZScores()
-			var l []string
-			for _, z := range zs {
+			for _, z := range rc.ZRangeWithScores(bg, k, 0, -1).Val() {
 				l = append(l, z.Member+"@"+strconv.FormatFloat(z.Score, 'f', 3, 64))
 			}
-			v = strings.Join(l, "\n")
 		}
-		out[k] = typ + ":" + v
+		out[k] = typ + ":" + strings.Join(l, "\n")
 	}
 	return out
 }
@@ -95,7 +85,7 @@ func (e *env) lrange(t *testing.T, key string) []string {
 
 func (e *env) hgetall(t *testing.T, key string) map[string]string {
 	t.Helper()
-	m, err := e.do(t, e.Raw.B().Hgetall().Key(key).Build()).AsStrMap()
+	m, err := e.compat().HGetAll(context.Background(), key).Result()
 	if err != nil {
 		t.Fatal(err)
 	}

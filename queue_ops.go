@@ -177,7 +177,7 @@ func (q *Queue[T]) requeueDead(ctx context.Context, args []string) (int, map[str
 // back, so a SubmitWith with that key finds it again; when another live
 // task holds the key now, the dead letter stays where it is and
 // RequeueDead returns ErrDuplicate, naming the holder. May return
-// ErrNotDead (no such dead letter, or poison that cannot be re-queued),
+// ErrNoDeadLetter (no such dead letter, or poison that cannot be re-queued),
 // ErrDuplicate, ErrWrongType, ErrUnavailable.
 func (q *Queue[T]) RequeueDead(ctx context.Context, id string) error {
 	if err := q.ready(ctx); err != nil {
@@ -207,7 +207,7 @@ func (q *Queue[T]) RequeueDead(ctx context.Context, id string) error {
 			return nil
 		}
 	}
-	return queueErr("requeue dead", q.name, fmt.Errorf("%w: task %q", ErrNotDead, id))
+	return queueErr("requeue dead", q.name, fmt.Errorf("%w: task %q", ErrNoDeadLetter, id))
 }
 
 // RequeueAllDead puts every dead letter that is a task back on the queue,

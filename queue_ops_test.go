@@ -25,21 +25,23 @@ func TestSubmitJSON(t *testing.T) {
 			in               string // a part of the message
 		}{
 			{"unknown queue", "nope", `{"url":"https://example.com","n":1}`, fleet.ErrUnknownQueue, `"nope"`},
-			{"syntax", "http", `{"url":`, fleet.ErrBadJSON, "unexpected EOF"},
-			{"unknown field", "http", `{"url":"https://example.com","n":1,"x":2}`, fleet.ErrBadJSON, `unknown field "x"`},
-			{"wrong type", "http", `{"url":"https://example.com","n":"1"}`, fleet.ErrBadJSON, "cannot unmarshal"},
-			{"trailing data", "http", `{"url":"https://example.com","n":1} {}`, fleet.ErrBadJSON, "trailing data"},
-			{"not an object", "http", `[1]`, fleet.ErrBadJSON, "cannot unmarshal array"},
+			{"syntax", "http", `{"url":`, fleet.ErrInvalidJSON, "unexpected EOF"},
+			{"unknown field", "http", `{"url":"https://example.com","n":1,"x":2}`, fleet.ErrInvalidJSON, `unknown field "x"`},
+			{"wrong type", "http", `{"url":"https://example.com","n":"1"}`, fleet.ErrInvalidJSON, "cannot unmarshal"},
+			{"trailing data", "http", `{"url":"https://example.com","n":1} {}`, fleet.ErrInvalidJSON, "trailing data"},
+			{"not an object", "http", `[1]`, fleet.ErrInvalidJSON, "cannot unmarshal array"},
 			{"invalid fields", "http", `{"url":"nope","n":-1}`, fleet.ErrInvalidPayload, "url (fails url), n (fails gte=0)"},
 			{"missing field", "http", `{"n":1}`, fleet.ErrInvalidPayload, "url (fails required)"},
-			{"too large", "http", `{"url":"https://example.com/` + strings.Repeat("a", 200) + `","n":1}`, fleet.ErrInvalidPayload, "MaxPayloadBytes"},
+			{"too large", "http", `{"url":"https://example.com/` + strings.Repeat("a", 200) + `","n":1}`, fleet.ErrPayloadTooLarge, "MaxPayloadBytes"},
+			{"empty body", "http", ``, fleet.ErrInvalidJSON, "empty body"},
+			{"blank body", "http", " \n\t", fleet.ErrInvalidJSON, "empty body"},
 		}
 		for _, c := range cases {
 			id, err := e.F.SubmitJSON(ctx(t), c.queue, []byte(c.raw))
 			if !errors.Is(err, c.want) || id != "" || !strings.Contains(err.Error(), c.in) {
 				t.Errorf("%s: SubmitJSON = %q, %v; want %v containing %q", c.name, id, err, c.want, c.in)
 			}
-			for _, other := range []error{fleet.ErrUnknownQueue, fleet.ErrBadJSON, fleet.ErrInvalidPayload} {
+			for _, other := range []error{fleet.ErrUnknownQueue, fleet.ErrInvalidJSON, fleet.ErrInvalidPayload, fleet.ErrPayloadTooLarge} {
 				if other != c.want && errors.Is(err, other) {
 					t.Errorf("%s: %v is also %v", c.name, err, other)
 				}
@@ -96,6 +98,11 @@ func TestQueueBadInput(t *testing.T) {
 		if _, err := q.Submit(ctx(t), job{URL: "x", N: 5000}); !errors.Is(err, fleet.ErrInvalidPayload) || !strings.Contains(err.Error(), "url (fails url), n (fails lte=1000)") {
 			t.Errorf("invalid payload: %v", err)
 		}
+		small := fleet.NewQueue[job](e.F, "bad", fleet.QueueOptions{MaxPayloadBytes: 50})
+		if _, err := small.Submit(ctx(t), job{URL: "https://example.com/" + strings.Repeat("a", 50)}); !errors.Is(err, fleet.ErrPayloadTooLarge) ||
+			errors.Is(err, fleet.ErrInvalidPayload) || !strings.Contains(err.Error(), "MaxPayloadBytes 50") {
+			t.Errorf("payload over the limit: %v, want ErrPayloadTooLarge", err)
+		}
 		if _, err := q.SubmitMany(ctx(t), []job{jobN(1), {}}); !errors.Is(err, fleet.ErrInvalidPayload) || !strings.Contains(err.Error(), "payload 1") {
 			t.Errorf("SubmitMany with one invalid: %v", err)
 		}
@@ -151,13 +158,13 @@ func TestQueueBadInput(t *testing.T) {
 		if got := e.dump(t); !mapsEqual(got, before) {
 			t.Errorf("a failed reserve changed Redis: %v, was %v", got, before)
 		}
-		if _, err := fleet.Sweep(ctx(t), e.F, fleet.SweeperOptions{}); !errors.Is(err, fleet.ErrWrongType) {
+		if _, err := e.F.Sweep(ctx(t), fleet.SweeperOptions{}); !errors.Is(err, fleet.ErrWrongType) {
 			t.Errorf("Sweep: %v", err)
 		}
-		if _, err := fleet.Sweep(ctx(t), e.F, fleet.SweeperOptions{Interval: -1}); !errors.Is(err, fleet.ErrInvalidArgument) {
+		if _, err := e.F.Sweep(ctx(t), fleet.SweeperOptions{Interval: -1}); !errors.Is(err, fleet.ErrInvalidArgument) {
 			t.Errorf("Sweep with a negative interval: %v", err)
 		}
-		if err := fleet.RunSweeper(ctx(t), e.F, fleet.SweeperOptions{Queue: fleet.QueueOptions{Lease: -1}}); !errors.Is(err, fleet.ErrInvalidArgument) {
+		if err := e.F.RunSweeper(ctx(t), fleet.SweeperOptions{Queue: fleet.QueueOptions{Lease: -1}}); !errors.Is(err, fleet.ErrInvalidArgument) {
 			t.Errorf("RunSweeper with bad options: %v", err)
 		}
 	})
@@ -214,7 +221,7 @@ func TestQueueDedupAndDelay(t *testing.T) {
 			t.Fatalf("submit after ack = %q, %v", next, err)
 		}
 		got, _ = q.Reserve(ctx(t), 1, 0)
-		if err := got[0].Bury(ctx(t), errors.New("no")); err != nil {
+		if err := got[0].DeadLetter(ctx(t), errors.New("no")); err != nil {
 			t.Fatal(err)
 		}
 		if m := e.hgetall(t, k.Dedup); len(m) != 0 {
@@ -279,7 +286,7 @@ func TestQueueDeadLetterOps(t *testing.T) {
 		if err := q.RequeueDead(ctx(t), ids[2]); err != nil {
 			t.Fatal(err)
 		}
-		if err := q.RequeueDead(ctx(t), ids[2]); !errors.Is(err, fleet.ErrNotDead) {
+		if err := q.RequeueDead(ctx(t), ids[2]); !errors.Is(err, fleet.ErrNoDeadLetter) {
 			t.Fatalf("second RequeueDead = %v", err)
 		}
 		if l := e.lrange(t, k.Pending); len(l) != 1 || l[0] != `{"attempts":0,"id":"`+ids[2]+`","payload":{"url":"https://example.com/3","n":3}}` {
@@ -325,20 +332,20 @@ func TestSweepersSideBySide(t *testing.T) {
 		for _, f := range fleets {
 			for range 2 {
 				wg.Go(func() {
-					st, err := fleet.Sweep(ctx(t), f, fleet.SweeperOptions{Batch: 40})
+					st, err := f.Sweep(ctx(t), fleet.SweeperOptions{Batch: 40})
 					if err != nil {
 						t.Error(err)
 					}
 					mu.Lock()
 					total.Requeued += st.Requeued
-					total.Buried += st.Buried
+					total.DeadLettered += st.DeadLettered
 					mu.Unlock()
 				})
 			}
 		}
 		wg.Wait()
-		if total.Requeued != n || total.Buried != 0 {
-			t.Fatalf("sweepers requeued %d, buried %d; want %d, 0", total.Requeued, total.Buried, n)
+		if total.Requeued != n || total.DeadLettered != 0 {
+			t.Fatalf("sweepers requeued %d, buried %d; want %d, 0", total.Requeued, total.DeadLettered, n)
 		}
 		got, err := q.Reserve(ctx(t), fleet.MaxReserve, 0)
 		if err != nil || len(got) != n {

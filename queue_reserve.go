@@ -267,7 +267,7 @@ func (q *Queue[T]) reserveAs(ctx context.Context, n int, wantLeft bool, owner st
 		}
 		if err != nil {
 			// Poison: bury it under this very lease, so it never loops.
-			if berr := t.end(ctx, "bury", w.Attempts, err.Error(), true); berr != nil {
+			if berr := t.end(ctx, "dead-letter", w.Attempts, err.Error(), true); berr != nil {
 				buryErr = berr
 			}
 			continue

@@ -14,7 +14,7 @@ import (
 )
 
 // Task is a reserved task: the payload and the lease that only its holder
-// can end. End it with exactly one of Ack, Nack or Bury before Deadline, or
+// can end. End it with exactly one of Ack, Nack or DeadLetter before Deadline, or
 // Extend the lease. Its methods are safe for concurrent use.
 type Task[T any] struct {
 	// ID is the task's id, stable across retries.
@@ -158,15 +158,16 @@ func (t *Task[T]) Nack(ctx context.Context, cause error) error {
 	return queueErr("nack", t.q.name, t.end(ctx, "nack", t.Attempts+1, msg, false))
 }
 
-// Bury ends the reservation and moves the task to the dead letters at once,
-// with cause: for failures that no retry can fix. May return ErrLeaseLost
-// (nothing changes), ErrUnavailable.
-func (t *Task[T]) Bury(ctx context.Context, cause error) error {
-	msg := "buried"
+// DeadLetter ends the reservation and moves the task to the dead letters at
+// once, with cause: for failures that no retry can fix. A dead letter can be
+// re-queued (Fleet.RequeueDead), unlike a pool item marked bad. May return
+// ErrLeaseLost (nothing changes), ErrUnavailable.
+func (t *Task[T]) DeadLetter(ctx context.Context, cause error) error {
+	msg := "dead-lettered"
 	if cause != nil {
 		msg = cause.Error()
 	}
-	return queueErr("bury", t.q.name, t.end(ctx, "bury", t.Attempts+1, msg, true))
+	return queueErr("dead-letter", t.q.name, t.end(ctx, "dead-letter", t.Attempts+1, msg, true))
 }
 
 func (t *Task[T]) end(ctx context.Context, op string, attempts int, cause string, bury bool) error {

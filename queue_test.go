@@ -151,7 +151,7 @@ func TestQueueLeaseLost(t *testing.T) {
 			t.Fatalf("extend before any sweep: %v", err)
 		}
 		time.Sleep(time.Until(late.Deadline()) + 20*time.Millisecond)
-		st, err := fleet.Sweep(ctx(t), e.F, fleet.SweeperOptions{})
+		st, err := e.F.Sweep(ctx(t), fleet.SweeperOptions{})
 		if err != nil || st.Requeued != 1 {
 			t.Fatalf("Sweep = %+v, %v", st, err)
 		}
@@ -166,7 +166,7 @@ func TestQueueLeaseLost(t *testing.T) {
 		for name, op := range map[string]func() error{
 			"ack":    func() error { return late.Ack(ctx(t)) },
 			"nack":   func() error { return late.Nack(ctx(t), errors.New("late")) },
-			"bury":   func() error { return late.Bury(ctx(t), errors.New("late")) },
+			"bury":   func() error { return late.DeadLetter(ctx(t), errors.New("late")) },
 			"extend": func() error { return late.Extend(ctx(t), time.Minute) },
 		} {
 			if err := op(); !errors.Is(err, fleet.ErrLeaseLost) {
@@ -200,7 +200,7 @@ func TestQueueVanishedWorker(t *testing.T) {
 		other := fastQueue(openOn(t, tg, e.Prefix), "vanish", 200*time.Millisecond)
 		sctx, stop := context.WithCancel(ctx(t))
 		done := make(chan error, 1)
-		go func() { done <- fleet.RunSweeper(sctx, e.F, fleet.SweeperOptions{Interval: 50 * time.Millisecond}) }()
+		go func() { done <- e.F.RunSweeper(sctx, fleet.SweeperOptions{Interval: 50 * time.Millisecond}) }()
 		defer func() { stop(); <-done }()
 
 		id, _ := q.Submit(ctx(t), jobN(2))
@@ -257,7 +257,7 @@ func TestQueueStress(t *testing.T) {
 		sctx, stop := context.WithCancel(ctx(t))
 		defer stop()
 		var wg sync.WaitGroup
-		wg.Go(func() { _ = fleet.RunSweeper(sctx, e.F, fleet.SweeperOptions{Interval: 50 * time.Millisecond}) })
+		wg.Go(func() { _ = e.F.RunSweeper(sctx, fleet.SweeperOptions{Interval: 50 * time.Millisecond}) })
 
 		type delivery struct {
 			at, deadline time.Time
@@ -416,7 +416,7 @@ func TestQueuePoison(t *testing.T) {
 				t.Errorf("dead[%d] = %s", i, d.Raw)
 			}
 		}
-		if err := q.RequeueDead(ctx(t), ""); !errors.Is(err, fleet.ErrNotDead) {
+		if err := q.RequeueDead(ctx(t), ""); !errors.Is(err, fleet.ErrNoDeadLetter) {
 			t.Fatalf("RequeueDead of poison = %v", err)
 		}
 		// Poison never ran, so its attempts stay. The reserve registered

@@ -68,7 +68,7 @@ func TestQueueUniqueFor(t *testing.T) {
 		}
 		// A task that dies frees its key at once, window or not.
 		ts, _ = q.Reserve(c, 1, 0)
-		if err := ts[0].Bury(c, errors.New("no")); err != nil {
+		if err := ts[0].DeadLetter(c, errors.New("no")); err != nil {
 			t.Fatal(err)
 		}
 		if _, ok := e.get(t, uniq); ok {

@@ -211,7 +211,7 @@ func AddSchedule[T any](ctx context.Context, q *Queue[T], name string, spec Spec
 // AddScheduleJSON is AddSchedule for a queue made by NewQueue in this
 // process, by name, with its payload as JSON (decoded strictly into the
 // queue's payload type and validated), for admin front ends. May return
-// ErrUnknownQueue, ErrBadJSON, ErrInvalidPayload, and what AddSchedule
+// ErrUnknownQueue, ErrInvalidJSON, ErrInvalidPayload, and what AddSchedule
 // returns.
 func (f *Fleet) AddScheduleJSON(ctx context.Context, queue, name string, spec Spec, raw json.RawMessage, opts ScheduleOptions) error {
 	const op = "add schedule"
@@ -257,10 +257,10 @@ func (q *Queue[T]) decodeJSON(raw []byte) (T, error) {
 	dec := json.NewDecoder(strings.NewReader(string(raw)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&p); err != nil {
-		return p, fmt.Errorf("%w: %w", ErrBadJSON, err)
+		return p, fmt.Errorf("%w: %w", ErrInvalidJSON, err)
 	}
 	if dec.More() {
-		return p, fmt.Errorf("%w: trailing data after the JSON value", ErrBadJSON)
+		return p, fmt.Errorf("%w: trailing data after the JSON value", ErrInvalidJSON)
 	}
 	return p, nil
 }

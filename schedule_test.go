@@ -8,6 +8,7 @@ import (
 	"log"
 	"maps"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,7 +25,7 @@ func runScheduler(t *testing.T, f *fleet.Fleet) (stop func()) {
 	t.Helper()
 	c, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- fleet.RunScheduler(c, f, fleet.SchedulerOptions{Poll: 200 * time.Millisecond}) }()
+	go func() { done <- f.RunScheduler(c, fleet.SchedulerOptions{Poll: 200 * time.Millisecond}) }()
 	var once sync.Once
 	stop = func() {
 		once.Do(func() {
@@ -101,6 +102,10 @@ func TestScheduleReplicas(t *testing.T) {
 			t.Fatalf("%d ticks", len(ticks))
 		}
 		consecutive(t, ticks, created+100, 100)
+		// The first 30 ticks gave exactly 30 tasks.
+		if first30 := len(slices.DeleteFunc(slices.Clone(ticks), func(tk int64) bool { return tk > created+3000 })); first30 != 30 {
+			t.Fatalf("%d tasks for the first 30 ticks", first30)
+		}
 		// Removed: no key of the schedule is left, and no tick comes after.
 		time.Sleep(300 * time.Millisecond)
 		if got := scheduledTicks(t, e, "ticks", "every100", p); len(got) != len(ticks) {
@@ -273,7 +278,7 @@ func TestScheduleBadInput(t *testing.T) {
 			{"bad payload", fleet.AddSchedule(c, q, "s", fleet.Every(time.Hour), job{URL: "nope"}, fleet.ScheduleOptions{}), fleet.ErrInvalidPayload, "url"},
 			{"other queue's name", fleet.AddSchedule(c, other, "held", fleet.Every(time.Hour), p, fleet.ScheduleOptions{}), fleet.ErrInvalidArgument, `queue "bad"`},
 			{"unknown queue", e.F.AddScheduleJSON(c, "nosuch", "s", fleet.Every(time.Hour), []byte(`{"url":"https://example.com/"}`), fleet.ScheduleOptions{}), fleet.ErrUnknownQueue, `"nosuch"`},
-			{"bad json", e.F.AddScheduleJSON(c, "bad", "s", fleet.Every(time.Hour), []byte(`{"url":1}`), fleet.ScheduleOptions{}), fleet.ErrBadJSON, "url"},
+			{"bad json", e.F.AddScheduleJSON(c, "bad", "s", fleet.Every(time.Hour), []byte(`{"url":1}`), fleet.ScheduleOptions{}), fleet.ErrInvalidJSON, "url"},
 			{"pause unknown", e.F.PauseSchedule(c, "nosuch"), fleet.ErrScheduleNotFound, `"nosuch"`},
 			{"resume unknown", e.F.ResumeSchedule(c, "nosuch"), fleet.ErrScheduleNotFound, `"nosuch"`},
 			{"remove unknown", e.F.RemoveSchedule(c, "nosuch"), fleet.ErrScheduleNotFound, `"nosuch"`},
@@ -314,7 +319,7 @@ func ExampleAddSchedule() {
 	}
 	sctx, stop := context.WithCancel(ctx)
 	defer stop()
-	go func() { _ = fleet.RunScheduler(sctx, f, fleet.SchedulerOptions{}) }()
+	go func() { _ = f.RunScheduler(sctx, fleet.SchedulerOptions{}) }()
 
 	list, _ := f.Schedules(ctx)
 	for _, s := range list {

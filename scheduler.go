@@ -43,7 +43,7 @@ type SchedulerOptions struct {
 // client-side cache. A task of a schedule carries "schedule" and "tick"
 // (unix ms) in its body beside the documented fields. May return
 // ErrInvalidArgument for bad options.
-func RunScheduler(ctx context.Context, f *Fleet, opts SchedulerOptions) error {
+func (f *Fleet) RunScheduler(ctx context.Context, opts SchedulerOptions) error {
 	if f == nil {
 		return fmt.Errorf("fleet: run scheduler: %w: no Fleet", ErrInvalidArgument)
 	}

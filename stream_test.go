@@ -43,12 +43,13 @@ func (e *env) zrange(t *testing.T, key string) []rueidis.ZScore {
 
 var envelopeRE = regexp.MustCompile(`^\{"id":"([0-9a-f-]{36})","ts":([0-9]+(?:\.[0-9]{1,3})?),"data":(.*)\}$`)
 
+// TestStreamPushPeekPop: a stream with StreamOptions.Envelope.
 func TestStreamPushPeekPop(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
 		t.Parallel()
 		e := open(t, tg)
 		c := ctx(t)
-		s := fleet.NewStream[scraped](e.F, "cf-scraper", fleet.StreamOptions{})
+		s := fleet.NewStream[scraped](e.F, "cf-scraper", fleet.StreamOptions{Envelope: true})
 		if s.Err() != nil {
 			t.Fatal(s.Err())
 		}
@@ -139,10 +140,10 @@ func TestStreamBoundByCount(t *testing.T) {
 		e := open(t, tg)
 		c := ctx(t)
 		s := fleet.NewStream[int](e.F, "counted", fleet.StreamOptions{MaxLen: 5})
-		// One PushMany: one timestamp for all; the UUIDv7 ids keep their order.
+		// One PushMany: the members' scores are a microsecond apart, in order.
 		ids, err := s.PushMany(c, []int{0, 1, 2, 3, 4, 5, 6, 7})
-		if err != nil || len(ids) != 8 {
-			t.Fatalf("PushMany = %v, %v", ids, err)
+		if err != nil || len(ids) != 8 || ids[0] != "" {
+			t.Fatalf("PushMany = %q, %v; want 8 empty ids (bare members)", ids, err)
 		}
 		if n, _ := s.Len(c); n != 5 {
 			t.Fatalf("Len = %d, want 5", n)
@@ -151,8 +152,14 @@ func TestStreamBoundByCount(t *testing.T) {
 		if err != nil || !slices.Equal(datas(got), []int{3, 4, 5, 6, 7}) {
 			t.Fatalf("Peek = %v, %v; want the 5 newest", datas(got), err)
 		}
-		if got[0].ID != ids[3] {
-			t.Fatalf("ids out of order: %s, want %s", got[0].ID, ids[3])
+		// With envelopes, one timestamp for all: the UUIDv7 ids keep the order.
+		w := fleet.NewStream[int](e.F, "counted-wrapped", fleet.StreamOptions{MaxLen: 5, Envelope: true})
+		wids, err := w.PushMany(c, []int{0, 1, 2, 3, 4, 5, 6, 7})
+		if err != nil || len(wids) != 8 {
+			t.Fatalf("PushMany = %v, %v", wids, err)
+		}
+		if got, err := w.Peek(c, 100); err != nil || !slices.Equal(datas(got), []int{3, 4, 5, 6, 7}) || got[0].ID != wids[3] {
+			t.Fatalf("wrapped Peek = %+v, %v; want the 5 newest, %s first", got, err, wids[3])
 		}
 		if _, err := s.Push(c, 8); err != nil {
 			t.Fatal(err)
@@ -345,7 +352,7 @@ func TestStreamEmit(t *testing.T) {
 		t.Parallel()
 		e := open(t, tg)
 		c := ctx(t)
-		s := fleet.NewStream[scraped](e.F, "emitter", fleet.StreamOptions{})
+		s := fleet.NewStream[scraped](e.F, "emitter", fleet.StreamOptions{Envelope: true})
 		sub, err := fleet.Subscribe[fleet.StreamEntry[scraped]](c, e.F, "emitter.emit", fleet.SubscribeOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -401,10 +408,10 @@ func TestStreamSkewedPusherUsesServerClock(t *testing.T) {
 		t.Parallel()
 		e := open(t, tg)
 		c := ctx(t)
-		honest := fleet.NewStream[string](e.F, "skew", fleet.StreamOptions{})
-		fast := fleet.NewStream[string](openOn(t, tg, e.Prefix), "skew", fleet.StreamOptions{})
+		honest := fleet.NewStream[string](e.F, "skew", fleet.StreamOptions{Envelope: true})
+		fast := fleet.NewStream[string](openOn(t, tg, e.Prefix), "skew", fleet.StreamOptions{Envelope: true})
 		fleet.SetStreamClock(fast, func() time.Time { return time.Now().Add(2 * time.Hour) })
-		slow := fleet.NewStream[string](openOn(t, tg, e.Prefix), "skew", fleet.StreamOptions{})
+		slow := fleet.NewStream[string](openOn(t, tg, e.Prefix), "skew", fleet.StreamOptions{Envelope: true})
 		fleet.SetStreamClock(slow, func() time.Time { return time.Now().Add(-2 * time.Hour) })
 
 		before := e.serverTime(t).Truncate(time.Millisecond)
@@ -449,6 +456,112 @@ func TestStreamSkewedPusherUsesServerClock(t *testing.T) {
 			if got[i].Time != at {
 				t.Fatalf("entry %d: Time %v, score %v", i, got[i].Time, at)
 			}
+		}
+	})
+}
+
+// TestStreamBareMembers: by default a member is the output's JSON, bare, as
+// the documented schema says; equal outputs are one member; the emit event
+// is the same JSON; Peek and Pop read bare members and envelopes alike.
+func TestStreamBareMembers(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		t.Parallel()
+		e := open(t, tg)
+		c := ctx(t)
+		s := fleet.NewStream[scraped](e.F, "bare", fleet.StreamOptions{})
+		raw, err := fleet.Subscribe[json.RawMessage](c, e.F, "bare.emit", fleet.SubscribeOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer raw.Close()
+		typed, err := fleet.Subscribe[fleet.StreamEntry[scraped]](c, e.F, "bare.emit", fleet.SubscribeOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer typed.Close()
+		before := e.serverTime(t).Truncate(time.Microsecond)
+		for _, v := range []scraped{{"c", 200}, {"a", 200}} {
+			if id, err := s.Push(c, v); err != nil || id != "" {
+				t.Fatalf("Push = %q, %v; want no id", id, err)
+			}
+		}
+		if id, err := s.Emit(c, scraped{"a", 200}); err != nil || id != "" { // equal to the second: one member
+			t.Fatalf("Emit = %q, %v", id, err)
+		}
+		after := e.serverTime(t)
+		key := e.Prefix + "stream:bare"
+		zs := e.zrange(t, key)
+		want := []string{`{"url":"c","code":200}`, `{"url":"a","code":200}`}
+		if len(zs) != 2 || zs[0].Member != want[0] || zs[1].Member != want[1] {
+			t.Fatalf("members = %+v, want %q", zs, want)
+		}
+		for i, z := range zs {
+			at := time.UnixMicro(int64(z.Score*1e6 + 0.5))
+			if at.Before(before) || at.After(after) {
+				t.Fatalf("member %d score %v: not the server's time in [%v, %v]", i, z.Score, before, after)
+			}
+		}
+		if zs[1].Score <= zs[0].Score {
+			t.Fatalf("the re-pushed member kept its old score: %+v", zs)
+		}
+		select {
+		case got := <-raw.C():
+			if string(got) != want[1] {
+				t.Fatalf("emit event %s, want %s", got, want[1])
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("no emit event")
+		}
+		select {
+		case got := <-typed.C():
+			if got.ID != "" || !got.Time.IsZero() || got.Data != (scraped{"a", 200}) {
+				t.Fatalf("typed emit event %+v", got)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("no typed emit event")
+		}
+
+		// An envelope written by a Stream with Envelope, between bare ones.
+		wrapped := fleet.NewStream[scraped](e.F, "bare", fleet.StreamOptions{Envelope: true})
+		id, err := wrapped.Push(c, scraped{"w", 201})
+		if err != nil || id == "" {
+			t.Fatalf("wrapped Push = %q, %v", id, err)
+		}
+		if _, err := s.Push(c, scraped{"z", 202}); err != nil {
+			t.Fatal(err)
+		}
+		// An envelope's score is to the millisecond, so it may sort before
+		// a bare member of the same millisecond: expect the zset's order.
+		zs = e.zrange(t, key)
+		var wantData []scraped
+		for _, z := range zs {
+			var d scraped
+			if m := envelopeRE.FindStringSubmatch(z.Member); m != nil {
+				_ = json.Unmarshal([]byte(m[3]), &d)
+			} else {
+				_ = json.Unmarshal([]byte(z.Member), &d)
+			}
+			wantData = append(wantData, d)
+		}
+		peek, err := s.Peek(c, 10)
+		if err != nil || len(zs) != 4 || !slices.Equal(datas(peek), wantData) {
+			t.Fatalf("Peek = %+v, %v; want %+v", datas(peek), err, wantData)
+		}
+		for i, p := range peek {
+			wantID := ""
+			if p.Data == (scraped{"w", 201}) {
+				wantID = id
+			}
+			if p.ID != wantID || !p.Time.Equal(time.UnixMicro(int64(zs[i].Score*1e6+0.5))) {
+				t.Fatalf("entry %d = %q at %v; want id %q at score %v", i, p.ID, p.Time, wantID, zs[i].Score)
+			}
+		}
+		pop, err := s.Pop(c, 10)
+		if err != nil || !slices.Equal(datas(pop), datas(peek)) {
+			t.Fatalf("Pop = %+v, %v", pop, err)
+		}
+		if got := e.keys(t); len(got) != 0 {
+			t.Fatalf("keys left: %v", got)
 		}
 	})
 }

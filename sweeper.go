@@ -97,9 +97,9 @@ type SweepStats struct {
 	Moved int
 	// Requeued counts reservations past their deadline put back on the queue.
 	Requeued int
-	// Buried counts reservations past their deadline that had no attempts
+	// DeadLettered counts reservations past their deadline that had no attempts
 	// left (or a body that is not a task) and went to the dead letters.
-	Buried int
+	DeadLettered int
 	// Trimmed counts dead letters dropped by the count and age bounds.
 	Trimmed int
 	// Forgotten counts the workers removed by ForgetWorkersAfter.
@@ -120,7 +120,7 @@ type SweepStats struct {
 // change is checked and applied in one script, so none duplicates a task.
 // A failed sweep is logged and retried at the next interval. May return
 // ErrInvalidArgument for bad options.
-func RunSweeper(ctx context.Context, f *Fleet, opts SweeperOptions) error {
+func (f *Fleet) RunSweeper(ctx context.Context, opts SweeperOptions) error {
 	if f == nil {
 		return fmt.Errorf("fleet: run sweeper: %w: no Fleet", ErrInvalidArgument)
 	}
@@ -148,8 +148,8 @@ func RunSweeper(ctx context.Context, f *Fleet, opts SweeperOptions) error {
 		switch {
 		case err != nil && ctx.Err() == nil && !f.closed.Load():
 			opts.Logger.Warn("fleet: sweep failed", "error", err)
-		case st.Requeued+st.Buried+st.Moved+st.Trimmed+st.Forgotten+st.PoolsFixed > 0:
-			opts.Logger.Debug("fleet: swept", "queues", st.Queues, "moved", st.Moved, "requeued", st.Requeued, "buried", st.Buried,
+		case st.Requeued+st.DeadLettered+st.Moved+st.Trimmed+st.Forgotten+st.PoolsFixed > 0:
+			opts.Logger.Debug("fleet: swept", "queues", st.Queues, "moved", st.Moved, "requeued", st.Requeued, "dead_lettered", st.DeadLettered,
 				"trimmed", st.Trimmed, "forgotten", st.Forgotten, "pools_fixed", st.PoolsFixed)
 		}
 		t.Reset(opts.Interval)
@@ -159,7 +159,7 @@ func RunSweeper(ctx context.Context, f *Fleet, opts SweeperOptions) error {
 // Sweep runs one sweep of every queue (see RunSweeper), for hosts that
 // schedule their own. It goes on past a queue that fails and returns the
 // first error with the counts of what it did.
-func Sweep(ctx context.Context, f *Fleet, opts SweeperOptions) (SweepStats, error) {
+func (f *Fleet) Sweep(ctx context.Context, opts SweeperOptions) (SweepStats, error) {
 	if f == nil {
 		return SweepStats{}, fmt.Errorf("fleet: sweep: %w: no Fleet", ErrInvalidArgument)
 	}
@@ -338,7 +338,7 @@ func sweepQueue(ctx context.Context, f *Fleet, name string, qo QueueOptions, bat
 				return fmt.Errorf("fleet: sweep: unexpected reply of %d elements", len(r))
 			}
 			st.Requeued += int(r[0])
-			st.Buried += int(r[1])
+			st.DeadLettered += int(r[1])
 			if r[0] > 0 && !f.cache {
 				f.watch.wakeOne(k.Pending)
 			}

@@ -25,11 +25,11 @@ func TestSweeperForgetsWorkers(t *testing.T) {
 		e.addWorker(t, "mailer", "fresh", "IDLE", now)
 		before := e.keys(t)
 
-		st, err := fleet.Sweep(ctx(t), e.F, fleet.SweeperOptions{})
+		st, err := e.F.Sweep(ctx(t), fleet.SweeperOptions{})
 		if err != nil || st.Forgotten != 0 || !slices.Equal(e.keys(t), before) {
 			t.Fatalf("without the option: %+v %v, keys changed: %v", st, err, !slices.Equal(e.keys(t), before))
 		}
-		st, err = fleet.Sweep(ctx(t), e.F, fleet.SweeperOptions{ForgetWorkersAfter: time.Hour, ForgetBatch: 7})
+		st, err = e.F.Sweep(ctx(t), fleet.SweeperOptions{ForgetWorkersAfter: time.Hour, ForgetBatch: 7})
 		if err != nil || st.Forgotten != 30 {
 			t.Fatalf("Sweep = %+v, %v; want 30 forgotten", st, err)
 		}
@@ -39,7 +39,7 @@ func TestSweeperForgetsWorkers(t *testing.T) {
 		if m := e.smembers(t, e.Prefix+"wkrs:all"); !slices.Equal(m, []string{"mailer|fresh", "scraper|fresh"}) {
 			t.Fatalf("wkrs:all %v", m)
 		}
-		if _, err := fleet.Sweep(ctx(t), e.F, fleet.SweeperOptions{ForgetWorkersAfter: -time.Second}); !errors.Is(err, fleet.ErrInvalidArgument) {
+		if _, err := e.F.Sweep(ctx(t), fleet.SweeperOptions{ForgetWorkersAfter: -time.Second}); !errors.Is(err, fleet.ErrInvalidArgument) {
 			t.Fatalf("negative ForgetWorkersAfter: %v", err)
 		}
 	})

@@ -85,8 +85,13 @@ func (r SyncReport) Fixed() int {
 // SyncProgress is what SyncOptions.Progress is told: Sync is at Done of
 // Total steps of Stage ("scan", "queues", "pools", "workers").
 type SyncProgress struct {
+	// Stage is the part Sync is in: "scan", "queues", "pools", "workers",
+	// then "done".
 	Stage string
-	Done  int
+	// Done counts the steps of Stage finished so far: the key families
+	// scanned, or the queues, pools or worker types gone through.
+	Done int
+	// Total is the number of steps of Stage.
 	Total int
 }
 
@@ -135,7 +140,9 @@ func (f *Fleet) Sync(ctx context.Context) (SyncReport, error) {
 	return f.SyncWith(ctx, SyncOptions{})
 }
 
-// SyncWith is Sync with options.
+// SyncWith runs Sync with opts: a Progress callback told of each stage as
+// it goes, and the SCAN batch size (see SyncOptions). Its report and errors
+// are Sync's.
 func (f *Fleet) SyncWith(ctx context.Context, opts SyncOptions) (SyncReport, error) {
 	s := &syncer{f: f, opts: opts}
 	err := s.run(ctx)

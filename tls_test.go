@@ -56,7 +56,7 @@ func TestTLSAndACL(t *testing.T) {
 	if err := l.Release(c); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := s.Cli(c, "get", "tenant1:fleet:kv:ns:k"); err != nil || got != "v" {
+	if got, err := s.Cli(c, "get", "tenant1:fleet:kv:ns:k"); err != nil || got != `"v"` {
 		t.Fatalf("stored %q, %v", got, err)
 	}
 

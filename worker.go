@@ -38,6 +38,9 @@ const (
 
 // Defaults of WorkerOptions.
 const (
+	// DefaultSlots is how many tasks (or loop runs) a worker runs at once
+	// when WorkerOptions.Slots is 0.
+	DefaultSlots = 1
 	// DefaultHeartbeat is how often a worker writes last_seen and its stats.
 	DefaultHeartbeat = 5 * time.Second
 	// DefaultConfigPoll is how often a worker re-reads its gen when no
@@ -55,15 +58,15 @@ const (
 )
 
 // WorkerOptions configures a Worker. The zero value of each field means its
-// default, but Type and Slots, which are required.
+// default, but Type, which is required.
 type WorkerOptions struct {
 	// Type is the automation type (wkr:<type>:..., stream:<type>). Required.
 	Type string
 	// ID names this worker among those of its type. Defaults to
 	// "<hostname>-<pid>".
 	ID string
-	// Slots is how many goroutines run the automation at once. Required:
-	// at least 1.
+	// Slots is how many goroutines run the automation at once (a negative
+	// count is refused). Defaults to DefaultSlots.
 	Slots int
 	// Heartbeat is how often last_seen and the stats frame are written.
 	// Defaults to DefaultHeartbeat.
@@ -124,12 +127,15 @@ func (o WorkerOptions) withDefaults() (WorkerOptions, error) {
 		return o, err
 	}
 	switch {
-	case o.Slots < 1:
-		return o, fmt.Errorf("%w: WorkerOptions.Slots %d must be at least 1", ErrInvalidArgument, o.Slots)
+	case o.Slots < 0:
+		return o, fmt.Errorf("%w: WorkerOptions.Slots %d is negative", ErrInvalidArgument, o.Slots)
 	case o.Heartbeat < 0, o.ConfigPoll < 0, o.StopGrace < 0, o.LeaseExtend < 0:
 		return o, fmt.Errorf("%w: WorkerOptions durations may not be negative", ErrInvalidArgument)
 	case o.TaskTimeout < 0 && o.TaskTimeout != NoTaskTimeout:
 		return o, fmt.Errorf("%w: WorkerOptions.TaskTimeout %v is negative (NoTaskTimeout turns it off)", ErrInvalidArgument, o.TaskTimeout)
+	}
+	if o.Slots == 0 {
+		o.Slots = DefaultSlots
 	}
 	if o.TaskTimeout == 0 {
 		o.TaskTimeout = DefaultTaskTimeout
@@ -166,6 +172,8 @@ type Worker struct {
 
 	decode func([]byte) (any, error)            // stored config -> C, validated
 	spawn  func(run, soft context.Context) bool // starts the slot goroutines
+
+	newFetcher func(b any) func() // a batch worker's fetcher other than batch.fetch (NewPriorityWorker)
 
 	cfgMu   sync.Mutex
 	cfg     atomic.Pointer[configSnap]
@@ -414,15 +422,15 @@ func (w *Worker) register(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	def, gen := []byte(nil), int64(0)
+	def, gen, applied := []byte(nil), int64(0), ""
 	if c := w.cfg.Load(); c != nil && c.raw != nil {
-		def, gen = c.raw, c.gen
+		def, gen, applied = c.raw, c.gen, strconv.FormatInt(c.gen, 10)
 	} else if def, err = configJSON(w.opts.Config); err != nil {
 		return err
 	}
 	f, c := w.f, w.f.client
 	res, err := workerRegisterScript.Exec(ctx, c, []string{w.k.Hardware, w.k.Config, w.k.Gen, w.k.State},
-		[]string{string(hw), string(def), strconv.FormatInt(gen, 10), string(w.stateNow())}).ToArray()
+		[]string{string(hw), string(def), strconv.FormatInt(gen, 10), string(w.stateNow()), applied}).ToArray()
 	if err != nil {
 		return err
 	}
@@ -456,6 +464,7 @@ func (w *Worker) register(ctx context.Context) error {
 	}
 	w.seenGen.Store(gen)
 	w.cfg.Store(&configSnap{gen: gen, val: val, raw: []byte(raw)})
+	w.recordApplied(gen)
 	return nil
 }
 

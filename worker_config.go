@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"reflect"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/fleet-go/fleet/internal/keys"
@@ -30,12 +31,20 @@ const maxGen = 1 << 53
 // empty objects and arrays keep their kind; Lua's cjson keeps neither), and
 // written by one script that stores the config and raises the gen only if
 // the gen is still the one the merge started from; a concurrent change
-// makes it merge again. A worker that never started gets the config it
-// will start with. The running worker sees the new gen at once through the
-// client-side caching invalidation of the gen key.
+// makes it merge again. The running worker sees the new gen at once through
+// the client-side caching invalidation of the gen key.
 //
-// May return ErrInvalidName, ErrInvalidConfig (patch or stored config not
-// a JSON object; nothing changes), ErrDecode (stored config not JSON),
+// The worker must have registered (its gen key exists), or UpdateConfig
+// returns ErrUnknownWorker and writes nothing. When the catalog
+// (PublishCatalog) has a config schema for typ, the merged config must
+// meet it (types, required fields, bounds, enums, lengths: what the
+// worker's validate tags say), or UpdateConfig returns ErrInvalidConfig
+// naming the failing fields and writes nothing; the worker would refuse
+// such a config. Without a catalog entry, only the worker checks it.
+//
+// May return ErrInvalidName, ErrUnknownWorker, ErrInvalidConfig (patch or
+// stored config not a JSON object, or a merged config that fails the
+// catalog's schema; nothing changes), ErrDecode (stored config not JSON),
 // ErrWrongType, ErrUnavailable.
 func (f *Fleet) UpdateConfig(ctx context.Context, typ, id string, patch json.RawMessage) (int64, error) {
 	const op = "update config"
@@ -50,6 +59,10 @@ func (f *Fleet) UpdateConfig(ctx context.Context, typ, id string, patch json.Raw
 	if err != nil {
 		return 0, workerErr(op, name, fmt.Errorf("%w: patch: %w", ErrInvalidConfig, err))
 	}
+	schemas, hasSchema, err := f.CatalogSchemas(ctx, typ)
+	if err != nil {
+		return 0, workerErr(op, name, err)
+	}
 	k := f.keys.Worker(typ, id)
 	bo := backoff{min: time.Millisecond, max: 50 * time.Millisecond}
 	for {
@@ -63,13 +76,26 @@ func (f *Fleet) UpdateConfig(ctx context.Context, typ, id string, patch json.Raw
 				return 0, workerErr(op, name, fmt.Errorf("%w: stored config: %w", ErrDecode, err))
 			}
 		}
-		merged, err := encodeJSON(mergePatch(target, p))
+		target = mergePatch(target, p)
+		if hasSchema && len(schemas.Config) > 0 && string(schemas.Config) != "null" {
+			fails, err := checkSchema(schemas.Config, target)
+			if err != nil {
+				return 0, workerErr(op, name, fmt.Errorf("%w: catalog config schema of %q: %w", ErrDecode, typ, err))
+			}
+			if len(fails) > 0 {
+				return 0, workerErr(op, name, fmt.Errorf("%w: fails the catalog's config schema of %q: %s", ErrInvalidConfig, typ, strings.Join(fails, ", ")))
+			}
+		}
+		merged, err := encodeJSON(target)
 		if err != nil {
 			return 0, workerErr(op, name, err)
 		}
 		ok, newGen, err := f.setConfig(ctx, k, merged, "cas", gen)
 		if err != nil {
 			return 0, workerErr(op, name, err)
+		}
+		if newGen < 0 {
+			return 0, workerErr(op, name, fmt.Errorf("%w: no worker %s of type %s registered (its gen key is missing)", ErrUnknownWorker, id, typ))
 		}
 		if ok {
 			f.configChanged(k)
@@ -191,6 +217,9 @@ func (f *Fleet) setConfig(ctx context.Context, k keys.Worker, config []byte, mod
 		return false, 0, fmt.Errorf("fleet: set config: unexpected reply of %d elements", len(res))
 	}
 	ok, _ := res[0].AsInt64()
+	if ok == -1 {
+		return false, -1, nil // cas on a worker with no gen key
+	}
 	cur, err := res[1].AsInt64()
 	if err != nil {
 		return false, 0, fmt.Errorf("fleet: set config: gen reply: %w", err)
@@ -328,6 +357,20 @@ func validateStruct(v any) error {
 	return errors.New(validationFields(err))
 }
 
+// recordApplied writes applied_gen, the gen of the config the worker runs,
+// into its :state hash (a derived field, docs/SCHEMA.md), so that
+// Fleet.Workers tells it from the stored gen, which may be newer (not yet
+// seen, or refused).
+func (w *Worker) recordApplied(gen int64) {
+	c := w.f.client
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.Do(ctx, c.B().Hset().Key(w.k.State).FieldValue().
+		FieldValue("applied_gen", strconv.FormatInt(gen, 10)).Build()).Error(); err != nil {
+		w.log.Warn("fleet: worker applied gen not written", "err", err)
+	}
+}
+
 // configSnap is a config a worker applied, with its gen.
 type configSnap struct {
 	gen int64
@@ -421,4 +464,5 @@ func (w *Worker) applyConfig(gen int64, raw []byte) {
 	if w.opts.OnConfig != nil {
 		w.opts.OnConfig(gen, nil)
 	}
+	w.recordApplied(gen)
 }

@@ -88,7 +88,7 @@ func TestWorkerLeaseDeadlineOnFrozenConnection(t *testing.T) {
 			swept := make(chan struct{})
 			go func() {
 				defer close(swept)
-				_ = fleet.RunSweeper(sctx, fb, fleet.SweeperOptions{Interval: 20 * time.Millisecond})
+				_ = fb.RunSweeper(sctx, fleet.SweeperOptions{Interval: 20 * time.Millisecond})
 			}()
 			t.Cleanup(func() { cancel(); <-swept })
 

@@ -86,8 +86,8 @@ func (s *Slot[C, O]) ConfigChanged() <-chan struct{} { return s.st.changed }
 // Emit pushes v to stream:<type> and publishes it on event:<type>.emit (see
 // Stream.Emit), and counts it in the stats.
 func (s *Slot[C, O]) Emit(ctx context.Context, v O) (string, error) {
-	id, err := s.stream.Emit(ctx, v)
-	if id != "" {
+	id, pushed, err := s.stream.emit(ctx, v)
+	if pushed {
 		s.w.emitted.Add(1)
 	}
 	if err == nil && s.w.kind == "loop" {
@@ -235,7 +235,11 @@ func NewBatchWorker[C, O, P any](f *Fleet, opts WorkerOptions, q *Queue[P], a Ba
 				return false
 			}
 		}
-		return w.goSlot(func() { b.fetch(run, soft) })
+		fetch := func() { b.fetch(run, soft) }
+		if w.newFetcher != nil {
+			fetch = w.newFetcher(b) // NewPriorityWorker's
+		}
+		return w.goSlot(fetch)
 	}
 	return w
 }
@@ -255,6 +259,7 @@ type batch[C, O, P any] struct {
 	more, drained atomic.Bool
 
 	cancels *cancelWatch // the handlers that Queue.Cancel may cancel
+	takes   taker        // NewPriorityWorker's say on ack-and-take; nil: b.more decides
 }
 
 // fetch reserves tasks while slots are free, until Stop begins (soft). Its
@@ -418,7 +423,7 @@ func (b *batch[C, O, P]) handle(run, soft context.Context, s *Slot[C, O], t *Tas
 // pause flag could not be read for free).
 func (b *batch[C, O, P]) finish(ctx, soft context.Context, t *Task[P]) (*Task[P], error) {
 	q := t.q
-	if !b.more.Load() || soft.Err() != nil || q != b.q || !q.plainAck(t) || b.paused(ctx) {
+	if !b.mayTake(ctx, soft, t) {
 		return nil, t.Ack(ctx)
 	}
 	tasks, st, err := q.reserveAs(ctx, 1, false, b.w.name(), t)
@@ -438,21 +443,38 @@ func (b *batch[C, O, P]) finish(ctx, soft context.Context, t *Task[P]) (*Task[P]
 		b.more.Store(false)
 		if st.acked == 1 && err == nil {
 			b.drained.Store(true)
+			if b.takes != nil {
+				b.takes.tookNone(ctx, q.name)
+			}
 		}
 		return nil, err
 	}
 	return tasks[0], err
 }
 
+// mayTake reports whether finish may take the next task with t's ack.
+func (b *batch[C, O, P]) mayTake(ctx, soft context.Context, t *Task[P]) bool {
+	q := t.q
+	if soft.Err() != nil || !q.plainAck(t) {
+		return false
+	}
+	if b.takes == nil {
+		return b.more.Load() && q == b.q && !b.paused(ctx, q.k.Paused)
+	}
+	// NewPriorityWorker: only from where its priorities say (last: it
+	// counts the pick).
+	return !b.paused(ctx, q.k.Paused) && b.takes.takeFrom(q.name)
+}
+
 // paused reports whether the queue is paused, read through the client-side
 // cache (free while the flag does not change); without caching it says
 // true, so that only the fetcher, which polls the flag, reserves.
-func (b *batch[C, O, P]) paused(ctx context.Context) bool {
+func (b *batch[C, O, P]) paused(ctx context.Context, key string) bool {
 	f := b.w.f
 	if !f.cache {
 		return true
 	}
-	v, err := f.client.DoCache(ctx, f.client.B().Get().Key(b.q.k.Paused).Cache(), f.cacheTTL).ToString()
+	v, err := f.client.DoCache(ctx, f.client.B().Get().Key(key).Cache(), f.cacheTTL).ToString()
 	if rueidis.IsRedisNil(err) {
 		return false
 	}
@@ -461,7 +483,7 @@ func (b *batch[C, O, P]) paused(ctx context.Context) bool {
 
 func (b *batch[C, O, P]) handleTask(run, soft context.Context, s *Slot[C, O], t *Task[P]) (*Task[P], error) {
 	w := b.w
-	margin := leaseMargin(b.q.opts.Lease)
+	margin := leaseMargin(t.q.opts.Lease)
 	if time.Until(t.Deadline()) < margin {
 		// The reserve's reply came too late (held back, a stalled server, a
 		// paused process): another worker may get the task any moment.
@@ -525,7 +547,7 @@ func (b *batch[C, O, P]) handleTask(run, soft context.Context, s *Slot[C, O], t 
 	}
 	var eerr error
 	if errors.Is(err, ErrPermanent) {
-		eerr = t.Bury(ectx, err)
+		eerr = t.DeadLetter(ectx, err)
 	} else {
 		eerr = t.Nack(ectx, err)
 	}
@@ -589,7 +611,7 @@ type keeper[C, O, P any] struct {
 
 // keep starts the keeper of t.
 func (b *batch[C, O, P]) keep(ctx context.Context, t *Task[P], cancel context.CancelCauseFunc) *keeper[C, O, P] {
-	lease := b.q.opts.Lease
+	lease := t.q.opts.Lease
 	k := &keeper[C, O, P]{b: b, ctx: ctx, t: t, cancel: cancel, every: b.w.opts.LeaseExtend, margin: leaseMargin(lease)}
 	if k.every == 0 {
 		k.every = lease / 3
@@ -623,7 +645,7 @@ func (k *keeper[C, O, P]) tick() {
 	if now >= k.extend {
 		k.extend = now + int64(k.every)
 		ectx, ecancel := context.WithDeadline(k.ctx, k.t.Deadline().Add(-k.margin))
-		err := k.t.Extend(ectx, k.b.q.opts.Lease)
+		err := k.t.Extend(ectx, k.t.q.opts.Lease)
 		ecancel()
 		switch {
 		case errors.Is(err, ErrLeaseLost):

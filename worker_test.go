@@ -148,7 +148,7 @@ func TestWorkerKeys(t *testing.T) {
 		}, "metrics not in stats")
 		st := e.hgetall(t, k.State)
 		seen, err := strconv.ParseInt(st["last_seen"], 10, 64)
-		if len(st) != 3 || st["state"] != "RUNNING" || st["last_error"] != "" || err != nil || seen < before || seen > time.Now().Unix() {
+		if len(st) != 4 || st["state"] != "RUNNING" || st["last_error"] != "" || st["applied_gen"] != "0" || err != nil || seen < before || seen > time.Now().Unix() {
 			t.Fatalf("state %v", st)
 		}
 		raw, _ := e.get(t, k.Stats)
@@ -195,6 +195,7 @@ func TestConfigUpdateMerge(t *testing.T) {
 		e := open(t, tg)
 		k := e.wk("scraper", "w1")
 		c := ctx(t)
+		e.do(t, e.Raw.B().Set().Key(k.Gen).Value("0").Build()) // registered, as a worker of the documented schema does
 		gen, err := e.F.UpdateConfig(c, "scraper", "w1", json.RawMessage(`{"a":{"b":1,"c":{"d":2}},"drop":true,"big":12345678901234567890,"eo":{},"ea":[],"s":"<&>"}`))
 		if err != nil || gen != 1 {
 			t.Fatalf("first UpdateConfig = %d, %v", gen, err)
@@ -285,11 +286,16 @@ func TestConfigBadNames(t *testing.T) {
 			t.Errorf("Start %q: %v", n, err)
 		}
 	}
-	for _, slots := range []int{0, -1} {
-		w := fleet.NewLoopWorker(e.F, fleet.WorkerOptions{Type: "t", ID: "w", Slots: slots}, idleLoop())
-		if err := w.Start(c); !errors.Is(err, fleet.ErrInvalidArgument) {
-			t.Errorf("Slots %d: %v", slots, err)
-		}
+	if w := fleet.NewLoopWorker(e.F, fleet.WorkerOptions{Type: "t", ID: "w", Slots: -1}, idleLoop()); !errors.Is(w.Start(c), fleet.ErrInvalidArgument) {
+		t.Errorf("Slots -1: %v", w.Err())
+	}
+	// Slots 0 means the default, one slot.
+	w0 := fleet.NewLoopWorker(e.F, fleet.WorkerOptions{Type: "t", ID: "w0"}, idleLoop())
+	if err := w0.Err(); err != nil {
+		t.Fatalf("Slots 0: %v", err)
+	}
+	if got := w0.Stats().Slots; got != fleet.DefaultSlots {
+		t.Errorf("Slots 0 runs %d slots, want %d", got, fleet.DefaultSlots)
 	}
 	if w := fleet.NewLoopWorker[wcfg, out](e.F, fleet.WorkerOptions{Type: "t", ID: "w", Slots: 1}, nil); !errors.Is(w.Err(), fleet.ErrInvalidArgument) {
 		t.Errorf("nil automation: %v", w.Err())
@@ -360,11 +366,14 @@ func TestConfigLive(t *testing.T) {
 		}
 		wg.Wait()
 		waitFor(t, 5*time.Second, func() bool { return w.Gen() == 20 }, "gen 20 not applied (at %d)", w.Gen())
+		// OnConfig runs after the gen is in force: wait for its call.
+		waitFor(t, 5*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return slices.Contains(applied, 20) }, "OnConfig never told gen 20")
 		mu.Lock()
-		if !slices.IsSorted(applied) || slices.Compact(slices.Clone(applied)) == nil || len(slices.Compact(slices.Clone(applied))) != len(applied) || applied[len(applied)-1] != 20 {
-			t.Fatalf("applied %v", applied)
-		}
+		got := slices.Clone(applied)
 		mu.Unlock()
+		if !slices.IsSorted(got) || len(slices.Compact(slices.Clone(got))) != len(got) || got[len(got)-1] != 20 {
+			t.Fatalf("applied %v", got)
+		}
 		if err := e.F.PushConfig(c, "cfgtype", "w1", wcfg{Rate: 1}, 5); !errors.Is(err, fleet.ErrStaleGen) {
 			t.Fatalf("stale push = %v", err)
 		}

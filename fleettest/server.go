@@ -1,6 +1,11 @@
-// Package fleettest starts throwaway redis-server processes, a single node or a
-// Redis Cluster, for tests, examples and benchmarks. It needs the redis-server
-// and redis-cli binaries on PATH (Debian: apt-get install -y redis-server).
+// Package fleettest gives tests, examples and benchmarks a Redis: Start
+// finds a single node the way fleet's own tests do (FLEET_REDIS_URL, else a
+// redis-server from PATH, else Docker) and hands a go-redis style client
+// (rueidiscompat) for assertions with it; StartServer and StartCluster start
+// throwaway redis-server processes, a single node or a Redis Cluster, and
+// need the redis-server and redis-cli binaries on PATH (Debian: apt-get
+// install -y redis-server); StartProxy puts a TCP proxy that can cut or
+// freeze connections in front of one.
 //
 // Servers keep nothing on disk beyond a temporary directory, listen on
 // 127.0.0.1 only, and die with the process that started them (Linux), so a
@@ -23,8 +28,9 @@ import (
 	"time"
 )
 
-// ErrNoRedisServer is returned when redis-server or redis-cli is not on PATH.
-var ErrNoRedisServer = errors.New("fleettest: redis-server not found on PATH (install it: apt-get install -y redis-server, or set FLEET_REDIS_URL)")
+// ErrNoRedisServer is returned when redis-server or redis-cli is not on
+// PATH (by Available and StartServer, and by Start when Docker failed too).
+var ErrNoRedisServer = errors.New("fleettest: redis-server not found on PATH (install it: apt-get install -y redis-server; fleettest.Start also takes the server of FLEET_REDIS_URL, or a Docker container)")
 
 // TLS names the files of a TLS listener. CA signs the clients' certificates
 // when ClientAuth is set.

@@ -116,7 +116,7 @@ func (b *bed) bury(t *testing.T, note, cause string) string {
 	if err != nil || len(ts) != 1 {
 		t.Fatalf("reserve: %v %v", ts, err)
 	}
-	if err := ts[0].Bury(c, errors.New(cause)); err != nil {
+	if err := ts[0].DeadLetter(c, errors.New(cause)); err != nil {
 		t.Fatal(err)
 	}
 	return ts[0].ID

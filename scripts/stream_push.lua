@@ -1,14 +1,19 @@
 -- stream_push: add entries to a bounded stream, then trim it by age and by
--- member count, in one step. Every entry's time is the server's (TIME): the
--- script builds each member, so the envelope's "ts" is its score, whatever
--- the pusher's clock says.
--- KEYS[1]  stream:<type> (zset: score = unix seconds, member = JSON envelope)
+-- member count, in one step. Every entry's time is the server's (TIME), as
+-- its score; in the envelope form the script builds each member, so the
+-- envelope's "ts" is its score too, whatever the pusher's clock says.
+-- KEYS[1]  stream:<type> (zset: score = unix seconds, member = JSON)
 -- ARGV[1]  the most members to keep; "0" keeps any number
 -- ARGV[2]  the most age to keep, in milliseconds: members scored more than
 --          this before the server's now go; "0" keeps any age
--- ARGV[3..] id, data pairs: each becomes the member
---          {"id":"<id>","ts":<now>,"data":<data>} scored <now>; id is
---          [0-9a-f-] only and data is JSON, so the text needs no escaping
+-- ARGV[3]  "0": bare members (the documented form), "1": envelopes
+-- ARGV[4..] bare: one data per entry, the member as it is, scored the
+--          server's now in microseconds plus one microsecond per entry before
+--          it in this call, so the call's members keep their order (as
+--          time.time() per push would). Envelopes: id, data pairs, each the
+--          member {"id":"<id>","ts":<now>,"data":<data>} scored <now> (ms
+--          precision; the ids keep the order); id is [0-9a-f-] only and data
+--          is JSON, so the text needs no escaping
 -- returns  {length after trimming, now as stored (unix seconds, ms precision,
 --          no trailing zeros)}; a WRONGTYPE error, changing nothing, when
 --          KEYS[1] is not a sorted set (no TYPE check: the first ZADD, the
@@ -22,12 +27,21 @@ end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ts = secs(now)
+local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 -- ZADD in chunks: unpack is bounded by the Lua C stack.
 local chunk, args = 512, {}
-for i = 3, #ARGV, 2 do
-  args[#args + 1] = ts
-  args[#args + 1] = '{"id":"' .. ARGV[i] .. '","ts":' .. ts .. ',"data":' .. ARGV[i + 1] .. '}'
-  if #args >= 2 * chunk or i + 2 > #ARGV then
+local wrap = ARGV[3] == '1'
+local step = wrap and 2 or 1
+for i = 4, #ARGV, step do
+  if wrap then
+    args[#args + 1] = ts
+    args[#args + 1] = '{"id":"' .. ARGV[i] .. '","ts":' .. ts .. ',"data":' .. ARGV[i + 1] .. '}'
+  else
+    args[#args + 1] = string.format('%d.%06d', math.floor(us / 1000000), us % 1000000)
+    args[#args + 1] = ARGV[i]
+    us = us + 1
+  end
+  if #args >= 2 * chunk or i + step > #ARGV then
     redis.call('ZADD', KEYS[1], unpack(args))
     args = {}
   end

@@ -6,11 +6,14 @@
 -- KEYS[1]  wkr:<type>:<id>:hardware  string: JSON
 -- KEYS[2]  wkr:<type>:<id>:config    string: JSON object
 -- KEYS[3]  wkr:<type>:<id>:gen       string: integer as ASCII
--- KEYS[4]  wkr:<type>:<id>:state     hash: state, last_seen, last_error
+-- KEYS[4]  wkr:<type>:<id>:state     hash: state, last_seen, last_error,
+--          applied_gen (derived)
 -- ARGV[1]  hardware JSON
 -- ARGV[2]  the config to store when there is none
 -- ARGV[3]  the gen to store when there is none
 -- ARGV[4]  the state to record (IDLE, RUNNING or ERROR)
+-- ARGV[5]  the gen of the config the worker runs, for applied_gen; "" at
+--          Start (the worker writes it once it applied the stored config)
 -- returns  {gen, config} as stored after the call
 local err = wrong_types({'string', 'string', 'string', 'hash'})
 if err then return err end
@@ -26,4 +29,7 @@ if not gen then
 end
 redis.call('HSET', KEYS[4], 'state', ARGV[4], 'last_seen', redis.call('TIME')[1])
 redis.call('HSETNX', KEYS[4], 'last_error', '')
+if ARGV[5] ~= '' then
+  redis.call('HSET', KEYS[4], 'applied_gen', ARGV[5])
+end
 return {gen, redis.call('GET', KEYS[2])}

@@ -35,7 +35,8 @@ func init() {
 			if to == "" {
 				return a.usageErr("migrate", "--to is required")
 			}
-			target, err := fleet.Open(ctx, fleet.Options{URL: to, Prefix: toPrefix, Layout: fleet.Layout(toLayout)})
+			// A dry run writes nothing on the target, not even the layout marker.
+			target, err := fleet.Open(ctx, fleet.Options{URL: to, Prefix: toPrefix, Layout: fleet.Layout(toLayout), NoMarkerWrite: dry})
 			if err != nil {
 				return a.fail(err)
 			}
@@ -47,7 +48,7 @@ func init() {
 					b.set(fmt.Sprintf("migrate: %d copied, %d skipped", p.Copied, p.Skipped), int64(p.Scanned), int64(p.Total))
 				}
 			}
-			r, err := fleet.Migrate(ctx, a.f, target, opts)
+			r, err := a.f.MigrateTo(ctx, target, opts)
 			b.done()
 			if err != nil && !errors.Is(err, fleet.ErrMigrateMismatch) {
 				return a.fail(err)

@@ -41,13 +41,13 @@ func init() {
 				rows = append(rows, row{x, x.LastSeen.IsZero() || now.Sub(x.LastSeen) > stale})
 			}
 			a.emit(rows, func(w *tabwriter.Writer) {
-				fmt.Fprintln(w, "TYPE\tID\tSTATE\tLAST SEEN\tGEN\tLAST ERROR")
+				fmt.Fprintln(w, "TYPE\tID\tSTATE\tLAST SEEN\tGEN\tAPPLIED\tLAST ERROR")
 				for _, x := range rows {
 					state := string(x.State)
 					if x.Exited {
 						state = "EXITED (" + state + ")"
 					}
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\n", x.Type, x.ID, state, ts(x.LastSeen), x.Gen, x.LastError)
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%s\n", x.Type, x.ID, state, ts(x.LastSeen), x.Gen, x.AppliedGen, x.LastError)
 				}
 			})
 			return exitOK

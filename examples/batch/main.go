@@ -99,7 +99,7 @@ func run(role string, tasks, slots int, id, prefix string, work, lease, sweep, t
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_ = fleet.RunSweeper(sctx, f, fleet.SweeperOptions{Interval: sweep})
+			_ = f.RunSweeper(sctx, fleet.SweeperOptions{Interval: sweep})
 		}()
 		defer wg.Wait()
 		defer scancel()

@@ -1,4 +1,4 @@
-// Command cookies is the seeds' pool walkthrough, runnable offline. A fake
+// Command cookies is the pool walkthrough of fleet's own design, runnable offline. A fake
 // site (an httptest server) answers 403 to a request without a clearance
 // cookie, or with one it no longer honours (each clearance serves a few
 // pages). A harvester fills a pool of clearance cookies, one per harvest

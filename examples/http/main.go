@@ -86,7 +86,9 @@ func run(addr string, selftest bool, timeout time.Duration) error {
 	}
 	defer f.Close()
 
-	q := fleet.NewQueue[Fetch](f, "fetch", fleet.QueueOptions{})
+	// A task is a URL and a few knobs: 16 KiB of JSON is plenty, and a
+	// bigger body is answered 413 (fleet.ErrPayloadTooLarge).
+	q := fleet.NewQueue[Fetch](f, "fetch", fleet.QueueOptions{MaxPayloadBytes: 16 << 10})
 	w := fleet.NewBatchWorker(f, fleet.WorkerOptions{Type: "fetch", ID: "web-1", Slots: 4, Heartbeat: time.Second,
 		Config: map[string]any{"user_agent": "fleet-example/1", "timeouts": map[string]any{"connect_ms": 500}}}, q,
 		fleet.BatchFunc[Config, Page, Fetch](func(ctx context.Context, s *fleet.Slot[Config, Page], t *fleet.Task[Fetch]) error {
@@ -101,7 +103,7 @@ func run(addr string, selftest bool, timeout time.Duration) error {
 	}
 	var wg sync.WaitGroup
 	wg.Add(1)
-	go func() { defer wg.Done(); _ = fleet.RunSweeper(ctx, f, fleet.SweeperOptions{}) }()
+	go func() { defer wg.Done(); _ = f.RunSweeper(ctx, fleet.SweeperOptions{}) }()
 
 	if selftest {
 		addr = "127.0.0.1:0"
@@ -202,8 +204,10 @@ func status(err error) int {
 	switch {
 	case errors.Is(err, fleet.ErrUnknownQueue), errors.Is(err, fleet.ErrInvalidName):
 		return http.StatusNotFound
-	case errors.Is(err, fleet.ErrBadJSON):
+	case errors.Is(err, fleet.ErrInvalidJSON):
 		return http.StatusBadRequest
+	case errors.Is(err, fleet.ErrPayloadTooLarge):
+		return http.StatusRequestEntityTooLarge
 	case errors.Is(err, fleet.ErrInvalidPayload), errors.Is(err, fleet.ErrInvalidConfig):
 		return http.StatusUnprocessableEntity
 	case errors.Is(err, fleet.ErrWrongType), errors.Is(err, fleet.ErrStaleGen):
@@ -256,6 +260,8 @@ func selfTest(ctx context.Context, base string, w *fleet.Worker) error {
 	has := func(s string) func(string) bool { return func(b string) bool { return strings.Contains(b, s) } }
 	call("POST", "/api/v1/automations/fetch/tasks", `{"url":"https://example.org/a","retries":1}`, 201, has(`"id":`))
 	call("POST", "/api/v1/automations/fetch/tasks", `{"url":`, 400, has(`"error":`))
+	call("POST", "/api/v1/automations/fetch/tasks", ``, 400, has("empty body"))
+	call("POST", "/api/v1/automations/fetch/tasks", `{"url":"https://example.org/`+strings.Repeat("a", 20<<10)+`"}`, 413, has("payload too large"))
 	call("POST", "/api/v1/automations/fetch/tasks", `{"url":"not a url"}`, 422, has("url (fails url)"))
 	call("POST", "/api/v1/automations/fetch/tasks", `{"url":"https://example.org","extra":1}`, 400, has("extra"))
 	call("POST", "/api/v1/automations/nope/tasks", `{}`, 404, has(`"error":`))

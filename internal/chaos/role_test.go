@@ -210,7 +210,7 @@ func runSweeper(ctx context.Context, c childConfig, f *fleet.Fleet, log *slog.Lo
 	if err := q.Err(); err != nil {
 		return err
 	}
-	return fleet.RunSweeper(ctx, f, fleet.SweeperOptions{Interval: c.SweepInterval, Queue: c.queueOptions(), Logger: log})
+	return f.RunSweeper(ctx, fleet.SweeperOptions{Interval: c.SweepInterval, Queue: c.queueOptions(), Logger: log})
 }
 
 // handler is the automation: it "works" in steps of at most step, checking

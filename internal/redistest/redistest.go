@@ -25,7 +25,6 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
-	tcredis "github.com/testcontainers/testcontainers-go/modules/redis"
 	"go.uber.org/goleak"
 
 	"github.com/fleet-go/fleet/fleettest"
@@ -150,27 +149,11 @@ func ClusterURL(tb testing.TB) string {
 }
 
 func startSingle(ctx context.Context) (string, func(), error) {
-	if url := os.Getenv("FLEET_REDIS_URL"); url != "" {
-		return url, nil, nil
-	}
-	if fleettest.Available() == nil {
-		s, err := fleettest.StartServer(ctx, fleettest.Config{})
-		if err != nil {
-			return "", nil, err
-		}
-		return s.URL(), s.Stop, nil
-	}
-	c, err := tcredis.Run(ctx, "redis:7")
+	r, err := fleettest.Start(ctx) // FLEET_REDIS_URL, PATH, then Docker
 	if err != nil {
-		return "", nil, fmt.Errorf("no redis-server on PATH, and Docker failed too: %w", err)
-	}
-	url, err := c.ConnectionString(ctx)
-	stop := func() { _ = c.Terminate(context.Background()) }
-	if err != nil {
-		stop()
 		return "", nil, err
 	}
-	return url, stop, nil
+	return r.URL(), r.Close, nil
 }
 
 func startCluster(ctx context.Context) (string, func(), error) {
