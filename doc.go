@@ -80,6 +80,14 @@
 // [Fleet.StreamTail]) serve package fleetui, a dashboard that the host
 // mounts as an http.Handler.
 //
+// # Observing
+//
+// [Options.Observer] takes hooks ([Observer]) that a Fleet calls on each
+// submit, task end, lock wait and pool claim wait; a submit hook may return
+// a trace context that goes into the task's body (the optional "trace"
+// field), and worker middleware reads it back ([TaskInfo].Trace). Module
+// github.com/fleet-go/fleet/fleetotel builds them over OpenTelemetry.
+//
 // # Names
 //
 // Names never hold '{', '}', white space or control characters; a name that

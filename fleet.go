@@ -91,6 +91,10 @@ type Options struct {
 	// look at a database that must stay untouched. Defaults to false: Open
 	// writes the marker on first use.
 	NoMarkerWrite bool
+	// Observer is told of submits, task ends, lock and claim waits, for
+	// metrics and tracing (see Observer; the fleetotel package makes one).
+	// Open keeps a copy. Defaults to none.
+	Observer *Observer
 }
 
 // Fleet is a connection to the shared state of one fleet. It is safe for
@@ -108,6 +112,7 @@ type Fleet struct {
 	queues   sync.Map         // queue name -> the codec of the Queue[T] made in this process (queue.go)
 	looks    sync.Map         // queue name -> *schedLook (queue_reserve.go)
 	now      func() time.Time // this process's clock, for values no other process compares
+	obs      *Observer        // Options.Observer's copy, or nil (observe.go)
 
 	workersMu sync.Mutex
 	workers   map[*Worker]struct{} // started and not yet stopped: Close stops them first
@@ -141,6 +146,7 @@ func Open(ctx context.Context, opts Options) (*Fleet, error) {
 		watch:    newWatcher(),
 		done:     make(chan struct{}),
 		now:      time.Now,
+		obs:      copyObserver(opts.Observer),
 	}
 	if f.cacheTTL == 0 {
 		f.cacheTTL = DefaultCacheTTL

@@ -141,7 +141,9 @@ func (l *Lock) Acquire(ctx context.Context, opts LockOptions) (*Lease, error) {
 	if opts.Wait < 0 {
 		return nil, opErr("lock acquire", l.name, fmt.Errorf("%w: wait %v is negative", ErrInvalidArgument, opts.Wait))
 	}
+	start := l.f.obsStart()
 	lease, err := l.acquire(ctx, opts)
+	l.f.lockWaited(ctx, l.name, start, lease != nil, err)
 	return lease, opErr("lock acquire", l.name, err)
 }
 

@@ -24,6 +24,11 @@ type TaskInfo struct {
 	Deadline time.Time
 	// Payload is the task's decoded payload (a P of the worker's queue).
 	Payload any
+	// Trace is the trace context that the task's body carries (its
+	// optional "trace" field, written at submit by an Observer; SCHEMA.md),
+	// such as {"traceparent": "00-..."}; nil when the body has none or
+	// it is not an object of strings.
+	Trace map[string]string
 }
 
 // Handler runs one task; the innermost Handler of a chain calls the
@@ -58,6 +63,6 @@ func (b *batch[C, O, P]) runHandler(ctx context.Context, s *Slot[C, O], t *Task[
 	}
 	inner := func(ctx context.Context, _ TaskInfo) error { return b.a.Handle(ctx, s, t) }
 	info := TaskInfo{Queue: t.q.name, ID: t.ID, Attempts: t.Attempts, Type: b.w.opts.Type, Worker: b.w.opts.ID,
-		Slot: s.st.index, Deadline: t.Deadline(), Payload: t.Payload}
+		Slot: s.st.index, Deadline: t.Deadline(), Payload: t.Payload, Trace: decodeTrace(t.trace)}
 	return chain(inner, mws)(ctx, info)
 }

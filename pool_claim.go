@@ -76,11 +76,12 @@ func (q *Query[P, T]) Claim(ctx context.Context, opts ClaimOptions) (*Claim[P, T
 		return nil, poolErr("pool claim", q.pool.core.name,
 			fmt.Errorf("%w: hold %v must be > 0 and wait %v not negative", ErrInvalidArgument, opts.Hold, opts.Wait))
 	}
+	start := q.pool.core.f.obsStart()
 	cl, err := q.try(ctx, opts.Hold, opts.Wait == 0)
-	if cl != nil || err != nil || opts.Wait == 0 {
-		return cl, poolErr("pool claim", q.pool.core.name, err)
+	if cl == nil && err == nil && opts.Wait > 0 {
+		cl, err = q.wait(ctx, opts)
 	}
-	cl, err = q.wait(ctx, opts)
+	q.pool.core.f.claimWaited(ctx, q.pool.core.name, start, cl != nil, err)
 	return cl, poolErr("pool claim", q.pool.core.name, err)
 }
 

@@ -465,13 +465,17 @@ func (q *Queue[T]) submitMany(ctx context.Context, op string, payloads []T) ([]s
 		}
 		bodies[i] = newBody(ids[i], b, "")
 	}
+	done := q.f.observeSubmit(ctx, q.name, ids, bodies, time.Time{}, "")
 	if err := q.register(ctx); err != nil {
+		done.call(0, err)
 		return nil, queueErr(op, q.name, err)
 	}
 	c := q.f.client
 	if err := c.Do(ctx, c.B().Rpush().Key(q.k.Pending).Element(bodies...).Build()).Error(); err != nil {
+		done.call(0, err)
 		return nil, queueErr(op, q.name, err)
 	}
+	done.call(len(ids), nil)
 	q.wakeLocal()
 	return ids, nil
 }
@@ -522,11 +526,15 @@ func (q *Queue[T]) SubmitWith(ctx context.Context, payload T, opts SubmitOptions
 	if !opts.NotBefore.IsZero() {
 		readyAt = secondsString(opts.NotBefore)
 	}
+	body := newBody(id, b, opts.DedupKey)
+	done := q.f.observeSubmitOne(ctx, q.name, id, &body, opts.NotBefore, opts.DedupKey)
 	if err := q.register(ctx); err != nil {
+		done.call(0, err)
 		return "", queueErr(op, q.name, err)
 	}
 	got, err := queueSubmitScript.Exec(ctx, q.f.client, []string{q.k.Pending, q.k.Scheduled, q.k.Dedup},
-		[]string{id, newBody(id, b, opts.DedupKey), opts.DedupKey, readyAt}).ToString()
+		[]string{id, body, opts.DedupKey, readyAt}).ToString()
+	done.call(boolInt(err == nil && got == id), err)
 	if err != nil {
 		return "", queueErr(op, q.name, err)
 	}

@@ -254,7 +254,7 @@ func (q *Queue[T]) reserveAs(ctx context.Context, n int, wantLeft bool, owner st
 			err = errors.New("body id changed") // cannot happen: the script read it
 		}
 		if err == nil {
-			t.Attempts, t.dedup, t.unique = w.Attempts, w.Dedup, w.UniqueMS
+			t.Attempts, t.dedup, t.unique, t.trace = w.Attempts, w.Dedup, w.UniqueMS, w.Trace
 			payload := w.Payload
 			if len(payload) == 0 {
 				payload = json.RawMessage("null")

@@ -30,6 +30,7 @@ type Task[T any] struct {
 	dedup  string
 	unique int64                  // the body's "unique_ms": SubmitOptions.UniqueFor
 	body   string                 // as stored in :processing:body
+	trace  json.RawMessage        // the body's "trace", for TaskInfo.Trace
 	proven atomic.Int64           // monoNow when the lease may run out: send time of the reserve or last extend, plus the lease
 	result atomic.Pointer[[]byte] // SetResult's, as JSON
 }
@@ -56,6 +57,7 @@ type wireBody struct {
 	Attempts int             `json:"attempts"`
 	Dedup    string          `json:"dedup"`
 	UniqueMS int64           `json:"unique_ms"`
+	Trace    json.RawMessage `json:"trace"` // the submit's trace context (observe.go)
 }
 
 func parseBody(body string) (wireBody, error) {
@@ -122,13 +124,16 @@ func (t *Task[T]) Ack(ctx context.Context) error {
 		return queueErr("ack", q.name, err)
 	}
 	if !q.plainAck(t) {
-		return queueErr("ack", q.name, t.ackKeep(ctx))
+		err := t.ackKeep(ctx)
+		q.f.taskEnded(ctx, q.name, t.ID, TaskProcessed, err == nil)
+		return queueErr("ack", q.name, err)
 	}
 	n, err := queueAckScript.Exec(ctx, q.f.client, []string{q.k.Processing, q.k.Body, q.k.Lease, q.k.Dedup},
 		[]string{t.ID, t.token, t.dedup}).AsInt64()
 	if err == nil && n != 1 {
 		err = fmt.Errorf("%w: task %s", ErrLeaseLost, t.ID)
 	}
+	q.f.taskEnded(ctx, q.name, t.ID, TaskProcessed, err == nil)
 	return queueErr("ack", q.name, err)
 }
 
@@ -194,6 +199,7 @@ func (t *Task[T]) end(ctx context.Context, op string, attempts int, cause string
 	if res[0] != 1 {
 		return fmt.Errorf("%w: task %s", ErrLeaseLost, t.ID)
 	}
+	q.f.taskEnded(ctx, q.name, t.ID, nackOutcome(res[1]), true)
 	if !bury {
 		q.look.soon() // a retry may wait in :scheduled now
 	}

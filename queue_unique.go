@@ -31,13 +31,16 @@ func (q *Queue[T]) submitUnique(ctx context.Context, payload T, opts SubmitOptio
 	if !opts.NotBefore.IsZero() {
 		readyAt = secondsString(opts.NotBefore)
 	}
-	if err := q.register(ctx); err != nil {
-		return "", queueErr(op, q.name, err)
-	}
 	body := newBody(id, b, opts.DedupKey)
 	body = body[:len(body)-1] + `,"unique_ms":` + strconv.FormatInt(opts.UniqueFor.Milliseconds(), 10) + "}"
+	done := q.f.observeSubmitOne(ctx, q.name, id, &body, opts.NotBefore, opts.DedupKey)
+	if err := q.register(ctx); err != nil {
+		done.call(0, err)
+		return "", queueErr(op, q.name, err)
+	}
 	got, err := queueSubmitUniqueScript.Exec(ctx, q.f.client, []string{q.k.Pending, q.k.Scheduled, q.k.Dedup, q.k.Unique + opts.DedupKey},
 		[]string{id, body, opts.DedupKey, readyAt}).ToString()
+	done.call(boolInt(err == nil && got == id), err)
 	if err != nil {
 		return "", queueErr(op, q.name, err)
 	}

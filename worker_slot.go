@@ -427,6 +427,7 @@ func (b *batch[C, O, P]) finish(ctx, soft context.Context, t *Task[P]) (*Task[P]
 		return nil, t.Ack(ctx)
 	}
 	tasks, st, err := q.reserveAs(ctx, 1, false, b.w.name(), t)
+	q.f.taskEnded(ctx, q.name, t.ID, TaskProcessed, st.acked == 1)
 	switch {
 	case st.acked == 0:
 		err = errors.Join(fmt.Errorf("%w: task %s", ErrLeaseLost, t.ID), err)

@@ -1,0 +1,439 @@
+// Package fleetotel reports what a fleet does to OpenTelemetry: metrics
+// that follow the messaging semantic conventions where they apply, and
+// traces that follow a task from its submit to each run of its handler,
+// across processes. It is a module of its own, so that the fleet module
+// keeps no OpenTelemetry dependency; it uses the otel API only (metric,
+// trace, propagation), and the application picks the SDK.
+//
+// # Installing
+//
+// One [Telemetry] serves any number of Fleets. Its [Telemetry.Observer]
+// goes in fleet.Options.Observer (submits, task ends, lock and claim
+// waits), its [Telemetry.Middleware] in each batch worker's
+// WorkerOptions.Middleware (handler runs), and [Telemetry.ObserveQueues]
+// adds the gauges of queue depth.
+//
+// # Metrics
+//
+// Counters, by queue (messaging.system "fleet", messaging.destination.name
+// the queue's name):
+//
+//   - messaging.client.sent.messages {task}: tasks submitted (written; a
+//     duplicate dedup key writes none), with messaging.operation.name
+//     "submit".
+//   - fleet.tasks.processed {task}: tasks acked.
+//   - fleet.tasks.failed {task}: tasks whose run failed and was ended so:
+//     each is then counted as retried or dead-lettered too.
+//   - fleet.tasks.retried {task}: failed runs scheduled for another attempt.
+//   - fleet.tasks.dead_lettered {task}: tasks moved to the dead letters
+//     (past their attempts, buried, cancelled, or a poisoned body).
+//
+// Histograms:
+//
+//   - messaging.process.duration (s): each handler run, by queue, with
+//     messaging.operation.name "process" and error.type when it failed
+//     (lease_lost, timeout, canceled, permanent, panic or _OTHER).
+//   - fleet.lock.wait.duration (s): each Lock.Acquire (and Do), with
+//     fleet.lock.outcome (obtained, not_obtained, error), and
+//     fleet.lock.name when Options.LockNames is set.
+//   - fleet.pool.claim.wait.duration (s): each pool Claim (and Do), with
+//     fleet.pool.name and fleet.claim.outcome (claimed, none, error).
+//
+// Observable gauges, by queue, read by [Telemetry.ObserveQueues] in one
+// round trip per queue at each collection: fleet.queue.depth (pending
+// tasks), fleet.queue.in_flight (reserved), fleet.queue.scheduled
+// (waiting for a retry or a delayed start) and fleet.queue.dead (dead
+// letters), all {task}.
+//
+// Counts come from the calls of the Fleets that have the Observer: a
+// lease that runs out is re-queued by a sweeper, and counted by none.
+//
+// # Traces
+//
+// Each submit makes a span "submit <queue>" (kind producer; for
+// SubmitMany one span for the batch, with messaging.batch.message_count),
+// and its trace context goes into each new task's body as the optional
+// "trace" field (fleet's SCHEMA.md). Each handler run makes a span
+// "process <queue>" (kind consumer) that is a child of the submit span, in
+// the same trace, on whichever process or Fleet runs it; with
+// Options.LinkOnly, or when the handler's ctx already has a span, it is
+// linked to the submit span instead. A body without the field (submitted
+// without a tracer, or by another client) makes a handler span of its own.
+// With a no-op tracer no span is made and no field is written.
+package fleetotel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/fleet-go/fleet"
+)
+
+// ScopeName is the instrumentation scope of the tracer and meter.
+const ScopeName = "github.com/fleet-go/fleet/fleetotel"
+
+// DefaultCollectTimeout bounds the Redis reads of one collection of the
+// queue gauges.
+const DefaultCollectTimeout = 5 * time.Second
+
+// Options configures New. The zero value uses the global providers.
+type Options struct {
+	// TracerProvider makes the tracer. Defaults to otel.GetTracerProvider().
+	TracerProvider trace.TracerProvider
+	// MeterProvider makes the meter. Defaults to otel.GetMeterProvider().
+	MeterProvider metric.MeterProvider
+	// Propagator writes the trace context into task bodies and reads it
+	// back; every process of a fleet must use the same. Defaults to
+	// propagation.TraceContext{} (W3C traceparent and tracestate).
+	Propagator propagation.TextMapPropagator
+	// LinkOnly starts each handler span as the root of a trace of its own,
+	// linked to the submit span, instead of as its child. Defaults to false.
+	LinkOnly bool
+	// LockNames adds fleet.lock.name to the lock wait histogram. Leave it
+	// off when lock names are many (one per URL, per user): each name is a
+	// time series. Defaults to false.
+	LockNames bool
+}
+
+// Telemetry reports a fleet's work to OpenTelemetry. Make it with New; it
+// is safe for concurrent use, and starts no goroutine.
+type Telemetry struct {
+	tracer    trace.Tracer
+	meter     metric.Meter
+	prop      propagation.TextMapPropagator
+	linkOnly  bool
+	lockNames bool
+
+	submitted, processed, failed, retried, dead metric.Int64Counter
+	process, lockWait, claimWait                metric.Float64Histogram
+	gDepth, gInFlight, gScheduled, gDead        metric.Int64ObservableGauge
+
+	attrs sync.Map // queue name -> *queueAttrs
+}
+
+// queueAttrs are one queue's attribute sets and span options, made once.
+type queueAttrs struct {
+	queue   attribute.Set // system and destination
+	submit  attribute.Set // ... and operation submit
+	process attribute.Set // ... and operation process
+
+	submitName, processName string                  // the spans' names
+	submitOpts, processOpts []trace.SpanStartOption // kind and the attributes known before the start
+	submitAdd, queueAdd     []metric.AddOption      // the sets above as options
+	processRecord           []metric.RecordOption
+}
+
+// New returns a Telemetry that reports through opts's providers. It
+// returns an error when an instrument cannot be made.
+func New(opts Options) (*Telemetry, error) {
+	tp, mp, prop := opts.TracerProvider, opts.MeterProvider, opts.Propagator
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	if prop == nil {
+		prop = propagation.TraceContext{}
+	}
+	t := &Telemetry{tracer: tp.Tracer(ScopeName), meter: mp.Meter(ScopeName), prop: prop,
+		linkOnly: opts.LinkOnly, lockNames: opts.LockNames}
+	m := t.meter
+	var errs []error
+	counter := func(name, desc string) metric.Int64Counter {
+		c, err := m.Int64Counter(name, metric.WithUnit("{task}"), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return c
+	}
+	seconds := func(name, desc string) metric.Float64Histogram {
+		h, err := m.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc),
+			metric.WithExplicitBucketBoundaries(0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10))
+		errs = append(errs, err)
+		return h
+	}
+	gauge := func(name, desc string) metric.Int64ObservableGauge {
+		g, err := m.Int64ObservableGauge(name, metric.WithUnit("{task}"), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return g
+	}
+	t.submitted = counter("messaging.client.sent.messages", "Tasks submitted.")
+	t.processed = counter("fleet.tasks.processed", "Tasks acked.")
+	t.failed = counter("fleet.tasks.failed", "Task runs that failed: each is retried or dead-lettered.")
+	t.retried = counter("fleet.tasks.retried", "Failed task runs scheduled for another attempt.")
+	t.dead = counter("fleet.tasks.dead_lettered", "Tasks moved to the dead letters.")
+	t.process = seconds("messaging.process.duration", "Duration of task handler runs.")
+	t.lockWait = seconds("fleet.lock.wait.duration", "Time Lock.Acquire took, waiting included.")
+	t.claimWait = seconds("fleet.pool.claim.wait.duration", "Time a pool Claim took, waiting included.")
+	t.gDepth = gauge("fleet.queue.depth", "Tasks pending on the queue.")
+	t.gInFlight = gauge("fleet.queue.in_flight", "Tasks reserved by workers.")
+	t.gScheduled = gauge("fleet.queue.scheduled", "Tasks waiting for a retry or a delayed start.")
+	t.gDead = gauge("fleet.queue.dead", "Dead letters.")
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("fleetotel: %w", err)
+	}
+	return t, nil
+}
+
+const system = "fleet"
+
+func (t *Telemetry) queue(name string) *queueAttrs {
+	if a, ok := t.attrs.Load(name); ok {
+		return a.(*queueAttrs)
+	}
+	sys, dest := attribute.String("messaging.system", system), attribute.String("messaging.destination.name", name)
+	opSubmit, opProcess := attribute.String("messaging.operation.name", "submit"), attribute.String("messaging.operation.name", "process")
+	a := &queueAttrs{
+		queue:       attribute.NewSet(sys, dest),
+		submit:      attribute.NewSet(sys, dest, opSubmit),
+		process:     attribute.NewSet(sys, dest, opProcess),
+		submitName:  "submit " + name,
+		processName: "process " + name,
+		submitOpts: []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer),
+			trace.WithAttributes(sys, dest, opSubmit, attribute.String("messaging.operation.type", "send"))},
+		processOpts: []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer),
+			trace.WithAttributes(sys, dest, opProcess, attribute.String("messaging.operation.type", "process"))},
+	}
+	a.submitAdd = []metric.AddOption{metric.WithAttributeSet(a.submit)}
+	a.queueAdd = []metric.AddOption{metric.WithAttributeSet(a.queue)}
+	a.processRecord = []metric.RecordOption{metric.WithAttributeSet(a.process)}
+	v, _ := t.attrs.LoadOrStore(name, a)
+	return v.(*queueAttrs)
+}
+
+// Observer returns the hooks to set in fleet.Options.Observer.
+func (t *Telemetry) Observer() *fleet.Observer {
+	return &fleet.Observer{
+		Submit:      t.submit,
+		TaskEnded:   t.taskEnded,
+		LockWaited:  t.lockWaited,
+		ClaimWaited: t.claimWaited,
+	}
+}
+
+func (t *Telemetry) submit(ctx context.Context, e fleet.SubmitEvent) (map[string]string, func(int, error)) {
+	a := t.queue(e.Queue)
+	ctx, span := t.tracer.Start(ctx, a.submitName, a.submitOpts...)
+	if span.IsRecording() {
+		if len(e.IDs) == 1 {
+			span.SetAttributes(attribute.String("messaging.message.id", e.IDs[0]))
+		} else {
+			span.SetAttributes(attribute.Int("messaging.batch.message_count", len(e.IDs)))
+		}
+	}
+	var carrier propagation.MapCarrier
+	if span.SpanContext().IsValid() {
+		carrier = propagation.MapCarrier{}
+		t.prop.Inject(ctx, carrier)
+	}
+	return carrier, func(n int, err error) {
+		if n > 0 {
+			t.submitted.Add(ctx, int64(n), a.submitAdd...)
+		}
+		if err != nil {
+			span.SetAttributes(attribute.String("error.type", errorType(err)))
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+	}
+}
+
+func (t *Telemetry) taskEnded(ctx context.Context, e fleet.TaskEndEvent) {
+	set := t.queue(e.Queue).queueAdd
+	switch e.Outcome {
+	case fleet.TaskProcessed:
+		t.processed.Add(ctx, 1, set...)
+	case fleet.TaskRetried:
+		t.failed.Add(ctx, 1, set...)
+		t.retried.Add(ctx, 1, set...)
+	case fleet.TaskDeadLettered:
+		t.failed.Add(ctx, 1, set...)
+		t.dead.Add(ctx, 1, set...)
+	}
+}
+
+func (t *Telemetry) lockWaited(ctx context.Context, e fleet.LockWaitEvent) {
+	outcome := "obtained"
+	switch {
+	case errors.Is(e.Err, fleet.ErrNotObtained):
+		outcome = "not_obtained"
+	case e.Err != nil || !e.Obtained:
+		outcome = "error"
+	}
+	attrs := []attribute.KeyValue{attribute.String("fleet.lock.outcome", outcome)}
+	if t.lockNames {
+		attrs = append(attrs, attribute.String("fleet.lock.name", e.Lock))
+	}
+	t.lockWait.Record(ctx, e.Wait.Seconds(), metric.WithAttributes(attrs...))
+}
+
+func (t *Telemetry) claimWaited(ctx context.Context, e fleet.ClaimWaitEvent) {
+	outcome := "claimed"
+	switch {
+	case e.Err != nil:
+		outcome = "error"
+	case !e.Claimed:
+		outcome = "none"
+	}
+	t.claimWait.Record(ctx, e.Wait.Seconds(), metric.WithAttributes(
+		attribute.String("fleet.pool.name", e.Pool), attribute.String("fleet.claim.outcome", outcome)))
+}
+
+// Middleware returns the worker middleware that traces and times each
+// handler run: put it first in WorkerOptions.Middleware, so that it sees
+// the outcome of the others too.
+func (t *Telemetry) Middleware() fleet.Middleware {
+	return func(next fleet.Handler) fleet.Handler {
+		return func(ctx context.Context, ti fleet.TaskInfo) error {
+			start := time.Now()
+			a := t.queue(ti.Queue)
+			opts := a.processOpts
+			if ti.Trace != nil {
+				carrier := propagation.MapCarrier(ti.Trace)
+				if t.linkOnly || trace.SpanContextFromContext(ctx).IsValid() {
+					if sc := trace.SpanContextFromContext(t.prop.Extract(context.Background(), carrier)); sc.IsValid() {
+						opts = append(opts[:len(opts):len(opts)], trace.WithLinks(trace.Link{SpanContext: sc}))
+					}
+				} else {
+					ctx = t.prop.Extract(ctx, carrier) // the submit span, as the remote parent (and baggage, if propagated)
+				}
+			}
+			if t.linkOnly {
+				opts = append(opts[:len(opts):len(opts)], trace.WithNewRoot())
+			}
+			ctx, span := t.tracer.Start(ctx, a.processName, opts...)
+			if span.IsRecording() {
+				span.SetAttributes(attribute.String("messaging.message.id", ti.ID), attribute.Int("fleet.task.attempts", ti.Attempts))
+			}
+			ended := false
+			defer func() {
+				if !ended { // the handler panicked: the worker recovers it
+					t.endRun(ctx, span, a, start, "panic", nil)
+				}
+			}()
+			err := next(ctx, ti)
+			ended = true
+			typ := ""
+			if err != nil {
+				typ = errorType(err)
+			}
+			t.endRun(ctx, span, a, start, typ, err)
+			return err
+		}
+	}
+}
+
+func (t *Telemetry) endRun(ctx context.Context, span trace.Span, a *queueAttrs, start time.Time, typ string, err error) {
+	d := time.Since(start).Seconds()
+	if typ == "" {
+		t.process.Record(ctx, d, a.processRecord...)
+		span.End()
+		return
+	}
+	e := attribute.String("error.type", typ)
+	t.process.Record(ctx, d, metric.WithAttributeSet(a.process), metric.WithAttributes(e))
+	span.SetAttributes(e)
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	} else {
+		span.SetStatus(codes.Error, typ)
+	}
+	span.End()
+}
+
+// errorType names an error by fleet's kinds, for error.type.
+func errorType(err error) string {
+	var pe *fleet.PanicError
+	switch {
+	case errors.As(err, &pe):
+		return "panic"
+	case errors.Is(err, fleet.ErrLeaseLost):
+		return "lease_lost"
+	case errors.Is(err, fleet.ErrTaskTimeout):
+		return "timeout"
+	case errors.Is(err, fleet.ErrCanceled):
+		return "canceled"
+	case errors.Is(err, fleet.ErrPermanent):
+		return "permanent"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "context_deadline_exceeded"
+	case errors.Is(err, context.Canceled):
+		return "context_canceled"
+	case errors.Is(err, fleet.ErrUnavailable):
+		return "unavailable"
+	}
+	return "_OTHER"
+}
+
+// GaugeOptions says which queues ObserveQueues reads.
+type GaugeOptions struct {
+	// Queues names the queues to read. Defaults to every queue of the
+	// fleet-wide registry (Fleet.QueueNames), read again at each
+	// collection.
+	Queues []string
+	// Timeout bounds the reads of one collection. Defaults to
+	// DefaultCollectTimeout.
+	Timeout time.Duration
+}
+
+// ObserveQueues reports the depth gauges of f's queues at each collection
+// of the meter provider's readers: one pipelined round trip per queue (and
+// one for the registry when opts.Queues is empty). A queue that cannot be
+// read is left out of that collection, and the error goes to the SDK's
+// error handler. Unregister the registration before closing f. It returns
+// an error for a nil Fleet, a negative timeout, or what the meter says.
+func (t *Telemetry) ObserveQueues(f *fleet.Fleet, opts GaugeOptions) (metric.Registration, error) {
+	if f == nil {
+		return nil, errors.New("fleetotel: ObserveQueues needs a Fleet")
+	}
+	if opts.Timeout < 0 {
+		return nil, fmt.Errorf("fleetotel: GaugeOptions.Timeout %v is negative", opts.Timeout)
+	}
+	if opts.Timeout == 0 {
+		opts.Timeout = DefaultCollectTimeout
+	}
+	names := append([]string(nil), opts.Queues...)
+	reg, err := t.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		ctx, cancel := context.WithTimeout(ctx, opts.Timeout)
+		defer cancel()
+		qs := names
+		if len(qs) == 0 {
+			var err error
+			if qs, err = f.QueueNames(ctx); err != nil {
+				return fmt.Errorf("fleetotel: %w", err)
+			}
+		}
+		var errs []error
+		for _, name := range qs {
+			st, err := f.QueueStats(ctx, name)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			set := metric.WithAttributeSet(t.queue(name).queue)
+			o.ObserveInt64(t.gDepth, st.Pending, set)
+			o.ObserveInt64(t.gInFlight, st.InFlight, set)
+			o.ObserveInt64(t.gScheduled, st.Scheduled, set)
+			o.ObserveInt64(t.gDead, st.Dead, set)
+		}
+		if err := errors.Join(errs...); err != nil {
+			return fmt.Errorf("fleetotel: %w", err)
+		}
+		return nil
+	}, t.gDepth, t.gInFlight, t.gScheduled, t.gDead)
+	if err != nil {
+		return nil, fmt.Errorf("fleetotel: %w", err)
+	}
+	return reg, nil
+}
