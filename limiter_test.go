@@ -1,0 +1,268 @@
+package fleet_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fleet-go/fleet"
+	"github.com/fleet-go/fleet/internal/redistest"
+)
+
+// limitKey is the limiter's key in the target's layout.
+func (e *env) limitKey(name string) string {
+	return e.key("fleet:limit:"+name, "fleet:limit:{"+name+"}")
+}
+
+// tat reads the stored theoretical arrival time (server µs).
+func (e *env) tat(t *testing.T, name string) (int64, bool) {
+	t.Helper()
+	s, ok := e.get(t, e.limitKey(name))
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		t.Fatalf("limiter key holds %q, not µs", s)
+	}
+	return n, true
+}
+
+// A burst goes at once, then Allow says no with the server's retry-after;
+// the key holds the arrival time that many intervals past now, and expires
+// when the limiter is full again.
+func TestLimiterAllow(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		t.Parallel()
+		e := open(t, tg)
+		c := ctx(t)
+		l := e.F.Limiter("example.org", fleet.LimitOptions{Rate: 10, Per: time.Second, Burst: 3})
+		before := e.serverNow(t)
+		for i := range 3 {
+			r, err := l.Allow(c, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !r.Allowed || r.Remaining != 2-i || r.RetryAfter != 0 {
+				t.Fatalf("allow %d: %+v", i, r)
+			}
+			if want := time.Duration(i+1) * 100 * time.Millisecond; r.ResetAfter > want || r.ResetAfter < want-100*time.Millisecond {
+				t.Fatalf("allow %d: reset after %v, want about %v", i, r.ResetAfter, want)
+			}
+		}
+		r, err := l.Allow(c, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Allowed || r.Remaining != 0 || r.RetryAfter <= 0 || r.RetryAfter > 100*time.Millisecond {
+			t.Fatalf("past the burst: %+v, want denied, retry within 100ms", r)
+		}
+		tat, ok := e.tat(t, "example.org")
+		after := e.serverNow(t)
+		// Three tokens of 100 ms each past the first call's now.
+		if lo, hi := before.UnixMicro()+300_000, after.UnixMicro()+300_000; !ok || tat < lo || tat > hi {
+			t.Fatalf("arrival time %d, want in [%d, %d]", tat, lo, hi)
+		}
+		if ttl := e.do(t, e.Raw.B().Pttl().Key(e.limitKey("example.org")).Build()); ttl.Error() != nil {
+			t.Fatal(ttl.Error())
+		} else if ms, _ := ttl.AsInt64(); ms <= 0 || ms > 300 {
+			t.Fatalf("limiter key TTL %d ms, want (0, 300]", ms)
+		}
+		// n tokens are all or nothing: 2 come back 200 ms after the last.
+		r, err = l.Allow(c, 2)
+		if err != nil || r.Allowed || r.RetryAfter <= 100*time.Millisecond || r.RetryAfter > 200*time.Millisecond {
+			t.Fatalf("allow 2 = %+v, %v; want denied, retry in (100ms, 200ms]", r, err)
+		}
+		if got, _ := e.tat(t, "example.org"); got != tat {
+			t.Fatalf("a denied allow moved the arrival time %d -> %d", tat, got)
+		}
+		// Idle, the limiter vanishes.
+		waitFor(t, 5*time.Second, func() bool { return len(e.keys(t)) == 0 }, "keys left: %v", e.keys(t))
+		r, err = l.Allow(c, 3)
+		if err != nil || !r.Allowed || r.Remaining != 0 {
+			t.Fatalf("full again: allow 3 = %+v, %v", r, err)
+		}
+	})
+}
+
+// Wait sleeps until the tokens are there: 5 waits of a 20/s limiter with
+// no burst span at least 4 intervals of the server's clock. A Wait whose
+// ctx ends returns ctx's error and takes nothing.
+func TestLimiterWait(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		t.Parallel()
+		e := open(t, tg)
+		c := ctx(t)
+		l := e.F.Limiter("paced", fleet.LimitOptions{Rate: 20})
+		start := e.serverNow(t)
+		for range 5 {
+			if err := l.Wait(c, 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tat, _ := e.tat(t, "paced")
+		// The fifth token went at the server's start + 4 x 50 ms or later,
+		// and the arrival time is one interval past it.
+		if min := start.UnixMicro() + 5*50_000; tat < min {
+			t.Fatalf("arrival time %d, before %d: tokens went faster than 20/s", tat, min)
+		}
+
+		slow := e.F.Limiter("slow", fleet.LimitOptions{Rate: 1, Per: time.Hour})
+		if err := slow.Wait(c, 1); err != nil {
+			t.Fatal(err)
+		}
+		held, _ := e.tat(t, "slow")
+		wctx, cancel := context.WithTimeout(c, 50*time.Millisecond)
+		err := slow.Wait(wctx, 1)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Wait past ctx = %v, want DeadlineExceeded", err)
+		}
+		if got, _ := e.tat(t, "slow"); got != held {
+			t.Fatalf("a Wait that gave up moved the arrival time %d -> %d", held, got)
+		}
+	})
+}
+
+// Bad input is refused with ErrInvalidArgument naming the field, and
+// nothing is stored.
+func TestLimiterBadInput(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		t.Parallel()
+		e := open(t, tg)
+		c := ctx(t)
+		cases := []struct {
+			name  string
+			opts  fleet.LimitOptions
+			n     int
+			field string
+		}{
+			{"a", fleet.LimitOptions{Rate: 0}, 1, "Rate"},
+			{"a", fleet.LimitOptions{Rate: -5}, 1, "Rate"},
+			{"a", fleet.LimitOptions{Rate: 5, Burst: -1}, 1, "Burst"},
+			{"a", fleet.LimitOptions{Rate: 5, Per: -time.Second}, 1, "Per"},
+			{"a", fleet.LimitOptions{Rate: 3_000_000}, 1, "Rate"},
+			{"a", fleet.LimitOptions{Rate: 5, Burst: 3}, 4, "n"},
+			{"a", fleet.LimitOptions{Rate: 5}, 0, "n"},
+			{"a", fleet.LimitOptions{Rate: 5}, -1, "n"},
+			{"a b", fleet.LimitOptions{Rate: 5}, 1, "name"},
+			{"a{b}", fleet.LimitOptions{Rate: 5}, 1, "name"},
+			{"", fleet.LimitOptions{Rate: 5}, 1, "name"},
+		}
+		for _, tc := range cases {
+			l := e.F.Limiter(tc.name, tc.opts)
+			_, err := l.Allow(c, tc.n)
+			werr := l.Wait(c, tc.n)
+			for _, err := range []error{err, werr} {
+				if !errors.Is(err, fleet.ErrInvalidArgument) || !strings.Contains(err.Error(), tc.field) {
+					t.Errorf("Limiter(%q, %+v) n=%d: %v, want ErrInvalidArgument naming %s", tc.name, tc.opts, tc.n, err, tc.field)
+				}
+				if tc.field == "name" && !errors.Is(err, fleet.ErrInvalidName) {
+					t.Errorf("Limiter(%q): %v, want ErrInvalidName too", tc.name, err)
+				}
+			}
+		}
+		if got := e.keys(t); len(got) != 0 {
+			t.Fatalf("bad input stored %v", got)
+		}
+	})
+}
+
+// A limiter key of another type, or a string that is no arrival time, is
+// refused with ErrWrongType, and left as it was.
+func TestLimiterWrongType(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		t.Parallel()
+		e := open(t, tg)
+		c := ctx(t)
+		e.do(t, e.Raw.B().Hset().Key(e.limitKey("h")).FieldValue().FieldValue("f", "v").Build())
+		e.do(t, e.Raw.B().Set().Key(e.limitKey("s")).Value("not-a-time").Build())
+		for _, name := range []string{"h", "s"} {
+			l := e.F.Limiter(name, fleet.LimitOptions{Rate: 5})
+			if _, err := l.Allow(c, 1); !errors.Is(err, fleet.ErrWrongType) {
+				t.Errorf("Allow on %s: %v, want ErrWrongType", name, err)
+			}
+			if err := l.Wait(c, 1); !errors.Is(err, fleet.ErrWrongType) {
+				t.Errorf("Wait on %s: %v, want ErrWrongType", name, err)
+			}
+		}
+		if v, err := e.do(t, e.Raw.B().Hgetall().Key(e.limitKey("h")).Build()).AsStrMap(); err != nil || len(v) != 1 || v["f"] != "v" {
+			t.Fatalf("hash now %v (%v)", v, err)
+		}
+		if v, _ := e.get(t, e.limitKey("s")); v != "not-a-time" {
+			t.Fatalf("string now %q", v)
+		}
+		for _, k := range []string{e.limitKey("h"), e.limitKey("s")} {
+			if ttl, _ := e.do(t, e.Raw.B().Pttl().Key(k).Build()).AsInt64(); ttl != -1 {
+				t.Fatalf("%s got a TTL of %d ms", k, ttl)
+			}
+		}
+	})
+}
+
+// 20 goroutines in 4 Fleets take mixed n from one 100/s limiter with a
+// burst of 10 for 3 s: over the window, measured on the server's clock,
+// they get 100 per second plus the burst, within 2%, and never more.
+func TestLimiterFleetwide(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		e := open(t, tg)
+		fleets := []*fleet.Fleet{e.F}
+		for range 3 {
+			fleets = append(fleets, openOn(t, tg, e.Prefix))
+		}
+		opts := fleet.LimitOptions{Rate: 100, Per: time.Second, Burst: 10}
+		c := ctx(t)
+		var admitted, calls atomic.Int64
+		var wg sync.WaitGroup
+		stop := make(chan struct{})
+		start := make(chan struct{})
+		for g := range 20 {
+			l := fleets[g%4].Limiter("hammered", opts)
+			wg.Go(func() {
+				<-start
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					n := 1 + (g+i)%3 // 1, 2 and 3 tokens, mixed
+					r, err := l.Allow(c, n)
+					calls.Add(1)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if r.Allowed {
+						admitted.Add(int64(n))
+						continue
+					}
+					// Come back within the retry-after, so that some
+					// caller is always there when tokens are.
+					time.Sleep(rand.N(r.RetryAfter + time.Microsecond))
+				}
+			})
+		}
+		t0 := e.serverNow(t)
+		close(start)
+		time.Sleep(3 * time.Second)
+		close(stop)
+		wg.Wait()
+		span := e.serverNow(t).Sub(t0)
+		want := 10 + 100*span.Seconds()
+		got := float64(admitted.Load())
+		t.Logf("%s: admitted %v over %v (want %.1f), %d calls", tg.Name, got, span, want, calls.Load())
+		if got > want+1 {
+			t.Fatalf("admitted %v over %v: more than the limit %.1f", got, span, want)
+		}
+		if got < want*0.98 {
+			t.Fatalf("admitted %v over %v: more than 2%% below %.1f", got, span, want)
+		}
+	})
+}
