@@ -46,10 +46,12 @@ var (
 	// type asked for.
 	ErrDecode = errors.New("fleet: cannot decode stored value")
 	// ErrNotObtained is returned by Lock.Acquire when the lock is held by
-	// another and the wait ran out.
+	// another and the wait ran out, and by Semaphore.Acquire when every
+	// permit is held and the wait ran out.
 	ErrNotObtained = errors.New("fleet: lock not obtained")
 	// ErrNotHeld is returned by Lease.Release and Lease.Extend when the lease
-	// is no longer the holder: it expired, and perhaps another took the lock.
+	// is no longer the holder: it expired, and perhaps another took the lock
+	// (or the permit).
 	ErrNotHeld = errors.New("fleet: lock not held")
 )
 
