@@ -77,6 +77,12 @@ type QueueOptions struct {
 	// MaxPayloadBytes bounds a task's payload as JSON; a bigger one is
 	// refused with ErrInvalidPayload. Defaults to DefaultMaxPayloadBytes.
 	MaxPayloadBytes int
+	// RateLimit, when set, limits how fast the queue's tasks are reserved,
+	// fleet-wide: each task reserved takes a token of this Limiter (of the
+	// same Fleet), and a reserve with no token to take sleeps until one
+	// comes back instead of spinning (queue_limit.go). Every process of the
+	// queue must set the same limiter. Defaults to none.
+	RateLimit *Limiter
 }
 
 func (o QueueOptions) withDefaults() (QueueOptions, error) {
@@ -240,6 +246,9 @@ func NewQueue[T any](f *Fleet, name string, opts QueueOptions) *Queue[T] {
 	q.k = f.keys.Queue(name)
 	q.opts, q.err = opts.withDefaults()
 	if err := keys.Check(keys.KindQueue, name); err != nil {
+		q.err = err
+	}
+	if err := q.opts.rateLimit(f); err != nil && q.err == nil {
 		q.err = err
 	}
 	rt := reflect.TypeFor[T]()

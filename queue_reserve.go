@@ -55,6 +55,7 @@ func transient(err error) bool {
 type reserveState struct {
 	drained   bool          // nothing was left pending (asked for with wantLeft)
 	nextReady time.Duration // until the next scheduled task is due; -1: none
+	limited   time.Duration // the rate limit has no token until then (queue_limit.go); 0: none
 }
 
 // await waits for tasks; see Reserve.
@@ -83,7 +84,9 @@ func (q *Queue[T]) await(ctx context.Context, n int, wait time.Duration, st rese
 		// Arm the server's invalidation of the pending list, and catch a push
 		// that came between the reserve and now.
 		sleep := bo.next()
-		if f.cache && lastErr == nil {
+		if st.limited > 0 {
+			sleep = st.limited // the rate limit: no token before then
+		} else if f.cache && lastErr == nil {
 			l, err := f.client.DoCache(ctx, f.client.B().Llen().Key(q.k.Pending).Cache(), f.cacheTTL).AsInt64()
 			if err == nil {
 				if l > 0 && !retried {
@@ -111,7 +114,7 @@ func (q *Queue[T]) await(ctx context.Context, n int, wait time.Duration, st rese
 		case <-g.one:
 			// With caching, the loop re-arms first and tries when the list
 			// holds anything; without, a local push woke us: try.
-			tryNow = !f.cache || lastErr != nil
+			tryNow = !f.cache || lastErr != nil || st.limited > 0
 			retried = false
 		case <-t.C:
 			tryNow = true
@@ -120,11 +123,12 @@ func (q *Queue[T]) await(ctx context.Context, n int, wait time.Duration, st rese
 	}
 }
 
-// reserve runs the reserve script once and decodes what it returns. When
+// reserveOnce runs the reserve script once and decodes what it returns
+// (reserve in queue_limit.go applies the rate limit around it). When
 // the call ends without a reply (ctx ended, or the connection broke) the
 // script may still run, or have run: abandonReserve then hands back what
 // it took.
-func (q *Queue[T]) reserve(ctx context.Context, n int, wantLeft bool) ([]*Task[T], reserveState, error) {
+func (q *Queue[T]) reserveOnce(ctx context.Context, n int, wantLeft bool) ([]*Task[T], reserveState, error) {
 	st := reserveState{nextReady: -1}
 	if !q.published.Load() {
 		// A consumer stores its policy once; after that only submits keep

@@ -1,0 +1,114 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+var queueSnoozeScript = script("queue_snooze.lua")
+
+// refundTimeout bounds giving back the tokens a limited reserve took and
+// did not use.
+const refundTimeout = time.Second
+
+// ErrRateLimited is what a RateLimitedError is (errors.Is): a handler that
+// was refused by a rate limit, not a task that failed.
+var ErrRateLimited = errors.New("fleet: rate limited")
+
+// RateLimitedError is a handler's way to say it was rate limited (by a
+// Limiter, or by the remote side: HTTP 429 with Retry-After): a batch
+// worker puts the task back in :scheduled, due after RetryAfter, without
+// counting an attempt, instead of nacking it. Build it with RateLimited.
+type RateLimitedError struct {
+	// RetryAfter is how long the task waits before it is due again (on the
+	// server's clock); a negative one counts as zero.
+	RetryAfter time.Duration
+}
+
+// Error says for how long.
+func (e *RateLimitedError) Error() string {
+	return fmt.Sprintf("fleet: rate limited: retry after %v", e.RetryAfter)
+}
+
+// Is makes errors.Is(err, ErrRateLimited) true.
+func (e *RateLimitedError) Is(target error) bool { return target == ErrRateLimited }
+
+// RateLimited returns the error a BatchAutomation's Handle returns when it
+// was rate limited: the task goes back to :scheduled, due after
+// retryAfter, and no attempt is counted (as asynq's IsFailure lets an error
+// through uncounted). Use a Limiter's LimitResult.RetryAfter, or the remote
+// side's Retry-After.
+func RateLimited(retryAfter time.Duration) error {
+	return &RateLimitedError{RetryAfter: retryAfter}
+}
+
+// Snooze ends the reservation without counting an attempt: the task goes,
+// unchanged, to :scheduled, due after (server clock; a negative after
+// counts as zero). It is what a batch worker does for a handler that
+// returned RateLimited. May return ErrLeaseLost (nothing changes),
+// ErrWrongType, ErrUnavailable.
+func (t *Task[T]) Snooze(ctx context.Context, after time.Duration) error {
+	q := t.q
+	if err := q.ready(ctx); err != nil {
+		return queueErr("snooze", q.name, err)
+	}
+	at, err := queueSnoozeScript.Exec(ctx, q.f.client, []string{q.k.Processing, q.k.Body, q.k.Lease, q.k.Scheduled},
+		[]string{t.ID, t.token, millis(max(after, 0))}).AsInt64()
+	if err == nil && at == 0 {
+		err = fmt.Errorf("%w: task %s", ErrLeaseLost, t.ID)
+	}
+	return queueErr("snooze", q.name, err)
+}
+
+// snoozeLimited snoozes t for the retry-after of err, a RateLimitedError.
+func (t *Task[T]) snoozeLimited(ctx context.Context, err error) error {
+	var rl *RateLimitedError
+	if !errors.As(err, &rl) {
+		return t.Snooze(ctx, 0)
+	}
+	return t.Snooze(ctx, rl.RetryAfter)
+}
+
+// rateLimit checks QueueOptions.RateLimit against the queue's Fleet.
+func (o QueueOptions) rateLimit(f *Fleet) error {
+	switch l := o.RateLimit; {
+	case l == nil:
+		return nil
+	case l.f != f:
+		return fmt.Errorf("%w: QueueOptions.RateLimit %q belongs to another Fleet", ErrInvalidArgument, l.name)
+	case l.err != nil:
+		return fmt.Errorf("QueueOptions.RateLimit: %w", l.err)
+	}
+	return nil
+}
+
+// reserve is reserveOnce under the queue's rate limit (QueueOptions.
+// RateLimit): it first takes as many of the limiter's tokens as there are,
+// up to n (and Burst), reserves that many tasks at most, and gives back the
+// tokens of the tasks it did not find, so an empty queue costs the limiter
+// nothing. With no token to take it reserves nothing, and says in
+// reserveState.limited how long until one comes back: the fetcher and
+// Reserve sleep that long instead of spinning.
+func (q *Queue[T]) reserve(ctx context.Context, n int, wantLeft bool) ([]*Task[T], reserveState, error) {
+	lim := q.opts.RateLimit
+	if lim == nil {
+		return q.reserveOnce(ctx, n, wantLeft)
+	}
+	got, retry, err := lim.takeUpTo(ctx, n)
+	if err != nil {
+		return nil, reserveState{nextReady: -1}, err
+	}
+	if got == 0 {
+		return nil, reserveState{nextReady: -1, limited: retry}, nil
+	}
+	tasks, st, err := q.reserveOnce(ctx, got, wantLeft)
+	if unused := got - len(tasks); unused > 0 {
+		// A refund that fails only slows the limiter down for a moment.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), refundTimeout)
+		_ = lim.refund(rctx, unused)
+		cancel()
+	}
+	return tasks, st, err
+}
