@@ -145,62 +145,76 @@ func (l *Limiter) Allow(ctx context.Context, n int) (LimitResult, error) {
 	if err := l.check(ctx, n); err != nil {
 		return LimitResult{}, opErr("limiter allow", l.name, err)
 	}
-	r, err := l.take(ctx, n, false)
-	return r, opErr("limiter allow", l.name, err)
-}
-
-// Wait takes n tokens, sleeping until there are n (woken on the server's
-// retry-after), or until ctx ends or the Fleet closes. It returns nil once
-// the tokens are taken, else ctx's error or ErrClosed, and what Allow
-// returns.
-func (l *Limiter) Wait(ctx context.Context, n int) error {
-	if err := l.check(ctx, n); err != nil {
-		return opErr("limiter wait", l.name, err)
-	}
-	for {
-		r, err := l.take(ctx, n, false)
-		if err != nil {
-			return opErr("limiter wait", l.name, err)
-		}
-		if r.Allowed {
-			return nil
-		}
-		if err := l.f.sleep(ctx, r.RetryAfter); err != nil {
-			return opErr("limiter wait", l.name, err)
-		}
-	}
-}
-
-// take runs the allow script: n tokens or none, or with upTo as many as
-// there are up to n (Remaining then counts what was taken: see takeUpTo).
-func (l *Limiter) take(ctx context.Context, n int, upTo bool) (LimitResult, error) {
-	res, err := limitAllowScript.Exec(ctx, l.f.client, []string{l.key},
-		[]string{strconv.Itoa(n), strconv.FormatInt(l.iv, 10), strconv.Itoa(l.opts.Burst), boolArg(upTo)}).AsIntSlice()
+	got, rem, wait, reset, err := l.take(ctx, n, modeNow)
 	if err != nil {
-		return LimitResult{}, err
+		return LimitResult{}, opErr("limiter allow", l.name, err)
 	}
-	if len(res) != 4 {
-		return LimitResult{}, fmt.Errorf("fleet: limiter: unexpected reply of %d elements", len(res))
-	}
-	r := LimitResult{Allowed: res[0] > 0, Remaining: int(res[1]), ResetAfter: time.Duration(res[3]) * time.Microsecond}
+	r := LimitResult{Allowed: got > 0, Remaining: rem, ResetAfter: reset}
 	if !r.Allowed {
-		r.RetryAfter = max(time.Duration(res[2])*time.Microsecond, time.Microsecond)
-	}
-	if upTo {
-		r.Remaining = int(res[0]) // the taken count, for takeUpTo
+		r.RetryAfter = wait
 	}
 	return r, nil
 }
 
-// takeUpTo takes as many tokens as there are, up to n (n is cut to Burst):
-// it returns how many it took, and when it took none, how long until one
-// comes back.
-func (l *Limiter) takeUpTo(ctx context.Context, n int) (int, time.Duration, error) {
-	r, err := l.take(ctx, min(n, l.opts.Burst), true)
-	if err != nil || !r.Allowed {
-		return 0, r.RetryAfter, err
+// Wait takes n tokens, sleeping until they can be used, or until ctx ends
+// or the Fleet closes. It costs one round trip: when the tokens are not
+// there yet, it books them ahead (the limiter counts them as taken from
+// now on, so waiters line up instead of racing, and one that wakes late
+// loses nothing) and sleeps until they are due on the server's clock. A
+// Wait that gives up gives its booked tokens back. It returns nil once the
+// tokens are taken, else ctx's error or ErrClosed, and what Allow returns.
+func (l *Limiter) Wait(ctx context.Context, n int) error {
+	if err := l.check(ctx, n); err != nil {
+		return opErr("limiter wait", l.name, err)
 	}
-	return r.Remaining, 0, nil
+	_, _, wait, _, err := l.take(ctx, n, modeBookAll)
+	if err != nil {
+		return opErr("limiter wait", l.name, err)
+	}
+	if wait == 0 {
+		return nil
+	}
+	if err := l.f.sleep(ctx, wait); err != nil {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), refundTimeout)
+		_ = l.refund(rctx, n) // a refund that fails only slows the limiter down for a while
+		cancel()
+		return opErr("limiter wait", l.name, err)
+	}
+	return nil
+}
+
+// The modes of the allow script (limit_allow.lua).
+const (
+	modeNow     = "0" // n now or none
+	modeUpTo    = "1" // up to n now, else book one ahead
+	modeBookAll = "2" // n now, else book n ahead
+)
+
+// take runs the allow script in mode. It returns the tokens taken (or
+// booked), the tokens left, how long until the tokens taken can be used
+// (0: now) or, when none were, until they could be taken, and how long
+// until the limiter is full again.
+func (l *Limiter) take(ctx context.Context, n int, mode string) (got, remaining int, wait, reset time.Duration, err error) {
+	res, err := limitAllowScript.Exec(ctx, l.f.client, []string{l.key},
+		[]string{strconv.Itoa(n), strconv.FormatInt(l.iv, 10), strconv.Itoa(l.opts.Burst), mode}).AsIntSlice()
+	if err != nil {
+		return 0, 0, 0, 0, err
+	}
+	if len(res) != 4 {
+		return 0, 0, 0, 0, fmt.Errorf("fleet: limiter: unexpected reply of %d elements", len(res))
+	}
+	if res[2] >= 0 {
+		wait = max(time.Duration(res[2])*time.Microsecond, time.Microsecond)
+	}
+	return int(res[0]), int(res[1]), wait, time.Duration(res[3]) * time.Microsecond, nil
+}
+
+// book takes as many tokens as there are now, up to n (n is cut to
+// Burst), or else books one ahead: it returns how many it took, and how
+// long until they can be used (0: now).
+func (l *Limiter) book(ctx context.Context, n int) (int, time.Duration, error) {
+	got, _, wait, _, err := l.take(ctx, min(n, l.opts.Burst), modeUpTo)
+	return got, wait, err
 }
 
 // refund gives back k tokens taken and not used.

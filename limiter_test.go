@@ -207,8 +207,9 @@ func TestLimiterWrongType(t *testing.T) {
 }
 
 // 20 goroutines in 4 Fleets take mixed n from one 100/s limiter with a
-// burst of 10 for 3 s: over the window, measured on the server's clock,
-// they get 100 per second plus the burst, within 2%, and never more.
+// burst of 10 for 3 s, half with Allow and half with Wait: over the
+// window, measured on the server's clock, they get 100 per second plus the
+// burst, within 2%, and never more.
 func TestLimiterFleetwide(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
 		e := open(t, tg)
@@ -233,6 +234,16 @@ func TestLimiterFleetwide(t *testing.T) {
 					default:
 					}
 					n := 1 + (g+i)%3 // 1, 2 and 3 tokens, mixed
+					if g%2 == 1 {
+						// Half of them wait their turn.
+						if err := l.Wait(c, n); err != nil {
+							t.Error(err)
+							return
+						}
+						calls.Add(1)
+						admitted.Add(int64(n))
+						continue
+					}
 					r, err := l.Allow(c, n)
 					calls.Add(1)
 					if err != nil {

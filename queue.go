@@ -222,6 +222,7 @@ type Queue[T any] struct {
 	policy     string       // the stored policy these options spell (policyJSON)
 	published  atomic.Bool  // this handle's policy was written once
 	registered atomic.Int64 // unix ms of the last registration (register)
+	booked     limitBooking // a rate-limit token booked ahead (queue_limit.go)
 }
 
 // queueEntry is what f.queues holds for a queue name: the untyped side of

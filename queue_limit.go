@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 )
 
@@ -84,24 +85,57 @@ func (o QueueOptions) rateLimit(f *Fleet) error {
 	return nil
 }
 
+// limitBooking is a token that a limited queue handle booked ahead
+// (Limiter.book): it may be used from at (monoNow) on.
+type limitBooking struct {
+	mu   sync.Mutex
+	held bool
+	at   int64
+}
+
+// limitTake takes the queue's tokens for a reserve of up to n tasks: a
+// token booked earlier once it is due, else as many as the limiter has,
+// up to n, else it books one. It returns how many tasks the reserve may
+// take, or how long until it may take one.
+func (q *Queue[T]) limitTake(ctx context.Context, n int) (int, time.Duration, error) {
+	b := &q.booked
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.held {
+		if d := b.at - monoNow(); d > 0 {
+			return 0, time.Duration(d), nil
+		}
+		b.held = false
+		return 1, 0, nil
+	}
+	got, wait, err := q.opts.RateLimit.book(ctx, n)
+	if err != nil || wait == 0 {
+		return got, 0, err
+	}
+	// Counted from the reply: on this clock, no sooner than the server's.
+	b.held, b.at = true, monoNow()+int64(wait)
+	return 0, wait, nil
+}
+
 // reserve is reserveOnce under the queue's rate limit (QueueOptions.
-// RateLimit): it first takes as many of the limiter's tokens as there are,
-// up to n (and Burst), reserves that many tasks at most, and gives back the
-// tokens of the tasks it did not find, so an empty queue costs the limiter
-// nothing. With no token to take it reserves nothing, and says in
-// reserveState.limited how long until one comes back: the fetcher and
-// Reserve sleep that long instead of spinning.
+// RateLimit): it first takes the limiter's tokens (limitTake), reserves that
+// many tasks at most, and gives back the tokens of the tasks it did not
+// find, so an empty queue costs the limiter nothing. With no token to use
+// yet it reserves nothing, and says in reserveState.limited how long until
+// it may: the fetcher and Reserve sleep that long instead of spinning. The
+// token it booked meanwhile counts as taken, so a reserve that comes late
+// loses no rate. A handle stopped with a token booked leaves it unused.
 func (q *Queue[T]) reserve(ctx context.Context, n int, wantLeft bool) ([]*Task[T], reserveState, error) {
 	lim := q.opts.RateLimit
 	if lim == nil {
 		return q.reserveOnce(ctx, n, wantLeft)
 	}
-	got, retry, err := lim.takeUpTo(ctx, n)
+	got, wait, err := q.limitTake(ctx, n)
 	if err != nil {
 		return nil, reserveState{nextReady: -1}, err
 	}
 	if got == 0 {
-		return nil, reserveState{nextReady: -1, limited: retry}, nil
+		return nil, reserveState{nextReady: -1, limited: wait}, nil
 	}
 	tasks, st, err := q.reserveOnce(ctx, got, wantLeft)
 	if unused := got - len(tasks); unused > 0 {

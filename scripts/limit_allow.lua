@@ -5,13 +5,16 @@
 -- ARGV[1]  n, the tokens asked for (1 <= n <= burst)
 -- ARGV[2]  the emission interval in µs: one token comes back every interval
 -- ARGV[3]  burst: the most tokens that can go at once after a rest
--- ARGV[4]  '1' to take as many as there are, up to n (at least 1), '0' for
---          all n or none
+-- ARGV[4]  the mode: '0' all n now or none; '1' as many as there are now,
+--          up to n, else book one ahead; '2' all n now, else book n ahead.
+--          A booked token is taken now (the arrival time moves) but may
+--          only be used after retry_after: a caller that wakes late loses
+--          nothing, and waiters line up instead of racing.
 -- returns  {taken, remaining, retry_after_us, reset_after_us}: taken is
---          the tokens taken (0: denied; then nothing changes); remaining
---          the tokens left now; retry_after_us -1 when taken, else how long
---          until n (or, with ARGV[4] '1', one) could be taken; reset_after_us
---          how long until the limiter is full again.
+--          the tokens taken or booked (0: denied; then nothing changes);
+--          remaining the tokens left now; retry_after_us -1 when taken for
+--          now, else how long until the tokens asked (or booked) can be
+--          used; reset_after_us how long until the limiter is full again.
 --          A WRONGTYPE error, nothing changed, when the key holds another
 --          type or a string that is no number.
 local t = redis.call('TIME')
@@ -35,7 +38,12 @@ if ARGV[4] == '1' and avail < n then take = avail end
 if take < 1 or take > avail then
   local need = n
   if ARGV[4] == '1' then need = 1 end
-  return {0, avail, tat + (need - burst) * iv - now, tat - now}
+  if ARGV[4] == '0' then
+    return {0, avail, tat + (need - burst) * iv - now, tat - now}
+  end
+  local btat = tat + need * iv
+  redis.call('SET', KEYS[1], string.format('%d', btat), 'PX', math.ceil((btat - now) / 1000))
+  return {need, 0, btat - burst * iv - now, btat - now}
 end
 local ntat = tat + take * iv
 redis.call('SET', KEYS[1], string.format('%d', ntat), 'PX', math.ceil((ntat - now) / 1000))
