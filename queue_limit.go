@@ -10,6 +10,11 @@ import (
 
 var queueSnoozeScript = script("queue_snooze.lua")
 
+// snoozeWake bounds the snoozes after which this process wakes its own
+// reserves of the queue when the task is due; longer ones are found by the
+// reserves' polls.
+const snoozeWake = time.Minute
+
 // refundTimeout bounds giving back the tokens a limited reserve took and
 // did not use.
 const refundTimeout = time.Second
@@ -48,7 +53,8 @@ func RateLimited(retryAfter time.Duration) error {
 // Snooze ends the reservation without counting an attempt: the task goes,
 // unchanged, to :scheduled, due after (server clock; a negative after
 // counts as zero). It is what a batch worker does for a handler that
-// returned RateLimited. May return ErrLeaseLost (nothing changes),
+// returned RateLimited. When the task is due (within a minute), this
+// process's workers and Reserve calls on the queue are woken to take it. May return ErrLeaseLost (nothing changes),
 // ErrWrongType, ErrUnavailable.
 func (t *Task[T]) Snooze(ctx context.Context, after time.Duration) error {
 	q := t.q
@@ -59,6 +65,11 @@ func (t *Task[T]) Snooze(ctx context.Context, after time.Duration) error {
 		[]string{t.ID, t.token, millis(max(after, 0))}).AsInt64()
 	if err == nil && at == 0 {
 		err = fmt.Errorf("%w: task %s", ErrLeaseLost, t.ID)
+	}
+	if err == nil && after <= snoozeWake {
+		// Wake this process's reserves when the task is due: an idle
+		// fetcher would otherwise only find it at its next poll.
+		time.AfterFunc(max(after, 0)+time.Millisecond, func() { q.f.watch.pokeAll(q.k.Pending) })
 	}
 	return queueErr("snooze", q.name, err)
 }

@@ -152,7 +152,7 @@ func TestRateLimitedHandler(t *testing.T) {
 		var attempts []int
 		var mu sync.Mutex
 		const after = 1500 * time.Millisecond
-		w := fleet.NewBatchWorker(e.F, fleet.WorkerOptions{Type: "rl", ID: "w", Slots: 1, ConfigPoll: 100 * time.Millisecond}, q,
+		w := fleet.NewBatchWorker(e.F, fleet.WorkerOptions{Type: "rl", ID: "w", Slots: 1}, q,
 			fleet.BatchFunc[wcfg, out, job](func(ctx context.Context, s *fleet.Slot[wcfg, out], tk *fleet.Task[job]) error {
 				mu.Lock()
 				attempts = append(attempts, tk.Attempts)
@@ -174,7 +174,9 @@ func TestRateLimitedHandler(t *testing.T) {
 			t.Fatalf("scheduled body %q, want it unchanged: %q", sched[0].Member, body)
 		}
 		near(t, "ready_at", sched[0].Score, now.Add(after), after/3)
-		waitFor(t, 10*time.Second, func() bool { return w.Stats().Done == 1 }, "the task never ran again")
+		// The worker is woken when the task is due, well before its idle
+		// poll (DefaultConfigPoll, 5 s) would find it.
+		waitFor(t, after+3*time.Second, func() bool { return w.Stats().Done == 1 }, "the task did not run again within 3 s of being due")
 		mu.Lock()
 		if len(attempts) != 2 || attempts[0] != 0 || attempts[1] != 0 {
 			t.Fatalf("runs saw attempts %v, want [0 0]", attempts)
