@@ -16,7 +16,9 @@ import (
 // invalidation of the queue key when the Fleet caches (a task submitted to
 // an idle queue is picked up within a millisecond or so), with a poll every
 // second as the fallback, or polling with a capped backoff without caching.
-// It returns no tasks and a nil error when the wait ran out.
+// It returns no tasks and a nil error when the wait ran out. On a queue
+// with QueueOptions.RateLimit it takes no more tasks than the limiter has
+// tokens, and waits (within wait) for the next token rather than spin.
 //
 // A body that is not a JSON object with a string id, or whose payload no
 // longer decodes into T or validates, is poison: it goes to the dead letters

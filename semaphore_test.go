@@ -5,12 +5,14 @@ import (
 	"errors"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/fleet-go/fleet"
+	"github.com/fleet-go/fleet/fleettest"
 	"github.com/fleet-go/fleet/internal/redistest"
 )
 
@@ -113,9 +115,20 @@ func TestSemaphoreAcquireRelease(t *testing.T) {
 // clock: the key's last member and the key go with it.
 func TestSemaphoreWaitAndExpiry(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
-		t.Parallel()
-		e := open(t, tg)
-		other := openOn(t, tg, e.Prefix)
+		for _, cache := range []bool{true, false} {
+			t.Run("cache="+strconv.FormatBool(cache), func(t *testing.T) {
+				t.Parallel()
+				semaphoreWaitAndExpiry(t, tg, cache)
+			})
+		}
+	})
+}
+
+func semaphoreWaitAndExpiry(t *testing.T, tg redistest.Target, cache bool) {
+	{
+		mod := func(o *fleet.Options) { o.DisableCache = !cache }
+		e := open(t, tg, mod)
+		other := openOn(t, tg, e.Prefix, mod)
 		c := ctx(t)
 		s := e.F.Semaphore("session", 1)
 		held, err := s.Acquire(c, fleet.SemOptions{Hold: time.Minute})
@@ -140,7 +153,7 @@ func TestSemaphoreWaitAndExpiry(t *testing.T) {
 		if l == nil {
 			return
 		}
-		t.Logf("%s: handed over %v after the release", tg.Name, time.Since(released))
+		t.Logf("%s cache=%v: handed over %v after the release", tg.Name, cache, time.Since(released))
 		if toks := e.semTokens(t, "session"); !slices.Equal(toks, []string{l.Token()}) {
 			t.Fatalf("tokens %v, want the waiter's %s", toks, l.Token())
 		}
@@ -161,7 +174,7 @@ func TestSemaphoreWaitAndExpiry(t *testing.T) {
 		if err := n.Release(c); !errors.Is(err, fleet.ErrNotHeld) {
 			t.Fatalf("release after expiry = %v, want ErrNotHeld", err)
 		}
-	})
+	}
 }
 
 // Bad input is refused with ErrInvalidArgument naming the field, and
@@ -378,4 +391,74 @@ func TestSemaphoreAcquireInFlightLeavesNothing(t *testing.T) {
 	}
 	waitFor(t, hold+fleet.LockTombMargin+2*time.Second, func() bool { return !rawExists(t, raw, "fleet:semtomb:paused") },
 		"tombstone still there: keys %v", allKeys(t, raw))
+}
+
+// A reply held back until the permit's hold ran out on the server is not a
+// permit: with Wait 0 Acquire says ErrNotObtained (and nothing stays held),
+// with a Wait it tries again and returns a lease that has time left.
+func TestSemaphoreDelayedReply(t *testing.T) {
+	for _, wait := range []time.Duration{0, 10 * time.Second} {
+		t.Run("wait="+wait.String(), func(t *testing.T) {
+			t.Parallel()
+			s, _, raw := lockServer(t)
+			p, err := fleettest.StartProxy(s.Addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(p.Close)
+			f := openURL(t, p.URL())
+			c := ctx(t)
+			sem := f.Semaphore("slow", 1)
+			const hold = 300 * time.Millisecond
+			warm, err := sem.Acquire(c, fleet.SemOptions{Hold: hold})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := warm.Release(c); err != nil {
+				t.Fatal(err)
+			}
+			p.HoldReplies()
+			type result struct {
+				l   *fleet.Lease
+				err error
+				at  time.Time
+			}
+			done := make(chan result, 1)
+			go func() {
+				l, err := sem.Acquire(c, fleet.SemOptions{Hold: hold, Wait: wait})
+				done <- result{l, err, time.Now()}
+			}()
+			// The script ran (the server holds the permit), and its hold ran
+			// out on the server (the key expired), before the reply gets
+			// through.
+			waitFor(t, 5*time.Second, func() bool { return rawExists(t, raw, "fleet:sem:slow") }, "the acquire never reached the server")
+			waitFor(t, 5*time.Second, func() bool { return !rawExists(t, raw, "fleet:sem:slow") }, "the permit never expired on the server")
+			p.Thaw()
+			var r result
+			select {
+			case r = <-done:
+			case <-time.After(15 * time.Second):
+				t.Fatal("Acquire did not return")
+			}
+			if wait == 0 {
+				if !errors.Is(r.err, fleet.ErrNotObtained) {
+					t.Fatalf("Acquire = %v, %v; want ErrNotObtained for a lease that expired on its way", r.l, r.err)
+				}
+				if rawExists(t, raw, "fleet:sem:slow") {
+					t.Fatalf("a permit is held after an expired acquire: %v", allKeys(t, raw))
+				}
+				return
+			}
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			if left := r.l.Deadline().Sub(r.at); left <= 0 || left > hold {
+				t.Fatalf("lease returned with %v left of %v", left, hold)
+			}
+			toks, err := raw.Do(c, raw.B().Zrange().Key("fleet:sem:slow").Min("0").Max("-1").Build()).AsStrSlice()
+			if err != nil || !slices.Equal(toks, []string{r.l.Token()}) {
+				t.Fatalf("permits %v (%v), want the lease's %s", toks, err, r.l.Token())
+			}
+		})
+	}
 }
