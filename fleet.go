@@ -99,6 +99,7 @@ type Fleet struct {
 	log      *slog.Logger
 	watch    *watcher
 	queues   sync.Map         // queue name -> the codec of the Queue[T] made in this process (queue.go)
+	looks    sync.Map         // queue name -> *schedLook (queue_reserve.go)
 	now      func() time.Time // this process's clock, for values no other process compares
 
 	workersMu sync.Mutex

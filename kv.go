@@ -126,7 +126,7 @@ const cachedSlack = 10 * time.Second
 // readCached notes that key is about to be read through the client-side
 // cache, which may then hold it for up to ttl.
 func (w *watcher) readCached(key string, ttl time.Duration) {
-	now := time.Now().UnixNano()
+	now := monoNow()
 	if v, ok := w.reads.Load(key); ok && v.(int64)-now > int64(ttl/2)+int64(cachedSlack) {
 		return // noted lately: good for at least another ttl/2
 	}
@@ -148,7 +148,7 @@ func (w *watcher) pruneReads(now int64) {
 // wroteCached marks key, about to be written by this process, dirty (see
 // wrote) when the local cache may hold it.
 func (w *watcher) wroteCached(key string) {
-	if v, ok := w.reads.Load(key); ok && v.(int64) > time.Now().UnixNano() {
+	if v, ok := w.reads.Load(key); ok && v.(int64) > monoNow() {
 		w.wrote(key)
 	}
 }

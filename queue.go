@@ -222,6 +222,7 @@ type Queue[T any] struct {
 	policy     string       // the stored policy these options spell (policyJSON)
 	published  atomic.Bool  // this handle's policy was written once
 	registered atomic.Int64 // unix ms of the last registration (register)
+	look       *schedLook   // when reserves look at :scheduled (shared per name)
 	booked     limitBooking // a rate-limit token booked ahead (queue_limit.go)
 }
 
@@ -245,6 +246,7 @@ func NewQueue[T any](f *Fleet, name string, opts QueueOptions) *Queue[T] {
 		return q
 	}
 	q.k = f.keys.Queue(name)
+	q.look = f.schedLook(name)
 	q.opts, q.err = opts.withDefaults()
 	if err := keys.Check(keys.KindQueue, name); err != nil {
 		q.err = err
@@ -514,8 +516,12 @@ func (q *Queue[T]) SubmitWith(ctx context.Context, payload T, opts SubmitOptions
 	if err != nil {
 		return "", queueErr(op, q.name, err)
 	}
-	if got == id && readyAt == "" {
+	switch {
+	case got != id:
+	case readyAt == "":
 		q.wakeLocal()
+	default:
+		q.look.soon()
 	}
 	return got, nil
 }

@@ -69,7 +69,12 @@ func (t *Task[T]) Snooze(ctx context.Context, after time.Duration) error {
 	if err == nil && after <= snoozeWake {
 		// Wake this process's reserves when the task is due: an idle
 		// fetcher would otherwise only find it at its next poll.
-		time.AfterFunc(max(after, 0)+time.Millisecond, func() { q.f.watch.pokeAll(q.k.Pending) })
+		time.AfterFunc(max(after, 0)+time.Millisecond, func() {
+			if q.look != nil {
+				q.look.soon() // the next reserve looks at :scheduled
+			}
+			q.f.watch.pokeAll(q.k.Pending)
+		})
 	}
 	return queueErr("snooze", q.name, err)
 }
@@ -132,23 +137,33 @@ func (q *Queue[T]) limitTake(ctx context.Context, n int) (int, time.Duration, er
 // RateLimit): it first takes the limiter's tokens (limitTake), reserves that
 // many tasks at most, and gives back the tokens of the tasks it did not
 // find, so an empty queue costs the limiter nothing. With no token to use
-// yet it reserves nothing, and says in reserveState.limited how long until
-// it may: the fetcher and Reserve sleep that long instead of spinning. The
-// token it booked meanwhile counts as taken, so a reserve that comes late
-// loses no rate. A handle stopped with a token booked leaves it unused.
-func (q *Queue[T]) reserve(ctx context.Context, n int, wantLeft bool) ([]*Task[T], reserveState, error) {
+// yet it reserves nothing (it still acks ack, on its own), and says in
+// reserveState.limited how long until it may: the fetcher and Reserve
+// sleep that long instead of spinning. The token it booked meanwhile
+// counts as taken, so a reserve that comes late loses no rate. A handle
+// stopped with a token booked leaves it unused.
+func (q *Queue[T]) reserve(ctx context.Context, n int, wantLeft bool, ack *Task[T]) ([]*Task[T], reserveState, error) {
 	lim := q.opts.RateLimit
 	if lim == nil {
-		return q.reserveOnce(ctx, n, wantLeft)
+		return q.reserveOnce(ctx, n, wantLeft, ack)
 	}
 	got, wait, err := q.limitTake(ctx, n)
-	if err != nil {
-		return nil, reserveState{nextReady: -1}, err
+	if err != nil || got == 0 {
+		st := reserveState{nextReady: -1, acked: -1, limited: wait}
+		if ack != nil {
+			// No task to take: the ack goes on its own.
+			switch aerr := ack.Ack(ctx); {
+			case aerr == nil:
+				st.acked = 1
+			case errors.Is(aerr, ErrLeaseLost):
+				st.acked = 0
+			case err == nil:
+				err = aerr
+			}
+		}
+		return nil, st, err
 	}
-	if got == 0 {
-		return nil, reserveState{nextReady: -1, limited: wait}, nil
-	}
-	tasks, st, err := q.reserveOnce(ctx, got, wantLeft)
+	tasks, st, err := q.reserveOnce(ctx, got, wantLeft, ack)
 	if unused := got - len(tasks); unused > 0 {
 		// A refund that fails only slows the limiter down for a moment.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), refundTimeout)

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -39,7 +41,7 @@ func (q *Queue[T]) Reserve(ctx context.Context, n int, wait time.Duration) ([]*T
 	if wait < 0 {
 		return nil, queueErr(op, q.name, fmt.Errorf("%w: wait %v is negative", ErrInvalidArgument, wait))
 	}
-	tasks, st, err := q.reserve(ctx, n, false)
+	tasks, st, err := q.reserve(ctx, n, false, nil)
 	if len(tasks) > 0 || wait == 0 || (err != nil && !transient(err)) {
 		return tasks, queueErr(op, q.name, err)
 	}
@@ -56,9 +58,51 @@ func transient(err error) bool {
 // reserveState is what a reserve call learned about the queue.
 type reserveState struct {
 	drained   bool          // nothing was left pending (asked for with wantLeft)
-	nextReady time.Duration // until the next scheduled task is due; -1: none
+	nextReady time.Duration // until the next scheduled task is due; -1: none, or not looked at
+	acked     int           // the ack done first: 1 done, 0 lease lost, -1 none asked
 	limited   time.Duration // the rate limit has no token until then (queue_limit.go); 0: none
 }
+
+// schedLookEvery is how often a process's reserves of one queue look at
+// its :scheduled zset when they know of nothing due: a task scheduled by
+// another process, or one whose time came, is moved onto the queue within
+// this (or by the sweeper), at no cost to the reserves between.
+const schedLookEvery = 100 * time.Millisecond
+
+// schedLook is when the reserves of one queue (in this process) next look
+// at :scheduled: after schedLookEvery since the last look, when the
+// earliest task that look saw falls due, or at once after this process
+// scheduled a task (lookSoon).
+type schedLook struct {
+	next atomic.Int64 // monoNow at which the next reserve looks
+	due  atomic.Int64 // monoNow at which the earliest task seen falls due; 0: none seen
+}
+
+func (f *Fleet) schedLook(name string) *schedLook {
+	if l, ok := f.looks.Load(name); ok {
+		return l.(*schedLook)
+	}
+	l, _ := f.looks.LoadOrStore(name, &schedLook{})
+	return l.(*schedLook)
+}
+
+// now reports whether a reserve starting at now looks at :scheduled.
+func (l *schedLook) now(now int64) bool { return now >= l.next.Load() }
+
+// looked records a look at now that saw the earliest scheduled task due in
+// nextReady (-1: none).
+func (l *schedLook) looked(now int64, nextReady time.Duration) {
+	next, due := now+int64(schedLookEvery), int64(0)
+	if nextReady >= 0 {
+		due = max(now+int64(nextReady), 1)
+		next = min(next, due)
+	}
+	l.due.Store(due)
+	l.next.Store(next)
+}
+
+// soon makes the next reserve look: this process just scheduled a task.
+func (l *schedLook) soon() { l.next.Store(0) }
 
 // await waits for tasks; see Reserve.
 func (q *Queue[T]) await(ctx context.Context, n int, wait time.Duration, st reserveState, lastErr error) ([]*Task[T], error) {
@@ -71,7 +115,7 @@ func (q *Queue[T]) await(ctx context.Context, n int, wait time.Duration, st rese
 	tryNow, retried := false, false
 	for {
 		if tryNow {
-			tasks, s, err := q.reserve(ctx, n, false)
+			tasks, s, err := q.reserve(ctx, n, false, nil)
 			if len(tasks) > 0 {
 				// Pass the wake on: another local waiter takes what is
 				// left, or re-arms the invalidation that this pop used up.
@@ -126,12 +170,12 @@ func (q *Queue[T]) await(ctx context.Context, n int, wait time.Duration, st rese
 }
 
 // reserveOnce runs the reserve script once and decodes what it returns
-// (reserve in queue_limit.go applies the rate limit around it). When
-// the call ends without a reply (ctx ended, or the connection broke) the
-// script may still run, or have run: abandonReserve then hands back what
-// it took.
-func (q *Queue[T]) reserveOnce(ctx context.Context, n int, wantLeft bool) ([]*Task[T], reserveState, error) {
-	st := reserveState{nextReady: -1}
+// (reserve in queue_limit.go applies the rate limit around it); with ack,
+// it first acks that task (st.acked says how that went). When the call
+// ends without a reply (ctx ended, or the connection broke) the script may
+// still run, or have run: abandonReserve then hands back what it took.
+func (q *Queue[T]) reserveOnce(ctx context.Context, n int, wantLeft bool, ack *Task[T]) ([]*Task[T], reserveState, error) {
+	st := reserveState{nextReady: -1, acked: -1}
 	if !q.published.Load() {
 		// A consumer stores its policy once; after that only submits keep
 		// the registration (so a reserve never waits on another round trip).
@@ -141,30 +185,60 @@ func (q *Queue[T]) reserveOnce(ctx context.Context, n int, wantLeft bool) ([]*Ta
 	}
 	prefix := newToken() + "."
 	sent := monoNow()
+	look := q.look.now(sent)
+	move := "0"
+	if look {
+		move = "1000"
+	}
+	ackID, ackToken, ackDedup := "", "", ""
+	if ack != nil {
+		ackID, ackToken, ackDedup = ack.ID, ack.token, ack.dedup
+	}
 	res, err := queueReserveScript.Exec(ctx, q.f.client,
-		[]string{q.k.Pending, q.k.Processing, q.k.Body, q.k.Lease, q.k.Scheduled, q.k.Dead, q.k.Call + prefix, q.k.Policy},
-		[]string{strconv.Itoa(n), millis(q.opts.Lease), prefix, "1000", strconv.Itoa(q.opts.DeadMax), boolArg(wantLeft)}).ToArray()
+		[]string{q.k.Pending, q.k.Processing, q.k.Body, q.k.Lease, q.k.Scheduled, q.k.Dead, q.k.Call + prefix, q.k.Policy, q.k.Dedup},
+		[]string{strconv.Itoa(n), millis(q.opts.Lease), prefix, move, strconv.Itoa(q.opts.DeadMax), boolArg(wantLeft), ackID, ackToken, ackDedup}).ToArray()
 	if err != nil {
 		if outcomeUnknown(err) {
 			q.abandonReserve(prefix)
 		}
 		return nil, st, err
 	}
-	if len(res) < 4 || (len(res)-4)%3 != 0 {
+	if len(res) < 5 {
+		return nil, st, fmt.Errorf("fleet: reserve: unexpected reply of %d elements", len(res))
+	}
+	acked, _ := res[4].AsInt64()
+	st.acked = int(acked)
+	if (len(res)-5)%3 == 1 {
+		// The ack was done, and then the reserve failed.
+		msg, _ := res[len(res)-1].ToString()
+		if strings.HasPrefix(msg, "WRONGTYPE") {
+			return nil, st, fmt.Errorf("%w: %s", ErrWrongType, msg)
+		}
+		return nil, st, errors.New(msg)
+	}
+	if (len(res)-5)%3 != 0 {
 		return nil, st, fmt.Errorf("fleet: reserve: unexpected reply of %d elements", len(res))
 	}
 	nowStr, _ := res[0].ToString()
 	now, _ := strconv.ParseInt(nowStr, 10, 64)
 	left, _ := res[1].AsInt64()
 	st.drained = left == 0
-	if next, _ := res[2].ToString(); next != "" {
+	switch next, _ := res[2].ToString(); next {
+	case "-": // not looked at: what the last look saw still holds
+		if due := q.look.due.Load(); due != 0 {
+			st.nextReady = max(time.Duration(due-sent), 0)
+		}
+	case "":
+		q.look.looked(sent, -1)
+	default:
 		if s, err := strconv.ParseFloat(next, 64); err == nil {
 			st.nextReady = max(time.Duration(s*1000-float64(now))*time.Millisecond, 0)
 		}
+		q.look.looked(sent, st.nextReady)
 	}
-	tasks := make([]*Task[T], 0, (len(res)-4)/3)
+	tasks := make([]*Task[T], 0, (len(res)-5)/3)
 	var buryErr error
-	for i := 4; i < len(res); i += 3 {
+	for i := 5; i < len(res); i += 3 {
 		id, _ := res[i].ToString()
 		token, _ := res[i+1].ToString()
 		body, _ := res[i+2].ToString()

@@ -180,6 +180,9 @@ func (t *Task[T]) end(ctx context.Context, op string, attempts int, cause string
 	if res[0] != 1 {
 		return fmt.Errorf("%w: task %s", ErrLeaseLost, t.ID)
 	}
+	if !bury {
+		q.look.soon() // a retry may wait in :scheduled now
+	}
 	return nil
 }
 

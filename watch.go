@@ -30,7 +30,7 @@ type watcher struct {
 	writes atomic.Int64
 
 	// reads holds the keys that KV read through the cache lately (key ->
-	// unix nanoseconds until which the local cache may still hold them);
+	// monoNow until which the local cache may still hold them);
 	// see readCached and wroteCached in kv.go.
 	reads  sync.Map
 	nreads atomic.Int64

@@ -155,6 +155,8 @@ type Worker struct {
 	log     *slog.Logger
 	catalog CatalogEntry
 
+	timeoutCause error // a batch handler's ctx cause past TaskTimeout
+
 	decode func([]byte) (any, error)            // stored config -> C, validated
 	spawn  func(run, soft context.Context) bool // starts the slot goroutines
 
@@ -198,6 +200,7 @@ func newWorker(f *Fleet, opts WorkerOptions, kind string) *Worker {
 		return w
 	}
 	w.opts, w.err = opts.withDefaults()
+	w.timeoutCause = fmt.Errorf("%w after %v", ErrTaskTimeout, w.opts.TaskTimeout)
 	w.k = f.keys.Worker(w.opts.Type, w.opts.ID)
 	w.log = w.opts.Logger
 	if w.log == nil {

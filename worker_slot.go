@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -227,7 +229,7 @@ func NewBatchWorker[C, O, P any](f *Fleet, opts WorkerOptions, q *Queue[P], a Ba
 		}
 		for _, st := range w.slots {
 			s := &Slot[C, O]{w: w, st: st, stream: stream}
-			if !w.goSlot(func() { b.slot(run, s) }) {
+			if !w.goSlot(func() { b.slot(run, soft, s) }) {
 				return false
 			}
 		}
@@ -244,6 +246,11 @@ type batch[C, O, P any] struct {
 	a     BatchAutomation[C, O, P]
 	free  chan struct{} // one token per free slot
 	tasks chan *Task[P] // reserved tasks for the slots; closed by fetch
+	// more: the last reserve left tasks pending, so a slot that finishes a
+	// task acks it and takes the next in one call (finish). drained: the
+	// last reserve or take found the queue empty, so the fetcher arms the
+	// queue key's invalidation before it reserves blind.
+	more, drained atomic.Bool
 }
 
 // fetch reserves tasks while slots are free, until Stop begins (soft). Its
@@ -259,9 +266,8 @@ func (b *batch[C, O, P]) fetch(run, soft context.Context) {
 	timer := time.NewTimer(0)
 	<-timer.C
 	defer timer.Stop()
-	// drained: the last reserve took tasks and left the queue empty; readyAt:
-	// when its earliest scheduled task is due (zero: none).
-	drained, readyAt := false, time.Time{}
+	// readyAt: when the earliest scheduled task is due (zero: none).
+	readyAt := time.Time{}
 	wait := func(sleep time.Duration) bool {
 		if !readyAt.IsZero() {
 			sleep = min(sleep, max(time.Until(readyAt), time.Millisecond))
@@ -295,10 +301,9 @@ func (b *batch[C, O, P]) fetch(run, soft context.Context) {
 				break more
 			}
 		}
-		if drained && f.cache {
+		if b.drained.Swap(false) && f.cache {
 			// The queue was empty at the last reserve: arm the invalidation
 			// of the queue key and look, before reserving blind.
-			drained = false
 			l, err := f.client.DoCache(run, f.client.B().Llen().Key(q.k.Pending).Cache(), f.cacheTTL).AsInt64()
 			if err == nil && l == 0 && (readyAt.IsZero() || time.Now().Before(readyAt)) {
 				for range n {
@@ -315,7 +320,7 @@ func (b *batch[C, O, P]) fetch(run, soft context.Context) {
 		var tasks []*Task[P]
 		st := reserveState{nextReady: -1}
 		if err == nil {
-			tasks, st, err = q.reserve(run, n, f.cache)
+			tasks, st, err = q.reserve(run, n, f.cache, nil)
 		}
 		readyAt = time.Time{}
 		if st.nextReady >= 0 {
@@ -330,7 +335,8 @@ func (b *batch[C, O, P]) fetch(run, soft context.Context) {
 		switch {
 		case len(tasks) > 0:
 			bo.n, errBo.n = 0, 0
-			drained = st.drained
+			b.drained.Store(st.drained)
+			b.more.Store(!st.drained)
 			continue
 		case err != nil:
 			if run.Err() != nil || errors.Is(err, ErrClosed) {
@@ -359,16 +365,18 @@ func (b *batch[C, O, P]) fetch(run, soft context.Context) {
 
 // slot runs the tasks handed to it until the fetcher is done and no task is
 // left. After a hard stop (run ended) it releases what it gets unrun.
-func (b *batch[C, O, P]) slot(run context.Context, s *Slot[C, O]) {
+func (b *batch[C, O, P]) slot(run, soft context.Context, s *Slot[C, O]) {
 	for t := range b.tasks {
-		if run.Err() != nil {
-			b.release(t)
-			if b.w.opts.OnTaskEnd != nil {
-				b.w.opts.OnTaskEnd(t.ID, run.Err())
+		for t != nil {
+			if run.Err() != nil {
+				b.release(t)
+				if b.w.opts.OnTaskEnd != nil {
+					b.w.opts.OnTaskEnd(t.ID, run.Err())
+				}
+				break
 			}
-			continue
+			t = b.handle(run, soft, s, t)
 		}
-		b.handle(run, s, t)
 		select {
 		case b.free <- struct{}{}:
 		default:
@@ -386,15 +394,45 @@ func (b *batch[C, O, P]) release(t *Task[P]) {
 }
 
 // handle runs one task with its lease kept alive, and ends it by its
-// outcome.
-func (b *batch[C, O, P]) handle(run context.Context, s *Slot[C, O], t *Task[P]) {
-	end := b.handleTask(run, s, t)
+// outcome. It returns the next task when the ack took one (finish).
+func (b *batch[C, O, P]) handle(run, soft context.Context, s *Slot[C, O], t *Task[P]) *Task[P] {
+	next, end := b.handleTask(run, soft, s, t)
 	if b.w.opts.OnTaskEnd != nil {
 		b.w.opts.OnTaskEnd(t.ID, end)
 	}
+	return next
 }
 
-func (b *batch[C, O, P]) handleTask(run context.Context, s *Slot[C, O], t *Task[P]) error {
+// finish acks a task that succeeded. While the queue has more, it takes the
+// next task in the same call (queue_reserve.lua acks first), so that a busy
+// slot makes one round trip per task and never waits on the fetcher.
+func (b *batch[C, O, P]) finish(ctx, soft context.Context, t *Task[P]) (*Task[P], error) {
+	if !b.more.Load() || soft.Err() != nil {
+		return nil, t.Ack(ctx)
+	}
+	tasks, st, err := b.q.reserve(ctx, 1, false, t)
+	switch {
+	case st.acked == 0:
+		err = errors.Join(fmt.Errorf("%w: task %s", ErrLeaseLost, t.ID), err)
+	case st.acked == 1 && err != nil:
+		// Acked; only the take failed: the fetcher takes over.
+		b.w.log.Warn("fleet: worker reserve failed", "queue", b.q.name, "err", err)
+		err = nil
+	}
+	if err != nil {
+		err = queueErr("ack", b.q.name, err)
+	}
+	if len(tasks) == 0 {
+		b.more.Store(false)
+		if st.acked == 1 && err == nil {
+			b.drained.Store(true)
+		}
+		return nil, err
+	}
+	return tasks[0], err
+}
+
+func (b *batch[C, O, P]) handleTask(run, soft context.Context, s *Slot[C, O], t *Task[P]) (*Task[P], error) {
 	w := b.w
 	margin := leaseMargin(b.q.opts.Lease)
 	if time.Until(t.Deadline()) < margin {
@@ -402,7 +440,7 @@ func (b *batch[C, O, P]) handleTask(run context.Context, s *Slot[C, O], t *Task[
 		// paused process): another worker may get the task any moment.
 		// Never start it; hand it back uncounted if it is still ours.
 		b.release(t)
-		return fmt.Errorf("task %s: %w: its lease ran out before it could start", t.ID, ErrLeaseLost)
+		return nil, fmt.Errorf("task %s: %w: its lease ran out before it could start", t.ID, ErrLeaseLost)
 	}
 	s.st.busy.Store(true)
 	defer s.st.busy.Store(false)
@@ -411,19 +449,13 @@ func (b *batch[C, O, P]) handleTask(run context.Context, s *Slot[C, O], t *Task[
 	var hctx context.Context = tctx
 	if to := w.opts.TaskTimeout; to > 0 {
 		var hcancel context.CancelFunc
-		hctx, hcancel = context.WithTimeoutCause(tctx, to, fmt.Errorf("%w after %v", ErrTaskTimeout, to))
+		hctx, hcancel = context.WithTimeoutCause(tctx, to, w.timeoutCause)
 		defer hcancel()
 	}
 	hctx = &leaseCtx{Context: hctx, end: t.proven.Load, margin: margin, cancel: cancel} // outermost: its Err is the one called
-	stopKeep := make(chan struct{})
-	kept := make(chan struct{})
-	go func() {
-		defer close(kept)
-		b.keep(tctx, t, stopKeep, cancel)
-	}()
+	k := b.keep(tctx, t, cancel)
 	err := protect(func() error { return b.a.Handle(hctx, s, t) })
-	close(stopKeep)
-	<-kept
+	k.stop()
 	cause := context.Cause(hctx)
 
 	ectx, ecancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -432,15 +464,16 @@ func (b *batch[C, O, P]) handleTask(run context.Context, s *Slot[C, O], t *Task[
 	case err == nil:
 		// Acked even when the lease could not be proven at the end: the
 		// ack's owner check refuses it if another took the task meanwhile.
-		if aerr := t.Ack(ectx); aerr != nil {
+		next, aerr := b.finish(ectx, soft, t)
+		if aerr != nil {
 			aerr = fmt.Errorf("task %s: ack: %w", t.ID, aerr)
 			b.failed(s, aerr)
-			return aerr
+			return next, aerr
 		}
 		s.st.done.Add(1)
 		w.done.Add(1)
 		w.succeed()
-		return nil
+		return next, nil
 	case errors.Is(cause, ErrLeaseLost):
 		// The handler was stopped because the lease could no longer be
 		// proven: not the task's fault. Hand it back uncounted if it is
@@ -448,19 +481,19 @@ func (b *batch[C, O, P]) handleTask(run context.Context, s *Slot[C, O], t *Task[
 		b.release(t)
 		err = fmt.Errorf("task %s: %w", t.ID, cause)
 		b.failed(s, err)
-		return err
+		return nil, err
 	case errors.Is(cause, ErrTaskTimeout):
 		err = fmt.Errorf("%w: %w", cause, err)
 	case run.Err() != nil:
 		// Stop's deadline cut it off: interrupted, not failed.
 		b.release(t)
-		return err
+		return nil, err
 	case errors.Is(err, ErrRateLimited):
 		// Not a failure: the task waits out the limit, uncounted (queue_limit.go).
 		if serr := t.snoozeLimited(ectx, err); serr != nil {
 			w.log.Warn("fleet: worker could not snooze a rate-limited task", "task", t.ID, "err", serr)
 		}
-		return err
+		return nil, err
 	}
 	var pe *PanicError
 	if errors.As(err, &pe) {
@@ -476,7 +509,7 @@ func (b *batch[C, O, P]) handleTask(run context.Context, s *Slot[C, O], t *Task[
 		w.log.Warn("fleet: worker could not end a failed task", "task", t.ID, "err", eerr)
 	}
 	b.failed(s, fmt.Errorf("task %s: %w", t.ID, err))
-	return err
+	return nil, err
 }
 
 func (b *batch[C, O, P]) failed(s *Slot[C, O], err error) {
@@ -507,47 +540,85 @@ func (c *leaseCtx) Err() error {
 	return c.Context.Err()
 }
 
-// keep keeps the task's lease alive until stop closes, extending it every
-// LeaseExtend (a third of the lease by default). It cancels the handler's
+// keeper keeps one task's lease alive while its handler runs, from a timer:
+// no goroutine of its own while nothing is due. Every LeaseExtend (a third
+// of the lease by default) it extends the lease. It cancels the handler's
 // ctx with ErrLeaseLost when Redis says the lease is lost, and also when
 // the lease it can prove runs out (Task.Deadline, less leaseMargin) before
 // an extension was confirmed: Redis unreachable, or too slow to answer.
 // From then on a sweeper may give the task to another worker, so the
 // handler must stop: a task never runs on two workers at once, beyond the
 // margin.
-func (b *batch[C, O, P]) keep(ctx context.Context, t *Task[P], stop <-chan struct{}, cancel context.CancelCauseFunc) {
+type keeper[C, O, P any] struct {
+	b      *batch[C, O, P]
+	ctx    context.Context
+	t      *Task[P]
+	cancel context.CancelCauseFunc
+	every  time.Duration
+	margin time.Duration
+
+	mu      sync.Mutex // held while a tick runs, so that stop waits for it
+	stopped bool
+	timer   *time.Timer
+	extend  int64 // monoNow at which the next extension is due
+}
+
+// keep starts the keeper of t.
+func (b *batch[C, O, P]) keep(ctx context.Context, t *Task[P], cancel context.CancelCauseFunc) *keeper[C, O, P] {
 	lease := b.q.opts.Lease
-	every := b.w.opts.LeaseExtend
-	if every == 0 {
-		every = lease / 3
+	k := &keeper[C, O, P]{b: b, ctx: ctx, t: t, cancel: cancel, every: b.w.opts.LeaseExtend, margin: leaseMargin(lease)}
+	if k.every == 0 {
+		k.every = lease / 3
 	}
-	margin := leaseMargin(lease)
-	tk := time.NewTicker(max(every, time.Millisecond))
-	defer tk.Stop()
-	expire := time.NewTimer(time.Until(t.Deadline()) - margin)
-	defer expire.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-ctx.Done():
-			return
-		case <-expire.C:
-			cancel(fmt.Errorf("%w: no extension confirmed before the lease ran out", ErrLeaseLost))
-			return
-		case <-tk.C:
-		}
-		ectx, ecancel := context.WithDeadline(ctx, t.Deadline().Add(-margin))
-		err := t.Extend(ectx, lease)
+	k.every = max(k.every, time.Millisecond)
+	k.extend = monoNow() + int64(k.every)
+	k.mu.Lock()
+	k.timer = time.AfterFunc(k.wait(), k.tick)
+	k.mu.Unlock()
+	return k
+}
+
+// wait is how long until the next tick: the next extension, or the end of
+// the proven lease, whichever comes first.
+func (k *keeper[C, O, P]) wait() time.Duration {
+	end := k.t.proven.Load() - int64(k.margin)
+	return time.Duration(min(k.extend, end) - monoNow())
+}
+
+func (k *keeper[C, O, P]) tick() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.stopped || k.ctx.Err() != nil {
+		return
+	}
+	now := monoNow()
+	if now >= k.t.proven.Load()-int64(k.margin) {
+		k.cancel(fmt.Errorf("%w: no extension confirmed before the lease ran out", ErrLeaseLost))
+		return
+	}
+	if now >= k.extend {
+		k.extend = now + int64(k.every)
+		ectx, ecancel := context.WithDeadline(k.ctx, k.t.Deadline().Add(-k.margin))
+		err := k.t.Extend(ectx, k.b.q.opts.Lease)
 		ecancel()
 		switch {
 		case errors.Is(err, ErrLeaseLost):
-			cancel(err)
+			k.cancel(err)
 			return
-		case err == nil:
-			expire.Reset(time.Until(t.Deadline()) - margin)
-		case ctx.Err() == nil:
-			b.w.log.Warn("fleet: worker could not extend a lease", "task", t.ID, "err", err)
+		case err != nil && k.ctx.Err() == nil:
+			k.b.w.log.Warn("fleet: worker could not extend a lease", "task", k.t.ID, "err", err)
 		}
 	}
+	if !k.stopped {
+		k.timer.Reset(k.wait())
+	}
+}
+
+// stop ends the keeper; it waits for a tick in progress (an extension in
+// flight) to end.
+func (k *keeper[C, O, P]) stop() {
+	k.mu.Lock()
+	k.stopped = true
+	k.timer.Stop()
+	k.mu.Unlock()
 }

@@ -52,6 +52,32 @@ local function owns(processing, lease, id, token)
   return dl == nil or math.floor(tonumber(score) * 1000 + 0.5) == tonumber(dl)
 end
 
+-- ack ends the reservation of id for good (the task is done) when the
+-- reservation that exists now is token's (owns): its body, its
+-- :processing entry, its lease entry and its reserve call's record go, and
+-- the dedup key when this task still holds it. Returns 1 when acked, 0 when
+-- the lease is lost (then nothing changes). No TYPE checks: HGET and ZSCORE
+-- refuse a wrong-type lease hash or :processing, and the first write (HDEL
+-- of the body) a wrong-type body hash, before anything changes.
+local function ack(processing, body, lease, dedup, id, token, dedup_key)
+  if not owns(processing, lease, id, token) then
+    return 0
+  end
+  local holder = false
+  if dedup_key ~= '' then
+    holder = redis.call('HGET', dedup, dedup_key) == id
+  end
+  redis.call('HDEL', body, id)
+  redis.call('ZREM', processing, id)
+  -- The reserve call's record goes too: an ack proves its caller got the
+  -- reply.
+  redis.call('HDEL', lease, id, record(prefix_of(token)))
+  if holder then
+    redis.call('HDEL', dedup, dedup_key)
+  end
+  return 1
+end
+
 -- with_dead_at returns a dead-letter body (a JSON object that has no
 -- "dead_at") with "dead_at" set to now, in unix seconds.
 local function with_dead_at(body, ms)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"text/tabwriter"
@@ -31,16 +32,19 @@ func init() {
 					return a.fail(err)
 				}
 				type row struct {
-					ID       string `json:"id"`
-					Attempts int    `json:"attempts"`
-					Error    string `json:"error"`
-					DeadAt   string `json:"dead_at,omitempty"`
-					Payload  string `json:"payload,omitempty"`
-					Raw      string `json:"raw"`
+					ID       string          `json:"id"`
+					Attempts int             `json:"attempts"`
+					Error    string          `json:"error"`
+					DeadAt   string          `json:"dead_at,omitempty"`
+					Payload  json.RawMessage `json:"payload,omitempty"`
+					Raw      string          `json:"raw"`
 				}
 				rows := []row{}
 				for _, d := range ds {
-					r := row{ID: d.ID, Attempts: d.Attempts, Error: d.Error, Payload: string(d.Payload), Raw: d.Raw}
+					r := row{ID: d.ID, Attempts: d.Attempts, Error: d.Error, Payload: json.RawMessage(d.Payload), Raw: d.Raw}
+					if len(r.Payload) == 0 || !json.Valid(r.Payload) {
+						r.Payload = nil
+					}
 					if !d.DeadAt.IsZero() {
 						r.DeadAt = ts(d.DeadAt)
 					}

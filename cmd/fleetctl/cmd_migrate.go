@@ -41,15 +41,14 @@ func init() {
 			}
 			defer target.Close()
 			opts := fleet.MigrateOptions{DryRun: dry, Restart: restart, SkipVerify: skipVerify, Batch: batch, Listed: listed}
-			if a.tty {
+			b := a.newBar("migrate")
+			if b != nil {
 				opts.Progress = func(p fleet.MigrateProgress) {
-					fmt.Fprintf(a.err, "\rmigrate: %d/~%d scanned, %d copied, %d skipped   ", p.Scanned, p.Total, p.Copied, p.Skipped)
+					b.set(fmt.Sprintf("migrate: %d copied, %d skipped", p.Copied, p.Skipped), int64(p.Scanned), int64(p.Total))
 				}
 			}
 			r, err := fleet.Migrate(ctx, a.f, target, opts)
-			if a.tty {
-				fmt.Fprint(a.err, "\r\033[K")
-			}
+			b.done()
 			if err != nil && !errors.Is(err, fleet.ErrMigrateMismatch) {
 				return a.fail(err)
 			}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"text/tabwriter"
 
 	"github.com/fleet-go/fleet"
@@ -26,6 +27,16 @@ func init() {
 				st, err := a.f.QueueStats(ctx, args[0])
 				if err != nil {
 					return a.fail(err)
+				}
+				if st.Pending+st.InFlight+st.Scheduled+st.Dead == 0 {
+					// Empty: known only if registered.
+					ov, err := a.f.Overview(ctx)
+					if err != nil {
+						return a.fail(err)
+					}
+					if !slices.ContainsFunc(ov.Queues, func(q fleet.QueueCounts) bool { return q.Name == args[0] }) {
+						return a.notFound(fmt.Errorf("no queue %s is registered, and it holds no task", args[0]))
+					}
 				}
 				qs = []fleet.QueueCounts{{Name: args[0], Pending: st.Pending, InFlight: st.InFlight, Scheduled: st.Scheduled, Dead: st.Dead}}
 			default:

@@ -17,15 +17,11 @@ func init() {
 				return a.usageErr("sync", "takes no arguments")
 			}
 			var opts fleet.SyncOptions
-			if a.tty {
-				opts.Progress = func(p fleet.SyncProgress) {
-					fmt.Fprintf(a.err, "\rsync: %-8s %d/%d   ", p.Stage, p.Done, p.Total)
-				}
+			if b := a.newBar("sync"); b != nil {
+				opts.Progress = func(p fleet.SyncProgress) { b.set("sync: "+string(p.Stage), int64(p.Done), int64(p.Total)) }
+				defer b.done()
 			}
 			r, err := a.f.SyncWith(ctx, opts)
-			if a.tty {
-				fmt.Fprint(a.err, "\r\033[K")
-			}
 			if err != nil {
 				return a.fail(err)
 			}

@@ -12,13 +12,14 @@ import (
 
 func init() {
 	var typ string
-	var active time.Duration
+	var active, stale time.Duration
 	register(&command{
 		name:    "workers",
 		summary: "list workers with state, last seen, last error and config gen",
 		flags: func(fs *flag.FlagSet) {
 			fs.StringVar(&typ, "type", "", "only workers of this automation type")
 			fs.DurationVar(&active, "active", 0, "only workers seen within this long (e.g. 1m)")
+			fs.DurationVar(&stale, "exited-after", 3*fleet.DefaultHeartbeat, "call a worker exited when it was last seen longer ago than this")
 		},
 		run: func(ctx context.Context, a *app, args []string) int {
 			if len(args) > 0 {
@@ -28,13 +29,25 @@ func init() {
 			if err != nil {
 				return a.fail(err)
 			}
-			if ws == nil {
-				ws = []fleet.WorkerInfo{}
+			// An exited worker keeps its last state (often IDLE): only
+			// last_seen tells it from an idle one.
+			type row struct {
+				fleet.WorkerInfo
+				Exited bool `json:"exited"`
 			}
-			a.emit(ws, func(w *tabwriter.Writer) {
+			rows := []row{}
+			now := time.Now()
+			for _, x := range ws {
+				rows = append(rows, row{x, x.LastSeen.IsZero() || now.Sub(x.LastSeen) > stale})
+			}
+			a.emit(rows, func(w *tabwriter.Writer) {
 				fmt.Fprintln(w, "TYPE\tID\tSTATE\tLAST SEEN\tGEN\tLAST ERROR")
-				for _, x := range ws {
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\n", x.Type, x.ID, x.State, ts(x.LastSeen), x.Gen, x.LastError)
+				for _, x := range rows {
+					state := string(x.State)
+					if x.Exited {
+						state = "EXITED (" + state + ")"
+					}
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\n", x.Type, x.ID, state, ts(x.LastSeen), x.Gen, x.LastError)
 				}
 			})
 			return exitOK

@@ -1,6 +1,7 @@
 // Command fleetctl is an operator's tool over fleet's admin API: it lists
-// workers, queues, pools, dead letters and the catalog, repairs derived
-// keys (sync) and checks the server (health).
+// workers, queues, pools, dead letters and the catalog, reads and changes
+// worker configs, removes workers, types and pools (asking first, or with
+// --yes), repairs derived keys (sync) and checks the server (health).
 //
 // Usage:
 //
@@ -16,6 +17,9 @@
 //	2  usage: unknown command, bad flag or argument
 //	3  health: problems found (health), or sync found data it could not repair
 //	4  not found: the dead letter, catalog type, ... named does not exist
+//
+// With --json, output and errors are JSON; an error is
+// {"error": "...", "code": N} on stderr.
 //
 // Each command lives in a cmd_<name>.go file that registers itself in an
 // init function; adding a command is adding a file.
@@ -34,6 +38,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"golang.org/x/term"
 
 	"github.com/fleet-go/fleet"
 )
@@ -66,7 +72,7 @@ func register(c *command) { commands[c.name] = c }
 // conn is the connection flags every command takes.
 type conn struct {
 	url, prefix, layout string
-	json                bool
+	json, yes           bool
 	timeout             time.Duration
 }
 
@@ -76,15 +82,24 @@ func (c *conn) bind(fs *flag.FlagSet) {
 	fs.StringVar(&c.layout, "layout", c.layout, "key layout: compat or tagged (defaults to compat on a single node, tagged on a cluster)")
 	fs.BoolVar(&c.json, "json", c.json, "print JSON instead of tables")
 	fs.DurationVar(&c.timeout, "timeout", c.timeout, "bound on the whole command")
+	fs.BoolVar(&c.yes, "yes", c.yes, "do not ask before a destructive command (remove-worker, purge-type, drop-pool)")
 }
 
 // app is what a command runs with.
 type app struct {
 	conn
 	out, err io.Writer
-	tty      bool // stdout is a terminal: progress may be shown
+	in       io.Reader // where confirmations are read
+	tty      bool      // stderr is a terminal: progress may be shown
+	ttyIn    bool      // stdin is a terminal: a confirmation may be asked
 	f        *fleet.Fleet
 }
+
+// stdin and stdinTTY are what run reads confirmations from (tests set them).
+var (
+	stdin    io.Reader = os.Stdin
+	stdinTTY bool
+)
 
 // open connects to the fleet.
 func (a *app) open(ctx context.Context) error {
@@ -117,14 +132,31 @@ func (a *app) emit(v any, table func(w *tabwriter.Writer)) {
 
 // fail prints err and returns the exit code it means.
 func (a *app) fail(err error) int {
-	fmt.Fprintln(a.err, "fleetctl:", err)
-	if errors.Is(err, fleet.ErrInvalidName) || errors.Is(err, fleet.ErrInvalidArgument) {
-		return exitUsage
+	code := exitError
+	switch {
+	case errors.Is(err, fleet.ErrInvalidName), errors.Is(err, fleet.ErrInvalidArgument), errors.Is(err, fleet.ErrInvalidConfig):
+		code = exitUsage
+	case errors.Is(err, fleet.ErrNotDead), errors.Is(err, fleet.ErrUnknownQueue):
+		code = exitNotFound
 	}
-	if errors.Is(err, fleet.ErrNotDead) {
-		return exitNotFound
+	return a.problem(code, err.Error())
+}
+
+// notFound prints err and returns exitNotFound.
+func (a *app) notFound(err error) int { return a.problem(exitNotFound, err.Error()) }
+
+// problem prints msg on stderr, as {"error": msg, "code": code} with
+// --json, and returns code.
+func (a *app) problem(code int, msg string) int {
+	if a.json {
+		_ = json.NewEncoder(a.err).Encode(struct {
+			Error string `json:"error"`
+			Code  int    `json:"code"`
+		}{msg, code})
+		return code
 	}
-	return exitError
+	fmt.Fprintln(a.err, "fleetctl:", msg)
+	return code
 }
 
 func usage(w io.Writer) {
@@ -144,7 +176,7 @@ func usage(w io.Writer) {
 
 // run is main without os.Exit, for tests.
 func run(args []string, stdout, stderr io.Writer, tty bool) int {
-	a := &app{conn: conn{timeout: 5 * time.Minute}, out: stdout, err: stderr, tty: tty}
+	a := &app{conn: conn{timeout: 5 * time.Minute}, out: stdout, err: stderr, in: stdin, tty: tty, ttyIn: stdinTTY}
 	top := flag.NewFlagSet("fleetctl", flag.ContinueOnError)
 	top.SetOutput(stderr)
 	a.conn.bind(top)
@@ -161,6 +193,9 @@ func run(args []string, stdout, stderr io.Writer, tty bool) int {
 	}
 	cmd, ok := commands[top.Arg(0)]
 	if !ok {
+		if a.json {
+			return a.problem(exitUsage, fmt.Sprintf("unknown command %q", top.Arg(0)))
+		}
 		fmt.Fprintf(stderr, "fleetctl: unknown command %q\n", top.Arg(0))
 		usage(stderr)
 		return exitUsage
@@ -225,16 +260,21 @@ func interleave(fs *flag.FlagSet, args []string) []string {
 }
 
 func main() {
-	tty := false
-	if st, err := os.Stdout.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
-		tty = true
-	}
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, tty))
+	stdinTTY = isTerminal(os.Stdin)
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, isTerminal(os.Stderr)))
 }
+
+// isTerminal reports whether f is a terminal (not merely a character
+// device such as /dev/null).
+func isTerminal(f *os.File) bool { return term.IsTerminal(int(f.Fd())) }
 
 // usageErr prints a usage problem of cmd and returns exitUsage.
 func (a *app) usageErr(cmd, format string, args ...any) int {
-	fmt.Fprintf(a.err, "fleetctl %s: %s (see fleetctl %s --help)\n", cmd, fmt.Sprintf(format, args...), cmd)
+	msg := fmt.Sprintf(format, args...)
+	if a.json {
+		return a.problem(exitUsage, cmd+": "+msg)
+	}
+	fmt.Fprintf(a.err, "fleetctl %s: %s (see fleetctl %s --help)\n", cmd, msg, cmd)
 	return exitUsage
 }
 

@@ -95,11 +95,12 @@ func Check(kind Kind, name string) error {
 		return fmt.Errorf("%w: %s is empty", ErrInvalidName, kind)
 	case len(name) > MaxNameLen:
 		return fmt.Errorf("%w: %s of %d bytes is longer than %d", ErrInvalidName, kind, len(name), MaxNameLen)
-	case !utf8.ValidString(name):
-		return bad("is not valid UTF-8")
 	}
 	if asciiPlain(name, kind) {
-		return nil
+		return nil // printable ASCII is valid UTF-8
+	}
+	if !utf8.ValidString(name) {
+		return bad("is not valid UTF-8")
 	}
 	for _, r := range name {
 		switch {
