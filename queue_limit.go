@@ -54,8 +54,8 @@ func RateLimited(retryAfter time.Duration) error {
 // unchanged, to :scheduled, due after (server clock; a negative after
 // counts as zero). It is what a batch worker does for a handler that
 // returned RateLimited. When the task is due (within a minute), this
-// process's workers and Reserve calls on the queue are woken to take it. May return ErrLeaseLost (nothing changes),
-// ErrWrongType, ErrUnavailable.
+// process's workers and Reserve calls on the queue are woken to take it.
+// May return ErrLeaseLost (nothing changes), ErrWrongType, ErrUnavailable.
 func (t *Task[T]) Snooze(ctx context.Context, after time.Duration) error {
 	q := t.q
 	if err := q.ready(ctx); err != nil {
