@@ -54,6 +54,10 @@
 // [Fleet.PurgeType], [Fleet.DropPool], [Fleet.Workers], [Fleet.Overview],
 // dead letters by queue name), [Migrate] between layouts, and the layout
 // marker that [Open] checks. cmd/fleetctl puts them on the command line.
+// Reads for dashboards ([Fleet.PendingTasks], [Fleet.ScheduledTasks],
+// [Fleet.Registered], [Fleet.StatsFrames], [Fleet.PoolTagCounts],
+// [Fleet.StreamTail]) serve package fleetui, a dashboard that the host
+// mounts as an http.Handler.
 //
 // # Names
 //

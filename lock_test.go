@@ -237,9 +237,10 @@ func TestLockDo(t *testing.T) {
 		if _, ok := e.get(t, key); ok {
 			t.Fatal("Do left the lock held after a panic")
 		}
-		// KeepAlive carries the lease past Hold.
-		err = lk.Do(c, fleet.LockOptions{Hold: 300 * time.Millisecond, KeepAlive: true}, func(ctx context.Context, l *fleet.Lease) error {
-			time.Sleep(time.Second)
+		// KeepAlive carries the lease past Hold (a hold long enough that a
+		// loaded machine's slow extension does not lose it).
+		err = lk.Do(c, fleet.LockOptions{Hold: time.Second, KeepAlive: true}, func(ctx context.Context, l *fleet.Lease) error {
+			time.Sleep(1500 * time.Millisecond)
 			if v, _ := e.get(t, key); v != l.Token() {
 				t.Errorf("KeepAlive lost the lock: key holds %q", v)
 			}

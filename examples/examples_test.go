@@ -246,7 +246,7 @@ func TestExampleStream(t *testing.T) {
 func TestExampleHTTP(t *testing.T) {
 	t.Parallel()
 	out := runExample(t, redistest.SingleURL(t), "http", time.Minute, "-selftest", "-timeout", "50s")
-	if done, failed := summary(t, out); done != 12 || failed != 0 {
+	if done, failed := summary(t, out); done != 14 || failed != 0 {
 		t.Fatalf("done=%d failed=%d\n%s", done, failed, out)
 	}
 }

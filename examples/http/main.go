@@ -4,6 +4,7 @@
 //	GET   /api/v1/catalog                      the published catalog
 //	PATCH /api/v1/workers/{type}/{id}/config   JSON merge patch of a config
 //	GET   /api/v1/workers[?active=30s]         registered workers
+//	      /fleet/                              the dashboard (package fleetui)
 //
 // The same process runs the sweeper and one batch worker.
 //
@@ -32,6 +33,7 @@ import (
 
 	"github.com/fleet-go/fleet"
 	"github.com/fleet-go/fleet/examples/internal/exredis"
+	"github.com/fleet-go/fleet/fleetui"
 )
 
 // Fetch is the task payload of the "fetch" automation.
@@ -131,6 +133,9 @@ func run(addr string, selftest bool, timeout time.Duration) error {
 
 func routes(f *fleet.Fleet) http.Handler {
 	mux := http.NewServeMux()
+	// The dashboard. It can re-queue and purge dead letters: a real host
+	// wraps it in its own authentication (see fleetui's Example_auth).
+	mux.Handle("/fleet/", fleetui.Handler(f, fleetui.Options{}))
 	mux.HandleFunc("POST /api/v1/automations/{type}/tasks", func(rw http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(http.MaxBytesReader(rw, r.Body, 1<<20))
 		if err != nil {
@@ -272,6 +277,8 @@ func selfTest(ctx context.Context, base string, w *fleet.Worker) error {
 	}
 	call("GET", "/api/v1/workers?active=30s", "", 200, has(`"id":"web-1"`))
 	call("GET", "/api/v1/workers?active=soon", "", 400, nil)
+	call("GET", "/fleet/", "", 200, has(`<tr data-queue="fetch">`))
+	call("GET", "/fleet/queues/nope", "", 404, nil)
 	fmt.Printf("done=%d failed=%d\n", done, failed)
 	if failed > 0 {
 		return fmt.Errorf("%d checks failed", failed)
