@@ -58,25 +58,24 @@ type Kind string
 // other parts of a key, so they may not hold ':' either (compat keys would
 // collide: queue "a:dead" against the dead letters of queue "a").
 const (
-	KindNamespace Kind = "kv namespace"   // segment
-	KindKey       Kind = "kv key"         // last segment
-	KindCounter   Kind = "counter name"   // last segment
-	KindLock      Kind = "lock name"      // last segment
-	KindQueue     Kind = "queue name"     // segment
-	KindPool      Kind = "pool name"      // segment
-	KindItem      Kind = "pool item id"   // last segment
-	KindType      Kind = "type"           // segment, no '|'
-	KindWorker    Kind = "worker id"      // segment, no '|'
-	KindTopic     Kind = "event topic"    // last segment
-	KindStream    Kind = "stream name"    // last segment
-	KindField     Kind = "tag field"      // segment
-	KindLimiter   Kind = "limiter name"   // last segment
-	KindSemaphore Kind = "semaphore name" // last segment
+	KindNamespace Kind = "kv namespace"  // segment
+	KindKey       Kind = "kv key"        // last segment
+	KindCounter   Kind = "counter name"  // last segment
+	KindLock      Kind = "lock name"     // last segment
+	KindQueue     Kind = "queue name"    // segment
+	KindPool      Kind = "pool name"     // segment
+	KindItem      Kind = "pool item id"  // last segment
+	KindType      Kind = "type"          // segment, no '|'
+	KindWorker    Kind = "worker id"     // segment, no '|'
+	KindTopic     Kind = "event topic"   // last segment
+	KindStream    Kind = "stream name"   // last segment
+	KindField     Kind = "tag field"     // segment
+	KindSchedule  Kind = "schedule name" // segment
 )
 
 func (c Kind) segment() bool {
 	switch c {
-	case KindNamespace, KindQueue, KindPool, KindType, KindWorker, KindField:
+	case KindNamespace, KindQueue, KindPool, KindType, KindWorker, KindField, KindSchedule:
 		return true
 	}
 	return false

@@ -1,5 +1,11 @@
 package keys
 
+// The kinds of the limits' names (limit.go), both last segments.
+const (
+	KindLimiter   Kind = "limiter name"
+	KindSemaphore Kind = "semaphore name"
+)
+
 // Limit is fleet:limit:<name> (string: the limiter's theoretical arrival
 // time, server µs; optional, TTL = until the limiter is full again).
 func (k Keys) Limit(name string) string { return k.join("fleet", "limit", k.tag(name)) }
