@@ -16,27 +16,31 @@ func ExampleLimiter() {
 	defer done()
 	ctx := context.Background()
 
-	// At most 10 requests per second to example.org across the fleet, 3 at
+	// At most 10 logins per minute to example.org across the fleet, 3 at
 	// once after a rest.
-	limit := f.Limiter("example.org", fleet.LimitOptions{Rate: 10, Per: time.Second, Burst: 3})
+	logins := f.Limiter("login:example.org", fleet.LimitOptions{Rate: 10, Per: time.Minute, Burst: 3})
 	for range 4 {
-		r, err := limit.Allow(ctx, 1)
+		r, err := logins.Allow(ctx, 1)
 		if err != nil {
 			log.Fatal(err)
 		}
 		fmt.Println(r.Allowed, r.Remaining, r.RetryAfter > 0)
 	}
-	// Wait sleeps until a token is there (100 ms here).
-	if err := limit.Wait(ctx, 1); err != nil {
-		log.Fatal(err)
+
+	// At most 50 requests per second: Wait sleeps until a token is due.
+	requests := f.Limiter("example.org", fleet.LimitOptions{Rate: 50})
+	for range 3 {
+		if err := requests.Wait(ctx, 1); err != nil {
+			log.Fatal(err)
+		}
 	}
-	fmt.Println("fetched")
+	fmt.Println("fetched 3 pages")
 	// Output:
 	// true 2 false
 	// true 1 false
 	// true 0 false
 	// false 0 true
-	// fetched
+	// fetched 3 pages
 }
 
 func ExampleSemaphore() {

@@ -4,13 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/fleet-go/fleet"
+	"github.com/fleet-go/fleet/fleettest"
 	"github.com/fleet-go/fleet/internal/redistest"
 )
 
@@ -98,7 +102,7 @@ func TestLimitedQueueReserve(t *testing.T) {
 		t.Parallel()
 		e := open(t, tg)
 		c := ctx(t)
-		lim := e.F.Limiter("lq", fleet.LimitOptions{Rate: 5, Burst: 2})
+		lim := e.F.Limiter("lq", fleet.LimitOptions{Rate: 1, Per: 2 * time.Second, Burst: 2})
 		q := fleet.NewQueue[job](e.F, "lq", fleet.QueueOptions{RateLimit: lim})
 		// An empty queue costs no token: the limiter key is gone again.
 		tasks, err := q.Reserve(c, 2, 0)
@@ -113,6 +117,7 @@ func TestLimitedQueueReserve(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		before := e.serverNow(t)
 		tasks, err = q.Reserve(c, 5, 0)
 		if err != nil || len(tasks) != 2 {
 			t.Fatalf("reserve 5 with a burst of 2 = %d tasks, %v", len(tasks), err)
@@ -121,15 +126,14 @@ func TestLimitedQueueReserve(t *testing.T) {
 		if err != nil || len(tasks) != 0 {
 			t.Fatalf("reserve with no token = %d tasks, %v", len(tasks), err)
 		}
-		before := e.serverNow(t)
-		tasks, err = q.Reserve(c, 1, 5*time.Second)
+		tasks, err = q.Reserve(c, 1, 10*time.Second)
 		if err != nil || len(tasks) != 1 {
 			t.Fatalf("reserve with a wait = %d tasks, %v", len(tasks), err)
 		}
-		// The token came back on the server's clock, no sooner.
-		tat, _ := e.tat(t, "lq")
-		if tat < before.UnixMicro()+200_000 {
-			t.Fatalf("arrival time %d: a token went before %d", tat, before.UnixMicro()+200_000)
+		// The third token comes one interval (2 s) after the burst went, on
+		// the server's clock: the reserve returned no sooner.
+		if got := e.serverNow(t); got.Before(before.Add(2 * time.Second)) {
+			t.Fatalf("a third task %v after the burst: faster than 1 per 2 s", got.Sub(before))
 		}
 		if n, _ := e.do(t, e.Raw.B().Llen().Key(e.qk("lq").Pending).Build()).AsInt64(); n != 2 {
 			t.Fatalf("%d tasks pending, want 2", n)
@@ -166,14 +170,18 @@ func TestRateLimitedHandler(t *testing.T) {
 			t.Fatal(err)
 		}
 		body := e.lrange(t, qk.Pending)[0]
+		t0 := e.serverNow(t)
 		startWorker(t, w)
-		waitFor(t, 5*time.Second, func() bool { return len(e.zscores(t, qk.Scheduled)) == 1 }, "the task never went to :scheduled")
-		now := e.serverNow(t)
-		sched := e.zscores(t, qk.Scheduled)
+		var sched []rueidis.ZScore
+		waitFor(t, 5*time.Second, func() bool { sched = e.zscores(t, qk.Scheduled); return len(sched) == 1 }, "the task never went to :scheduled")
+		t1 := e.serverNow(t)
 		if sched[0].Member != body {
 			t.Fatalf("scheduled body %q, want it unchanged: %q", sched[0].Member, body)
 		}
-		near(t, "ready_at", sched[0].Score, now.Add(after), after/3)
+		// Due after the retry-after, from when the handler ran (server clock).
+		if at := time.UnixMilli(int64(sched[0].Score * 1000)); at.Before(t0.Add(after).Truncate(time.Millisecond)) || at.After(t1.Add(after)) {
+			t.Fatalf("ready at %v, want within [%v, %v]", at, t0.Add(after), t1.Add(after))
+		}
 		// The worker is woken when the task is due, well before its idle
 		// poll (DefaultConfigPoll, 5 s) would find it.
 		waitFor(t, after+3*time.Second, func() bool { return w.Stats().Done == 1 }, "the task did not run again within 3 s of being due")
@@ -265,15 +273,35 @@ func TestLimitedQueueNoSpin(t *testing.T) {
 	waitFor(t, 5*time.Second, func() bool { return w.Stats().Done >= 1 }, "no task done")
 	before := ownCalls(t, s)
 	d0 := w.Stats().Done
+	t0 := serverClock(t, s)
 	time.Sleep(2 * time.Second)
 	after := ownCalls(t, s)
 	done := w.Stats().Done - d0
+	span := serverClock(t, s).Sub(t0)
 	calls := after["evalsha"] + after["eval"] - before["evalsha"] - before["eval"]
-	t.Logf("%d tasks, %d scripts in 2 s", done, calls)
-	if done < 5 || done > 12 {
-		t.Fatalf("%d tasks done in 2 s of a 5/s limit", done)
+	t.Logf("%d tasks, %d scripts in %v", done, calls, span)
+	// At most a token per 200 ms (plus the one a task in hand had, and one
+	// booked); at least half the rate, on a loaded machine.
+	if float64(done) > 5*span.Seconds()+2 || float64(done) < 5*span.Seconds()/2 {
+		t.Fatalf("%d tasks done in %v of a 5/s limit", done, span)
 	}
 	if calls > 6*done+10 {
 		t.Fatalf("%d scripts for %d tasks: the worker spins", calls, done)
 	}
+}
+
+// serverClock reads the clock of a server of the test's own (TIME).
+func serverClock(t *testing.T, s *fleettest.Server) time.Time {
+	t.Helper()
+	out, err := s.Cli(context.Background(), "TIME")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(out)
+	if len(f) != 2 {
+		t.Fatalf("TIME: %q", out)
+	}
+	sec, _ := strconv.ParseInt(f[0], 10, 64)
+	usec, _ := strconv.ParseInt(f[1], 10, 64)
+	return time.Unix(sec, usec*1000)
 }

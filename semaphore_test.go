@@ -138,7 +138,7 @@ func semaphoreWaitAndExpiry(t *testing.T, tg redistest.Target, cache bool) {
 		}
 		got := make(chan *fleet.Lease, 1)
 		go func() {
-			l, err := other.Semaphore("session", 1).Acquire(c, fleet.SemOptions{Hold: 300 * time.Millisecond, Wait: 30 * time.Second})
+			l, err := other.Semaphore("session", 1).Acquire(c, fleet.SemOptions{Hold: 3 * time.Second, Wait: 30 * time.Second})
 			if err != nil {
 				t.Error(err)
 			}

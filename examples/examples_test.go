@@ -253,8 +253,9 @@ func TestExampleHTTP(t *testing.T) {
 
 // TestExampleCookies runs the cookies walkthrough and checks, from the fake
 // web's own records, that the fleet-wide limits held: no site was fetched
-// more than its rate (plus the burst of 1, plus 2 for the jitter between a
-// token's time on the server and the request's arrival) within any second,
+// more than its rate (plus the burst of 1, plus 3 for 100 ms of jitter
+// between a token's time on the server and the request's arrival) within
+// any second,
 // and no site had more challenges solved at once than its semaphore allows.
 func TestExampleCookies(t *testing.T) {
 	t.Parallel()
@@ -273,7 +274,7 @@ func TestExampleCookies(t *testing.T) {
 	}
 	fetches, _ := strconv.Atoi(l[1])
 	harvests, _ := strconv.Atoi(l[2])
-	if fetches > 30+1+2 || fetches < 1 {
+	if fetches > 30+1+3 || fetches < 1 {
 		t.Fatalf("a site was fetched %d times within a second, limit 30/s:\n%s", fetches, out)
 	}
 	if harvests > 2 || harvests < 1 {
