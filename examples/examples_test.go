@@ -255,8 +255,8 @@ func TestExampleHTTP(t *testing.T) {
 // web's own records, that the fleet-wide limits held: no site was fetched
 // more than its rate (plus the burst of 1, plus 3 for 100 ms of jitter
 // between a token's time on the server and the request's arrival) within
-// any second,
-// and no site had more challenges solved at once than its semaphore allows.
+// any second, and no site had more challenges solved at once than its
+// semaphore allows.
 func TestExampleCookies(t *testing.T) {
 	t.Parallel()
 	out := runExample(t, redistest.SingleURL(t), "cookies", time.Minute,
