@@ -26,6 +26,11 @@
 //   - [Fleet.Lock]: a token lease with a fencing token; waiters wake when
 //     the holder releases; [Lock.Do] runs a function under the lock and can
 //     keep the lease alive while it runs.
+//   - [Fleet.Limiter]: a fleet-wide GCRA rate limiter on the server's clock;
+//     [QueueOptions.RateLimit] limits a queue's reserves with one, and a
+//     handler's [RateLimited] puts its task back uncounted.
+//   - [Fleet.Semaphore]: at most n holders at once, each a [Lease] that a
+//     crashed holder loses after its hold.
 //
 // # Queues, pools, streams, events
 //

@@ -46,7 +46,8 @@ var (
 	// type asked for.
 	ErrDecode = errors.New("fleet: cannot decode stored value")
 	// ErrNotObtained is returned by Lock.Acquire when the lock is held by
-	// another and the wait ran out.
+	// another and the wait ran out, and by Semaphore.Acquire when every
+	// permit is held and the wait ran out.
 	ErrNotObtained = errors.New("fleet: lock not obtained")
 	// ErrPayloadTooLarge is returned for a payload whose JSON is longer than
 	// the limit: by Queue.Submit, SubmitMany and Fleet.SubmitJSON

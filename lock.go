@@ -70,9 +70,11 @@ func (f *Fleet) Lock(name string) *Lock {
 	return &Lock{f: f, name: name, key: f.keys.Lock(name), fence: f.keys.LockFence(name), tomb: f.keys.LockTomb(name), err: keys.Check(keys.KindLock, name)}
 }
 
-// Lease is a held lock. Its methods are safe for concurrent use.
+// Lease is a held lock, or a held permit of a Semaphore. Its methods are
+// safe for concurrent use.
 type Lease struct {
 	lock  *Lock
+	sem   *Semaphore // a permit's semaphore (semaphore.go); lock is nil then
 	token string
 	fence int64
 
@@ -84,12 +86,14 @@ func newLease(l *Lock, token string, fence int64, deadline time.Time) *Lease {
 	return &Lease{lock: l, token: token, fence: fence, deadline: deadline}
 }
 
-// Token returns the random token stored in the lock key while held.
+// Token returns the random token stored in the lock key (or, for a
+// permit, the semaphore's key) while held.
 func (l *Lease) Token() string { return l.token }
 
 // Fence returns the fencing token of this acquisition: it is larger than
 // that of every earlier acquisition of the same lock name, so a protected
 // resource that remembers the largest fence it saw can refuse a stale holder.
+// A permit of a Semaphore has none: 0.
 func (l *Lease) Fence() int64 { return l.fence }
 
 // Deadline returns when the lease ends, on this process's clock: Hold after
@@ -105,6 +109,15 @@ func (l *Lease) Deadline() time.Time {
 func (l *Lease) setDeadline(d time.Time) {
 	l.mu.Lock()
 	l.deadline = d
+	l.mu.Unlock()
+}
+
+// lose ends the lease now: Redis said it is not held.
+func (l *Lease) lose() {
+	l.mu.Lock()
+	if now := time.Now(); l.deadline.After(now) {
+		l.deadline = now
+	}
 	l.mu.Unlock()
 }
 
@@ -232,9 +245,13 @@ func (l *Lock) try(ctx context.Context, token string, hold time.Duration) (*Leas
 	return newLease(l, token, n, sent.Add(hold)), 0, nil
 }
 
-// Release frees the lock. It returns ErrLeaseLost, changing nothing, when the
-// lease ran out (and perhaps another holds the lock now).
+// Release frees the lock (or gives the permit back). It returns
+// ErrLeaseLost, changing nothing, when the lease ran out (and perhaps
+// another holds the lock now).
 func (l *Lease) Release(ctx context.Context) error {
+	if l.sem != nil {
+		return l.sem.release(ctx, l)
+	}
 	lk := l.lock
 	if err := lk.f.alive(ctx); err != nil {
 		return opErr("lock release", lk.name, err)
@@ -269,6 +286,9 @@ func (l *Lease) Release(ctx context.Context) error {
 // just before the call was sent. It returns ErrLeaseLost, changing nothing,
 // when the lease already ran out (the Deadline is then past).
 func (l *Lease) Extend(ctx context.Context, hold time.Duration) error {
+	if l.sem != nil {
+		return l.sem.extend(ctx, l, hold)
+	}
 	lk := l.lock
 	if err := lk.check(ctx, hold); err != nil {
 		return opErr("lock extend", lk.name, err)
@@ -279,11 +299,7 @@ func (l *Lease) Extend(ctx context.Context, hold time.Duration) error {
 		return opErr("lock extend", lk.name, err)
 	}
 	if n != 1 {
-		l.mu.Lock()
-		if now := time.Now(); l.deadline.After(now) {
-			l.deadline = now
-		}
-		l.mu.Unlock()
+		l.lose()
 		return opErr("lock extend", lk.name, ErrLeaseLost)
 	}
 	l.setDeadline(sent.Add(hold))

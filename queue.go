@@ -87,6 +87,12 @@ type QueueOptions struct {
 	// memory is bounded by the ack rate times Retention. Defaults to 0:
 	// nothing is kept, and an ack writes nothing more.
 	Retention time.Duration
+	// RateLimit, when set, limits how fast the queue's tasks are reserved,
+	// fleet-wide: each task reserved takes a token of this Limiter (of the
+	// same Fleet), and a reserve with no token to take sleeps until one
+	// comes back instead of spinning (queue_limit.go). Every process of the
+	// queue must set the same limiter. Defaults to none.
+	RateLimit *Limiter
 }
 
 func (o QueueOptions) withDefaults() (QueueOptions, error) {
@@ -229,6 +235,7 @@ type Queue[T any] struct {
 	published  atomic.Bool  // this handle's policy was written once
 	registered atomic.Int64 // unix ms of the last registration (register)
 	look       *schedLook   // when reserves look at :scheduled (shared per name)
+	booked     limitBooking // a rate-limit token booked ahead (queue_limit.go)
 }
 
 // queueEntry is what f.queues holds for a queue name: the untyped side of
@@ -254,6 +261,9 @@ func NewQueue[T any](f *Fleet, name string, opts QueueOptions) *Queue[T] {
 	q.look = f.schedLook(name)
 	q.opts, q.err = opts.withDefaults()
 	if err := keys.Check(keys.KindQueue, name); err != nil {
+		q.err = err
+	}
+	if err := q.opts.rateLimit(f); err != nil && q.err == nil {
 		q.err = err
 	}
 	rt := reflect.TypeFor[T]()

@@ -18,7 +18,9 @@ import (
 // invalidation of the queue key when the Fleet caches (a task submitted to
 // an idle queue is picked up within a millisecond or so), with a poll every
 // second as the fallback, or polling with a capped backoff without caching.
-// It returns no tasks and a nil error when the wait ran out.
+// It returns no tasks and a nil error when the wait ran out. On a queue
+// with QueueOptions.RateLimit it takes no more tasks than the limiter has
+// tokens, and waits (within wait) for the next token rather than spin.
 //
 // A body that is not a JSON object with a string id, or whose payload no
 // longer decodes into T or validates, is poison: it goes to the dead letters
@@ -58,6 +60,7 @@ type reserveState struct {
 	drained   bool          // nothing was left pending (asked for with wantLeft)
 	nextReady time.Duration // until the next scheduled task is due; -1: none, or not looked at
 	acked     int           // the ack done first: 1 done, 0 lease lost, -1 none asked
+	limited   time.Duration // the rate limit has no token until then (queue_limit.go); 0: none
 }
 
 // schedLookEvery is how often a process's reserves of one queue look at
@@ -127,7 +130,9 @@ func (q *Queue[T]) await(ctx context.Context, n int, wait time.Duration, st rese
 		// Arm the server's invalidation of the pending list, and catch a push
 		// that came between the reserve and now.
 		sleep := bo.next()
-		if f.cache && lastErr == nil {
+		if st.limited > 0 {
+			sleep = st.limited // the rate limit: no token before then
+		} else if f.cache && lastErr == nil {
 			l, err := f.client.DoCache(ctx, f.client.B().Llen().Key(q.k.Pending).Cache(), f.cacheTTL).AsInt64()
 			if err == nil {
 				if l > 0 && !retried {
@@ -155,7 +160,7 @@ func (q *Queue[T]) await(ctx context.Context, n int, wait time.Duration, st rese
 		case <-g.one:
 			// With caching, the loop re-arms first and tries when the list
 			// holds anything; without, a local push woke us: try.
-			tryNow = !f.cache || lastErr != nil
+			tryNow = !f.cache || lastErr != nil || st.limited > 0
 			retried = false
 		case <-t.C:
 			tryNow = true
@@ -164,19 +169,20 @@ func (q *Queue[T]) await(ctx context.Context, n int, wait time.Duration, st rese
 	}
 }
 
-// reserve runs the reserve script once and decodes what it returns. When
-// the call ends without a reply (ctx ended, or the connection broke) the
-// script may still run, or have run: abandonReserve then hands back what
-// it took.
+// reserve is reserveAs with no owner and no ack.
 func (q *Queue[T]) reserve(ctx context.Context, n int, wantLeft bool) ([]*Task[T], reserveState, error) {
 	return q.reserveAs(ctx, n, wantLeft, "", nil)
 }
 
-// reserveAs is reserve for a worker named owner ("type|id"; "" for none),
-// whose name goes before the lease tokens (owner/<random>.<i>), so that
-// Lookup can say which worker holds a task; with ack, it first acks that
-// task (st.acked says how that went).
-func (q *Queue[T]) reserveAs(ctx context.Context, n int, wantLeft bool, owner string, ack *Task[T]) ([]*Task[T], reserveState, error) {
+// reserveOnceAs runs the reserve script once and decodes what it returns
+// (reserveAs in queue_limit.go applies the rate limit around it), for a
+// worker named owner ("type|id"; "" for none), whose name goes before the
+// lease tokens (owner/<random>.<i>), so that Lookup can say which worker
+// holds a task; with ack, it first acks that task (st.acked says how that
+// went). When the call ends without a reply (ctx ended, or the connection
+// broke) the script may still run, or have run: abandonReserve then hands
+// back what it took.
+func (q *Queue[T]) reserveOnceAs(ctx context.Context, n int, wantLeft bool, owner string, ack *Task[T]) ([]*Task[T], reserveState, error) {
 	st := reserveState{nextReady: -1, acked: -1}
 	if !q.published.Load() {
 		// A consumer stores its policy once; after that only submits keep

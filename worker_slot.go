@@ -35,7 +35,8 @@ func (fn LoopFunc[C, O]) Run(ctx context.Context, s *Slot[C, O]) error { return 
 type BatchAutomation[C, O, P any] interface {
 	// Handle runs one task. A nil error acks the task; an error nacks it
 	// (retried with backoff, dead-lettered after MaxAttempts); an error
-	// that wraps ErrPermanent buries it at once; a panic is recovered,
+	// that wraps ErrPermanent buries it at once; RateLimited(d) puts it
+	// back, due after d, with no attempt counted; a panic is recovered,
 	// nacked and recorded. ctx is cancelled when the task's lease is lost
 	// or can no longer be proven (context.Cause is then ErrLeaseLost: Redis
 	// said so, or no extension was confirmed before the lease ran out on
@@ -358,6 +359,8 @@ func (b *batch[C, O, P]) fetch(run, soft context.Context) {
 			}
 			b.w.log.Warn("fleet: worker reserve failed", "queue", q.name, "err", err)
 			sleep = errBo.next()
+		case st.limited > 0:
+			sleep = st.limited // the queue's rate limit: no token before then (queue_limit.go)
 		case f.cache:
 			// Arm the invalidation of the queue key, and catch a push that
 			// came between the reserve and now.
@@ -441,7 +444,7 @@ func (b *batch[C, O, P]) finish(ctx, soft context.Context, t *Task[P]) (*Task[P]
 	}
 	if len(tasks) == 0 {
 		b.more.Store(false)
-		if st.acked == 1 && err == nil {
+		if st.acked == 1 && err == nil && st.limited == 0 {
 			b.drained.Store(true)
 			if b.takes != nil {
 				b.takes.tookNone(ctx, q.name)
@@ -539,6 +542,12 @@ func (b *batch[C, O, P]) handleTask(run, soft context.Context, s *Slot[C, O], t 
 	case run.Err() != nil:
 		// Stop's deadline cut it off: interrupted, not failed.
 		b.release(t)
+		return nil, err
+	case errors.Is(err, ErrRateLimited):
+		// Not a failure: the task waits out the limit, uncounted (queue_limit.go).
+		if serr := t.snoozeLimited(ectx, err); serr != nil {
+			w.log.Warn("fleet: worker could not snooze a rate-limited task", "task", t.ID, "err", serr)
+		}
 		return nil, err
 	}
 	var pe *PanicError

@@ -250,3 +250,34 @@ func TestExampleHTTP(t *testing.T) {
 		t.Fatalf("done=%d failed=%d\n%s", done, failed, out)
 	}
 }
+
+// TestExampleCookies runs the cookies walkthrough and checks, from the fake
+// web's own records, that the fleet-wide limits held: no site was fetched
+// more than its rate (plus the burst of 1, plus 3 for 100 ms of jitter
+// between a token's time on the server and the request's arrival) within
+// any second, and no site had more challenges solved at once than its
+// semaphore allows.
+func TestExampleCookies(t *testing.T) {
+	t.Parallel()
+	out := runExample(t, redistest.SingleURL(t), "cookies", time.Minute,
+		"-scrapers", "8", "-harvesters", "4", "-pages", "150", "-sites", "2", "-rate", "30", "-harvest-limit", "2")
+	m := regexp.MustCompile(`(?m)^pages=(\d+) harvested=(\d+) `).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no summary line in:\n%s", out)
+	}
+	if pages, _ := strconv.Atoi(m[1]); pages < 150 {
+		t.Fatalf("fetched %d pages, want 150:\n%s", pages, out)
+	}
+	l := regexp.MustCompile(`(?m)^max_fetches_per_site_1s=(\d+) rate=30 max_harvests_per_site=(\d+) harvest_limit=2$`).FindStringSubmatch(out)
+	if l == nil {
+		t.Fatalf("no limits line in:\n%s", out)
+	}
+	fetches, _ := strconv.Atoi(l[1])
+	harvests, _ := strconv.Atoi(l[2])
+	if fetches > 30+1+3 || fetches < 1 {
+		t.Fatalf("a site was fetched %d times within a second, limit 30/s:\n%s", fetches, out)
+	}
+	if harvests > 2 || harvests < 1 {
+		t.Fatalf("a site had %d challenges solved at once, limit 2:\n%s", harvests, out)
+	}
+}

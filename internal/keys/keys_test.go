@@ -67,6 +67,12 @@ func TestLayouts(t *testing.T) {
 		{g.AllWorkers(), "p:wkrs:all"},
 		{g.Stream("scraper"), "p:stream:scraper"},
 		{g.Catalog(), "p:fleet:catalog"},
+		{c.Limit("example.org"), "p:fleet:limit:example.org"},
+		{g.Limit("example.org"), "p:fleet:limit:{example.org}"},
+		{c.Sem("acct:1"), "p:fleet:sem:acct:1"},
+		{g.Sem("acct:1"), "p:fleet:sem:{acct:1}"},
+		{c.SemTomb("acct:1"), "p:fleet:semtomb:acct:1"},
+		{g.SemTomb("acct:1"), "p:fleet:semtomb:{acct:1}"},
 		{g.Event("scraper.emit"), "p:event:scraper.emit"},
 	}
 	for _, p := range pairs {

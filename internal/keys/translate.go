@@ -13,6 +13,9 @@ const (
 	FamLock            Family = "lock"                   // fleet:lock:<name>
 	FamFence           Family = "fence"                  // fleet:fence:<lock> (derived)
 	FamLockTomb        Family = "locktomb"               // fleet:locktomb:<lock> (derived, short-lived)
+	FamLimit           Family = "limit"                  // fleet:limit:<name> (optional, short-lived)
+	FamSem             Family = "sem"                    // fleet:sem:<name> (optional, short-lived)
+	FamSemTomb         Family = "semtomb"                // fleet:semtomb:<name> (optional, short-lived)
 	FamCatalog         Family = "catalog"                // fleet:catalog
 	FamMeta            Family = "meta"                   // fleet:meta (derived: the layout marker)
 	FamMigrate         Family = "migrate"                // fleet:migrate (derived: a migration's progress record)
@@ -164,6 +167,19 @@ func (k Keys) parseFleet(rest string) (Key, bool) {
 		}
 		f := map[string]Family{"lock": FamLock, "fence": FamFence, "locktomb": FamLockTomb}[fam]
 		return Key{Family: f, Name: name}, Check(KindLock, name) == nil
+	case "limit", "sem", "semtomb":
+		name := rest
+		if k.tagged {
+			if len(rest) < 2 || rest[0] != '{' || rest[len(rest)-1] != '}' {
+				return Key{}, false
+			}
+			name = rest[1 : len(rest)-1]
+		}
+		if fam == "limit" {
+			return Key{Family: FamLimit, Name: name}, Check(KindLimiter, name) == nil
+		}
+		f := map[string]Family{"sem": FamSem, "semtomb": FamSemTomb}[fam]
+		return Key{Family: f, Name: name}, Check(KindSemaphore, name) == nil
 	case "queue":
 		name, tail, ok := k.entity(rest)
 		if !ok || Check(KindQueue, name) != nil {
@@ -276,6 +292,12 @@ func (k Keys) Spell(p Key) (string, bool) {
 		return k.LockFence(p.Name), true
 	case FamLockTomb:
 		return k.LockTomb(p.Name), true
+	case FamLimit:
+		return k.Limit(p.Name), true
+	case FamSem:
+		return k.Sem(p.Name), true
+	case FamSemTomb:
+		return k.SemTomb(p.Name), true
 	case FamCatalog:
 		return k.Catalog(), true
 	case FamMeta:

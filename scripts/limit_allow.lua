@@ -1,0 +1,50 @@
+-- limit_allow: take tokens from a GCRA limiter (the algorithm of redis-cell
+-- and go-redis/redis_rate), on the server's clock.
+-- KEYS[1]  fleet:limit:<name>  string: the theoretical arrival time (TAT),
+--          server µs; TTL = until the limiter is full again
+-- ARGV[1]  n, the tokens asked for (1 <= n <= burst)
+-- ARGV[2]  the emission interval in µs: one token comes back every interval
+-- ARGV[3]  burst: the most tokens that can go at once after a rest
+-- ARGV[4]  the mode: '0' all n now or none; '1' as many as there are now,
+--          up to n, else book one ahead; '2' all n now, else book n ahead.
+--          A booked token is taken now (the arrival time moves) but may
+--          only be used after retry_after: a caller that wakes late loses
+--          nothing, and waiters line up instead of racing.
+-- returns  {taken, remaining, retry_after_us, reset_after_us}: taken is
+--          the tokens taken or booked (0: denied; then nothing changes);
+--          remaining the tokens left now; retry_after_us -1 when taken for
+--          now, else how long until the tokens asked (or booked) can be
+--          used; reset_after_us how long until the limiter is full again.
+--          A WRONGTYPE error, nothing changed, when the key holds another
+--          type or a string that is no number.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local v = redis.call('GET', KEYS[1])
+local tat = now
+if v then
+  tat = tonumber(v)
+  if not tat then
+    return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ' holds no arrival time')
+  end
+  if tat < now then tat = now end
+end
+local n = tonumber(ARGV[1])
+local iv = tonumber(ARGV[2])
+local burst = tonumber(ARGV[3])
+local avail = math.floor((now + burst * iv - tat) / iv)
+if avail < 0 then avail = 0 end
+local take = n
+if ARGV[4] == '1' and avail < n then take = avail end
+if take < 1 or take > avail then
+  local need = n
+  if ARGV[4] == '1' then need = 1 end
+  if ARGV[4] == '0' then
+    return {0, avail, tat + (need - burst) * iv - now, tat - now}
+  end
+  local btat = tat + need * iv
+  redis.call('SET', KEYS[1], string.format('%d', btat), 'PX', math.ceil((btat - now) / 1000))
+  return {need, 0, btat - burst * iv - now, btat - now}
+end
+local ntat = tat + take * iv
+redis.call('SET', KEYS[1], string.format('%d', ntat), 'PX', math.ceil((ntat - now) / 1000))
+return {take, avail - take, -1, ntat - now}

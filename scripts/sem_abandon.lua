@@ -1,0 +1,33 @@
+-- sem_abandon: undo an acquire (or a release) whose caller is gone (its
+-- ctx ended, or its connection broke, while the script was in flight),
+-- whether that script already ran or is still on its way.
+-- KEYS[1]  fleet:sem:<name>
+-- KEYS[2]  fleet:semtomb:<name>  (same slot)
+-- ARGV[1]  the abandoned token
+-- ARGV[2]  how long the tombstone holds, in milliseconds; 0 for none (a
+--          release whose outcome is unknown)
+-- returns  1 when the token held a permit and it was freed, else 0. With a
+--          tombstone, the token goes in KEYS[2] (score: server ms until
+--          which it holds; expired members are pruned and the key expires
+--          with its last member), which makes a late sem_acquire of that
+--          token take nothing. Keys of another type are left alone: an
+--          acquire fails on them anyway.
+local freed = 0
+local d = redis.pcall('ZREM', KEYS[1], ARGV[1])
+if d == 1 then
+  freed = 1
+end
+local ms = tonumber(ARGV[2])
+if ms <= 0 then
+  return freed
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if type(redis.pcall('ZSCORE', KEYS[2], ARGV[1])) == 'table' then
+  return freed
+end
+redis.call('ZADD', KEYS[2], now + ms, ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
+redis.call('PEXPIREAT', KEYS[2], last[2])
+return freed

@@ -1,0 +1,24 @@
+-- sem_extend: push a held permit's lease to hold from now.
+-- KEYS[1]  fleet:sem:<name>  zset: token -> server ms when its lease ends
+-- ARGV[1]  the caller's token
+-- ARGV[2]  the new hold in milliseconds
+-- returns  1 when extended; 0 when the lease had ended (its token is
+--          dropped if still there) or was never there; a WRONGTYPE error,
+--          nothing changed, when the key holds another type. The key's TTL
+--          follows its last member.
+local d = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not d then
+  return 0
+end
+local t = redis.call('TIME')
+local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = math.floor(us / 1000)
+if tonumber(d) <= now then
+  redis.call('ZREM', KEYS[1], ARGV[1])
+  return 0
+end
+-- The lease ends hold after now, rounded up to the ms: never sooner.
+redis.call('ZADD', KEYS[1], math.ceil(us / 1000) + tonumber(ARGV[2]), ARGV[1])
+local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+redis.call('PEXPIREAT', KEYS[1], last[2])
+return 1

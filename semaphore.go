@@ -1,0 +1,268 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/fleet-go/fleet/internal/keys"
+)
+
+var (
+	semAcquireScript = rueidis.NewLuaScriptRetryable(mustRead("sem_acquire.lua"))
+	semReleaseScript = rueidis.NewLuaScript(mustRead("sem_release.lua"))
+	semExtendScript  = rueidis.NewLuaScriptRetryable(mustRead("sem_extend.lua"))
+	semAbandonScript = rueidis.NewLuaScriptRetryable(mustRead("sem_abandon.lua"))
+)
+
+// Semaphore is a fleet-wide counting semaphore (fleet:sem:<name>): at most
+// limit permits are held at once, each a lease with a random token, judged
+// on the server's clock. A crashed holder's permit comes back after its
+// Hold; only the holder can release or extend it. For a limit per key ("3
+// sessions per account"), use one semaphore per name. Every process must
+// use the same limit for a name: each acquire counts against the limit it
+// is given. A Semaphore is safe for concurrent use.
+type Semaphore struct {
+	f     *Fleet
+	name  string
+	key   string
+	tomb  string
+	limit int
+	err   error
+}
+
+// SemOptions says how to take a permit.
+type SemOptions struct {
+	// Hold is the lease: a crashed holder's permit comes back after Hold.
+	// Required, > 0. The lease is counted from just before the acquire was
+	// sent (see Lease.Deadline).
+	Hold time.Duration
+	// Wait bounds how long Acquire blocks while every permit is held. Zero
+	// fails at once. Waiters wake when a holder releases (client-side
+	// caching invalidation), when the first lease ends, or on a capped,
+	// jittered backoff as the fallback. ctx bounds the wait too.
+	Wait time.Duration
+}
+
+// Semaphore returns the semaphore name with limit permits. A bad name or
+// limit makes every call return ErrInvalidArgument (see Err), naming the
+// field; nothing is stored.
+func (f *Fleet) Semaphore(name string, limit int) *Semaphore {
+	s := &Semaphore{f: f, name: name, key: f.keys.Sem(name), tomb: f.keys.SemTomb(name), limit: limit}
+	if err := keys.Check(keys.KindSemaphore, name); err != nil {
+		s.err = fmt.Errorf("%w: name: %w", ErrInvalidArgument, err)
+	} else if limit <= 0 {
+		s.err = fmt.Errorf("%w: limit %d must be > 0", ErrInvalidArgument, limit)
+	}
+	return s
+}
+
+// Name returns the semaphore's name.
+func (s *Semaphore) Name() string { return s.name }
+
+// Limit returns how many permits may be held at once.
+func (s *Semaphore) Limit() int { return s.limit }
+
+// Err returns the error every call of the Semaphore would return for its
+// name or limit (ErrInvalidArgument), or nil.
+func (s *Semaphore) Err() error { return s.err }
+
+func (s *Semaphore) check(ctx context.Context, hold time.Duration) error {
+	if s.err != nil {
+		return s.err
+	}
+	if hold <= 0 {
+		return fmt.Errorf("%w: hold %v must be > 0", ErrInvalidArgument, hold)
+	}
+	return s.f.alive(ctx)
+}
+
+// Acquire takes one permit for opts.Hold, waiting up to opts.Wait while
+// all are held. As with Lock.Acquire, the lease it returns has more than a
+// small margin left before its Deadline, and a ctx that ends while the
+// script is in flight leaves nothing held (fleet:semtomb:<name> stops a
+// late script). It returns ErrNotObtained when the wait runs out,
+// ErrInvalidArgument for Hold <= 0 or Wait < 0 (or a bad name or limit),
+// ErrWrongType when a key holds something else (nothing changes), and
+// ctx's error when ctx ends first.
+func (s *Semaphore) Acquire(ctx context.Context, opts SemOptions) (*Lease, error) {
+	if err := s.check(ctx, opts.Hold); err != nil {
+		return nil, opErr("semaphore acquire", s.name, err)
+	}
+	if opts.Wait < 0 {
+		return nil, opErr("semaphore acquire", s.name, fmt.Errorf("%w: wait %v is negative", ErrInvalidArgument, opts.Wait))
+	}
+	lease, err := s.acquire(ctx, opts)
+	return lease, opErr("semaphore acquire", s.name, err)
+}
+
+func (s *Semaphore) acquire(ctx context.Context, opts SemOptions) (*Lease, error) {
+	until := time.Now().Add(opts.Wait)
+	for {
+		lease, next, err := s.try(ctx, newToken(), opts.Hold)
+		if lease == nil && err == nil {
+			if opts.Wait == 0 {
+				return nil, ErrNotObtained
+			}
+			lease, err = s.wait(ctx, opts.Hold, until, next)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if time.Until(lease.Deadline()) > leaseMargin(opts.Hold) {
+			return lease, nil
+		}
+		// Expired on arrival: give the permit back and try again.
+		if err := lease.Release(ctx); err != nil && !errors.Is(err, ErrLeaseLost) {
+			s.abandon(lease.token, opts.Hold, false)
+		}
+		if !time.Now().Before(until) {
+			return nil, ErrNotObtained
+		}
+	}
+}
+
+// try runs the acquire script once. It returns the lease (its deadline
+// counted from just before the send), or how long until the first lease
+// ends (-1 when unknown). When the script's outcome is unknown it abandons
+// token.
+func (s *Semaphore) try(ctx context.Context, token string, hold time.Duration) (*Lease, time.Duration, error) {
+	sent := time.Now()
+	res, err := semAcquireScript.Exec(ctx, s.f.client, []string{s.key, s.tomb},
+		[]string{token, millis(hold), strconv.Itoa(s.limit)}).AsIntSlice()
+	if err != nil {
+		if outcomeUnknown(err) {
+			s.abandon(token, hold, true)
+		}
+		return nil, 0, err
+	}
+	if len(res) != 2 {
+		return nil, 0, fmt.Errorf("fleet: semaphore acquire: unexpected reply of %d elements", len(res))
+	}
+	if res[0] != 1 {
+		if res[1] < 0 {
+			return nil, -1, nil
+		}
+		return nil, time.Duration(res[1]) * time.Millisecond, nil
+	}
+	if res[1] < int64(s.limit) {
+		// Permits are left: pass a wake-up on to another local waiter.
+		s.f.watch.wakeOne(s.key)
+	}
+	return &Lease{sem: s, token: token, deadline: sent.Add(hold)}, 0, nil
+}
+
+// wait blocks until a permit is taken, until comes, ctx ends or the Fleet
+// closes. Waiters wake on the invalidation of the key (a release or an
+// acquire anywhere), on a release of this process, when the first lease
+// ends, or on a capped, jittered backoff as the fallback.
+func (s *Semaphore) wait(ctx context.Context, hold time.Duration, until time.Time, next time.Duration) (lease *Lease, err error) {
+	deadline := time.NewTimer(time.Until(until))
+	defer deadline.Stop()
+	watch := s.f.watch
+	g := watch.join(s.key)
+	defer watch.leave(s.key, g)
+	defer func() {
+		if err != nil {
+			// A waiter that gives up may have taken a wake-up meant for
+			// another: pass it on.
+			poke(g.one)
+		}
+	}()
+	bo := backoff{min: 2 * time.Millisecond, max: 250 * time.Millisecond}
+	for {
+		wait := bo.next()
+		if s.f.cache {
+			// Arm the server's invalidation for the key, and catch a
+			// release that came between the failed try and now.
+			n, err := s.f.client.DoCache(ctx, s.f.client.B().Zcard().Key(s.key).Cache(), s.f.cacheTTL).AsInt64()
+			if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+				return nil, err
+			}
+			if err == nil && n < int64(s.limit) {
+				wait = 0
+			}
+			// With invalidations on, the backoff only covers a missed one.
+			wait = min(wait*8, time.Second)
+		}
+		if next >= 0 && wait > next {
+			wait = next
+		}
+		if wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil, ctx.Err()
+			case <-deadline.C:
+				t.Stop()
+				return nil, ErrNotObtained
+			case <-s.f.done:
+				t.Stop()
+				return nil, ErrClosed
+			case <-g.one:
+			case <-t.C:
+			}
+			t.Stop()
+		}
+		if lease, next, err = s.try(ctx, newToken(), hold); lease != nil || err != nil {
+			return lease, err
+		}
+	}
+}
+
+// abandon undoes, in the background, a call of token whose outcome is
+// unknown (Fleet.abandon): it frees the permit if token holds it, and with
+// tomb leaves a tombstone that makes a late acquire script of token take
+// nothing.
+func (s *Semaphore) abandon(token string, hold time.Duration, tomb bool) {
+	tombMs := "0"
+	if tomb {
+		tombMs = millis(hold + lockTombMargin)
+	}
+	keys, args := []string{s.key, s.tomb}, []string{token, tombMs}
+	s.f.abandon("semaphore "+s.name, hold+lockTombMargin, func(ctx context.Context) error {
+		return semAbandonScript.Exec(ctx, s.f.client, keys, args).Error()
+	})
+}
+
+// release gives l's permit back (Lease.Release).
+func (s *Semaphore) release(ctx context.Context, l *Lease) error {
+	if err := s.f.alive(ctx); err != nil {
+		return opErr("semaphore release", s.name, err)
+	}
+	n, err := semReleaseScript.Exec(ctx, s.f.client, []string{s.key}, []string{l.token}).AsInt64()
+	if err != nil {
+		return opErr("semaphore release", s.name, err)
+	}
+	l.lose()
+	if n != 1 {
+		return opErr("semaphore release", s.name, ErrLeaseLost)
+	}
+	// Wake a waiter of this process at once; those of other processes wake
+	// on the invalidation of the key.
+	s.f.watch.wakeOne(s.key)
+	return nil
+}
+
+// extend pushes l's lease to hold from now (Lease.Extend).
+func (s *Semaphore) extend(ctx context.Context, l *Lease, hold time.Duration) error {
+	if err := s.check(ctx, hold); err != nil {
+		return opErr("semaphore extend", s.name, err)
+	}
+	sent := time.Now()
+	n, err := semExtendScript.Exec(ctx, s.f.client, []string{s.key}, []string{l.token, millis(hold)}).AsInt64()
+	if err != nil {
+		return opErr("semaphore extend", s.name, err)
+	}
+	if n != 1 {
+		l.lose()
+		return opErr("semaphore extend", s.name, ErrLeaseLost)
+	}
+	l.setDeadline(sent.Add(hold))
+	return nil
+}
