@@ -1,0 +1,285 @@
+package fleet
+
+// This file runs one task of a batch worker: the handler under its lease
+// (kept alive by a timer), and the outcome: ack (and take the next),
+// nack, dead letter, release.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// handle runs one task with its lease kept alive, and ends it by its
+// outcome. It returns the next task when the ack took one (finish).
+func (b *batch[C, O, P]) handle(run, soft context.Context, s *Slot[C, O], t *Task[P]) *Task[P] {
+	next, end := b.handleTask(run, soft, s, t)
+	if b.w.opts.OnTaskEnd != nil {
+		b.w.opts.OnTaskEnd(t.ID, end)
+	}
+	return next
+}
+
+// finish acks a task that succeeded. While the queue has more, it takes the
+// next task in the same call (queue_reserve.lua acks first), so that a busy
+// slot makes one round trip per task and never waits on the fetcher. It
+// takes nothing when the task's ack is not the plain one (a unique window,
+// result retention), when the queue is paused, or when caching is off (the
+// pause flag could not be read for free).
+func (b *batch[C, O, P]) finish(ctx, soft context.Context, t *Task[P]) (*Task[P], error) {
+	q := t.q
+	if !b.mayTake(ctx, soft, t) {
+		return nil, t.Ack(ctx)
+	}
+	tasks, st, err := q.reserveAs(ctx, 1, false, b.w.name(), t)
+	q.f.taskEnded(ctx, q.name, t.ID, TaskProcessed, st.acked == 1)
+	switch {
+	case st.acked == 0:
+		err = errors.Join(fmt.Errorf("%w: task %s", ErrLeaseLost, t.ID), err)
+	case st.acked == 1 && err != nil:
+		// Acked; only the take failed: the fetcher takes over.
+		b.w.log.Warn("fleet: worker reserve failed", "queue", q.name, "err", err)
+		err = nil
+	}
+	if err != nil {
+		err = queueErr("ack", q.name, err)
+	}
+	if len(tasks) == 0 {
+		b.more.Store(false)
+		if st.acked == 1 && err == nil && st.limited == 0 {
+			b.drained.Store(true)
+			if b.takes != nil {
+				b.takes.tookNone(ctx, q.name)
+			}
+		}
+		return nil, err
+	}
+	return tasks[0], err
+}
+
+// mayTake reports whether finish may take the next task with t's ack.
+func (b *batch[C, O, P]) mayTake(ctx, soft context.Context, t *Task[P]) bool {
+	q := t.q
+	if soft.Err() != nil || !q.plainAck(t) {
+		return false
+	}
+	if b.takes == nil {
+		return b.more.Load() && q == b.q && !b.paused(ctx, q.k.Paused)
+	}
+	// NewPriorityWorker: only from where its priorities say (last: it
+	// counts the pick).
+	return !b.paused(ctx, q.k.Paused) && b.takes.takeFrom(q.name)
+}
+
+// paused reports whether the queue is paused, read through the client-side
+// cache (free while the flag does not change); without caching it says
+// true, so that only the fetcher, which polls the flag, reserves.
+func (b *batch[C, O, P]) paused(ctx context.Context, key string) bool {
+	f := b.w.f
+	if !f.cache {
+		return true
+	}
+	v, err := f.client.DoCache(ctx, f.client.B().Get().Key(key).Cache(), f.cacheTTL).ToString()
+	if rueidis.IsRedisNil(err) {
+		return false
+	}
+	return err != nil || v != ""
+}
+
+func (b *batch[C, O, P]) handleTask(run, soft context.Context, s *Slot[C, O], t *Task[P]) (*Task[P], error) {
+	w := b.w
+	margin := leaseMargin(t.q.opts.Lease)
+	if time.Until(t.Deadline()) < margin {
+		// The reserve's reply came too late (held back, a stalled server, a
+		// paused process): another worker may get the task any moment.
+		// Never start it; hand it back uncounted if it is still ours.
+		b.release(t)
+		return nil, fmt.Errorf("task %s: %w: its lease ran out before it could start", t.ID, ErrLeaseLost)
+	}
+	s.st.busy.Store(true)
+	defer s.st.busy.Store(false)
+	tctx, cancel := context.WithCancelCause(run)
+	defer cancel(nil)
+	defer b.cancels.start(t.ID, cancel)()
+	var hctx context.Context = tctx
+	if to := w.opts.TaskTimeout; to > 0 {
+		var hcancel context.CancelFunc
+		hctx, hcancel = context.WithTimeoutCause(tctx, to, w.timeoutCause)
+		defer hcancel()
+	}
+	hctx = &leaseCtx{Context: hctx, end: t.proven.Load, margin: margin, cancel: cancel} // outermost: its Err is the one called
+	k := b.keep(tctx, t, cancel)
+	err := protect(func() error { return b.runHandler(hctx, s, t) })
+	k.stop()
+	cause := context.Cause(hctx)
+
+	ectx, ecancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer ecancel()
+	switch {
+	case err == nil:
+		// Acked even when the lease could not be proven at the end: the
+		// ack's owner check refuses it if another took the task meanwhile.
+		next, aerr := b.finish(ectx, soft, t)
+		if aerr != nil {
+			aerr = fmt.Errorf("task %s: ack: %w", t.ID, aerr)
+			b.failed(s, aerr)
+			return next, aerr
+		}
+		s.st.done.Add(1)
+		w.done.Add(1)
+		w.succeed()
+		return next, nil
+	case errors.Is(cause, ErrCanceled):
+		return nil, b.endCanceled(ectx, t, err)
+	case errors.Is(cause, ErrLeaseLost):
+		// The handler was stopped because the lease could no longer be
+		// proven: not the task's fault. Hand it back uncounted if it is
+		// still ours (else the sweeper has it, or already gave it away).
+		b.release(t)
+		err = fmt.Errorf("task %s: %w", t.ID, cause)
+		b.failed(s, err)
+		return nil, err
+	case errors.Is(cause, ErrTaskTimeout):
+		err = fmt.Errorf("%w: %w", cause, err)
+	case run.Err() != nil:
+		// Stop's deadline cut it off: interrupted, not failed.
+		b.release(t)
+		return nil, err
+	case errors.Is(err, ErrRateLimited):
+		// Not a failure: the task waits out the limit, uncounted (queue_limit.go).
+		if serr := t.snoozeLimited(ectx, err); serr != nil {
+			w.log.Warn("fleet: worker could not snooze a rate-limited task", "task", t.ID, "err", serr)
+		}
+		return nil, err
+	}
+	var pe *PanicError
+	if errors.As(err, &pe) {
+		w.log.Error("fleet: task handler panicked", "task", t.ID, "panic", fmt.Sprint(pe.Value), "stack", string(pe.Stack))
+	}
+	var eerr error
+	if errors.Is(err, ErrPermanent) {
+		eerr = t.DeadLetter(ectx, err)
+	} else {
+		eerr = t.Nack(ectx, err)
+	}
+	if eerr != nil {
+		w.log.Warn("fleet: worker could not end a failed task", "task", t.ID, "err", eerr)
+	}
+	b.failed(s, fmt.Errorf("task %s: %w", t.ID, err))
+	return nil, err
+}
+
+func (b *batch[C, O, P]) failed(s *Slot[C, O], err error) {
+	s.st.failed.Add(1)
+	b.w.failed.Add(1)
+	b.w.fail(err, true)
+}
+
+// leaseCtx is a handler's ctx whose Err also looks at the clock: a lease
+// that ran out (less the margin) cancels it at once, with ErrLeaseLost, even
+// before keep's timer fired. A process resumed after a pause (SIGSTOP, a
+// frozen VM) runs its goroutines before its timers; without this, the
+// handler's next ctx.Err() could still say nil past the lease.
+type leaseCtx struct {
+	context.Context
+	end    func() int64 // the proven deadline, as monoNow
+	margin time.Duration
+	cancel context.CancelCauseFunc
+}
+
+func (c *leaseCtx) Err() error {
+	if err := c.Context.Err(); err != nil {
+		return err
+	}
+	if monoNow() > c.end()-int64(c.margin) {
+		c.cancel(fmt.Errorf("%w: the lease ran out before an extension was confirmed", ErrLeaseLost))
+	}
+	return c.Context.Err()
+}
+
+// keeper keeps one task's lease alive while its handler runs, from a timer:
+// no goroutine of its own while nothing is due. Every LeaseExtend (a third
+// of the lease by default) it extends the lease. It cancels the handler's
+// ctx with ErrLeaseLost when Redis says the lease is lost, and also when
+// the lease it can prove runs out (Task.Deadline, less leaseMargin) before
+// an extension was confirmed: Redis unreachable, or too slow to answer.
+// From then on a sweeper may give the task to another worker, so the
+// handler must stop: a task never runs on two workers at once, beyond the
+// margin.
+type keeper[C, O, P any] struct {
+	b      *batch[C, O, P]
+	ctx    context.Context
+	t      *Task[P]
+	cancel context.CancelCauseFunc
+	every  time.Duration
+	margin time.Duration
+
+	mu      sync.Mutex // held while a tick runs, so that stop waits for it
+	stopped bool
+	timer   *time.Timer
+	extend  int64 // monoNow at which the next extension is due
+}
+
+// keep starts the keeper of t.
+func (b *batch[C, O, P]) keep(ctx context.Context, t *Task[P], cancel context.CancelCauseFunc) *keeper[C, O, P] {
+	lease := t.q.opts.Lease
+	k := &keeper[C, O, P]{b: b, ctx: ctx, t: t, cancel: cancel, every: b.w.opts.LeaseExtend, margin: leaseMargin(lease)}
+	if k.every == 0 {
+		k.every = lease / 3
+	}
+	k.every = max(k.every, time.Millisecond)
+	k.extend = monoNow() + int64(k.every)
+	k.mu.Lock()
+	k.timer = time.AfterFunc(k.wait(), k.tick)
+	k.mu.Unlock()
+	return k
+}
+
+// wait is how long until the next tick: the next extension, or the end of
+// the proven lease, whichever comes first.
+func (k *keeper[C, O, P]) wait() time.Duration {
+	end := k.t.proven.Load() - int64(k.margin)
+	return time.Duration(min(k.extend, end) - monoNow())
+}
+
+func (k *keeper[C, O, P]) tick() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.stopped || k.ctx.Err() != nil {
+		return
+	}
+	now := monoNow()
+	if now >= k.t.proven.Load()-int64(k.margin) {
+		k.cancel(fmt.Errorf("%w: no extension confirmed before the lease ran out", ErrLeaseLost))
+		return
+	}
+	if now >= k.extend {
+		k.extend = now + int64(k.every)
+		ectx, ecancel := context.WithDeadline(k.ctx, k.t.Deadline().Add(-k.margin))
+		err := k.t.Extend(ectx, k.t.q.opts.Lease)
+		ecancel()
+		switch {
+		case errors.Is(err, ErrLeaseLost):
+			k.cancel(err)
+			return
+		case err != nil && k.ctx.Err() == nil:
+			k.b.w.log.Warn("fleet: worker could not extend a lease", "task", k.t.ID, "err", err)
+		}
+	}
+	if !k.stopped {
+		k.timer.Reset(k.wait())
+	}
+}
+
+// stop ends the keeper; it waits for a tick in progress (an extension in
+// flight) to end.
+func (k *keeper[C, O, P]) stop() {
+	k.mu.Lock()
+	k.stopped = true
+	k.timer.Stop()
+	k.mu.Unlock()
+}
