@@ -64,7 +64,10 @@ func (b *batch[C, O, P]) finish(ctx, soft context.Context, t *Task[P]) (*Task[P]
 // mayTake reports whether finish may take the next task with t's ack.
 func (b *batch[C, O, P]) mayTake(ctx, soft context.Context, t *Task[P]) bool {
 	q := t.q
-	if soft.Err() != nil || !q.plainAck(t) {
+	if soft.Err() != nil || !q.plainAck(t) || len(b.free) > 0 {
+		// Another slot is free too: hand the slot back, so that the
+		// fetcher reserves for all of them in one call (a reserve of n
+		// tasks costs Redis far less than n takes).
 		return false
 	}
 	if b.takes == nil {
