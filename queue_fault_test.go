@@ -18,7 +18,7 @@ import (
 // reservation (ZREM from :processing, RPUSH of the body) and reserves it
 // again (LPOP, ZADD with its own deadline, HSET of the body), without
 // knowing the lease hash. The late fleet holder's Ack, Nack, Extend,
-// Release and Bury all get ErrLeaseLost and change nothing.
+// Release and DeadLetter all get ErrLeaseLost and change nothing.
 func TestQueueOwnerCheckHoldsAgainstForeignRequeue(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
 		t.Parallel()
