@@ -67,8 +67,14 @@ func Example() {
 	for end := time.Now().Add(10 * time.Second); len(spans.GetSpans()) < 2 && time.Now().Before(end); {
 		time.Sleep(time.Millisecond) // the handler span ends as the handler returns
 	}
-	s := spans.GetSpans()
-	fmt.Println(s[0].Name, "->", s[1].Name, "same trace:", s[1].Parent.SpanID() == s[0].SpanContext.SpanID())
+	// The two spans may end in either order (the handler can finish before
+	// Submit returns): find them by name.
+	byName := map[string]tracetest.SpanStub{}
+	for _, s := range spans.GetSpans() {
+		byName[s.Name] = s
+	}
+	sub, proc := byName["submit crawl"], byName["process crawl"]
+	fmt.Println(sub.Name, "->", proc.Name, "same trace:", proc.Parent.SpanID() == sub.SpanContext.SpanID())
 
 	var rm metricdata.ResourceMetrics
 	_ = reader.Collect(ctx, &rm)
