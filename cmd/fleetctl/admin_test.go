@@ -2,11 +2,9 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/fleet-go/fleet"
 	"github.com/fleet-go/fleet/internal/redistest"
@@ -17,18 +15,7 @@ import (
 // names exit 4, config get/set/patch round-trip, and --json errors are JSON.
 func TestFleetctlAdmin(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
-		prefix := redistest.Prefix(t, tg)
-		layout := fleet.LayoutCompat
-		if tg.Tagged {
-			layout = fleet.LayoutTagged
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		f, err := fleet.Open(ctx, fleet.Options{URL: tg.URL, Prefix: prefix, Layout: layout})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
+		ctx, f, conn, prefix := openTarget(t, tg)
 		p := fleet.NewPool[string, tags](f, "cookies", fleet.PoolOptions{})
 		if _, err := p.Put(ctx, "c", tags{Region: "eu"}, 0); err != nil {
 			t.Fatal(err)
@@ -50,7 +37,6 @@ func TestFleetctlAdmin(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		conn := []string{"--url", tg.URL, "--prefix", prefix, "--layout", string(layout)}
 		run := func(args ...string) (string, string, int) {
 			t.Helper()
 			return fctl(t, append(append([]string{}, conn...), args...)...)

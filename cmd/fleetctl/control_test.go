@@ -1,10 +1,8 @@
 package main
 
 import (
-	"context"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/fleet-go/fleet"
 	"github.com/fleet-go/fleet/internal/redistest"
@@ -14,18 +12,7 @@ import (
 // unknown queue is "not found".
 func TestFleetctlControl(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
-		prefix := redistest.Prefix(t, tg)
-		layout := fleet.LayoutCompat
-		if tg.Tagged {
-			layout = fleet.LayoutTagged
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		f, err := fleet.Open(ctx, fleet.Options{URL: tg.URL, Prefix: prefix, Layout: layout})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
+		ctx, f, conn, _ := openTarget(t, tg)
 		q := fleet.NewQueue[job](f, "jobs", fleet.QueueOptions{})
 		if _, err := q.Submit(ctx, job{N: 1}); err != nil {
 			t.Fatal(err)
@@ -33,7 +20,6 @@ func TestFleetctlControl(t *testing.T) {
 		if err := fleet.AddSchedule(ctx, q, "hourly", fleet.Cron("@hourly"), job{N: 2}, fleet.ScheduleOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		conn := []string{"--url", tg.URL, "--prefix", prefix, "--layout", string(layout)}
 		out, errOut, code := fctl(t, append(conn, "pause", "jobs")...)
 		if code != 0 || !strings.Contains(out, "paused=true") {
 			t.Fatalf("pause: %d %q %q", code, out, errOut)

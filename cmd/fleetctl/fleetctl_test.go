@@ -93,18 +93,7 @@ type tags struct {
 
 func TestFleetctl(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
-		prefix := redistest.Prefix(t, tg)
-		layout := fleet.LayoutCompat
-		if tg.Tagged {
-			layout = fleet.LayoutTagged
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		f, err := fleet.Open(ctx, fleet.Options{URL: tg.URL, Prefix: prefix, Layout: layout})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
+		ctx, f, conn, prefix := openTarget(t, tg)
 		q := fleet.NewQueue[job](f, "jobs", fleet.QueueOptions{})
 		for i := range 3 {
 			if _, err := q.Submit(ctx, job{N: i}); err != nil {
@@ -133,7 +122,6 @@ func TestFleetctl(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		conn := []string{"--url", tg.URL, "--prefix", prefix, "--layout", string(layout)}
 		runJSON := func(v any, args ...string) {
 			t.Helper()
 			out, errOut, code := fctl(t, append(append([]string{"--json"}, conn...), args...)...)
@@ -287,4 +275,24 @@ func TestFleetctlMigrate(t *testing.T) {
 	if _, _, code := fctl(t, "--url", single.URL, "migrate"); code != 2 {
 		t.Fatalf("migrate without --to: exit %d, want 2", code)
 	}
+}
+
+// openTarget opens a Fleet on target tg under a prefix of the test's own,
+// closed at cleanup, and returns it with a ctx bounded by a minute and the
+// connection flags that point fleetctl at the same fleet.
+func openTarget(t *testing.T, tg redistest.Target) (context.Context, *fleet.Fleet, []string, string) {
+	t.Helper()
+	prefix := redistest.Prefix(t, tg)
+	layout := fleet.LayoutCompat
+	if tg.Tagged {
+		layout = fleet.LayoutTagged
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	f, err := fleet.Open(ctx, fleet.Options{URL: tg.URL, Prefix: prefix, Layout: layout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return ctx, f, []string{"--url", tg.URL, "--prefix", prefix, "--layout", string(layout)}, prefix
 }
