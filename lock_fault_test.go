@@ -467,9 +467,15 @@ func TestLockLeaseDelayedReply(t *testing.T) {
 				l, err := lk.Acquire(c, fleet.LockOptions{Hold: hold, Wait: wait})
 				done <- result{l, err, time.Now()}
 			}()
-			// The script ran (the server holds the lock), and its hold ran
-			// out on the server, before the reply gets through.
-			waitFor(t, 5*time.Second, func() bool { _, ok := rawGet(t, raw, "fleet:lock:slow"); return ok }, "the acquire never reached the server")
+			// The script ran (the fence rose past the warm-up's: a counter,
+			// so a busy machine cannot miss it the way it can miss the
+			// 300 ms the lock key lives), and its hold ran out on the
+			// server, before the reply gets through.
+			waitFor(t, 10*time.Second, func() bool {
+				v, _ := rawGet(t, raw, "fleet:fence:slow")
+				n, _ := strconv.ParseInt(v, 10, 64)
+				return n > warm.Fence()
+			}, "the acquire never reached the server")
 			waitFor(t, 5*time.Second, func() bool { _, ok := rawGet(t, raw, "fleet:lock:slow"); return !ok }, "the lock never expired on the server")
 			p.Thaw()
 			var r result
