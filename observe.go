@@ -29,14 +29,21 @@ type Observer struct {
 	// body, as the optional "trace" object (SCHEMA.md); nil or empty writes
 	// no field. It may return a func that the submit calls once with its
 	// outcome: how many tasks it wrote (a duplicate of a live dedup key
-	// writes none) and its error. The tasks that schedules submit
-	// (AddSchedule) are not reported.
+	// writes none) and its error. A scheduler (RunScheduler) reports the
+	// tasks of a schedule's ticks the same way, with SubmitEvent.Schedule
+	// set: each process that runs a scheduler tries each tick, and the one
+	// whose try wrote the task reports written 1, the others 0.
 	Submit func(ctx context.Context, e SubmitEvent) (trace map[string]string, done func(written int, err error))
 	// TaskEnded is called for each task that a call of this Fleet ended:
 	// acked (Task.Ack, or a worker's ack), retried or dead-lettered
 	// (Task.Nack, Task.DeadLetter, a cancel, a poisoned body at reserve). A
-	// lease that runs out is re-queued by a sweeper, and not reported.
+	// lease that runs out is ended by a sweeper, and reported to Swept.
 	TaskEnded func(ctx context.Context, e TaskEndEvent)
+	// Swept is called after a sweep (RunSweeper, Sweep) of a queue changed
+	// something, with what it did: the leases that ran out, re-queued or
+	// dead-lettered, and the scheduled tasks it moved and the dead letters
+	// it trimmed. Counts, not ids: a sweep handles tasks in batches.
+	Swept func(ctx context.Context, e SweepEvent)
 	// LockWaited is called when Lock.Acquire (and so Lock.Do) returns,
 	// with how long it took.
 	LockWaited func(ctx context.Context, e LockWaitEvent)
@@ -55,6 +62,25 @@ type SubmitEvent struct {
 	NotBefore time.Time
 	// DedupKey is SubmitOptions.DedupKey.
 	DedupKey string
+	// Schedule names the schedule (AddSchedule) whose ticks these tasks
+	// are, when a scheduler submits them; "" for a Submit call.
+	Schedule string
+}
+
+// SweepEvent is what Observer.Swept sees of a sweep of one queue.
+type SweepEvent struct {
+	// Queue is the queue's name.
+	Queue string
+	// Requeued counts the reservations whose lease ran out that went back
+	// on the queue for another attempt.
+	Requeued int
+	// DeadLettered counts the reservations whose lease ran out that went
+	// to the dead letters (no attempts left, or a body that is not a task).
+	DeadLettered int
+	// Moved counts the due scheduled tasks moved onto the queue.
+	Moved int
+	// Trimmed counts the dead letters dropped by the queue's bounds.
+	Trimmed int
 }
 
 // TaskOutcome is how a task's run ended.
@@ -117,6 +143,22 @@ type ClaimWaitEvent struct {
 	Err error
 }
 
+// swept tells the Observer what a sweep of queue did, when it did
+// anything.
+func (f *Fleet) swept(ctx context.Context, e SweepEvent) {
+	if f.obs != nil && f.obs.Swept != nil && e.Requeued+e.DeadLettered+e.Moved+e.Trimmed > 0 {
+		f.obs.Swept(ctx, e)
+	}
+}
+
+// TraceContext returns the trace context that the task's body carries
+// (its optional "trace" field, written at submit by an Observer such as
+// fleetotel's; SCHEMA.md), such as {"traceparent": "00-..."}: what a
+// handler needs to link work it hands on to the submit's trace. It returns
+// nil when the body has none, or when the field is not an object of
+// strings. Each call returns a new map.
+func (t *Task[T]) TraceContext() map[string]string { return decodeTrace(t.trace) }
+
 // obsStart returns the time to measure a wait from: 0 without an
 // Observer, so that nothing reads the clock when none is installed.
 func (f *Fleet) obsStart() int64 {
@@ -133,14 +175,16 @@ func (f *Fleet) observeSubmit(ctx context.Context, queue string, ids, bodies []s
 	if f.obs == nil { // inlined: without an Observer, this check is all
 		return nil
 	}
-	return f.observeSubmitSlow(ctx, queue, ids, bodies, notBefore, dedup)
+	return f.observeSubmitSlow(ctx, SubmitEvent{Queue: queue, IDs: ids, NotBefore: notBefore, DedupKey: dedup}, bodies)
 }
 
-func (f *Fleet) observeSubmitSlow(ctx context.Context, queue string, ids, bodies []string, notBefore time.Time, dedup string) submitDone {
+// observeSubmitSlow tells the Observer of submit e, and adds the trace
+// context it returns to bodies (in place).
+func (f *Fleet) observeSubmitSlow(ctx context.Context, e SubmitEvent, bodies []string) submitDone {
 	if f.obs.Submit == nil {
 		return nil
 	}
-	tr, done := f.obs.Submit(ctx, SubmitEvent{Queue: queue, IDs: ids, NotBefore: notBefore, DedupKey: dedup})
+	tr, done := f.obs.Submit(ctx, e)
 	if field := traceField(tr); field != "" {
 		for i, b := range bodies {
 			bodies[i] = b[:len(b)-1] + field + "}"
@@ -163,7 +207,7 @@ func (f *Fleet) observeSubmitOneSlow(ctx context.Context, queue, id string, body
 		return nil
 	}
 	bodies := []string{*body}
-	done := f.observeSubmitSlow(ctx, queue, []string{id}, bodies, notBefore, dedup)
+	done := f.observeSubmitSlow(ctx, SubmitEvent{Queue: queue, IDs: []string{id}, NotBefore: notBefore, DedupKey: dedup}, bodies)
 	*body = bodies[0]
 	return done
 }

@@ -49,7 +49,49 @@ func (r *recorder) observer() *fleet.Observer {
 		ClaimWaited: func(_ context.Context, e fleet.ClaimWaitEvent) {
 			r.note("claim %s claimed=%v err=%v waited=%v", e.Pool, e.Claimed, e.Err, waited(e.Claimed, e.Wait))
 		},
+		Swept: func(_ context.Context, e fleet.SweepEvent) {
+			r.note("swept %s requeued=%d dead=%d moved=%d trimmed=%d", e.Queue, e.Requeued, e.DeadLettered, e.Moved, e.Trimmed)
+		},
 	}
+}
+
+// TestObserverSwept: a sweep that finds expired leases tells Swept once per
+// queue with what it did; a sweep that does nothing tells nothing.
+func TestObserverSwept(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		t.Parallel()
+		r := &recorder{}
+		e := open(t, tg, func(o *fleet.Options) { o.Observer = r.observer() })
+		c := ctx(t)
+		qo := fleet.QueueOptions{MaxAttempts: 2, Lease: 200 * time.Millisecond}
+		q := fleet.NewQueue[job](e.F, "swept", qo)
+		if _, err := q.SubmitMany(c, []job{jobN(1), jobN(2), jobN(3)}); err != nil {
+			t.Fatal(err)
+		}
+		tasks, err := q.Reserve(c, 2, 0)
+		if err != nil || len(tasks) != 2 {
+			t.Fatalf("reserve %d %v", len(tasks), err)
+		}
+		time.Sleep(time.Until(tasks[1].Deadline()) + 50*time.Millisecond)
+		r.take()
+		waitFor(t, 10*time.Second, func() bool {
+			st, err := e.F.Sweep(c, fleet.SweeperOptions{Queue: qo})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return st.Requeued == 2
+		}, "the sweep never re-queued the 2 expired leases")
+		ev := r.take()
+		if !slices.Equal(ev, []string{"swept swept requeued=2 dead=0 moved=0 trimmed=0"}) {
+			t.Fatalf("events %q", ev)
+		}
+		if _, err := e.F.Sweep(c, fleet.SweeperOptions{Queue: qo}); err != nil {
+			t.Fatal(err)
+		}
+		if ev := r.take(); len(ev) != 0 {
+			t.Fatalf("a sweep that did nothing told %q", ev)
+		}
+	})
 }
 
 // waited spells a wait as "ok": above zero, and for one that got nothing,
@@ -219,7 +261,15 @@ func TestObserverTraceTolerant(t *testing.T) {
 			}
 		}
 		w := fleet.NewBatchWorker(e.F, fleet.WorkerOptions{Type: "tol", ID: "w1", Slots: 1, Middleware: []fleet.Middleware{capture}}, q,
-			fleet.BatchFunc[wcfg, out, job](func(ctx context.Context, s *fleet.Slot[wcfg, out], tk *fleet.Task[job]) error { return nil }))
+			fleet.BatchFunc[wcfg, out, job](func(ctx context.Context, s *fleet.Slot[wcfg, out], tk *fleet.Task[job]) error {
+				// The handler sees what the middleware saw.
+				mu.Lock()
+				defer mu.Unlock()
+				if tc := tk.TraceContext(); fmt.Sprint(tc) != fmt.Sprint(seen[tk.ID]) {
+					return fmt.Errorf("%w: TraceContext %v, TaskInfo.Trace %v", fleet.ErrPermanent, tc, seen[tk.ID])
+				}
+				return nil
+			}))
 		startWorker(t, w)
 		waitFor(t, 10*time.Second, func() bool { return w.Stats().Done == 6 }, "not all done: %+v", w.Stats())
 		mu.Lock()

@@ -142,7 +142,7 @@ func (s *scheduler) round(ctx context.Context, now time.Time) (time.Time, error)
 			s.handled[name] = last
 			continue
 		}
-		if err := s.fire(ctx, k.Def, k.Last, f.keys.Queue(queue).Pending, name, info.Payload, ticks); err != nil {
+		if err := s.fire(ctx, k.Def, k.Last, queue, name, info.Payload, ticks); err != nil {
 			first = cmpErr(first, fmt.Errorf("schedule %q: %w", name, err))
 			continue
 		}
@@ -207,23 +207,35 @@ func dueTicks(sp Spec, info ScheduleInfo, last, now time.Time) []tick {
 // reply, the ticks were handled or not at all: the next round tries again,
 // and the script makes a second try a no-op for those the first one
 // handled.
-func (s *scheduler) fire(ctx context.Context, def, last, pending, name string, payload []byte, ticks []tick) error {
+func (s *scheduler) fire(ctx context.Context, def, last, queue, name string, payload []byte, ticks []tick) error {
+	pending := s.f.keys.Queue(queue).Pending
 	nameJSON, _ := json.Marshal(name) // a string always encodes
+	var ids, bodies []string
+	for _, t := range ticks {
+		if !t.submit {
+			continue
+		}
+		id, err := newTaskID()
+		if err != nil {
+			return err
+		}
+		body := newBody(id, payload, "")
+		ids, bodies = append(ids, id), append(bodies, body[:len(body)-1]+`,"schedule":`+string(nameJSON)+`,"tick":`+strconv.FormatInt(t.ms, 10)+"}")
+	}
+	var done submitDone
+	if len(ids) > 0 && s.f.obs != nil {
+		done = s.f.observeSubmitSlow(ctx, SubmitEvent{Queue: queue, IDs: ids, Schedule: name}, bodies)
+	}
 	args := make([]string, 0, 2*len(ticks))
 	for _, t := range ticks {
-		ms := strconv.FormatInt(t.ms, 10)
 		body := ""
 		if t.submit {
-			id, err := newTaskID()
-			if err != nil {
-				return err
-			}
-			body = newBody(id, payload, "")
-			body = body[:len(body)-1] + `,"schedule":` + string(nameJSON) + `,"tick":` + ms + "}"
+			body, bodies = bodies[0], bodies[1:]
 		}
-		args = append(args, ms, body)
+		args = append(args, strconv.FormatInt(t.ms, 10), body)
 	}
 	n, err := scheduleFireScript.Exec(ctx, s.f.client, []string{def, last, pending}, args).AsInt64()
+	done.call(int(max(n, 0)), err)
 	if err != nil {
 		return err
 	}

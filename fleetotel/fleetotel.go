@@ -27,6 +27,9 @@
 //   - fleet.tasks.retried {task}: failed runs scheduled for another attempt.
 //   - fleet.tasks.dead_lettered {task}: tasks moved to the dead letters
 //     (past their attempts, buried, cancelled, or a poisoned body).
+//   - fleet.tasks.lease_expired {task}: reservations whose lease ran out,
+//     found by a sweeper (RunSweeper, Sweep) of a Fleet with the Observer;
+//     each is counted as failed and as retried or dead-lettered too.
 //
 // Histograms:
 //
@@ -45,8 +48,9 @@
 // (waiting for a retry or a delayed start) and fleet.queue.dead (dead
 // letters), all {task}.
 //
-// Counts come from the calls of the Fleets that have the Observer: a
-// lease that runs out is re-queued by a sweeper, and counted by none.
+// Counts come from the calls of the Fleets that have the Observer: a task
+// is counted by the Fleet that submitted it, the one that ended its run,
+// and, when its lease ran out, the one whose sweeper found it.
 //
 // # Traces
 //
@@ -60,6 +64,13 @@
 // linked to the submit span instead. A body without the field (submitted
 // without a tracer, or by another client) makes a handler span of its own.
 // With a no-op tracer no span is made and no field is written.
+//
+// A scheduler's ticks (fleet.RunScheduler) make submit spans too, with
+// fleet.schedule.name: every process that runs a scheduler tries each
+// tick, so a tick makes one span per scheduler, and only the one that wrote
+// the task has fleet.submit.written 1 (and the task's handler span as a
+// child). A handler that hands work on reads its task's trace context with
+// fleet.Task.TraceContext (or TaskInfo.Trace in a middleware).
 package fleetotel
 
 import (
@@ -114,7 +125,7 @@ type Telemetry struct {
 	linkOnly  bool
 	lockNames bool
 
-	submitted, processed, failed, retried, dead metric.Int64Counter
+	submitted, processed, failed, retried, dead, expired metric.Int64Counter
 	process, lockWait, claimWait                metric.Float64Histogram
 	gDepth, gInFlight, gScheduled, gDead        metric.Int64ObservableGauge
 
@@ -171,6 +182,7 @@ func New(opts Options) (*Telemetry, error) {
 	t.failed = counter("fleet.tasks.failed", "Task runs that failed: each is retried or dead-lettered.")
 	t.retried = counter("fleet.tasks.retried", "Failed task runs scheduled for another attempt.")
 	t.dead = counter("fleet.tasks.dead_lettered", "Tasks moved to the dead letters.")
+	t.expired = counter("fleet.tasks.lease_expired", "Reservations whose lease ran out, found by a sweeper.")
 	t.process = seconds("messaging.process.duration", "Duration of task handler runs.")
 	t.lockWait = seconds("fleet.lock.wait.duration", "Time Lock.Acquire took, waiting included.")
 	t.claimWait = seconds("fleet.pool.claim.wait.duration", "Time a pool Claim took, waiting included.")
@@ -215,6 +227,7 @@ func (t *Telemetry) Observer() *fleet.Observer {
 	return &fleet.Observer{
 		Submit:      t.submit,
 		TaskEnded:   t.taskEnded,
+		Swept:       t.swept,
 		LockWaited:  t.lockWaited,
 		ClaimWaited: t.claimWaited,
 	}
@@ -229,6 +242,9 @@ func (t *Telemetry) submit(ctx context.Context, e fleet.SubmitEvent) (map[string
 		} else {
 			span.SetAttributes(attribute.Int("messaging.batch.message_count", len(e.IDs)))
 		}
+		if e.Schedule != "" {
+			span.SetAttributes(attribute.String("fleet.schedule.name", e.Schedule))
+		}
 	}
 	var carrier propagation.MapCarrier
 	if span.SpanContext().IsValid() {
@@ -238,6 +254,9 @@ func (t *Telemetry) submit(ctx context.Context, e fleet.SubmitEvent) (map[string
 	return carrier, func(n int, err error) {
 		if n > 0 {
 			t.submitted.Add(ctx, int64(n), a.submitAdd...)
+		}
+		if e.Schedule != "" && span.IsRecording() {
+			span.SetAttributes(attribute.Int("fleet.submit.written", n))
 		}
 		if err != nil {
 			span.SetAttributes(attribute.String("error.type", errorType(err)))
@@ -259,6 +278,22 @@ func (t *Telemetry) taskEnded(ctx context.Context, e fleet.TaskEndEvent) {
 	case fleet.TaskDeadLettered:
 		t.failed.Add(ctx, 1, set...)
 		t.dead.Add(ctx, 1, set...)
+	}
+}
+
+func (t *Telemetry) swept(ctx context.Context, e fleet.SweepEvent) {
+	n := e.Requeued + e.DeadLettered
+	if n == 0 {
+		return
+	}
+	set := t.queue(e.Queue).queueAdd
+	t.expired.Add(ctx, int64(n), set...)
+	t.failed.Add(ctx, int64(n), set...)
+	if e.Requeued > 0 {
+		t.retried.Add(ctx, int64(e.Requeued), set...)
+	}
+	if e.DeadLettered > 0 {
+		t.dead.Add(ctx, int64(e.DeadLettered), set...)
 	}
 }
 
