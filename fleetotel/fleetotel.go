@@ -126,8 +126,8 @@ type Telemetry struct {
 	lockNames bool
 
 	submitted, processed, failed, retried, dead, expired metric.Int64Counter
-	process, lockWait, claimWait                metric.Float64Histogram
-	gDepth, gInFlight, gScheduled, gDead        metric.Int64ObservableGauge
+	process, lockWait, claimWait                         metric.Float64Histogram
+	gDepth, gInFlight, gScheduled, gDead                 metric.Int64ObservableGauge
 
 	attrs sync.Map // queue name -> *queueAttrs
 }
