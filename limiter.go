@@ -206,6 +206,7 @@ func (l *Limiter) take(ctx context.Context, n int, mode string) (got, remaining 
 	if res[2] >= 0 {
 		wait = max(time.Duration(res[2])*time.Microsecond, time.Microsecond)
 	}
+	l.f.limited(ctx, l.name, n, int(res[0]), wait)
 	return int(res[0]), int(res[1]), wait, time.Duration(res[3]) * time.Microsecond, nil
 }
 

@@ -2,10 +2,7 @@ package fleet
 
 import (
 	"context"
-	"encoding/json"
-	"maps"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/fleet-go/fleet/internal/keys"
@@ -50,6 +47,13 @@ type Observer struct {
 	// ClaimWaited is called when a pool's Claim (and so Do) returns, with
 	// how long it took.
 	ClaimWaited func(ctx context.Context, e ClaimWaitEvent)
+	// Limited is called for each decision of a Limiter (Allow, Wait, and
+	// the reserves of a queue with a RateLimit): one call per round trip
+	// to the limiter, once its reply is in.
+	Limited func(ctx context.Context, e LimitEvent)
+	// SemaphoreWaited is called when Semaphore.Acquire returns, with how
+	// long it took.
+	SemaphoreWaited func(ctx context.Context, e SemaphoreWaitEvent)
 }
 
 // SubmitEvent is what Observer.Submit sees of a submit.
@@ -151,13 +155,57 @@ func (f *Fleet) swept(ctx context.Context, e SweepEvent) {
 	}
 }
 
-// TraceContext returns the trace context that the task's body carries
-// (its optional "trace" field, written at submit by an Observer such as
-// fleetotel's; SCHEMA.md), such as {"traceparent": "00-..."}: what a
-// handler needs to link work it hands on to the submit's trace. It returns
-// nil when the body has none, or when the field is not an object of
-// strings. Each call returns a new map.
-func (t *Task[T]) TraceContext() map[string]string { return decodeTrace(t.trace) }
+// LimitEvent is what Observer.Limited sees of one decision of a Limiter.
+type LimitEvent struct {
+	// Limiter is the limiter's name.
+	Limiter string
+	// Tokens is how many tokens the call asked for.
+	Tokens int
+	// Taken is how many it took (or booked ahead): 0 when it was denied.
+	Taken int
+	// Delay is how long until the tokens taken can be used (0: at once),
+	// or, when none were taken, until they could be.
+	Delay time.Duration
+}
+
+// Outcome names the decision: "allowed" (tokens taken for now),
+// "delayed" (booked ahead: the caller waits Delay) or "denied" (none).
+func (e LimitEvent) Outcome() string {
+	switch {
+	case e.Taken == 0:
+		return "denied"
+	case e.Delay > 0:
+		return "delayed"
+	}
+	return "allowed"
+}
+
+// SemaphoreWaitEvent is what Observer.SemaphoreWaited sees of an acquire.
+type SemaphoreWaitEvent struct {
+	// Semaphore is the semaphore's name.
+	Semaphore string
+	// Wait is how long Acquire took.
+	Wait time.Duration
+	// Obtained says whether it took a permit.
+	Obtained bool
+	// Err is Acquire's error: ErrNotObtained when the wait ran out.
+	Err error
+}
+
+// limited tells the Observer of a decision of limiter.
+func (f *Fleet) limited(ctx context.Context, limiter string, tokens, taken int, delay time.Duration) {
+	if f.obs != nil && f.obs.Limited != nil {
+		f.obs.Limited(ctx, LimitEvent{Limiter: limiter, Tokens: tokens, Taken: taken, Delay: delay})
+	}
+}
+
+// semaphoreWaited tells the Observer how an acquire of sem that began at
+// start (obsStart) went.
+func (f *Fleet) semaphoreWaited(ctx context.Context, sem string, start int64, obtained bool, err error) {
+	if f.obs != nil && f.obs.SemaphoreWaited != nil {
+		f.obs.SemaphoreWaited(ctx, SemaphoreWaitEvent{Semaphore: sem, Wait: time.Duration(monoNow() - start), Obtained: obtained, Err: err})
+	}
+}
 
 // obsStart returns the time to measure a wait from: 0 without an
 // Observer, so that nothing reads the clock when none is installed.
@@ -227,122 +275,6 @@ func (d submitDone) call(written int, err error) {
 	if d != nil {
 		d(written, err)
 	}
-}
-
-// traceField spells the body field `,"trace":{...}` for a trace context,
-// or "" for none. Keys are sorted, as encoding/json sorts them.
-func traceField(tr map[string]string) string {
-	if len(tr) == 0 {
-		return ""
-	}
-	var b strings.Builder
-	b.WriteString(`,"trace":{`)
-	if len(tr) == 1 { // the usual traceparent alone: nothing to sort
-		for k, v := range tr {
-			writeJSONString(&b, k)
-			b.WriteByte(':')
-			writeJSONString(&b, v)
-		}
-		b.WriteByte('}')
-		return b.String()
-	}
-	for i, k := range slices.Sorted(maps.Keys(tr)) {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		writeJSONString(&b, k)
-		b.WriteByte(':')
-		writeJSONString(&b, tr[k])
-	}
-	b.WriteByte('}')
-	return b.String()
-}
-
-// writeJSONString writes s as a JSON string: as it is when it is printable
-// ASCII without quotes or backslashes (a traceparent always is), else as
-// encoding/json spells it.
-func writeJSONString(b *strings.Builder, s string) {
-	if htmlSafeASCII(s) {
-		b.WriteByte('"')
-		b.WriteString(s)
-		b.WriteByte('"')
-		return
-	}
-	q, _ := json.Marshal(s) // a string always encodes
-	b.Write(q)
-}
-
-// htmlSafeASCII reports whether s needs no escaping in a JSON string, nor
-// any in encoding/json's HTML-safe form.
-func htmlSafeASCII(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			return false
-		}
-	}
-	return true
-}
-
-// decodeTrace reads a body's "trace" field: nil when it is missing or is
-// not an object of strings.
-func decodeTrace(raw json.RawMessage) map[string]string {
-	if len(raw) == 0 {
-		return nil
-	}
-	m, ok := decodeFlat(raw)
-	if !ok && json.Unmarshal(raw, &m) != nil {
-		return nil
-	}
-	if len(m) == 0 {
-		return nil
-	}
-	return m
-}
-
-// decodeFlat reads {"k":"v",...} spelled as traceField spells it: no white
-// space, no escapes, ASCII. Anything else is not ok, for encoding/json to
-// read (or refuse).
-func decodeFlat(b []byte) (map[string]string, bool) {
-	if len(b) < 2 || b[0] != '{' || b[len(b)-1] != '}' {
-		return nil, false
-	}
-	b = b[1 : len(b)-1]
-	m := make(map[string]string, 2)
-	for len(b) > 0 {
-		k, rest, ok := flatString(b)
-		if !ok || len(rest) == 0 || rest[0] != ':' {
-			return nil, false
-		}
-		v, rest, ok := flatString(rest[1:])
-		if !ok {
-			return nil, false
-		}
-		m[k] = v
-		if len(rest) == 0 {
-			break
-		}
-		if rest[0] != ',' || len(rest) == 1 {
-			return nil, false
-		}
-		b = rest[1:]
-	}
-	return m, true
-}
-
-// flatString reads a JSON string without escapes at the start of b.
-func flatString(b []byte) (string, []byte, bool) {
-	if len(b) < 2 || b[0] != '"' {
-		return "", nil, false
-	}
-	for i := 1; i < len(b); i++ {
-		switch c := b[i]; {
-		case c == '"':
-			return string(b[1:i]), b[i+1:], true
-		case c == '\\' || c < 0x20 || c > 0x7e:
-			return "", nil, false
-		}
-	}
-	return "", nil, false
 }
 
 // taskEnded tells the Observer that task id of queue ended with outcome,

@@ -96,7 +96,9 @@ func (s *Semaphore) Acquire(ctx context.Context, opts SemOptions) (*Lease, error
 	if opts.Wait < 0 {
 		return nil, opErr("semaphore acquire", s.name, fmt.Errorf("%w: wait %v is negative", ErrInvalidArgument, opts.Wait))
 	}
+	start := s.f.obsStart()
 	lease, err := s.acquire(ctx, opts)
+	s.f.semaphoreWaited(ctx, s.name, start, lease != nil, err)
 	return lease, opErr("semaphore acquire", s.name, err)
 }
 

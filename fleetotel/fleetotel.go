@@ -41,6 +41,14 @@
 //     fleet.lock.name when Options.LockNames is set.
 //   - fleet.pool.claim.wait.duration (s): each pool Claim (and Do), with
 //     fleet.pool.name and fleet.claim.outcome (claimed, none, error).
+//   - fleet.semaphore.wait.duration (s): each Semaphore.Acquire, with
+//     fleet.semaphore.outcome (obtained, not_obtained, error), and
+//     fleet.semaphore.name when Options.LimitNames is set.
+//
+// Limiter decisions: fleet.limiter.decisions {decision}, a counter of the
+// round trips to a Limiter (Allow, Wait, a rate-limited queue's reserves),
+// with fleet.limiter.outcome (allowed, delayed: booked ahead, denied), and
+// fleet.limiter.name when Options.LimitNames is set.
 //
 // Observable gauges, by queue, read by [Telemetry.ObserveQueues] in one
 // round trip per queue at each collection: fleet.queue.depth (pending
@@ -114,19 +122,26 @@ type Options struct {
 	// off when lock names are many (one per URL, per user): each name is a
 	// time series. Defaults to false.
 	LockNames bool
+	// LimitNames adds fleet.limiter.name to the limiter decisions and
+	// fleet.semaphore.name to the semaphore wait histogram. Leave it off
+	// when there is a limiter or semaphore per site, per account: each name
+	// is a time series. Defaults to false.
+	LimitNames bool
 }
 
 // Telemetry reports a fleet's work to OpenTelemetry. Make it with New; it
 // is safe for concurrent use, and starts no goroutine.
 type Telemetry struct {
-	tracer    trace.Tracer
-	meter     metric.Meter
-	prop      propagation.TextMapPropagator
-	linkOnly  bool
-	lockNames bool
+	tracer     trace.Tracer
+	meter      metric.Meter
+	prop       propagation.TextMapPropagator
+	linkOnly   bool
+	lockNames  bool
+	limitNames bool
 
 	submitted, processed, failed, retried, dead, expired metric.Int64Counter
-	process, lockWait, claimWait                         metric.Float64Histogram
+	limits                                               metric.Int64Counter
+	process, lockWait, claimWait, semWait                metric.Float64Histogram
 	gDepth, gInFlight, gScheduled, gDead                 metric.Int64ObservableGauge
 
 	attrs sync.Map // queue name -> *queueAttrs
@@ -158,7 +173,7 @@ func New(opts Options) (*Telemetry, error) {
 		prop = propagation.TraceContext{}
 	}
 	t := &Telemetry{tracer: tp.Tracer(ScopeName), meter: mp.Meter(ScopeName), prop: prop,
-		linkOnly: opts.LinkOnly, lockNames: opts.LockNames}
+		linkOnly: opts.LinkOnly, lockNames: opts.LockNames, limitNames: opts.LimitNames}
 	m := t.meter
 	var errs []error
 	counter := func(name, desc string) metric.Int64Counter {
@@ -186,6 +201,10 @@ func New(opts Options) (*Telemetry, error) {
 	t.process = seconds("messaging.process.duration", "Duration of task handler runs.")
 	t.lockWait = seconds("fleet.lock.wait.duration", "Time Lock.Acquire took, waiting included.")
 	t.claimWait = seconds("fleet.pool.claim.wait.duration", "Time a pool Claim took, waiting included.")
+	t.semWait = seconds("fleet.semaphore.wait.duration", "Time Semaphore.Acquire took, waiting included.")
+	var err error
+	t.limits, err = m.Int64Counter("fleet.limiter.decisions", metric.WithUnit("{decision}"), metric.WithDescription("Decisions of fleet-wide rate limiters."))
+	errs = append(errs, err)
 	t.gDepth = gauge("fleet.queue.depth", "Tasks pending on the queue.")
 	t.gInFlight = gauge("fleet.queue.in_flight", "Tasks reserved by workers.")
 	t.gScheduled = gauge("fleet.queue.scheduled", "Tasks waiting for a retry or a delayed start.")
@@ -225,11 +244,13 @@ func (t *Telemetry) queue(name string) *queueAttrs {
 // Observer returns the hooks to set in fleet.Options.Observer.
 func (t *Telemetry) Observer() *fleet.Observer {
 	return &fleet.Observer{
-		Submit:      t.submit,
-		TaskEnded:   t.taskEnded,
-		Swept:       t.swept,
-		LockWaited:  t.lockWaited,
-		ClaimWaited: t.claimWaited,
+		Submit:          t.submit,
+		TaskEnded:       t.taskEnded,
+		Swept:           t.swept,
+		LockWaited:      t.lockWaited,
+		ClaimWaited:     t.claimWaited,
+		Limited:         t.limited,
+		SemaphoreWaited: t.semaphoreWaited,
 	}
 }
 
@@ -298,18 +319,38 @@ func (t *Telemetry) swept(ctx context.Context, e fleet.SweepEvent) {
 }
 
 func (t *Telemetry) lockWaited(ctx context.Context, e fleet.LockWaitEvent) {
-	outcome := "obtained"
-	switch {
-	case errors.Is(e.Err, fleet.ErrNotObtained):
-		outcome = "not_obtained"
-	case e.Err != nil || !e.Obtained:
-		outcome = "error"
-	}
-	attrs := []attribute.KeyValue{attribute.String("fleet.lock.outcome", outcome)}
+	attrs := []attribute.KeyValue{attribute.String("fleet.lock.outcome", waitOutcome(e.Obtained, e.Err))}
 	if t.lockNames {
 		attrs = append(attrs, attribute.String("fleet.lock.name", e.Lock))
 	}
 	t.lockWait.Record(ctx, e.Wait.Seconds(), metric.WithAttributes(attrs...))
+}
+
+func (t *Telemetry) limited(ctx context.Context, e fleet.LimitEvent) {
+	attrs := []attribute.KeyValue{attribute.String("fleet.limiter.outcome", e.Outcome())}
+	if t.limitNames {
+		attrs = append(attrs, attribute.String("fleet.limiter.name", e.Limiter))
+	}
+	t.limits.Add(ctx, 1, metric.WithAttributes(attrs...))
+}
+
+func (t *Telemetry) semaphoreWaited(ctx context.Context, e fleet.SemaphoreWaitEvent) {
+	attrs := []attribute.KeyValue{attribute.String("fleet.semaphore.outcome", waitOutcome(e.Obtained, e.Err))}
+	if t.limitNames {
+		attrs = append(attrs, attribute.String("fleet.semaphore.name", e.Semaphore))
+	}
+	t.semWait.Record(ctx, e.Wait.Seconds(), metric.WithAttributes(attrs...))
+}
+
+// waitOutcome names how a lock or semaphore acquire ended.
+func waitOutcome(obtained bool, err error) string {
+	switch {
+	case errors.Is(err, fleet.ErrNotObtained):
+		return "not_obtained"
+	case err != nil || !obtained:
+		return "error"
+	}
+	return "obtained"
 }
 
 func (t *Telemetry) claimWaited(ctx context.Context, e fleet.ClaimWaitEvent) {

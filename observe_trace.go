@@ -1,0 +1,136 @@
+package fleet
+
+import (
+	"encoding/json"
+	"maps"
+	"slices"
+	"strings"
+)
+
+// A task's trace context travels in its body as the optional "trace"
+// object (SCHEMA.md): written at submit when an Observer returns one, read
+// back at reserve for TaskInfo.Trace and Task.TraceContext.
+
+// TraceContext returns the trace context that the task's body carries
+// (its optional "trace" field, written at submit by an Observer such as
+// fleetotel's; SCHEMA.md), such as {"traceparent": "00-..."}: what a
+// handler needs to link work it hands on to the submit's trace. It returns
+// nil when the body has none, or when the field is not an object of
+// strings. Each call returns a new map.
+func (t *Task[T]) TraceContext() map[string]string { return decodeTrace(t.trace) }
+
+// traceField spells the body field `,"trace":{...}` for a trace context,
+// or "" for none. Keys are sorted, as encoding/json sorts them.
+func traceField(tr map[string]string) string {
+	if len(tr) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString(`,"trace":{`)
+	if len(tr) == 1 { // the usual traceparent alone: nothing to sort
+		for k, v := range tr {
+			writeJSONString(&b, k)
+			b.WriteByte(':')
+			writeJSONString(&b, v)
+		}
+		b.WriteByte('}')
+		return b.String()
+	}
+	for i, k := range slices.Sorted(maps.Keys(tr)) {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		writeJSONString(&b, k)
+		b.WriteByte(':')
+		writeJSONString(&b, tr[k])
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+// writeJSONString writes s as a JSON string: as it is when it is printable
+// ASCII without quotes or backslashes (a traceparent always is), else as
+// encoding/json spells it.
+func writeJSONString(b *strings.Builder, s string) {
+	if htmlSafeASCII(s) {
+		b.WriteByte('"')
+		b.WriteString(s)
+		b.WriteByte('"')
+		return
+	}
+	q, _ := json.Marshal(s) // a string always encodes
+	b.Write(q)
+}
+
+// htmlSafeASCII reports whether s needs no escaping in a JSON string, nor
+// any in encoding/json's HTML-safe form.
+func htmlSafeASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
+}
+
+// decodeTrace reads a body's "trace" field: nil when it is missing or is
+// not an object of strings.
+func decodeTrace(raw json.RawMessage) map[string]string {
+	if len(raw) == 0 {
+		return nil
+	}
+	m, ok := decodeFlat(raw)
+	if !ok && json.Unmarshal(raw, &m) != nil {
+		return nil
+	}
+	if len(m) == 0 {
+		return nil
+	}
+	return m
+}
+
+// decodeFlat reads {"k":"v",...} spelled as traceField spells it: no white
+// space, no escapes, ASCII. Anything else is not ok, for encoding/json to
+// read (or refuse).
+func decodeFlat(b []byte) (map[string]string, bool) {
+	if len(b) < 2 || b[0] != '{' || b[len(b)-1] != '}' {
+		return nil, false
+	}
+	b = b[1 : len(b)-1]
+	m := make(map[string]string, 2)
+	for len(b) > 0 {
+		k, rest, ok := flatString(b)
+		if !ok || len(rest) == 0 || rest[0] != ':' {
+			return nil, false
+		}
+		v, rest, ok := flatString(rest[1:])
+		if !ok {
+			return nil, false
+		}
+		m[k] = v
+		if len(rest) == 0 {
+			break
+		}
+		if rest[0] != ',' || len(rest) == 1 {
+			return nil, false
+		}
+		b = rest[1:]
+	}
+	return m, true
+}
+
+// flatString reads a JSON string without escapes at the start of b.
+func flatString(b []byte) (string, []byte, bool) {
+	if len(b) < 2 || b[0] != '"' {
+		return "", nil, false
+	}
+	for i := 1; i < len(b); i++ {
+		switch c := b[i]; {
+		case c == '"':
+			return string(b[1:i]), b[i+1:], true
+		case c == '\\' || c < 0x20 || c > 0x7e:
+			return "", nil, false
+		}
+	}
+	return "", nil, false
+}
