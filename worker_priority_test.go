@@ -146,3 +146,39 @@ func TestPriorityBadInput(t *testing.T) {
 		t.Fatalf("refused workers wrote %v", ks)
 	}
 }
+
+// TestPriorityRateLimited: a rate-limited queue under a priority worker
+// runs at its limit, not at the config poll: the fetcher sleeps until the
+// limiter's next token instead of taking the queue for empty, and the
+// other queue keeps running meanwhile.
+func TestPriorityRateLimited(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		t.Parallel()
+		var decisions atomic.Int64
+		e := open(t, tg, func(o *fleet.Options) {
+			o.Observer = &fleet.Observer{Limited: func(context.Context, fleet.LimitEvent) { decisions.Add(1) }}
+		})
+		lim := e.F.Limiter("prio-limited", fleet.LimitOptions{Rate: 20})
+		limited := fleet.NewQueue[job](e.F, "limited", fleet.QueueOptions{RateLimit: lim})
+		free := fleet.NewQueue[job](e.F, "free", fleet.QueueOptions{})
+		fill(t, limited, 10, 0)
+		fill(t, free, 10, 1)
+		var counts [2]atomic.Int64
+		w := fleet.NewPriorityWorker(e.F, fleet.WorkerOptions{Type: "prio", ID: "w1", Slots: 2, ConfigPoll: time.Hour}, fleet.PriorityStrict,
+			[]fleet.WeightedQueue[job]{{Queue: limited, Weight: 2}, {Queue: free, Weight: 1}},
+			fleet.BatchFunc[wcfg, out, job](func(ctx context.Context, s *fleet.Slot[wcfg, out], tk *fleet.Task[job]) error {
+				counts[tk.Payload.N].Add(1)
+				return nil
+			}))
+		startWorker(t, w)
+		// 10 tokens at 20/s come within about half a second; the config
+		// poll (an hour) would take far longer than the 20 s allowed.
+		waitFor(t, 20*time.Second, func() bool { return counts[0].Load() == 10 && counts[1].Load() == 10 },
+			"handled %d limited, %d free", counts[0].Load(), counts[1].Load())
+		// Each task takes a token in one decision; a fetcher that spun on
+		// the limited queue would ask thousands of times.
+		if n := decisions.Load(); n > 40 {
+			t.Fatalf("%d limiter decisions for 10 tasks: the fetcher spins", n)
+		}
+	})
+}
