@@ -422,6 +422,41 @@ func points(t *testing.T, m metricdata.Metrics) []string {
 	return out
 }
 
+// checkMetrics asserts that the kit's metrics are exactly want (name ->
+// points as points spells them), each in its unit: seconds for durations,
+// {decision} for limiter decisions, {task} for the rest.
+func (k *kit) checkMetrics(t *testing.T, want map[string][]string) {
+	t.Helper()
+	got := k.metricsOf(t)
+	if len(got) != len(want) {
+		names := make([]string, 0, len(got))
+		for n := range got {
+			names = append(names, n)
+		}
+		slices.Sort(names)
+		t.Fatalf("metrics %q, want %d", names, len(want))
+	}
+	for name, pts := range want {
+		m, ok := got[name]
+		if !ok {
+			t.Fatalf("no metric %s", name)
+		}
+		unit := "{task}"
+		switch {
+		case strings.HasSuffix(name, ".duration"):
+			unit = "s"
+		case name == "fleet.limiter.decisions":
+			unit = "{decision}"
+		}
+		if m.Unit != unit {
+			t.Fatalf("%s: unit %q, want %q", name, m.Unit, unit)
+		}
+		if g := points(t, m); !slices.Equal(g, pts) {
+			t.Fatalf("%s:\n got %q\nwant %q", name, g, pts)
+		}
+	}
+}
+
 // TestMetrics: the exact instruments, units, attributes and values after
 // submits, runs that succeed, fail and retry, fail for good; lock and claim
 // waits; and the queue gauges, named and from the registry.
@@ -510,36 +545,7 @@ func TestMetrics(t *testing.T) {
 			"fleet.queue.scheduled": {idleQ + "1"},
 			"fleet.queue.dead":      {idleQ + "0"},
 		}
-		units := map[string]string{"messaging.process.duration": "s", "fleet.lock.wait.duration": "s", "fleet.pool.claim.wait.duration": "s"}
-		check := func(want map[string][]string) {
-			t.Helper()
-			got := k.metricsOf(t)
-			if len(got) != len(want) {
-				names := make([]string, 0, len(got))
-				for n := range got {
-					names = append(names, n)
-				}
-				slices.Sort(names)
-				t.Fatalf("metrics %q, want %d", names, len(want))
-			}
-			for name, pts := range want {
-				m, ok := got[name]
-				if !ok {
-					t.Fatalf("no metric %s", name)
-				}
-				unit := units[name]
-				if unit == "" {
-					unit = "{task}"
-				}
-				if m.Unit != unit {
-					t.Fatalf("%s: unit %q", name, m.Unit)
-				}
-				if g := points(t, m); !slices.Equal(g, pts) {
-					t.Fatalf("%s:\n got %q\nwant %q", name, g, pts)
-				}
-			}
-		}
-		check(want)
+		k.checkMetrics(t, want)
 		if err := named.Unregister(); err != nil {
 			t.Fatal(err)
 		}
@@ -554,7 +560,7 @@ func TestMetrics(t *testing.T) {
 		want["fleet.queue.in_flight"] = []string{idleQ + "0", q1 + "0"}
 		want["fleet.queue.scheduled"] = []string{idleQ + "1", q1 + "0"}
 		want["fleet.queue.dead"] = []string{idleQ + "0", q1 + "2"}
-		check(want)
+		k.checkMetrics(t, want)
 	})
 }
 

@@ -3,7 +3,6 @@ package fleetotel_test
 import (
 	"context"
 	"errors"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -62,40 +61,16 @@ func TestSweepCounted(t *testing.T) {
 			"fleet.tasks.failed":             {q1 + "2"},
 			"fleet.tasks.retried":            {q1 + "2"},
 		}
-		k.checkCounters(t, want)
+		k.checkMetrics(t, want)
 		lapse(1) // both dead: no attempts left
 		want["fleet.tasks.lease_expired"] = []string{q1 + "4"}
 		want["fleet.tasks.failed"] = []string{q1 + "4"}
 		want["fleet.tasks.dead_lettered"] = []string{q1 + "2"}
-		k.checkCounters(t, want)
+		k.checkMetrics(t, want)
 		if st, err := f.QueueStats(ctx, "sweep"); err != nil || st.Dead != 2 || st.Pending != 0 || st.InFlight != 0 {
 			t.Fatalf("stats %+v, %v", st, err)
 		}
 	})
-}
-
-// checkCounters asserts that the kit's metrics are exactly want (name ->
-// points as points spells them).
-func (k *kit) checkCounters(t *testing.T, want map[string][]string) {
-	t.Helper()
-	got := k.metricsOf(t)
-	if len(got) != len(want) {
-		var names []string
-		for n := range got {
-			names = append(names, n)
-		}
-		slices.Sort(names)
-		t.Fatalf("metrics %q, want %d", names, len(want))
-	}
-	for name, pts := range want {
-		m, ok := got[name]
-		if !ok {
-			t.Fatalf("no metric %s", name)
-		}
-		if g := points(t, m); !slices.Equal(g, pts) {
-			t.Fatalf("%s:\n got %q\nwant %q", name, g, pts)
-		}
-	}
 }
 
 // TestScheduleTraced: two processes run a scheduler for the same schedule
