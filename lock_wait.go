@@ -141,51 +141,77 @@ func (l *Lock) wait(ctx context.Context, token string, hold time.Duration, until
 	}()
 	bo := backoff{min: 2 * time.Millisecond, max: 250 * time.Millisecond}
 	for {
-		wait := bo.next()
-		if l.f.cache {
-			// Arm the server's invalidation for the key, and catch a
-			// release that came between the failed try and now.
+		// Arm the server's invalidation for the key, and catch a release
+		// that came between the failed try and now.
+		d, err := l.f.napFor(&bo, pttl, func() (bool, error) {
 			held, err := l.f.track(ctx, l.key)
-			if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+			return err == nil && held == nil, err
+		})
+		if err != nil {
+			return nil, err
+		}
+		if d > 0 {
+			got, delivered, err := l.f.nap(ctx, d, deadline.C, g.one, lw.got)
+			switch {
+			case err != nil:
 				return nil, err
-			}
-			if held == nil {
-				wait = 0
-			}
-			// With invalidations on, the backoff only covers a missed one.
-			wait = min(wait*8, time.Second)
-		}
-		if pttl >= 0 && wait > pttl {
-			wait = pttl
-		}
-		if wait > 0 {
-			t := time.NewTimer(wait)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return nil, ctx.Err()
-			case <-deadline.C:
-				t.Stop()
-				return nil, ErrNotObtained
-			case <-l.f.done:
-				t.Stop()
-				return nil, ErrClosed
-			case got := <-lw.got:
-				t.Stop()
-				if got != nil {
-					handed = true
-					return got, nil
-				}
+			case delivered && got != nil:
+				handed = true
+				return got, nil
+			case delivered:
 				// The holder lost the lock before it could hand it over:
 				// keep this waiter's place and try at once.
 				watch.enqueue(g, lw, true)
-			case <-g.one:
-			case <-t.C:
 			}
-			t.Stop()
 		}
 		if lease, pttl, err = l.try(ctx, token, hold); lease != nil || err != nil {
 			return lease, err
 		}
 	}
+}
+
+// napFor is how long a lock or semaphore waiter sleeps before its next
+// try: the backoff, or, with client-side caching, up to 8 times it (capped
+// at a second: with invalidations on, the backoff only covers a missed
+// one) after arm armed the key's invalidation, and 0 when arm saw the key
+// free. It is capped by next, when the first lease ends (-1: unknown). A
+// failed arm is an error, unless ctx ended (the nap then says so).
+func (f *Fleet) napFor(bo *backoff, next time.Duration, arm func() (free bool, err error)) (time.Duration, error) {
+	d := bo.next()
+	if f.cache {
+		free, err := arm()
+		if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+			return 0, err
+		}
+		if free {
+			d = 0
+		}
+		d = min(d*8, time.Second)
+	}
+	if next >= 0 && d > next {
+		d = next
+	}
+	return d, nil
+}
+
+// nap sleeps d, or until ctx ends (its error), deadline fires
+// (ErrNotObtained), the Fleet closes (ErrClosed), one wakes it, or got
+// delivers a lock's hand-over (delivered; the lease may be nil). A nil got
+// never delivers.
+func (f *Fleet) nap(ctx context.Context, d time.Duration, deadline <-chan time.Time, one <-chan struct{}, got <-chan *Lease) (lease *Lease, delivered bool, err error) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return nil, false, ctx.Err()
+	case <-deadline:
+		return nil, false, ErrNotObtained
+	case <-f.done:
+		return nil, false, ErrClosed
+	case lease = <-got:
+		return lease, true, nil
+	case <-one:
+	case <-t.C:
+	}
+	return nil, false, nil
 }

@@ -177,39 +177,19 @@ func (s *Semaphore) wait(ctx context.Context, hold time.Duration, until time.Tim
 	}()
 	bo := backoff{min: 2 * time.Millisecond, max: 250 * time.Millisecond}
 	for {
-		wait := bo.next()
-		if s.f.cache {
-			// Arm the server's invalidation for the key, and catch a
-			// release that came between the failed try and now.
+		// Arm the server's invalidation for the key, and catch a release
+		// that came between the failed try and now.
+		d, err := s.f.napFor(&bo, next, func() (bool, error) {
 			n, err := s.f.client.DoCache(ctx, s.f.client.B().Zcard().Key(s.key).Cache(), s.f.cacheTTL).AsInt64()
-			if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+			return err == nil && n < int64(s.limit), err
+		})
+		if err != nil {
+			return nil, err
+		}
+		if d > 0 {
+			if _, _, err := s.f.nap(ctx, d, deadline.C, g.one, nil); err != nil {
 				return nil, err
 			}
-			if err == nil && n < int64(s.limit) {
-				wait = 0
-			}
-			// With invalidations on, the backoff only covers a missed one.
-			wait = min(wait*8, time.Second)
-		}
-		if next >= 0 && wait > next {
-			wait = next
-		}
-		if wait > 0 {
-			t := time.NewTimer(wait)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return nil, ctx.Err()
-			case <-deadline.C:
-				t.Stop()
-				return nil, ErrNotObtained
-			case <-s.f.done:
-				t.Stop()
-				return nil, ErrClosed
-			case <-g.one:
-			case <-t.C:
-			}
-			t.Stop()
 		}
 		if lease, next, err = s.try(ctx, newToken(), hold); lease != nil || err != nil {
 			return lease, err
