@@ -26,6 +26,11 @@ func traceField(tr map[string]string) string {
 		return ""
 	}
 	var b strings.Builder
+	n := len(`,"trace":{}`)
+	for k, v := range tr {
+		n += len(k) + len(v) + 6 // quotes, colon, comma: exact when nothing needs escaping
+	}
+	b.Grow(n)
 	b.WriteString(`,"trace":{`)
 	if len(tr) == 1 { // the usual traceparent alone: nothing to sort
 		for k, v := range tr {
