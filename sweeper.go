@@ -297,8 +297,11 @@ func sweepQueue(ctx context.Context, f *Fleet, name string, qo QueueOptions, bat
 	} else if ok {
 		qo = qo.withPolicy(p)
 	}
-	ev := SweepEvent{Queue: name}
-	defer func() { f.swept(ctx, ev) }()
+	before := *st
+	defer func() {
+		f.swept(ctx, SweepEvent{Queue: name, Requeued: st.Requeued - before.Requeued, DeadLettered: st.DeadLettered - before.DeadLettered,
+			Moved: st.Moved - before.Moved, Trimmed: st.Trimmed - before.Trimmed})
+	}()
 	for range 100 { // bounds one sweep of one queue
 		res, err := queueSweepScript.Exec(ctx, f.client, []string{k.Pending, k.Processing, k.Body, k.Lease, k.Scheduled},
 			[]string{"1000", strconv.Itoa(batch)}).ToArray()
@@ -310,7 +313,6 @@ func sweepQueue(ctx context.Context, f *Fleet, name string, qo QueueOptions, bat
 		}
 		moved, _ := res[0].AsInt64()
 		st.Moved += int(moved)
-		ev.Moved += int(moved)
 		args := []string{strconv.Itoa(qo.DeadMax)}
 		for i := 1; i < len(res); i += 3 {
 			id, _ := res[i].ToString()
@@ -342,8 +344,6 @@ func sweepQueue(ctx context.Context, f *Fleet, name string, qo QueueOptions, bat
 			}
 			st.Requeued += int(r[0])
 			st.DeadLettered += int(r[1])
-			ev.Requeued += int(r[0])
-			ev.DeadLettered += int(r[1])
 			if r[0] > 0 && !f.cache {
 				f.watch.wakeOne(k.Pending)
 			}
@@ -358,6 +358,5 @@ func sweepQueue(ctx context.Context, f *Fleet, name string, qo QueueOptions, bat
 		return err
 	}
 	st.Trimmed += int(n)
-	ev.Trimmed += int(n)
 	return nil
 }
