@@ -60,7 +60,7 @@ func (q *Queue[T]) sub(i int) *Queue[T] {
 	}
 	s := &Queue[T]{f: q.f, name: q.name, k: q.f.keys.QueueShard(q.name, i), opts: q.opts, err: q.err,
 		check: q.check, policy: q.policy, root: q}
-	s.k.Paused = q.k.Paused // the queue's one pause flag
+	s.k.Paused = q.k.Paused                                // the queue's one pause flag
 	s.look = q.f.schedLook(q.name + ":" + strconv.Itoa(i)) // ':' is no queue name's
 	got, _ := q.subs.LoadOrStore(i, s)
 	return got.(*Queue[T])
