@@ -146,16 +146,22 @@ func (q *Queue[T]) DeadLetters(ctx context.Context, offset, count int) ([]DeadLe
 // deadRange lists the dead letters from index from to index to (-1: the
 // last), of a sharded queue in shard order (shard 0's first).
 func (q *Queue[T]) deadRange(ctx context.Context, from, to int) ([]string, error) {
-	c := q.f.client
-	if q.root != nil || q.spanOf(ctx) == 1 {
-		return c.Do(ctx, c.B().Lrange().Key(q.k.Dead).Start(int64(from)).Stop(int64(to)).Build()).AsStrSlice()
+	n := q.spanOf(ctx)
+	if n == 1 {
+		return q.deadRangeOne(ctx, from, to)
 	}
-	ks := q.f.shardKeys(q.name, q.spanOf(ctx))
+	ks := q.f.shardKeys(q.name, n)
 	lists := make([]string, len(ks))
 	for i, k := range ks {
 		lists[i] = k.Dead
 	}
 	return q.f.concatRange(ctx, lists, from, to)
+}
+
+// deadRangeOne is deadRange on the shard of q's keys only.
+func (q *Queue[T]) deadRangeOne(ctx context.Context, from, to int) ([]string, error) {
+	c := q.f.client
+	return c.Do(ctx, c.B().Lrange().Key(q.k.Dead).Start(int64(from)).Stop(int64(to)).Build()).AsStrSlice()
 }
 
 // concatRange reads the elements from index from to index to (-1: the
@@ -252,17 +258,19 @@ func (q *Queue[T]) RequeueDead(ctx context.Context, id string) error {
 	if err := q.ready(ctx); err != nil {
 		return queueErr("requeue dead", q.name, err)
 	}
-	if n := q.spanOf(ctx); n > 1 && q.root == nil {
-		// A sharded queue: the dead letter goes back on its own shard.
-		for i := range n {
-			err := q.sub(i).RequeueDead(ctx, id)
-			if !errors.Is(err, ErrNoDeadLetter) {
-				return err
-			}
+	// A sharded queue: the dead letter goes back on its own shard.
+	for _, s := range q.shardsOf(ctx) {
+		err := s.requeueDeadOne(ctx, id)
+		if !errors.Is(err, ErrNoDeadLetter) {
+			return err
 		}
-		return queueErr("requeue dead", q.name, fmt.Errorf("%w: task %q", ErrNoDeadLetter, id))
 	}
-	raws, err := q.deadRange(ctx, 0, -1)
+	return queueErr("requeue dead", q.name, fmt.Errorf("%w: task %q", ErrNoDeadLetter, id))
+}
+
+// requeueDeadOne is RequeueDead on the shard of q's keys.
+func (q *Queue[T]) requeueDeadOne(ctx context.Context, id string) error {
+	raws, err := q.deadRangeOne(ctx, 0, -1)
 	if err != nil {
 		return queueErr("requeue dead", q.name, err)
 	}
@@ -298,18 +306,20 @@ func (q *Queue[T]) RequeueAllDead(ctx context.Context) (int, error) {
 	if err := q.ready(ctx); err != nil {
 		return 0, queueErr("requeue dead", q.name, err)
 	}
-	if n := q.spanOf(ctx); n > 1 && q.root == nil {
-		total := 0
-		for i := range n {
-			m, err := q.sub(i).RequeueAllDead(ctx)
-			total += m
-			if err != nil {
-				return total, err
-			}
+	total := 0
+	for _, s := range q.shardsOf(ctx) { // a sharded queue: each shard's in it
+		m, err := s.requeueAllDeadOne(ctx)
+		total += m
+		if err != nil {
+			return total, err
 		}
-		return total, nil
 	}
-	raws, err := q.deadRange(ctx, 0, -1)
+	return total, nil
+}
+
+// requeueAllDeadOne is RequeueAllDead on the shard of q's keys.
+func (q *Queue[T]) requeueAllDeadOne(ctx context.Context) (int, error) {
+	raws, err := q.deadRangeOne(ctx, 0, -1)
 	if err != nil {
 		return 0, queueErr("requeue dead", q.name, err)
 	}
