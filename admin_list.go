@@ -55,7 +55,8 @@ func checkPage(offset, count int) error {
 
 // PendingTasks lists up to count pending tasks of queue name from offset,
 // in the order reserves take them (the head of fleet:queue:<name> first),
-// in one LRANGE. A queue that does not exist lists none. May return
+// in one LRANGE (of a sharded queue: shard by shard, shard 0 first, in
+// two round trips). A queue that does not exist lists none. May return
 // ErrInvalidName, ErrInvalidArgument, ErrWrongType, ErrUnavailable.
 func (f *Fleet) PendingTasks(ctx context.Context, name string, offset, count int) ([]WaitingTask, error) {
 	if err := keys.Join(keys.Check(keys.KindQueue, name), checkPage(offset, count)); err != nil {
@@ -88,7 +89,8 @@ func (f *Fleet) PendingTasks(ctx context.Context, name string, offset, count int
 
 // ScheduledTasks lists up to count scheduled tasks of queue name from
 // offset, the soonest due first (fleet:queue:<name>:scheduled by rank), in
-// one ZRANGE. A queue that does not exist lists none. May return
+// one ZRANGE (of a sharded queue: the first offset+count of each shard,
+// merged). A queue that does not exist lists none. May return
 // ErrInvalidName, ErrInvalidArgument, ErrWrongType, ErrUnavailable.
 func (f *Fleet) ScheduledTasks(ctx context.Context, name string, offset, count int) ([]WaitingTask, error) {
 	if err := keys.Join(keys.Check(keys.KindQueue, name), checkPage(offset, count)); err != nil {

@@ -32,9 +32,10 @@ type QueueStats struct {
 	Paused bool
 }
 
-// Stats counts the queue's tasks, in one round trip (a sharded queue's
-// counts are the sums over its shards). May return ErrWrongType,
-// ErrUnavailable.
+// Stats counts the queue's tasks, in one round trip (in the tagged
+// layout, plus a read of the queue's shard count at most once a second per
+// handle; a sharded queue's counts are the sums over its shards). May
+// return ErrWrongType, ErrUnavailable.
 func (q *Queue[T]) Stats(ctx context.Context) (QueueStats, error) {
 	var s QueueStats
 	if err := q.ready(ctx); err != nil {
@@ -120,7 +121,8 @@ func parseDead(raw string) DeadLetter {
 	return d
 }
 
-// DeadLetters lists up to count dead letters from offset, oldest first.
+// DeadLetters lists up to count dead letters from offset, oldest first (of
+// a sharded queue: shard by shard, shard 0 first, oldest first in each).
 // May return ErrInvalidArgument, ErrWrongType, ErrUnavailable.
 func (q *Queue[T]) DeadLetters(ctx context.Context, offset, count int) ([]DeadLetter, error) {
 	if err := q.ready(ctx); err != nil {

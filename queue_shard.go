@@ -254,11 +254,14 @@ func (q *Queue[T]) cachedPending(ctx context.Context) (int64, []int64, error) {
 
 // reserveSpread is reserveOnceAs on a sharded queue: it tries the shards
 // in turn from a starting shard that rotates with every call (so each
-// shard is drained as often as the others), skipping, when the Fleet
-// caches, the shards whose pending list the local cache says is empty and
-// whose scheduled tasks it need not look at yet, and stops at the first
-// shard that gives tasks. An ack goes with the reserve of its shard when
-// that shard comes first, else on its own before.
+// shard is drained as often as the others), and stops at the first shard
+// that gives tasks. The starting shard is tried blind (a busy queue costs
+// one round trip per reserve); past it, when the Fleet caches, the shards
+// whose pending list the local cache says is empty, and whose scheduled
+// tasks it need not look at yet, are skipped. An ack goes with the
+// reserve of its shard when that shard comes first (a worker slot that
+// acks starts from its task's shard three times in four), else on its
+// own before.
 func (q *Queue[T]) reserveSpread(ctx context.Context, n int, wantLeft bool, owner string, ack *Task[T]) ([]*Task[T], reserveState, error) {
 	shards := q.shardsOf(ctx)
 	k := len(shards)
@@ -281,18 +284,21 @@ func (q *Queue[T]) reserveSpread(ctx context.Context, n int, wantLeft bool, owne
 		}
 		ack = nil
 	}
+	// The starting shard first, blind: on a busy queue it has tasks, and
+	// the call costs one round trip. Then the others, skipping those that
+	// the local cache says are empty (when the Fleet caches).
 	var lens []int64
-	if q.f.cache {
-		if _, l, err := q.cachedPending(ctx); err == nil && len(l) == k {
-			lens = l
-		}
-	}
 	now := monoNow()
 	var firstErr error
 	for j := range k {
 		i := (start + j) % k
 		s := shards[i]
-		if ack == nil && lens != nil && lens[i] == 0 && !s.look.now(now) {
+		if j == 1 && q.f.cache {
+			if _, l, err := q.cachedPending(ctx); err == nil && len(l) == k {
+				lens = l
+			}
+		}
+		if j > 0 && lens != nil && lens[i] == 0 && !s.look.now(now) {
 			continue
 		}
 		tasks, ss, err := s.reserveShardAs(ctx, n, wantLeft, owner, ack)
@@ -309,17 +315,7 @@ func (q *Queue[T]) reserveSpread(ctx context.Context, n int, wantLeft bool, owne
 			continue
 		}
 		if len(tasks) > 0 {
-			if wantLeft && ss.drained && lens != nil {
-				// Left elsewhere, as far as the local cache knows.
-				var rest int64
-				for x, l := range lens {
-					if x != i {
-						rest += l
-					}
-				}
-				st.drained = rest == 0
-			}
-			return tasks, st, nil
+			return tasks, st, nil // st.drained false: others may hold tasks
 		}
 	}
 	st.drained = firstErr == nil

@@ -137,24 +137,33 @@ var shardTags sync.Map // name "\x00" i -> tag
 
 // ShardTag returns the hash tag (without braces) of shard i > 0 of queue
 // name: "<name>:<i>:<s>", where s is the smallest integer >= 0 that puts
-// the tag's slot in the window of shard i. The windows follow the van der
-// Corput sequence from the slot of shard 0 (the slot of name): with b the
-// bit length of i and r the bits of i reversed (as a b-bit number), shard
-// i's window starts r*16384/2^b slots after shard 0's slot (mod 16384) and
-// is 16384/2^(b+1) slots wide. So the first K shards, for any K, sit
-// about evenly around the slot space, whatever the name, and a cluster
-// whose masters own even slot ranges gets an even share of them (K = 12
-// on three masters: four each, give or take one). Finding s takes about
-// 2^(b+1) CRC16s (at most 4096); the result is cached.
+// the tag's slot in the window of shard i. The windows follow a van der
+// Corput sequence in mixed radix (3, 2, 2, 2, ...) from the slot of shard
+// 0 (the slot of name): with d = i mod 3, m = i div 3, b the bit length of
+// m and r the bits of m reversed (as a b-bit number), shard i sits at the
+// fraction p = (d + r/2^b)/3 of the slot space after shard 0, and its window
+// starts at p*16384 and is 1/32 of the grid's step, 16384/(3*2^b)/32
+// slots, wide (at least 16). So the
+// first K shards sit on an even grid for K = 3*2^j (12 shards: every
+// twelfth of the slot space), near one for any other K: a cluster whose
+// masters own even slot ranges gets an even share of them, exactly (but
+// for a window that straddles a range's edge) when K is a multiple of
+// their count and both divide 3*2^j (3, 4, 6 or 12 masters and 12 shards:
+// 4, 3, 2 or 1 each). Finding s takes about 96*2^b CRC16s (at most about
+// 1,000); the result is cached.
 func ShardTag(name string, i int) string {
 	ck := name + "\x00" + strconv.Itoa(i)
 	if t, ok := shardTags.Load(ck); ok {
 		return t.(string)
 	}
-	b := bits.Len(uint(i))
-	r := int(bits.Reverse(uint(i)) >> (bits.UintSize - b))
-	start := (Slot(name) + r*16384>>b) % 16384
-	width := 16384 >> (b + 1)
+	d, m := i%3, i/3
+	b := bits.Len(uint(m))
+	r := 0
+	if b > 0 {
+		r = int(bits.Reverse(uint(m)) >> (bits.UintSize - b))
+	}
+	start := (Slot(name) + (d<<b+r)*16384/(3<<b)) % 16384
+	width := max(16384/(3<<b)/32, 16)
 	prefix := name + ":" + strconv.Itoa(i) + ":"
 	for s := 0; ; s++ {
 		tag := prefix + strconv.Itoa(s)
