@@ -257,7 +257,8 @@ type Queue[T any] struct {
 	// Sharding (queue_shard.go).
 	root   *Queue[T]     // the handle a shard handle belongs to; nil for a queue's own handle
 	subs   sync.Map      // shard index -> *Queue[T], the shard handles made so far
-	rr     atomic.Uint64 // round-robin counter of submits and reserves
+	rr     atomic.Uint64 // round-robin counter of submits
+	turn   atomic.Uint64 // rotation counter of reserves
 	span   atomic.Int64  // the stored shard high-water mark last read (0: none read)
 	spanAt atomic.Int64  // monoNow of that read
 }

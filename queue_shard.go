@@ -265,7 +265,7 @@ func (q *Queue[T]) cachedPending(ctx context.Context) (int64, []int64, error) {
 func (q *Queue[T]) reserveSpread(ctx context.Context, n int, wantLeft bool, owner string, ack *Task[T]) ([]*Task[T], reserveState, error) {
 	shards := q.shardsOf(ctx)
 	k := len(shards)
-	turn := q.rr.Add(1)
+	turn := q.turn.Add(1)
 	start := int(turn % uint64(k))
 	if ack != nil && ack.q.k.Shard < k && rand.IntN(4) != 0 {
 		// A slot that acks takes the next from its task's shard, in the

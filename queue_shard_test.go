@@ -133,8 +133,9 @@ func clusterMasters(t *testing.T, c rueidis.Client) map[int]string {
 }
 
 // Twelve shards of a queue land on all three masters of the harness
-// cluster, four each give or take one (keys.ShardTag), and a round-robin
-// submit puts one task on each.
+// cluster, four on each (keys.ShardTag: exact for these names, as for
+// about 98% of names; a shard's window may straddle a master's range
+// edge), and a round-robin submit puts one task on each.
 func TestQueueShardsSpreadMasters(t *testing.T) {
 	t.Parallel()
 	tg := redistest.Targets(t)[2]
@@ -157,8 +158,8 @@ func TestQueueShardsSpreadMasters(t *testing.T) {
 			t.Fatalf("queue %q: 12 shards on %d masters: %v; want all 3", name, len(per), per)
 		}
 		for m, n := range per {
-			if n < 3 || n > 5 {
-				t.Fatalf("queue %q: %d shards on master %s (%v); want 4 give or take one", name, n, m, per)
+			if n != 4 {
+				t.Fatalf("queue %q: %d shards on master %s (%v); want 4 on each", name, n, m, per)
 			}
 		}
 	}
