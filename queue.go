@@ -259,8 +259,10 @@ type Queue[T any] struct {
 	subs   sync.Map      // shard index -> *Queue[T], the shard handles made so far
 	rr     atomic.Uint64 // round-robin counter of submits
 	turn   atomic.Uint64 // rotation counter of reserves
-	span   atomic.Int64  // the stored shard high-water mark last read (0: none read)
-	spanAt atomic.Int64  // monoNow of that read
+	lmu    sync.Mutex
+	lsn    map[*shardListener]struct{} // listenPending's listeners, grown with the shard count
+	span   atomic.Int64                // the stored shard high-water mark last read (0: none read)
+	spanAt atomic.Int64                // monoNow of that read
 }
 
 // queueEntry is what f.queues holds for a queue name: the untyped side of

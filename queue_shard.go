@@ -94,6 +94,7 @@ func (q *Queue[T]) spanOf(ctx context.Context) int {
 			case err == nil:
 				q.span.Store(min(max(m, 1), keys.MaxShards))
 			}
+			q.growListeners(max(q.opts.Shards, int(q.span.Load())))
 		}
 	}
 	return max(q.opts.Shards, int(q.span.Load()))
@@ -172,6 +173,7 @@ func (q *Queue[T]) shardRegister(ctx context.Context, nx bool) error {
 	}
 	q.span.Store(min(max(m, 1), keys.MaxShards))
 	q.spanAt.Store(monoNow())
+	q.growListeners(q.knownSpan())
 	cmds := make(rueidis.Commands, 0, q.opts.Shards)
 	for i := 1; i < q.opts.Shards; i++ {
 		k := q.sub(i).k.Policy
@@ -191,36 +193,70 @@ func (q *Queue[T]) shardRegister(ctx context.Context, nx bool) error {
 
 // listenPending returns a channel that receives after each change of the
 // pending list of any of the queue's shards (its wake-ups coalesce), and
-// the function that stops it.
+// the function that stops it. When the queue's shard count grows later
+// (spanOf reads a higher mark), the listener joins the new shards, and is
+// poked once.
 func (q *Queue[T]) listenPending(ctx context.Context) (<-chan struct{}, func()) {
-	n := q.spanOf(ctx)
-	if n == 1 {
+	if !q.f.keys.Tagged() {
 		return q.f.watch.listen(q.k.Pending)
 	}
-	w := q.f.watch
-	ch := make(chan struct{}, 1)
-	gs := make([]*gate, n)
-	ks := make([]string, n)
-	for i := range n {
-		ks[i] = q.sub(i).k.Pending
-		gs[i] = w.join(ks[i])
+	r := q.top()
+	l := &shardListener{ch: make(chan struct{}, 1)}
+	r.lmu.Lock()
+	if r.lsn == nil {
+		r.lsn = map[*shardListener]struct{}{}
 	}
-	w.mu.Lock()
-	for _, g := range gs {
-		if g.listeners == nil {
-			g.listeners = make(map[chan struct{}]struct{})
-		}
-		g.listeners[ch] = struct{}{}
-	}
-	w.mu.Unlock()
-	return ch, func() {
+	r.lsn[l] = struct{}{}
+	r.lmu.Unlock()
+	r.growListeners(r.spanOf(ctx))
+	return l.ch, func() {
+		r.lmu.Lock()
+		delete(r.lsn, l)
+		r.lmu.Unlock()
+		w := q.f.watch
 		w.mu.Lock()
-		for _, g := range gs {
-			delete(g.listeners, ch)
+		for _, g := range l.gates {
+			delete(g.listeners, l.ch)
 		}
 		w.mu.Unlock()
-		for i, g := range gs {
-			w.leave(ks[i], g)
+		for i, g := range l.gates {
+			w.leave(l.keys[i], g)
+		}
+	}
+}
+
+// shardListener is one listenPending: its channel, and the gates of the
+// shards' pending lists it listens to.
+type shardListener struct {
+	ch    chan struct{}
+	keys  []string
+	gates []*gate
+}
+
+// growListeners makes every listener of the queue listen to its first n
+// shards.
+func (q *Queue[T]) growListeners(n int) {
+	w := q.f.watch
+	q.lmu.Lock()
+	defer q.lmu.Unlock()
+	for l := range q.lsn {
+		if len(l.keys) >= n {
+			continue
+		}
+		grew := len(l.keys) > 0
+		for i := len(l.keys); i < n; i++ {
+			k := q.sub(i).k.Pending
+			g := w.join(k)
+			w.mu.Lock()
+			if g.listeners == nil {
+				g.listeners = make(map[chan struct{}]struct{})
+			}
+			g.listeners[l.ch] = struct{}{}
+			w.mu.Unlock()
+			l.keys, l.gates = append(l.keys, k), append(l.gates, g)
+		}
+		if grew {
+			poke(l.ch) // tasks may wait on the new shards already
 		}
 	}
 }
@@ -330,9 +366,8 @@ func (q *Queue[T]) awaitSpread(ctx context.Context, n int, wait time.Duration, s
 	f := q.f
 	end := time.NewTimer(wait)
 	defer end.Stop()
-	span := q.knownSpan()
-	ch, stop := q.listenPending(ctx)
-	defer func() { stop() }()
+	ch, stop := q.listenPending(ctx) // grows with the shard count
+	defer stop()
 	bo := backoff{min: 2 * time.Millisecond, max: time.Second}
 	tryNow, retried := false, false
 	for {
@@ -345,12 +380,6 @@ func (q *Queue[T]) awaitSpread(ctx context.Context, n int, wait time.Duration, s
 				return nil, err
 			}
 			lastErr, st = err, s
-		}
-		if sp := q.knownSpan(); sp != span {
-			// Another handle raised the shard count: listen to the new ones.
-			stop()
-			span = sp
-			ch, stop = q.listenPending(ctx)
 		}
 		sleep := bo.next()
 		if st.limited > 0 {
