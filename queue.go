@@ -259,6 +259,7 @@ type Queue[T any] struct {
 	subs   sync.Map      // shard index -> *Queue[T], the shard handles made so far
 	rr     atomic.Uint64 // round-robin counter of submits
 	turn   atomic.Uint64 // rotation counter of reserves
+	last   atomic.Int64  // the shard that gave the last reserve tasks
 	lmu    sync.Mutex
 	lsn    map[*shardListener]struct{} // listenPending's listeners, grown with the shard count
 	span   atomic.Int64                // the stored shard high-water mark last read (0: none read)
