@@ -2,7 +2,6 @@ package fleet
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
@@ -319,15 +318,15 @@ func (q *Queue[T]) reserveSpread(ctx context.Context, n int, wantLeft bool, owne
 	}
 	st := reserveState{nextReady: -1, acked: -1}
 	if ack != nil && ack.q != shards[start] {
-		switch err := ack.Ack(ctx); {
-		case err == nil:
-			st.acked = 1
-		case errors.Is(err, ErrLeaseLost):
-			st.acked = 0
-		default:
+		// The plain ack (the only one a worker slot hands over) on its own
+		// shard; the caller reports the task's end, as for a joint one.
+		a := ack.q.k
+		n, err := queueAckScript.Exec(ctx, q.f.client, []string{a.Processing, a.Body, a.Lease, a.Dedup},
+			[]string{ack.ID, ack.token, ack.dedup}).AsInt64()
+		if err != nil {
 			return nil, st, err
 		}
-		ack = nil
+		st.acked, ack = int(n), nil
 	}
 	// The starting shard first, blind: on a busy queue it has tasks, and
 	// the call costs one round trip. Then the others, skipping those that

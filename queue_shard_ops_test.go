@@ -541,3 +541,46 @@ func TestQueueShardsMigrate(t *testing.T) {
 		t.Fatalf("migrate to compat: %v; want ErrLayout naming the sharded queue", err)
 	}
 }
+
+// A worker slot's ack-and-take on a sharded queue acks the task on its
+// shard, with the take when it starts there and on its own before it
+// otherwise, and a lost lease says so.
+func TestQueueShardsAckAndTake(t *testing.T) {
+	eachTagged(t, func(t *testing.T, tg redistest.Target) {
+		t.Parallel()
+		e := open(t, tg)
+		c := ctx(t)
+		q := fleet.NewQueue[job](e.F, "at", fleet.QueueOptions{Shards: 4})
+		for range 8 {
+			if _, err := q.SubmitMany(c, jobs(5)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ts, err := q.Reserve(c, 1, time.Second)
+		if err != nil || len(ts) != 1 {
+			t.Fatalf("reserve: %v", err)
+		}
+		done := map[string]bool{}
+		cur := ts[0]
+		for len(done) < 39 {
+			acked, next, err := fleet.AckAndTake(c, q, cur, 1)
+			if err != nil || acked != 1 || len(next) != 1 {
+				t.Fatalf("ack-and-take after %d: acked %d, %d tasks, %v", len(done), acked, len(next), err)
+			}
+			done[cur.ID] = true
+			cur = next[0]
+		}
+		// The last one's lease is lost: its reservation goes, as a
+		// documented sweeper's re-queue takes it out of :processing.
+		for i := range 4 {
+			e.do(t, e.Raw.B().Zrem().Key(e.shard("at", i).Processing).Member(cur.ID).Build())
+		}
+		acked, _, err := fleet.AckAndTake(c, q, cur, 1)
+		if err != nil || acked != 0 {
+			t.Fatalf("ack-and-take of a lost lease: acked %d, %v; want 0", acked, err)
+		}
+		if st, err := q.Stats(c); err != nil || st != (fleet.QueueStats{}) {
+			t.Fatalf("stats %+v, %v; want zeros (40 taken, 39 acked, the last lost)", st, err)
+		}
+	})
+}
