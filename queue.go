@@ -53,7 +53,8 @@ const (
 )
 
 // QueueOptions configures a Queue. The zero value of each field means its
-// default; negative values are refused with ErrInvalidArgument.
+// default; negative values are refused with ErrInvalidArgument (Shards out
+// of range with ErrInvalidOptions).
 type QueueOptions struct {
 	// MaxAttempts is how many times a task runs: after that many failures
 	// (nacks, or leases that ran out) it goes to the dead letters. Defaults
