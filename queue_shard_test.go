@@ -42,10 +42,12 @@ func (e *env) shardData(t *testing.T, name string, n int) []string {
 	for i := range n {
 		s := e.shard(name, i)
 		for _, k := range []string{s.Pending, s.Processing, s.Body, s.Lease, s.Scheduled, s.Dead, s.Dedup} {
-			if e.do(t, e.Raw.B().Exists().Key(k).Build()).Error() == nil {
-				if n, _ := e.Raw.Do(context.Background(), e.Raw.B().Exists().Key(k).Build()).AsInt64(); n == 1 {
-					out = append(out, k)
-				}
+			n, err := e.Raw.Do(context.Background(), e.Raw.B().Exists().Key(k).Build()).AsInt64()
+			if err != nil {
+				t.Fatalf("EXISTS %s: %v", k, err)
+			}
+			if n == 1 {
+				out = append(out, k)
 			}
 		}
 	}
