@@ -155,18 +155,31 @@ func (f *Fleet) PurgeType(ctx context.Context, typ string) (RemoveReport, error)
 		}
 	}
 	c, q := f.client, f.keys.Queue(typ)
-	res := c.DoMulti(ctx,
+	span, err := f.queueSpan(ctx, typ)
+	if err != nil {
+		return r, opErr("purge type", typ, err)
+	}
+	dels := rueidis.Commands{
 		c.B().Del().Key(f.keys.Workers(typ)).Build(),
 		c.B().Del().Key(f.keys.Stream(typ)).Build(),
 		c.B().Del().Key(q.Pending, q.Processing, q.Body, q.Lease, q.Scheduled, q.Dead, q.Dedup, q.Policy).Build(),
+	}
+	if span > 1 {
+		// A sharded queue (QueueOptions.Shards): every shard, and the count.
+		for _, s := range f.shardKeys(typ, span)[1:] {
+			dels = append(dels, c.B().Del().Key(s.Pending, s.Processing, s.Body, s.Lease, s.Scheduled, s.Dead, s.Dedup, s.Policy).Build())
+		}
+		dels = append(dels, c.B().Del().Key(q.Shards).Build())
+	}
+	res := c.DoMulti(ctx, append(dels,
 		c.B().Srem().Key(f.keys.Queues()).Member(typ).Build(),
-		c.B().Hdel().Key(f.keys.Catalog()).Field(typ).Build())
-	n, err := sumInts(res[:3])
+		c.B().Hdel().Key(f.keys.Catalog()).Field(typ).Build())...)
+	n, err := sumInts(res[:len(dels)])
 	r.Keys += n
 	if err != nil {
 		return r, opErr("purge type", typ, err)
 	}
-	n, err = sumInts(res[3:])
+	n, err = sumInts(res[len(dels):])
 	r.Entries += n
 	return r, opErr("purge type", typ, err)
 }

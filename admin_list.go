@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -54,7 +55,8 @@ func checkPage(offset, count int) error {
 
 // PendingTasks lists up to count pending tasks of queue name from offset,
 // in the order reserves take them (the head of fleet:queue:<name> first),
-// in one LRANGE. A queue that does not exist lists none. May return
+// in one LRANGE (of a sharded queue: shard by shard, shard 0 first, in
+// two round trips). A queue that does not exist lists none. May return
 // ErrInvalidName, ErrInvalidArgument, ErrWrongType, ErrUnavailable.
 func (f *Fleet) PendingTasks(ctx context.Context, name string, offset, count int) ([]WaitingTask, error) {
 	if err := keys.Join(keys.Check(keys.KindQueue, name), checkPage(offset, count)); err != nil {
@@ -66,8 +68,15 @@ func (f *Fleet) PendingTasks(ctx context.Context, name string, offset, count int
 	if count == 0 {
 		return nil, nil
 	}
-	c := f.client
-	raws, err := c.Do(ctx, c.B().Lrange().Key(f.keys.Queue(name).Pending).Start(int64(offset)).Stop(int64(offset+count-1)).Build()).AsStrSlice()
+	span, err := f.queueSpan(ctx, name)
+	if err != nil {
+		return nil, queueErr("pending tasks", name, err)
+	}
+	lists := make([]string, span)
+	for i, k := range f.shardKeys(name, span) {
+		lists[i] = k.Pending
+	}
+	raws, err := f.concatRange(ctx, lists, offset, offset+count-1)
 	if err != nil {
 		return nil, queueErr("pending tasks", name, err)
 	}
@@ -80,7 +89,8 @@ func (f *Fleet) PendingTasks(ctx context.Context, name string, offset, count int
 
 // ScheduledTasks lists up to count scheduled tasks of queue name from
 // offset, the soonest due first (fleet:queue:<name>:scheduled by rank), in
-// one ZRANGE. A queue that does not exist lists none. May return
+// one ZRANGE (of a sharded queue: the first offset+count of each shard,
+// merged). A queue that does not exist lists none. May return
 // ErrInvalidName, ErrInvalidArgument, ErrWrongType, ErrUnavailable.
 func (f *Fleet) ScheduledTasks(ctx context.Context, name string, offset, count int) ([]WaitingTask, error) {
 	if err := keys.Join(keys.Check(keys.KindQueue, name), checkPage(offset, count)); err != nil {
@@ -93,11 +103,28 @@ func (f *Fleet) ScheduledTasks(ctx context.Context, name string, offset, count i
 		return nil, nil
 	}
 	c := f.client
-	zs, err := c.Do(ctx, c.B().Zrange().Key(f.keys.Queue(name).Scheduled).
-		Min(strconv.Itoa(offset)).Max(strconv.Itoa(offset+count-1)).Withscores().Build()).AsZScores()
+	span, err := f.queueSpan(ctx, name)
 	if err != nil {
 		return nil, queueErr("scheduled tasks", name, err)
 	}
+	// A sharded queue: the first offset+count of each shard, merged by
+	// when they are due.
+	cmds := make(rueidis.Commands, span)
+	for i, k := range f.shardKeys(name, span) {
+		cmds[i] = c.B().Zrange().Key(k.Scheduled).Min("0").Max(strconv.Itoa(offset + count - 1)).Withscores().Build()
+	}
+	var zs []rueidis.ZScore
+	for _, r := range c.DoMulti(ctx, cmds...) {
+		z, err := r.AsZScores()
+		if err != nil {
+			return nil, queueErr("scheduled tasks", name, err)
+		}
+		zs = append(zs, z...)
+	}
+	if span > 1 {
+		slices.SortStableFunc(zs, func(a, b rueidis.ZScore) int { return cmp.Compare(a.Score, b.Score) })
+	}
+	zs = zs[min(offset, len(zs)):min(offset+count, len(zs))]
 	out := make([]WaitingTask, len(zs))
 	for i, z := range zs {
 		out[i] = waitingTask(z.Member)

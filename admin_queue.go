@@ -96,7 +96,9 @@ type Overview struct {
 // Overview counts every queue of fleet:queues and every pool of
 // fleet:pools (run Sync first if a registry may be incomplete) in four
 // pipelined round trips: the registries; TIME; the queue counts, the pool sizes
-// and item ids; an EXISTS over each pool's claim keys. Names in a registry
+// and item ids; an EXISTS over each pool's claim keys (in the tagged
+// layout a fifth, before the counts, reads the queues' shard counts: a
+// sharded queue counts as one, its shards summed). Names in a registry
 // that fleet could not have made are left out. May return ErrWrongType,
 // ErrUnavailable.
 func (f *Fleet) Overview(ctx context.Context) (Overview, error) {
@@ -132,14 +134,32 @@ func (f *Fleet) Overview(ctx context.Context) (Overview, error) {
 	}
 	qs, ps = valid(keys.KindQueue, qs), valid(keys.KindPool, ps)
 	var cmds rueidis.Commands
-	for _, n := range qs {
-		k := f.keys.Queue(n)
-		cmds = append(cmds,
-			c.B().Llen().Key(k.Pending).Build(),
-			c.B().Zcard().Key(k.Processing).Build(),
-			c.B().Zcard().Key(k.Scheduled).Build(),
-			c.B().Llen().Key(k.Dead).Build(),
-			c.B().Exists().Key(k.Paused).Build())
+	spans := make([]int, len(qs))
+	if f.keys.Tagged() && len(qs) > 0 {
+		// Sharded queues (QueueOptions.Shards): one more round trip for
+		// their shard counts.
+		for _, n := range qs {
+			cmds = append(cmds, c.B().Hget().Key(f.keys.Queue(n).Shards).Field("max").Build())
+		}
+		for i, r := range c.DoMulti(ctx, cmds...) {
+			m, err := r.AsInt64()
+			if err != nil && !rueidis.IsRedisNil(err) {
+				return ov, queueErr("overview", qs[i], err)
+			}
+			spans[i] = int(min(max(m, 1), keys.MaxShards))
+		}
+		cmds = cmds[:0]
+	}
+	for i, n := range qs {
+		spans[i] = max(spans[i], 1)
+		for _, k := range f.shardKeys(n, spans[i]) {
+			cmds = append(cmds,
+				c.B().Llen().Key(k.Pending).Build(),
+				c.B().Zcard().Key(k.Processing).Build(),
+				c.B().Zcard().Key(k.Scheduled).Build(),
+				c.B().Llen().Key(k.Dead).Build())
+		}
+		cmds = append(cmds, c.B().Exists().Key(f.keys.Queue(n).Paused).Build())
 	}
 	nowMs := strconv.FormatInt(now.UnixMilli(), 10)
 	for _, n := range ps {
@@ -152,19 +172,24 @@ func (f *Fleet) Overview(ctx context.Context) (Overview, error) {
 	res = c.DoMulti(ctx, cmds...)
 	for i, n := range qs {
 		qc := QueueCounts{Name: n}
-		for j, p := range []*int64{&qc.Pending, &qc.InFlight, &qc.Scheduled, &qc.Dead} {
-			if *p, err = res[5*i+j].AsInt64(); err != nil {
-				return ov, queueErr("overview", n, err)
+		for range spans[i] {
+			for j, p := range []*int64{&qc.Pending, &qc.InFlight, &qc.Scheduled, &qc.Dead} {
+				v, err := res[j].AsInt64()
+				if err != nil {
+					return ov, queueErr("overview", n, err)
+				}
+				*p += v
 			}
+			res = res[4:]
 		}
-		paused, err := res[5*i+4].AsInt64()
+		paused, err := res[0].AsInt64()
 		if err != nil {
 			return ov, queueErr("overview", n, err)
 		}
+		res = res[1:]
 		qc.Paused = paused == 1
 		ov.Queues = append(ov.Queues, qc)
 	}
-	res = res[5*len(qs):]
 	cmds = cmds[:0]
 	var owners []int // pool index of each EXISTS
 	for i, n := range ps {

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"time"
 
 	"github.com/fleet-go/fleet"
+	"github.com/fleet-go/fleet/internal/redistest"
 )
 
 // Harvest is a task payload; validate tags are checked on submit.
@@ -67,4 +69,56 @@ func ExampleFleet_RunSweeper() {
 	// Output:
 	// redelivered https://example.com/a attempts 1
 	// sweeper returned <nil>
+}
+
+// A hot queue spread over 4 shards (QueueOptions.Shards, tagged layout):
+// tasks with the same ShardKey keep their order; Stats sees one queue.
+func ExampleQueueOptions_shards() {
+	f, done := exampleFleetTagged("shards")
+	defer done()
+	ctx := context.Background()
+
+	type Event struct {
+		User string `json:"user"`
+		Seq  int    `json:"seq"`
+	}
+	q := fleet.NewQueue[Event](f, "events", fleet.QueueOptions{Shards: 4})
+	for seq := range 3 {
+		for _, user := range []string{"ann", "bob"} {
+			_, _ = q.SubmitWith(ctx, Event{User: user, Seq: seq}, fleet.SubmitOptions{ShardKey: user})
+		}
+	}
+	st, _ := q.Stats(ctx)
+	fmt.Println("pending:", st.Pending)
+	next := map[string]int{}
+	for n := 0; n < 6; {
+		tasks, _ := q.Reserve(ctx, 6, time.Second)
+		for _, t := range tasks {
+			if t.Payload.Seq != next[t.Payload.User] {
+				fmt.Println("out of order")
+			}
+			next[t.Payload.User]++
+			_ = t.Ack(ctx)
+			n++
+		}
+	}
+	fmt.Println("ann:", next["ann"], "bob:", next["bob"])
+	// Output:
+	// pending: 6
+	// ann: 3 bob: 3
+}
+
+// exampleFleetTagged is exampleFleet in the tagged layout.
+func exampleFleetTagged(name string) (*fleet.Fleet, func()) {
+	url, err := redistest.SingleURLOrErr()
+	if err != nil {
+		log.Fatal(err)
+	}
+	prefix := "example-" + name + ":"
+	redistest.DeletePrefix(url, prefix)
+	f, err := fleet.Open(context.Background(), fleet.Options{URL: url, Prefix: prefix, Layout: fleet.LayoutTagged})
+	if err != nil {
+		log.Fatal(err)
+	}
+	return f, func() { f.Close(); redistest.DeletePrefix(url, prefix) }
 }

@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -52,7 +53,8 @@ const (
 )
 
 // QueueOptions configures a Queue. The zero value of each field means its
-// default; negative values are refused with ErrInvalidArgument.
+// default; negative values are refused with ErrInvalidArgument (Shards out
+// of range with ErrInvalidOptions).
 type QueueOptions struct {
 	// MaxAttempts is how many times a task runs: after that many failures
 	// (nacks, or leases that ran out) it goes to the dead letters. Defaults
@@ -93,6 +95,17 @@ type QueueOptions struct {
 	// comes back instead of spinning (queue_limit.go). Every process of the
 	// queue must set the same limiter. Defaults to none.
 	RateLimit *Limiter
+	// Shards spreads the queue over this many shards, each its own set of
+	// the queue's keys under its own hash tag, so that on a Redis Cluster
+	// one hot queue uses every master (docs/SCALING-shards.md). Submit
+	// spreads tasks round-robin, or by SubmitOptions.ShardKey (or DedupKey);
+	// Reserve drains every shard in turn. 0 and 1 mean one shard (the
+	// queue's plain keys). The tagged layout only: Shards > 1 in the compat
+	// layout, Shards < 0 or Shards > 1024 are refused with
+	// ErrInvalidOptions. Every handle reserves from all the shards any
+	// handle used lately (fleet:queue:<name>:shards), so K may change on a
+	// live queue. Defaults to 0.
+	Shards int
 }
 
 func (o QueueOptions) withDefaults() (QueueOptions, error) {
@@ -111,6 +124,8 @@ func (o QueueOptions) withDefaults() (QueueOptions, error) {
 		return o, fmt.Errorf("%w: QueueOptions.DeadMaxAge %v is negative", ErrInvalidArgument, o.DeadMaxAge)
 	case o.Retention < 0:
 		return o, fmt.Errorf("%w: QueueOptions.Retention %v is negative", ErrInvalidArgument, o.Retention)
+	case o.Shards < 0 || o.Shards > keys.MaxShards:
+		return o, fmt.Errorf("%w: QueueOptions.Shards %d is not in [0, %d]", ErrInvalidOptions, o.Shards, keys.MaxShards)
 	case o.MaxPayloadBytes < 0:
 		return o, fmt.Errorf("%w: QueueOptions.MaxPayloadBytes %d is negative", ErrInvalidArgument, o.MaxPayloadBytes)
 	}
@@ -137,6 +152,9 @@ func (o QueueOptions) withDefaults() (QueueOptions, error) {
 	}
 	if o.MaxPayloadBytes == 0 {
 		o.MaxPayloadBytes = DefaultMaxPayloadBytes
+	}
+	if o.Shards == 0 {
+		o.Shards = 1
 	}
 	return o, nil
 }
@@ -236,6 +254,17 @@ type Queue[T any] struct {
 	registered atomic.Int64 // unix ms of the last registration (register)
 	look       *schedLook   // when reserves look at :scheduled (shared per name)
 	booked     limitBooking // a rate-limit token booked ahead (queue_limit.go)
+
+	// Sharding (queue_shard.go).
+	root   *Queue[T]     // the handle a shard handle belongs to; nil for a queue's own handle
+	subs   sync.Map      // shard index -> *Queue[T], the shard handles made so far
+	rr     atomic.Uint64 // round-robin counter of submits
+	turn   atomic.Uint64 // rotation counter of reserves
+	last   atomic.Int64  // the shard that gave the last reserve tasks
+	lmu    sync.Mutex
+	lsn    map[*shardListener]struct{} // listenPending's listeners, grown with the shard count
+	span   atomic.Int64                // the stored shard high-water mark last read (0: none read)
+	spanAt atomic.Int64                // monoNow of that read
 }
 
 // queueEntry is what f.queues holds for a queue name: the untyped side of
@@ -262,6 +291,9 @@ func NewQueue[T any](f *Fleet, name string, opts QueueOptions) *Queue[T] {
 	q.opts, q.err = opts.withDefaults()
 	if err := keys.Check(keys.KindQueue, name); err != nil {
 		q.err = err
+	}
+	if q.err == nil && q.opts.Shards > 1 && !f.keys.Tagged() {
+		q.err = fmt.Errorf("%w: QueueOptions.Shards %d needs the tagged layout: the compat layout's keys carry no hash tag, so its shards could not spread over a cluster (open the Fleet with Layout: LayoutTagged)", ErrInvalidOptions, q.opts.Shards)
 	}
 	if err := q.opts.rateLimit(f); err != nil && q.err == nil {
 		q.err = err
@@ -405,6 +437,9 @@ func newBody(id string, payload []byte, dedup string) string {
 // cluster the registry lives in another slot than the queue: these are
 // commands of their own, never part of a queue script.
 func (q *Queue[T]) register(ctx context.Context) error {
+	if q.root != nil {
+		return q.root.register(ctx) // a shard's handle: its queue's
+	}
 	now := time.Now().UnixMilli()
 	last := q.registered.Load()
 	if now-last < 1000 || !q.registered.CompareAndSwap(last, now) {
@@ -423,6 +458,12 @@ func (q *Queue[T]) register(ctx context.Context) error {
 			return err
 		}
 	}
+	if q.opts.Shards > 1 {
+		if err := q.shardRegister(ctx, q.published.Load()); err != nil {
+			q.registered.Store(0)
+			return err
+		}
+	}
 	q.published.Store(true)
 	return nil
 }
@@ -430,6 +471,10 @@ func (q *Queue[T]) register(ctx context.Context) error {
 // wakeLocal wakes a local waiter after a push when invalidations are off.
 func (q *Queue[T]) wakeLocal() {
 	if !q.f.cache {
+		if q.knownSpan() > 1 {
+			q.f.watch.pokeAll(q.k.Pending) // sharded waiters listen (listenPending)
+			return
+		}
 		q.f.watch.wakeOne(q.k.Pending)
 	}
 }
@@ -481,12 +526,13 @@ func (q *Queue[T]) submitMany(ctx context.Context, op string, payloads []T) ([]s
 		return nil, queueErr(op, q.name, err)
 	}
 	c := q.f.client
-	if err := c.Do(ctx, c.B().Rpush().Key(q.k.Pending).Element(bodies...).Build()).Error(); err != nil {
+	s := q.pick("") // a sharded queue: the whole batch goes to one shard, round-robin
+	if err := c.Do(ctx, c.B().Rpush().Key(s.k.Pending).Element(bodies...).Build()).Error(); err != nil {
 		done.call(0, err)
 		return nil, queueErr(op, q.name, err)
 	}
 	done.call(len(ids), nil)
-	q.wakeLocal()
+	s.wakeLocal()
 	return ids, nil
 }
 
@@ -509,6 +555,13 @@ type SubmitOptions struct {
 	// the key is held only while the task lives, and a duplicate gets the
 	// holder's id with a nil error.
 	UniqueFor time.Duration
+	// ShardKey picks the shard of a sharded queue (QueueOptions.Shards):
+	// tasks with the same key go to the same shard, so they are reserved in
+	// the order they were submitted (per-key FIFO). A submit with a DedupKey
+	// goes to the shard of its dedup key, so that the key is held in one
+	// place; giving both, they must be equal. Ignored by an unsharded
+	// queue. Defaults to none: round-robin.
+	ShardKey string
 }
 
 // SubmitWith is Submit with a delay and/or a dedup key. It returns the new
@@ -521,8 +574,16 @@ func (q *Queue[T]) SubmitWith(ctx context.Context, payload T, opts SubmitOptions
 	if opts.DedupKey != "" && (len(opts.DedupKey) > keys.MaxNameLen || !isText(opts.DedupKey)) {
 		return "", queueErr(op, q.name, fmt.Errorf("%w: dedup key of %d bytes must be valid text of at most %d bytes", ErrInvalidArgument, len(opts.DedupKey), keys.MaxNameLen))
 	}
+	if opts.ShardKey != "" && opts.DedupKey != "" && opts.ShardKey != opts.DedupKey && q.opts.Shards > 1 {
+		return "", queueErr(op, q.name, fmt.Errorf("%w: ShardKey %q and DedupKey %q differ: a task with a dedup key goes to its dedup key's shard (leave ShardKey empty, or make them equal)", ErrInvalidArgument, opts.ShardKey, opts.DedupKey))
+	}
+	route := opts.DedupKey
+	if route == "" {
+		route = opts.ShardKey
+	}
+	s := q.pick(route)
 	if opts.UniqueFor != 0 {
-		return q.submitUnique(ctx, payload, opts)
+		return s.submitUnique(ctx, payload, opts)
 	}
 	b, err := q.encodePayload(payload)
 	if err != nil {
@@ -542,7 +603,7 @@ func (q *Queue[T]) SubmitWith(ctx context.Context, payload T, opts SubmitOptions
 		done.call(0, err)
 		return "", queueErr(op, q.name, err)
 	}
-	got, err := queueSubmitScript.Exec(ctx, q.f.client, []string{q.k.Pending, q.k.Scheduled, q.k.Dedup},
+	got, err := queueSubmitScript.Exec(ctx, q.f.client, []string{s.k.Pending, s.k.Scheduled, s.k.Dedup},
 		[]string{id, body, opts.DedupKey, readyAt}).ToString()
 	done.call(boolInt(err == nil && got == id), err)
 	if err != nil {
@@ -551,9 +612,9 @@ func (q *Queue[T]) SubmitWith(ctx context.Context, payload T, opts SubmitOptions
 	switch {
 	case got != id:
 	case readyAt == "":
-		q.wakeLocal()
+		s.wakeLocal()
 	default:
-		q.look.soon()
+		s.look.soon()
 	}
 	return got, nil
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/redis/rueidis"
 )
 
 var queueCancelScript = script("queue_cancel.lua")
@@ -42,8 +44,28 @@ func (q *Queue[T]) Cancel(ctx context.Context, id string) error {
 	if id == "" || len(id) > 1024 {
 		return queueErr(op, q.name, fmt.Errorf("%w: task id of %d bytes", ErrInvalidArgument, len(id)))
 	}
-	n, err := queueCancelScript.Exec(ctx, q.f.client, []string{q.k.Pending, q.k.Scheduled, q.k.Processing, q.k.Dedup, q.k.Dead, q.k.Result + id},
-		[]string{id}).AsInt64()
+	// A sharded queue: every shard is asked at once (queue_shard.go); the
+	// task is in one of them at most.
+	shards := q.shardsOf(ctx)
+	execs := make([]rueidis.LuaExec, len(shards))
+	for i, s := range shards {
+		execs[i] = rueidis.LuaExec{Keys: []string{s.k.Pending, s.k.Scheduled, s.k.Processing, s.k.Dedup, s.k.Dead, s.k.Result + id},
+			Args: []string{id}}
+	}
+	var n int64
+	var err error
+	for _, rr := range queueCancelScript.ExecMulti(ctx, q.f.client, execs...) {
+		m, e := rr.AsInt64()
+		if e != nil && err == nil {
+			err = e
+		}
+		if m != 0 && n == 0 {
+			n = m
+		}
+	}
+	if n != 0 {
+		err = nil // found, and dealt with, in its shard
+	}
 	switch {
 	case err != nil:
 	case n == 0:

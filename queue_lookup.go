@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/redis/rueidis"
 )
 
 var (
@@ -136,11 +137,23 @@ func (q *Queue[T]) Lookup(ctx context.Context, id string) (TaskRecord, error) {
 	if id == "" || len(id) > 1024 {
 		return r, queueErr(op, q.name, fmt.Errorf("%w: task id of %d bytes", ErrInvalidArgument, len(id)))
 	}
-	res, err := queueLookupScript.Exec(ctx, q.f.client,
-		[]string{q.k.Pending, q.k.Scheduled, q.k.Processing, q.k.Body, q.k.Lease, q.k.Dead, q.k.Result + id},
-		[]string{id}).AsStrSlice()
-	if err != nil {
-		return r, queueErr(op, q.name, err)
+	// A sharded queue: every shard is asked at once (queue_shard.go), and
+	// the shard that holds the task answers.
+	shards := q.shardsOf(ctx)
+	execs := make([]rueidis.LuaExec, len(shards))
+	for i, s := range shards {
+		execs[i] = rueidis.LuaExec{Keys: []string{s.k.Pending, s.k.Scheduled, s.k.Processing, s.k.Body, s.k.Lease, s.k.Dead, s.k.Result + id},
+			Args: []string{id}}
+	}
+	var res []string
+	for _, rr := range queueLookupScript.ExecMulti(ctx, q.f.client, execs...) {
+		got, err := rr.AsStrSlice()
+		if err != nil {
+			return r, queueErr(op, q.name, err)
+		}
+		if len(got) > 0 && got[0] != "none" && (len(res) == 0 || res[0] == "none") {
+			res = got
+		}
 	}
 	if len(res) == 0 || res[0] == "none" {
 		return r, queueErr(op, q.name, fmt.Errorf("%w: %s", ErrTaskNotFound, id))

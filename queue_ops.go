@@ -3,8 +3,13 @@ package fleet
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/fleet-go/fleet/internal/keys"
 )
 
 var (
@@ -27,33 +32,48 @@ type QueueStats struct {
 	Paused bool
 }
 
-// Stats counts the queue's tasks, in one round trip. May return
-// ErrWrongType, ErrUnavailable.
+// Stats counts the queue's tasks, in one round trip (in the tagged
+// layout, plus a read of the queue's shard count at most once a second per
+// handle; a sharded queue's counts are the sums over its shards). May
+// return ErrWrongType, ErrUnavailable.
 func (q *Queue[T]) Stats(ctx context.Context) (QueueStats, error) {
 	var s QueueStats
 	if err := q.ready(ctx); err != nil {
 		return s, queueErr("stats", q.name, err)
 	}
-	c := q.f.client
-	res := c.DoMulti(ctx,
-		c.B().Llen().Key(q.k.Pending).Build(),
-		c.B().Zcard().Key(q.k.Processing).Build(),
-		c.B().Zcard().Key(q.k.Scheduled).Build(),
-		c.B().Llen().Key(q.k.Dead).Build(),
-		c.B().Exists().Key(q.k.Paused).Build(),
-	)
-	for i, p := range []*int64{&s.Pending, &s.InFlight, &s.Scheduled, &s.Dead} {
-		n, err := res[i].AsInt64()
-		if err != nil {
-			return QueueStats{}, queueErr("stats", q.name, err)
+	s, err := q.f.shardStats(ctx, q.k.Paused, q.f.shardKeys(q.name, q.spanOf(ctx)))
+	return s, queueErr("stats", q.name, err)
+}
+
+// shardStats counts the tasks of the shards ks of a queue, in one round
+// trip, and reads its pause flag.
+func (f *Fleet) shardStats(ctx context.Context, paused string, ks []keys.Queue) (QueueStats, error) {
+	var s QueueStats
+	c := f.client
+	cmds := make(rueidis.Commands, 0, 4*len(ks)+1)
+	for _, k := range ks {
+		cmds = append(cmds,
+			c.B().Llen().Key(k.Pending).Build(),
+			c.B().Zcard().Key(k.Processing).Build(),
+			c.B().Zcard().Key(k.Scheduled).Build(),
+			c.B().Llen().Key(k.Dead).Build())
+	}
+	cmds = append(cmds, c.B().Exists().Key(paused).Build())
+	res := c.DoMulti(ctx, cmds...)
+	for i := range ks {
+		for j, p := range []*int64{&s.Pending, &s.InFlight, &s.Scheduled, &s.Dead} {
+			n, err := res[4*i+j].AsInt64()
+			if err != nil {
+				return QueueStats{}, err
+			}
+			*p += n
 		}
-		*p = n
 	}
-	paused, err := res[4].AsInt64()
+	p, err := res[len(res)-1].AsInt64()
 	if err != nil {
-		return QueueStats{}, queueErr("stats", q.name, err)
+		return QueueStats{}, err
 	}
-	s.Paused = paused == 1
+	s.Paused = p == 1
 	return s, nil
 }
 
@@ -101,7 +121,8 @@ func parseDead(raw string) DeadLetter {
 	return d
 }
 
-// DeadLetters lists up to count dead letters from offset, oldest first.
+// DeadLetters lists up to count dead letters from offset, oldest first (of
+// a sharded queue: shard by shard, shard 0 first, oldest first in each).
 // May return ErrInvalidArgument, ErrWrongType, ErrUnavailable.
 func (q *Queue[T]) DeadLetters(ctx context.Context, offset, count int) ([]DeadLetter, error) {
 	if err := q.ready(ctx); err != nil {
@@ -124,9 +145,65 @@ func (q *Queue[T]) DeadLetters(ctx context.Context, offset, count int) ([]DeadLe
 	return out, nil
 }
 
+// deadRange lists the dead letters from index from to index to (-1: the
+// last), of a sharded queue in shard order (shard 0's first).
 func (q *Queue[T]) deadRange(ctx context.Context, from, to int) ([]string, error) {
+	n := q.spanOf(ctx)
+	if n == 1 {
+		return q.deadRangeOne(ctx, from, to)
+	}
+	ks := q.f.shardKeys(q.name, n)
+	lists := make([]string, len(ks))
+	for i, k := range ks {
+		lists[i] = k.Dead
+	}
+	return q.f.concatRange(ctx, lists, from, to)
+}
+
+// deadRangeOne is deadRange on the shard of q's keys only.
+func (q *Queue[T]) deadRangeOne(ctx context.Context, from, to int) ([]string, error) {
 	c := q.f.client
 	return c.Do(ctx, c.B().Lrange().Key(q.k.Dead).Start(int64(from)).Stop(int64(to)).Build()).AsStrSlice()
+}
+
+// concatRange reads the elements from index from to index to (-1: the
+// last) of lists taken one after the other: their lengths in one round
+// trip, then the ranges that overlap in another.
+func (f *Fleet) concatRange(ctx context.Context, lists []string, from, to int) ([]string, error) {
+	c := f.client
+	cmds := make(rueidis.Commands, len(lists))
+	for i, l := range lists {
+		cmds[i] = c.B().Llen().Key(l).Build()
+	}
+	lens := make([]int64, len(lists))
+	for i, r := range c.DoMulti(ctx, cmds...) {
+		n, err := r.AsInt64()
+		if err != nil {
+			return nil, err
+		}
+		lens[i] = n
+	}
+	cmds = cmds[:0]
+	var base int64
+	for i, l := range lists {
+		lo, hi := max(int64(from)-base, 0), lens[i]-1
+		if to >= 0 {
+			hi = min(hi, int64(to)-base)
+		}
+		if lo <= hi {
+			cmds = append(cmds, c.B().Lrange().Key(l).Start(lo).Stop(hi).Build())
+		}
+		base += lens[i]
+	}
+	var out []string
+	for _, r := range c.DoMulti(ctx, cmds...) {
+		s, err := r.AsStrSlice()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s...)
+	}
+	return out, nil
 }
 
 // revived returns the args of queue_dead_requeue for a dead letter: the
@@ -183,7 +260,19 @@ func (q *Queue[T]) RequeueDead(ctx context.Context, id string) error {
 	if err := q.ready(ctx); err != nil {
 		return queueErr("requeue dead", q.name, err)
 	}
-	raws, err := q.deadRange(ctx, 0, -1)
+	// A sharded queue: the dead letter goes back on its own shard.
+	for _, s := range q.shardsOf(ctx) {
+		err := s.requeueDeadOne(ctx, id)
+		if !errors.Is(err, ErrNoDeadLetter) {
+			return err
+		}
+	}
+	return queueErr("requeue dead", q.name, fmt.Errorf("%w: task %q", ErrNoDeadLetter, id))
+}
+
+// requeueDeadOne is RequeueDead on the shard of q's keys.
+func (q *Queue[T]) requeueDeadOne(ctx context.Context, id string) error {
+	raws, err := q.deadRangeOne(ctx, 0, -1)
 	if err != nil {
 		return queueErr("requeue dead", q.name, err)
 	}
@@ -219,7 +308,20 @@ func (q *Queue[T]) RequeueAllDead(ctx context.Context) (int, error) {
 	if err := q.ready(ctx); err != nil {
 		return 0, queueErr("requeue dead", q.name, err)
 	}
-	raws, err := q.deadRange(ctx, 0, -1)
+	total := 0
+	for _, s := range q.shardsOf(ctx) { // a sharded queue: each shard's in it
+		m, err := s.requeueAllDeadOne(ctx)
+		total += m
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+// requeueAllDeadOne is RequeueAllDead on the shard of q's keys.
+func (q *Queue[T]) requeueAllDeadOne(ctx context.Context) (int, error) {
+	raws, err := q.deadRangeOne(ctx, 0, -1)
 	if err != nil {
 		return 0, queueErr("requeue dead", q.name, err)
 	}
@@ -256,6 +358,13 @@ func (q *Queue[T]) PurgeDead(ctx context.Context) (int64, error) {
 	if err := q.ready(ctx); err != nil {
 		return 0, queueErr("purge dead", q.name, err)
 	}
-	n, err := queueDeadPurgeScript.Exec(ctx, q.f.client, []string{q.k.Dead}, nil).AsInt64()
-	return n, queueErr("purge dead", q.name, err)
+	var total int64
+	for _, s := range q.shardsOf(ctx) {
+		n, err := queueDeadPurgeScript.Exec(ctx, q.f.client, []string{s.k.Dead}, nil).AsInt64()
+		total += n
+		if err != nil {
+			return total, queueErr("purge dead", q.name, err)
+		}
+	}
+	return total, nil
 }

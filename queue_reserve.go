@@ -45,7 +45,11 @@ func (q *Queue[T]) Reserve(ctx context.Context, n int, wait time.Duration) ([]*T
 	if len(tasks) > 0 || wait == 0 || (err != nil && !transient(err)) {
 		return tasks, queueErr(op, q.name, err)
 	}
-	tasks, err = q.await(ctx, n, wait, st, err)
+	if q.knownSpan() > 1 {
+		tasks, err = q.awaitSpread(ctx, n, wait, st, err)
+	} else {
+		tasks, err = q.await(ctx, n, wait, st, err)
+	}
 	return tasks, queueErr(op, q.name, err)
 }
 
@@ -183,8 +187,16 @@ func (q *Queue[T]) reserve(ctx context.Context, n int, wantLeft bool) ([]*Task[T
 // broke) the script may still run, or have run: abandonReserve then hands
 // back what it took.
 func (q *Queue[T]) reserveOnceAs(ctx context.Context, n int, wantLeft bool, owner string, ack *Task[T]) ([]*Task[T], reserveState, error) {
+	if q.root == nil && q.spanOf(ctx) > 1 {
+		return q.reserveSpread(ctx, n, wantLeft, owner, ack)
+	}
+	return q.reserveShardAs(ctx, n, wantLeft, owner, ack)
+}
+
+// reserveShardAs is reserveOnceAs on the shard of q's keys.
+func (q *Queue[T]) reserveShardAs(ctx context.Context, n int, wantLeft bool, owner string, ack *Task[T]) ([]*Task[T], reserveState, error) {
 	st := reserveState{nextReady: -1, acked: -1}
-	if !q.published.Load() {
+	if !q.top().published.Load() {
 		// A consumer stores its policy once; after that only submits keep
 		// the registration (so a reserve never waits on another round trip).
 		if err := q.register(ctx); err != nil {

@@ -56,6 +56,13 @@ type SweeperOptions struct {
 	// ForgetBatch bounds how many workers one sweep looks at. Defaults to
 	// DefaultForgetBatch.
 	ForgetBatch int
+	// ShardGrace is how long a shard count stays in use after a handle of
+	// a sharded queue with that count (QueueOptions.Shards) last
+	// registered: a sweep lowers a queue's shard count below it only after
+	// this long, and once the shards past the new count are empty. At least
+	// 2s (a submitting handle registers about once a second). Defaults to
+	// DefaultShardGrace.
+	ShardGrace time.Duration
 	// Logger receives sweep failures and counts. Defaults to the Fleet's
 	// logger (silent unless Options.Logger was set).
 	Logger *slog.Logger
@@ -64,6 +71,9 @@ type SweeperOptions struct {
 // DefaultForgetBatch is SweeperOptions.ForgetBatch's default.
 const DefaultForgetBatch = 500
 
+// DefaultShardGrace is SweeperOptions.ShardGrace's default.
+const DefaultShardGrace = 30 * time.Second
+
 func (o SweeperOptions) withDefaults(f *Fleet) (SweeperOptions, error) {
 	if o.Interval < 0 || o.Batch < 0 || o.ForgetWorkersAfter < 0 || o.ForgetBatch < 0 {
 		return o, fmt.Errorf("%w: SweeperOptions.Interval %v, Batch %d, ForgetWorkersAfter %v and ForgetBatch %d may not be negative",
@@ -71,6 +81,12 @@ func (o SweeperOptions) withDefaults(f *Fleet) (SweeperOptions, error) {
 	}
 	if o.ForgetBatch == 0 {
 		o.ForgetBatch = DefaultForgetBatch
+	}
+	if o.ShardGrace == 0 {
+		o.ShardGrace = DefaultShardGrace
+	}
+	if o.ShardGrace < 2*time.Second {
+		return o, fmt.Errorf("%w: SweeperOptions.ShardGrace %v is below 2s", ErrInvalidArgument, o.ShardGrace)
 	}
 	if o.Interval == 0 {
 		o.Interval = DefaultSweepInterval
@@ -277,7 +293,7 @@ func sweep(ctx context.Context, f *Fleet, opts SweeperOptions) (SweepStats, erro
 		if e, ok := f.queues.Load(name); ok {
 			qo = e.(queueEntry).options()
 		}
-		if err := sweepQueue(ctx, f, name, qo, opts.Batch, &st); err != nil && first == nil {
+		if err := sweepQueue(ctx, f, name, qo, opts, &st); err != nil && first == nil {
 			first = opErr("sweep", name, err)
 		}
 		st.Queues++
@@ -290,7 +306,8 @@ func sweep(ctx context.Context, f *Fleet, opts SweeperOptions) (SweepStats, erro
 
 // sweepQueue sweeps one queue: moves due scheduled tasks, re-queues or
 // buries expired reservations, trims the dead letters.
-func sweepQueue(ctx context.Context, f *Fleet, name string, qo QueueOptions, batch int, st *SweepStats) error {
+func sweepQueue(ctx context.Context, f *Fleet, name string, qo QueueOptions, opts SweeperOptions, st *SweepStats) error {
+	batch := opts.Batch
 	k := f.keys.Queue(name)
 	if p, ok, err := f.storedPolicy(ctx, k.Policy); err != nil {
 		return err
@@ -302,6 +319,29 @@ func sweepQueue(ctx context.Context, f *Fleet, name string, qo QueueOptions, bat
 		f.swept(ctx, SweepEvent{Queue: name, Requeued: st.Requeued - before.Requeued, DeadLettered: st.DeadLettered - before.DeadLettered,
 			Moved: st.Moved - before.Moved, Trimmed: st.Trimmed - before.Trimmed})
 	}()
+	if !f.keys.Tagged() {
+		return sweepShard(ctx, f, k, qo, batch, st)
+	}
+	// A sharded queue (queue_shard.go): each shard in turn, then the
+	// shard count's high-water mark lowered when it can be.
+	span, used, err := f.shardState(ctx, k, opts.ShardGrace)
+	if err != nil {
+		return err
+	}
+	var first error
+	for _, s := range f.shardKeys(name, span) {
+		if err := sweepShard(ctx, f, s, qo, batch, st); err != nil && first == nil {
+			first = err
+		}
+	}
+	if first == nil && used < span {
+		first = f.lowerShards(ctx, name, span, used, opts.ShardGrace)
+	}
+	return first
+}
+
+// sweepShard sweeps one shard of a queue (the queue itself when unsharded).
+func sweepShard(ctx context.Context, f *Fleet, k keys.Queue, qo QueueOptions, batch int, st *SweepStats) error {
 	for range 100 { // bounds one sweep of one queue
 		res, err := queueSweepScript.Exec(ctx, f.client, []string{k.Pending, k.Processing, k.Body, k.Lease, k.Scheduled},
 			[]string{"1000", strconv.Itoa(batch)}).ToArray()
@@ -345,7 +385,11 @@ func sweepQueue(ctx context.Context, f *Fleet, name string, qo QueueOptions, bat
 			st.Requeued += int(r[0])
 			st.DeadLettered += int(r[1])
 			if r[0] > 0 && !f.cache {
-				f.watch.wakeOne(k.Pending)
+				if k.Shard > 0 {
+					f.watch.pokeAll(k.Pending) // a sharded queue's waiters listen
+				} else {
+					f.watch.wakeOne(k.Pending)
+				}
 			}
 		}
 		if (len(res)-1)/3 < batch && moved < 1000 {

@@ -27,7 +27,22 @@ const syncQueueStep = 500
 // queue checks one queue's lease hash and rebuilds its dedup hash, in
 // bounded steps (see syncDedup).
 func (s *syncer) queue(ctx context.Context, name string) error {
-	k := s.f.keys.Queue(name)
+	span, err := s.f.queueSpan(ctx, name)
+	if err != nil {
+		return err
+	}
+	// A sharded queue (QueueOptions.Shards): each shard is a queue of its
+	// own here.
+	for _, k := range s.f.shardKeys(name, span) {
+		if err := s.queueShard(ctx, k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// queueShard is queue on one shard of a queue.
+func (s *syncer) queueShard(ctx context.Context, k keys.Queue) error {
 	for _, mode := range []string{"stale", "missing"} {
 		n, err := s.steps(ctx, func(cursor string) rueidis.RedisResult {
 			return syncQueueLeasesScript.Exec(ctx, s.f.client, []string{k.Processing, k.Lease}, []string{mode, cursor, strconv.Itoa(syncQueueStep)})

@@ -34,7 +34,7 @@ type batch[C, O, P any] struct {
 func (b *batch[C, O, P]) fetch(run, soft context.Context) {
 	defer close(b.tasks)
 	q, f := b.q, b.w.f
-	ch, stop := f.watch.listen(q.k.Pending)
+	ch, stop := q.listenPending(run) // every shard of a sharded queue
 	defer stop()
 	pause := newPauseGate(f, q.k.Paused, b.w.opts.ConfigPoll) // Queue.Pause
 	defer pause.stop()
@@ -84,7 +84,7 @@ func (b *batch[C, O, P]) fetch(run, soft context.Context) {
 		if b.drained.Swap(false) && f.cache {
 			// The queue was empty at the last reserve: arm the invalidation
 			// of the queue key and look, before reserving blind.
-			l, err := f.client.DoCache(run, f.client.B().Llen().Key(q.k.Pending).Cache(), f.cacheTTL).AsInt64()
+			l, _, err := q.cachedPending(run)
 			if err == nil && l == 0 && (readyAt.IsZero() || time.Now().Before(readyAt)) {
 				for range n {
 					b.free <- struct{}{}
@@ -129,7 +129,7 @@ func (b *batch[C, O, P]) fetch(run, soft context.Context) {
 		case f.cache:
 			// Arm the invalidation of the queue key, and catch a push that
 			// came between the reserve and now.
-			l, err := f.client.DoCache(run, f.client.B().Llen().Key(q.k.Pending).Cache(), f.cacheTTL).AsInt64()
+			l, _, err := q.cachedPending(run)
 			if err == nil && l > 0 {
 				continue
 			}

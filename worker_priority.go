@@ -173,7 +173,7 @@ func (p *prio[C, O, P]) arm(ctx context.Context, i int) bool {
 	if !f.cache {
 		return true
 	}
-	l, err := f.client.DoCache(ctx, f.client.B().Llen().Key(p.qs[i].k.Pending).Cache(), f.cacheTTL).AsInt64()
+	l, _, err := p.qs[i].cachedPending(ctx) // every shard of a sharded queue
 	if err == nil && l > 0 {
 		p.mu.Lock()
 		p.empty[i] = false
@@ -240,7 +240,7 @@ func (p *prio[C, O, P]) fetch(run, soft context.Context) {
 	gates := make([]*pauseGate, n)
 	cases := make([]reflect.SelectCase, 0, 2*n+2)
 	for i, q := range p.qs {
-		ch, stop := f.watch.listen(q.k.Pending)
+		ch, stop := q.listenPending(run)
 		defer stop()
 		gates[i] = newPauseGate(f, q.k.Paused, b.w.opts.ConfigPoll)
 		defer gates[i].stop()

@@ -35,7 +35,7 @@ func (b *batch[C, O, P]) finish(ctx, soft context.Context, t *Task[P]) (*Task[P]
 	if !b.mayTake(ctx, soft, t) {
 		return nil, t.Ack(ctx)
 	}
-	tasks, st, err := q.reserveAs(ctx, 1, false, b.w.name(), t)
+	tasks, st, err := q.top().reserveAs(ctx, 1, false, b.w.name(), t) // a sharded queue's: queue_shard.go
 	q.f.taskEnded(ctx, q.name, t.ID, TaskProcessed, st.acked == 1)
 	switch {
 	case st.acked == 0:
@@ -71,7 +71,7 @@ func (b *batch[C, O, P]) mayTake(ctx, soft context.Context, t *Task[P]) bool {
 		return false
 	}
 	if b.takes == nil {
-		return b.more.Load() && q == b.q && !b.paused(ctx, q.k.Paused)
+		return b.more.Load() && q.top() == b.q && !b.paused(ctx, q.k.Paused)
 	}
 	// NewPriorityWorker: only from where its priorities say (last: it
 	// counts the pick).

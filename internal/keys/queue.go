@@ -1,5 +1,12 @@
 package keys
 
+import (
+	"math/bits"
+	"strconv"
+	"strings"
+	"sync"
+)
+
 // Queue holds the keys of one task queue. Every key shares the queue's slot
 // in the tagged layout.
 type Queue struct {
@@ -40,11 +47,43 @@ type Queue struct {
 	// {id, result, attempts, done_at, worker}, PX QueueOptions.Retention;
 	// optional): a completed task's record, kept when retention is on.
 	Result string
+	// Shards is fleet:queue:<name>:shards (hash; derived; tagged layout
+	// only, and only for a queue ever opened with QueueOptions.Shards > 1):
+	// "max" is the highest shard count in use (every reserve looks at
+	// shards 0..max-1), and "at:<K>" the server time in ms at which a handle
+	// of K shards last registered. The sweeper lowers "max" once the shards
+	// past the counts still in use are empty, and deletes the hash when
+	// only one shard is left. It lives with shard 0 only.
+	Shards string
+	// Shard is the shard these keys are of (0 for the queue's own keys).
+	Shard int
 }
 
 // Queue returns the keys of queue name.
 func (k Keys) Queue(name string) Queue {
-	base := k.join("fleet", "queue", k.tag(name))
+	q := queueAt(k.join("fleet", "queue", k.tag(name)))
+	q.Shards = q.Pending + ":shards"
+	return q
+}
+
+// MaxShards bounds a queue's shard count (QueueOptions.Shards).
+const MaxShards = 1024
+
+// QueueShard returns the keys of shard i (0 <= i < MaxShards) of queue
+// name. Shard 0 is the queue's own keys (Queue); shard i > 0, in the
+// tagged layout only, has the hash tag {<name>:<i>:<s>} (see ShardTag),
+// which no queue name can spell since ':' is refused in queue names. In
+// the compat layout every shard is shard 0. Shards hold no Shards key.
+func (k Keys) QueueShard(name string, i int) Queue {
+	if i <= 0 || !k.tagged {
+		return k.Queue(name)
+	}
+	q := queueAt(k.join("fleet", "queue", "{"+ShardTag(name, i)+"}"))
+	q.Shard = i
+	return q
+}
+
+func queueAt(base string) Queue {
 	return Queue{
 		Pending:    base,
 		Processing: base + ":processing",
@@ -67,3 +106,89 @@ func (k Keys) Queue(name string) Queue {
 // and is never touched by a queue script. It can be rebuilt by scanning for
 // fleet:queue:* keys.
 func (k Keys) Queues() string { return k.join("fleet", "queues") }
+
+// Slot returns the Redis Cluster hash slot of key (CRC16/XMODEM of its hash
+// tag, or of the whole key without one, modulo 16384).
+func Slot(key string) int {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	return int(crc16(key) & 16383)
+}
+
+func crc16(s string) uint16 {
+	var crc uint16
+	for i := 0; i < len(s); i++ {
+		crc ^= uint16(s[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc
+}
+
+var shardTags sync.Map // name "\x00" i -> tag
+
+// ShardTag returns the hash tag (without braces) of shard i > 0 of queue
+// name: "<name>:<i>:<s>", where s is the smallest integer >= 0 that puts
+// the tag's slot in the window of shard i. The windows follow a van der
+// Corput sequence in mixed radix (3, 2, 2, 2, ...) from the slot of shard
+// 0 (the slot of name): with d = i mod 3, m = i div 3, b the bit length of
+// m and r the bits of m reversed (as a b-bit number), shard i sits at the
+// fraction p = (d + r/2^b)/3 of the slot space after shard 0, and its window
+// starts at p*16384 and is 1/32 of the grid's step, 16384/(3*2^b)/32
+// slots, wide (at least 16). So the
+// first K shards sit on an even grid for K = 3*2^j (12 shards: every
+// twelfth of the slot space), near one for any other K: a cluster whose
+// masters own even slot ranges gets an even share of them, exactly (but
+// for a window that straddles a range's edge) when K is a multiple of
+// their count and both divide 3*2^j (3, 4, 6 or 12 masters and 12 shards:
+// 4, 3, 2 or 1 each). Finding s takes about 96*2^b CRC16s (at most about
+// 1,000); the result is cached.
+func ShardTag(name string, i int) string {
+	ck := name + "\x00" + strconv.Itoa(i)
+	if t, ok := shardTags.Load(ck); ok {
+		return t.(string)
+	}
+	d, m := i%3, i/3
+	b := bits.Len(uint(m))
+	r := 0
+	if b > 0 {
+		r = int(bits.Reverse(uint(m)) >> (bits.UintSize - b))
+	}
+	start := (Slot(name) + (d<<b+r)*16384/(3<<b)) % 16384
+	width := max(16384/(3<<b)/32, 16)
+	prefix := name + ":" + strconv.Itoa(i) + ":"
+	for s := 0; ; s++ {
+		tag := prefix + strconv.Itoa(s)
+		if (int(crc16(tag)&16383)-start+16384)%16384 < width {
+			shardTags.Store(ck, tag)
+			return tag
+		}
+	}
+}
+
+// ParseShardTag takes apart a shard's hash tag: the queue's name and the
+// shard index, when tag is the one ShardTag spells for them.
+func ParseShardTag(tag string) (name string, i int, ok bool) {
+	j := strings.LastIndexByte(tag, ':')
+	if j < 0 {
+		return "", 0, false
+	}
+	k := strings.LastIndexByte(tag[:j], ':')
+	if k < 0 {
+		return "", 0, false
+	}
+	name = tag[:k]
+	i, err := strconv.Atoi(tag[k+1 : j])
+	if err != nil || i <= 0 || i >= MaxShards || Check(KindQueue, name) != nil || ShardTag(name, i) != tag {
+		return "", 0, false
+	}
+	return name, i, true
+}

@@ -30,6 +30,7 @@ const (
 	FamQueueDedup      Family = "queue:dedup"            // ... (derived)
 	FamQueuePolicy     Family = "queue:policy"           // ... (derived)
 	FamQueueCall       Family = "queue:call"             // fleet:queue:<name>:call:<prefix> (derived, short-lived)
+	FamQueueShards     Family = "queue:shards"           // fleet:queue:<name>:shards (derived, tagged only)
 	FamPool            Family = "pool"                   // fleet:pool:<name>
 	FamPoolClaim       Family = "pool:claim"             // fleet:pool:<name>:claim:<item>
 	FamPoolAll         Family = "pidx:all"               // fleet:pidx:<pool>:all (derived)
@@ -68,6 +69,7 @@ var (
 		":dead":             FamQueueDead,
 		":dedup":            FamQueueDedup,
 		":policy":           FamQueuePolicy,
+		":shards":           FamQueueShards,
 	}
 	workerFields = map[string]Family{
 		"hardware": FamWorkerHardware,
@@ -90,6 +92,9 @@ type Key struct {
 	Item   string
 	Field  string
 	Canon  string
+	// Shard is the shard of a sharded queue's key (tagged layout; 0: the
+	// queue's own keys).
+	Shard int
 }
 
 // Parse takes apart key, a key name in this layout and under this prefix.
@@ -182,14 +187,18 @@ func (k Keys) parseFleet(rest string) (Key, bool) {
 		return Key{Family: f, Name: name}, Check(KindSemaphore, name) == nil
 	case "queue":
 		name, tail, ok := k.entity(rest)
+		shard := 0
+		if ok && k.tagged && Check(KindQueue, name) != nil {
+			name, shard, ok = ParseShardTag(name) // a shard's key (QueueShard)
+		}
 		if !ok || Check(KindQueue, name) != nil {
 			return Key{}, false
 		}
 		if call, ok := strings.CutPrefix(tail, ":call:"); ok {
-			return Key{Family: FamQueueCall, Name: name, Item: call}, Check(KindItem, call) == nil
+			return Key{Family: FamQueueCall, Name: name, Item: call, Shard: shard}, Check(KindItem, call) == nil
 		}
 		f, known := queueTails[tail]
-		return Key{Family: f, Name: name}, known
+		return Key{Family: f, Name: name, Shard: shard}, known && !(f == FamQueueShards && (shard > 0 || !k.tagged))
 	case "pool":
 		name, tail, ok := k.entity(rest)
 		if !ok || Check(KindPool, name) != nil {
@@ -278,7 +287,10 @@ func (k Keys) parseWorker(rest string) (Key, bool) {
 // Spell returns the key name of p in this layout and under this prefix,
 // through the one helper of its family; false for an unknown family.
 func (k Keys) Spell(p Key) (string, bool) {
-	q := func() Queue { return k.Queue(p.Name) }
+	if p.Shard > 0 && !k.tagged {
+		return "", false // the compat layout has no shards
+	}
+	q := func() Queue { return k.QueueShard(p.Name, p.Shard) }
 	x := func() PoolIndex { return k.PoolIndex(p.Name) }
 	w := func() Worker { return k.Worker(p.Name, p.ID) }
 	switch p.Family {
@@ -326,6 +338,8 @@ func (k Keys) Spell(p Key) (string, bool) {
 		return q().Policy, true
 	case FamQueueCall:
 		return q().Call + p.Item, true
+	case FamQueueShards:
+		return k.Queue(p.Name).Shards, k.tagged && p.Shard == 0
 	case FamPool:
 		return k.Pool(p.Name), true
 	case FamPoolClaim:

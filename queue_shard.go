@@ -1,0 +1,481 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/fleet-go/fleet/internal/keys"
+)
+
+// Sharded queues (QueueOptions.Shards; docs/SCALING-shards.md).
+//
+// A queue of K shards keeps its tasks in K sets of the queue's keys: shard
+// 0 is the queue's own keys (fleet:queue:{<name>}...), shard i > 0 has its
+// own hash tag (keys.QueueShard), so that on a cluster the shards spread
+// over the masters. Each shard is a plain queue of its own: every script
+// runs on one shard, and a task lives in one shard from its submit to its
+// end (a retry, a re-queue by the sweeper, a dead letter and its re-queue
+// stay in its shard). A shard has a handle of its own (sub), a Queue[T]
+// with the shard's keys whose root is the queue's handle; a reserved
+// task's q is its shard's handle, so Ack, Nack, Extend, Snooze and the
+// rest reach its shard with no more work.
+//
+// Task ids stay plain UUIDv7s: a call by id (Lookup, Cancel, RequeueDead)
+// asks every shard in one pipelined round trip (K <= 1024, and each shard
+// answers in parallel on its master), rather than spell the shard in the
+// id, which would break ids that callers already parse as UUIDs and tie an
+// id to a shard count that may change.
+//
+// fleet:queue:{<name>}:shards holds the high-water mark "max": every handle
+// of the queue reserves from shards 0..max-1, whatever its own K, so when K
+// changes the old shards drain. A handle of K > 1 raises the mark as it
+// registers (before its first push, then about once a second while it
+// submits) and stamps "at:<K>"; the sweeper lowers the mark to the highest
+// K stamped within SweeperOptions.ShardGrace (a handle registers at
+// most a second before each push, so a push lands in a shard past the mark
+// only if it takes longer than the grace), once the shards past it are empty.
+
+// spanEvery is how often a handle re-reads the stored mark.
+const spanEvery = time.Second
+
+var queueShardsScript = script("queue_shards.lua")
+
+// sub returns the handle of shard i (q itself for shard 0).
+func (q *Queue[T]) sub(i int) *Queue[T] {
+	if q.root != nil {
+		return q.root.sub(i)
+	}
+	if i == 0 {
+		return q
+	}
+	if s, ok := q.subs.Load(i); ok {
+		return s.(*Queue[T])
+	}
+	s := &Queue[T]{f: q.f, name: q.name, k: q.f.keys.QueueShard(q.name, i), opts: q.opts, err: q.err,
+		check: q.check, policy: q.policy, root: q}
+	s.k.Paused = q.k.Paused                                // the queue's one pause flag
+	s.look = q.f.schedLook(q.name + ":" + strconv.Itoa(i)) // ':' is no queue name's
+	got, _ := q.subs.LoadOrStore(i, s)
+	return got.(*Queue[T])
+}
+
+// top returns the queue's own handle.
+func (q *Queue[T]) top() *Queue[T] {
+	if q.root != nil {
+		return q.root
+	}
+	return q
+}
+
+// spanOf returns how many shards the reserves of the queue look at: the
+// handle's own count or the stored mark, whichever is higher, re-read at
+// most once per spanEvery (a failed read keeps the last one). Always 1 in
+// the compat layout.
+func (q *Queue[T]) spanOf(ctx context.Context) int {
+	q = q.top()
+	if !q.f.keys.Tagged() {
+		return 1
+	}
+	now := monoNow()
+	if last := q.spanAt.Load(); last == 0 || now-last >= int64(spanEvery) {
+		if q.spanAt.CompareAndSwap(last, now) {
+			c := q.f.client
+			m, err := c.Do(ctx, c.B().Hget().Key(q.k.Shards).Field("max").Build()).AsInt64()
+			switch {
+			case rueidis.IsRedisNil(err):
+				q.span.Store(1)
+			case err == nil:
+				q.span.Store(min(max(m, 1), keys.MaxShards))
+			}
+			q.growListeners(max(q.opts.Shards, int(q.span.Load())))
+		}
+	}
+	return max(q.opts.Shards, int(q.span.Load()))
+}
+
+// knownSpan is spanOf without a read: what the handle knows now.
+func (q *Queue[T]) knownSpan() int {
+	q = q.top()
+	return max(q.opts.Shards, int(q.span.Load()), 1)
+}
+
+// shardKeys returns the keys of the n first shards of queue name.
+func (f *Fleet) shardKeys(name string, n int) []keys.Queue {
+	ks := make([]keys.Queue, n)
+	for i := range ks {
+		ks[i] = f.keys.QueueShard(name, i)
+	}
+	return ks
+}
+
+// queueSpan reads the stored mark of queue name (1 without one, and always
+// in the compat layout), for calls by name.
+func (f *Fleet) queueSpan(ctx context.Context, name string) (int, error) {
+	if !f.keys.Tagged() {
+		return 1, nil
+	}
+	c := f.client
+	m, err := c.Do(ctx, c.B().Hget().Key(f.keys.Queue(name).Shards).Field("max").Build()).AsInt64()
+	if rueidis.IsRedisNil(err) {
+		return 1, nil
+	}
+	if err != nil {
+		return 1, err
+	}
+	return int(min(max(m, 1), keys.MaxShards)), nil
+}
+
+// shardsOf returns the handles of every shard the queue's reserves look at.
+func (q *Queue[T]) shardsOf(ctx context.Context) []*Queue[T] {
+	n := q.spanOf(ctx)
+	out := make([]*Queue[T], n)
+	for i := range out {
+		out[i] = q.sub(i)
+	}
+	return out
+}
+
+// pick returns the shard handle a submit goes to: by key (hashed) when
+// one is given, else round-robin.
+func (q *Queue[T]) pick(key string) *Queue[T] {
+	k := q.opts.Shards
+	if k <= 1 || q.root != nil {
+		return q
+	}
+	if key != "" {
+		return q.sub(shardOf(key, k))
+	}
+	return q.sub(int(q.rr.Add(1) % uint64(k)))
+}
+
+// shardOf is the shard of key among k: FNV-1a of the key, modulo k.
+func shardOf(key string, k int) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(key))
+	return int(h.Sum32() % uint32(k))
+}
+
+// shardRegister is register's part for a sharded queue: the shard count
+// is stamped (and the mark raised), and the policy goes to every shard of
+// the handle past shard 0.
+func (q *Queue[T]) shardRegister(ctx context.Context, nx bool) error {
+	c := q.f.client
+	m, err := queueShardsScript.Exec(ctx, c, []string{q.k.Shards}, []string{"reg", strconv.Itoa(q.opts.Shards)}).AsInt64()
+	if err != nil {
+		return err
+	}
+	q.span.Store(min(max(m, 1), keys.MaxShards))
+	q.spanAt.Store(monoNow())
+	q.growListeners(q.knownSpan())
+	cmds := make(rueidis.Commands, 0, q.opts.Shards)
+	for i := 1; i < q.opts.Shards; i++ {
+		k := q.sub(i).k.Policy
+		if nx {
+			cmds = append(cmds, c.B().Set().Key(k).Value(q.policy).Nx().Build())
+		} else {
+			cmds = append(cmds, c.B().Set().Key(k).Value(q.policy).Build())
+		}
+	}
+	for _, r := range c.DoMulti(ctx, cmds...) {
+		if err := r.Error(); err != nil && !rueidis.IsRedisNil(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+// listenPending returns a channel that receives after each change of the
+// pending list of any of the queue's shards (its wake-ups coalesce), and
+// the function that stops it. When the queue's shard count grows later
+// (spanOf reads a higher mark), the listener joins the new shards, and is
+// poked once.
+func (q *Queue[T]) listenPending(ctx context.Context) (<-chan struct{}, func()) {
+	if !q.f.keys.Tagged() {
+		return q.f.watch.listen(q.k.Pending)
+	}
+	r := q.top()
+	l := &shardListener{ch: make(chan struct{}, 1)}
+	r.lmu.Lock()
+	if r.lsn == nil {
+		r.lsn = map[*shardListener]struct{}{}
+	}
+	r.lsn[l] = struct{}{}
+	r.lmu.Unlock()
+	r.growListeners(r.spanOf(ctx))
+	return l.ch, func() {
+		r.lmu.Lock()
+		delete(r.lsn, l)
+		r.lmu.Unlock()
+		w := q.f.watch
+		w.mu.Lock()
+		for _, g := range l.gates {
+			delete(g.listeners, l.ch)
+		}
+		w.mu.Unlock()
+		for i, g := range l.gates {
+			w.leave(l.keys[i], g)
+		}
+	}
+}
+
+// shardListener is one listenPending: its channel, and the gates of the
+// shards' pending lists it listens to.
+type shardListener struct {
+	ch    chan struct{}
+	keys  []string
+	gates []*gate
+}
+
+// growListeners makes every listener of the queue listen to its first n
+// shards.
+func (q *Queue[T]) growListeners(n int) {
+	w := q.f.watch
+	q.lmu.Lock()
+	defer q.lmu.Unlock()
+	for l := range q.lsn {
+		if len(l.keys) >= n {
+			continue
+		}
+		grew := len(l.keys) > 0
+		for i := len(l.keys); i < n; i++ {
+			k := q.sub(i).k.Pending
+			g := w.join(k)
+			w.mu.Lock()
+			if g.listeners == nil {
+				g.listeners = make(map[chan struct{}]struct{})
+			}
+			g.listeners[l.ch] = struct{}{}
+			w.mu.Unlock()
+			l.keys, l.gates = append(l.keys, k), append(l.gates, g)
+		}
+		if grew {
+			poke(l.ch) // tasks may wait on the new shards already
+		}
+	}
+}
+
+// cachedPending returns the pending tasks of every shard the reserves look
+// at, read through the client-side cache (which arms each list's
+// invalidation), and the lengths per shard.
+func (q *Queue[T]) cachedPending(ctx context.Context) (int64, []int64, error) {
+	f := q.f
+	n := q.spanOf(ctx)
+	if n == 1 {
+		l, err := f.client.DoCache(ctx, f.client.B().Llen().Key(q.k.Pending).Cache(), f.cacheTTL).AsInt64()
+		return l, []int64{l}, err
+	}
+	cmds := make([]rueidis.CacheableTTL, n)
+	for i := range n {
+		cmds[i] = rueidis.CT(f.client.B().Llen().Key(q.sub(i).k.Pending).Cache(), f.cacheTTL)
+	}
+	lens := make([]int64, n)
+	var sum int64
+	for i, r := range f.client.DoMultiCache(ctx, cmds...) {
+		l, err := r.AsInt64()
+		if err != nil {
+			return 0, nil, err
+		}
+		lens[i] = l
+		sum += l
+	}
+	return sum, lens, nil
+}
+
+// reserveSpread is reserveOnceAs on a sharded queue: it tries the shards
+// in turn from a starting shard that rotates with every call (so each
+// shard is drained as often as the others), and stops at the first shard
+// that gives tasks. The starting shard is tried blind (a busy queue costs
+// one round trip per reserve); past it, when the Fleet caches, the shards
+// whose pending list the local cache says is empty, and whose scheduled
+// tasks it need not look at yet, are skipped. An ack goes with the
+// reserve of its shard when that shard comes first (a worker slot that
+// acks starts from its task's shard three times in four), else on its
+// own before. Three times in four a reserve starts from the shard that
+// gave this handle's last reserve its tasks (or, with an ack, from the
+// ack's shard), the fourth from the next in turn: fewer probes of empty
+// shards, and no shard waits long.
+func (q *Queue[T]) reserveSpread(ctx context.Context, n int, wantLeft bool, owner string, ack *Task[T]) ([]*Task[T], reserveState, error) {
+	shards := q.shardsOf(ctx)
+	k := len(shards)
+	start := int(q.turn.Add(1) % uint64(k))
+	switch stay := rand.IntN(4) != 0; {
+	case ack != nil && ack.q.k.Shard < k && stay:
+		// A slot that acks takes the next from its task's shard, in the
+		// same call, three times in four; the fourth moves on.
+		start = ack.q.k.Shard
+	case ack == nil && stay:
+		// Likewise a reserve starts from the shard that gave the last
+		// one tasks: it likely has more (a SubmitMany fills one shard).
+		if last := int(q.last.Load()); last < k {
+			start = last
+		}
+	}
+	st := reserveState{nextReady: -1, acked: -1}
+	if ack != nil && ack.q != shards[start] {
+		// The plain ack (the only one a worker slot hands over) on its own
+		// shard; the caller reports the task's end, as for a joint one.
+		a := ack.q.k
+		n, err := queueAckScript.Exec(ctx, q.f.client, []string{a.Processing, a.Body, a.Lease, a.Dedup},
+			[]string{ack.ID, ack.token, ack.dedup}).AsInt64()
+		if err != nil {
+			return nil, st, err
+		}
+		st.acked, ack = int(n), nil
+	}
+	// The starting shard first, blind: on a busy queue it has tasks, and
+	// the call costs one round trip. Then the others, skipping those that
+	// the local cache says are empty (when the Fleet caches).
+	var lens []int64
+	now := monoNow()
+	var firstErr error
+	for j := range k {
+		i := (start + j) % k
+		s := shards[i]
+		if j == 1 && q.f.cache {
+			if _, l, err := q.cachedPending(ctx); err == nil && len(l) == k {
+				lens = l
+			}
+		}
+		if j > 0 && lens != nil && lens[i] == 0 && !s.look.now(now) {
+			continue
+		}
+		tasks, ss, err := s.reserveShardAs(ctx, n, wantLeft, owner, ack)
+		if ack != nil {
+			st.acked, ack = ss.acked, nil
+		}
+		if ss.nextReady >= 0 && (st.nextReady < 0 || ss.nextReady < st.nextReady) {
+			st.nextReady = ss.nextReady
+		}
+		if err != nil {
+			if firstErr == nil {
+				firstErr = err
+			}
+			continue
+		}
+		if len(tasks) > 0 {
+			q.last.Store(int64(i))
+			return tasks, st, nil // st.drained false: others may hold tasks
+		}
+	}
+	st.drained = firstErr == nil
+	return nil, st, firstErr
+}
+
+// awaitSpread is await for a sharded queue: it listens to the pending list
+// of every shard (one channel for all: listenPending), so that a task that
+// lands on any shard wakes it, and arms their invalidations in one
+// pipelined read of the local cache.
+func (q *Queue[T]) awaitSpread(ctx context.Context, n int, wait time.Duration, st reserveState, lastErr error) ([]*Task[T], error) {
+	f := q.f
+	end := time.NewTimer(wait)
+	defer end.Stop()
+	ch, stop := q.listenPending(ctx) // grows with the shard count
+	defer stop()
+	bo := backoff{min: 2 * time.Millisecond, max: time.Second}
+	tryNow, retried := false, false
+	for {
+		if tryNow {
+			tasks, s, err := q.reserve(ctx, n, false)
+			if len(tasks) > 0 {
+				return tasks, nil
+			}
+			if err != nil && !transient(err) {
+				return nil, err
+			}
+			lastErr, st = err, s
+		}
+		sleep := bo.next()
+		if st.limited > 0 {
+			sleep = st.limited
+		} else if f.cache && lastErr == nil {
+			l, _, err := q.cachedPending(ctx)
+			if err == nil {
+				if l > 0 && !retried {
+					tryNow, retried = true, true
+					continue
+				}
+				sleep = time.Second // only covers a lost invalidation
+			}
+		}
+		retried = false
+		if st.nextReady >= 0 && st.nextReady < sleep {
+			sleep = max(st.nextReady, time.Millisecond)
+		}
+		t := time.NewTimer(sleep)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-f.done:
+			t.Stop()
+			return nil, ErrClosed
+		case <-end.C:
+			t.Stop()
+			return nil, lastErr
+		case <-ch:
+			tryNow = !f.cache || lastErr != nil || st.limited > 0
+			retried = false
+		case <-t.C:
+			tryNow = true
+		}
+		t.Stop()
+	}
+}
+
+// shardState reads a queue's shard high-water mark and the highest shard
+// count in use (registered within grace); 1 and 1 for a queue never
+// sharded.
+func (f *Fleet) shardState(ctx context.Context, k keys.Queue, grace time.Duration) (mark, used int, err error) {
+	res, err := queueShardsScript.Exec(ctx, f.client, []string{k.Shards}, []string{"state", millis(grace)}).AsIntSlice()
+	if err != nil {
+		return 1, 1, err
+	}
+	if len(res) != 2 {
+		return 1, 1, fmt.Errorf("fleet: shards: unexpected reply of %d elements", len(res))
+	}
+	return int(min(max(res[0], 1), keys.MaxShards)), int(min(max(res[1], 1), keys.MaxShards)), nil
+}
+
+// lowerShards lowers queue name's high-water mark from mark to used when
+// the shards used..mark-1 hold nothing (no task pending, scheduled, in
+// flight or dead, no lease, no dedup key); the script checks again that no
+// handle of more than used shards registered meanwhile. The policy keys of
+// the shards let go are deleted after.
+func (f *Fleet) lowerShards(ctx context.Context, name string, mark, used int, grace time.Duration) error {
+	c := f.client
+	extra := f.shardKeys(name, mark)[used:]
+	cmds := make(rueidis.Commands, len(extra))
+	for i, s := range extra {
+		cmds[i] = c.B().Exists().Key(s.Pending, s.Processing, s.Body, s.Lease, s.Scheduled, s.Dead, s.Dedup).Build()
+	}
+	for _, r := range c.DoMulti(ctx, cmds...) {
+		n, err := r.AsInt64()
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			return nil // still draining
+		}
+	}
+	k := f.keys.Queue(name)
+	got, err := queueShardsScript.Exec(ctx, c, []string{k.Shards}, []string{"lower", millis(grace), strconv.Itoa(used)}).AsInt64()
+	if err != nil || int(got) != used {
+		return err
+	}
+	cmds = cmds[:0]
+	for _, s := range extra {
+		cmds = append(cmds, c.B().Del().Key(s.Policy).Build())
+	}
+	for _, r := range c.DoMulti(ctx, cmds...) {
+		if err := r.Error(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
