@@ -54,6 +54,10 @@ type Config struct {
 	AppendOnly bool
 	// Args are extra redis-server arguments, such as "--maxmemory", "10mb".
 	Args []string
+	// ClusterNodeTimeout is the cluster-node-timeout of a Cluster node: how
+	// long a master may be unreachable before its replica takes over.
+	// Defaults to 5 s.
+	ClusterNodeTimeout time.Duration
 }
 
 // Server is one redis-server process. Its methods are safe for concurrent use.
@@ -68,6 +72,7 @@ type Server struct {
 	Dir string
 
 	mu   sync.Mutex
+	bin  []string // the program and its first arguments; redis-server when empty
 	args []string
 	cmd  *exec.Cmd
 	done chan struct{}
@@ -124,8 +129,12 @@ func StartServer(ctx context.Context, cfg Config) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
+		timeout := cfg.ClusterNodeTimeout
+		if timeout <= 0 {
+			timeout = 5 * time.Second
+		}
 		s.args = append(s.args, "--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(busPort),
-			"--cluster-config-file", filepath.Join(dir, "nodes.conf"), "--cluster-node-timeout", "5000")
+			"--cluster-config-file", filepath.Join(dir, "nodes.conf"), "--cluster-node-timeout", strconv.FormatInt(timeout.Milliseconds(), 10))
 	}
 	if cfg.TLS != nil {
 		if s.TLSPort, err = FreePort(); err != nil {
@@ -148,10 +157,14 @@ func StartServer(ctx context.Context, cfg Config) (*Server, error) {
 }
 
 func (s *Server) start(ctx context.Context) error {
-	cmd := exec.Command("redis-server", s.args...)
+	bin := s.bin
+	if len(bin) == 0 {
+		bin = []string{"redis-server"}
+	}
+	cmd := exec.Command(bin[0], append(append([]string(nil), bin[1:]...), s.args...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("fleettest: start redis-server: %w", err)
+		return fmt.Errorf("fleettest: start %s: %w", bin[0], err)
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
@@ -160,7 +173,7 @@ func (s *Server) start(ctx context.Context) error {
 	s.mu.Unlock()
 	if err := waitPing(ctx, s.Addr, done); err != nil {
 		s.kill()
-		return fmt.Errorf("fleettest: redis-server on %s did not come up: %w%s", s.Addr, err, s.logTail())
+		return fmt.Errorf("fleettest: %s on %s did not come up: %w%s", strings.Join(bin, " "), s.Addr, err, s.logTail())
 	}
 	return nil
 }
