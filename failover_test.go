@@ -150,6 +150,7 @@ func (l *failLoad) finish(t *testing.T) (lost, cameBack map[string]int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for name := range l.queues {
+		lost[name] = 0
 		for p := range l.submitted[name] {
 			if !l.seen[name][p] {
 				lost[name]++
