@@ -14,24 +14,31 @@ import (
 
 // replicated starts a master and one replica in sync with it, stopped when
 // the test ends.
-func replicated(t *testing.T) (master, replica *fleettest.Server) {
-	t.Helper()
+func replicated(tb testing.TB) (master, replica *fleettest.Server) {
+	tb.Helper()
+	c, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	sync0 := []string{"--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0"}
-	m, err := fleettest.StartServer(ctx(t), fleettest.Config{Args: sync0})
+	m, err := fleettest.StartServer(c, fleettest.Config{Args: sync0})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(m.Stop)
-	r, err := fleettest.StartServer(ctx(t), fleettest.Config{Args: append(sync0, "--replicaof", "127.0.0.1", strconv.Itoa(m.Port))})
+	tb.Cleanup(m.Stop)
+	r, err := fleettest.StartServer(c, fleettest.Config{Args: append(sync0, "--replicaof", "127.0.0.1", strconv.Itoa(m.Port))})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(r.Stop)
-	waitFor(t, 30*time.Second, func() bool {
-		n, err := fleettest.OnlineReplicas(context.Background(), m)
-		return err == nil && n == 1
-	}, "replica %s never came online", r.Addr)
-	return m, r
+	tb.Cleanup(r.Stop)
+	for {
+		if n, err := fleettest.OnlineReplicas(c, m); err == nil && n == 1 {
+			return m, r
+		}
+		select {
+		case <-c.Done():
+			tb.Fatalf("replica %s never came online", r.Addr)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // cli runs redis-cli on s and fails the test on error.
