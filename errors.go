@@ -72,10 +72,12 @@ var (
 	// too). The write was made on the master and may still reach the replicas
 	// later, or may be lost if the master fails first: the call's outcome is
 	// unknown, as after a broken connection. Retry what is safe to retry:
-	// Task.Ack, Nack and Release, Pool.Put of the same id, KV sets and
-	// Counter.Set are idempotent; a Submit retried after ErrNotDurable may
-	// enqueue the task twice, so give tasks a unique key (QueueOptions'
-	// dedup) or make their handlers idempotent.
+	// Task.Ack, Nack and Release, KV sets and Counter.Set are idempotent
+	// (an ack retried after one that landed gets ErrLeaseLost); a Submit or
+	// Pool.Put retried after ErrNotDurable may add its task or item twice,
+	// so submit with a dedup key (SubmitWith and DedupKey) and make handlers
+	// idempotent. Counter.Incr is not idempotent. docs/SCALING-replicas.md
+	// says more.
 	ErrNotDurable = errors.New("fleet: write not confirmed by enough replicas")
 )
 
