@@ -65,12 +65,16 @@ func (d *durableClient) need(ctx context.Context) (int, error) {
 	return d.min, nil
 }
 
-// noWait lists the commands that write nothing worth waiting for.
+// noWait lists the commands that rueidis does not mark read-only but that
+// store nothing worth waiting for (connection, server and pub/sub
+// commands).
 var noWait = map[string]bool{
 	"PING": true, "SCRIPT": true, "CLIENT": true, "INFO": true, "WAIT": true, "WAITAOF": true,
 	"PUBLISH": true, "SPUBLISH": true, "CLUSTER": true, "CONFIG": true, "HELLO": true, "AUTH": true,
 	"SELECT": true, "READONLY": true, "READWRITE": true, "ASKING": true, "QUIT": true, "RESET": true,
-	"MULTI": true, "DISCARD": true, "WATCH": true, "UNWATCH": true,
+	"MULTI": true, "DISCARD": true, "WATCH": true, "UNWATCH": true, "TIME": true, "ROLE": true,
+	"PUBSUB": true, "ECHO": true, "DBSIZE": true, "COMMAND": true, "LASTSAVE": true, "MEMORY": true,
+	"SLOWLOG": true, "LATENCY": true, "DEBUG": true,
 }
 
 // waits reports whether cmd writes, so that it waits for replicas, and the

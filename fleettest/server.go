@@ -4,8 +4,12 @@
 // (rueidiscompat) for assertions with it; StartServer and StartCluster start
 // throwaway redis-server processes, a single node or a Redis Cluster, and
 // need the redis-server and redis-cli binaries on PATH (Debian: apt-get
-// install -y redis-server); StartProxy puts a TCP proxy that can cut or
-// freeze connections in front of one.
+// install -y redis-server); StartClusterWith adds replicas to a cluster,
+// and StartSentinel starts a master with replicas watched by sentinels
+// (apt-get install -y redis-sentinel, or a redis-server that runs with
+// --sentinel), both with ways to SIGKILL a master and wait for its
+// replica's promotion; StartProxy puts a TCP proxy that can cut or freeze
+// connections in front of one.
 //
 // Servers keep nothing on disk beyond a temporary directory, listen on
 // 127.0.0.1 only, and die with the process that started them (Linux), so a
