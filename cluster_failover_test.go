@@ -45,7 +45,7 @@ func TestClusterFailoverUnderLoad(t *testing.T) {
 			for i, m := range cl.Nodes {
 				names[i] = queueOn(t, m, i)
 			}
-			f, err := fleet.Open(ctx(t), fleet.Options{Addrs: cl.Addrs(), Prefix: "cf:", MinReplicas: min})
+			f, err := fleet.Open(ctx(t), fleet.Options{Addrs: cl.Addrs(), Prefix: "cf:", MinReplicas: min, ReplicaTimeout: 5 * time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -95,7 +95,7 @@ func TestMinReplicasAboveReplicas(t *testing.T) {
 func TestMinReplicasWaits(t *testing.T) {
 	t.Parallel()
 	m, r := replicated(t)
-	f, err := fleet.Open(ctx(t), fleet.Options{URL: m.URL(), MinReplicas: 1, Prefix: "d:"})
+	f, err := fleet.Open(ctx(t), fleet.Options{URL: m.URL(), MinReplicas: 1, ReplicaTimeout: 10 * time.Second, Prefix: "d:"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +175,7 @@ func TestMinReplicasWaits(t *testing.T) {
 func TestMinReplicasNotDurable(t *testing.T) {
 	t.Parallel()
 	m, r := replicated(t)
-	f, err := fleet.Open(ctx(t), fleet.Options{URL: m.URL(), MinReplicas: 1, ReplicaTimeout: 200 * time.Millisecond, Prefix: "d:"})
+	f, err := fleet.Open(ctx(t), fleet.Options{URL: m.URL(), MinReplicas: 1, ReplicaTimeout: 2 * time.Second, Prefix: "d:"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,10 +189,10 @@ func TestMinReplicasNotDurable(t *testing.T) {
 	r.Kill()
 	start := time.Now()
 	_, err = q.Submit(c, 2)
-	if !errors.Is(err, fleet.ErrNotDurable) || !strings.Contains(err.Error(), "0 of 1 replicas confirmed the write within 200 ms") {
-		t.Fatalf("Submit with the replica dead = %v; want ErrNotDurable, 0 of 1 within 200 ms", err)
+	if !errors.Is(err, fleet.ErrNotDurable) || !strings.Contains(err.Error(), "0 of 1 replicas confirmed the write within 2000 ms") {
+		t.Fatalf("Submit with the replica dead = %v; want ErrNotDurable, 0 of 1 within 2000 ms", err)
 	}
-	if d := time.Since(start); d < 200*time.Millisecond {
+	if d := time.Since(start); d < 2*time.Second {
 		t.Fatalf("Submit failed after %v, before ReplicaTimeout", d)
 	}
 	if n := cli(t, m, "llen", "d:fleet:queue:jobs"); n != "2" {

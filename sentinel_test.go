@@ -85,7 +85,7 @@ func TestSentinelOpen(t *testing.T) {
 		{URL: "redis://" + addrs[0] + "?addr=" + addrs[1] + "&master_set=fleet"},
 	} {
 		o.Prefix = fmt.Sprintf("so%d:", i)
-		o.MinReplicas = 1
+		o.MinReplicas, o.ReplicaTimeout = 1, 10*time.Second
 		f, err := fleet.Open(ctx(t), o)
 		if err != nil {
 			t.Fatalf("Open(%+v): %v", o, err)
@@ -153,7 +153,7 @@ func TestSentinelDurability(t *testing.T) {
 		t.Run(fmt.Sprintf("MinReplicas=%d", min), func(t *testing.T) {
 			t.Parallel()
 			st := startSentinel(t)
-			f, err := fleet.Open(ctx(t), fleet.Options{URL: st.URL(), Prefix: "du:", MinReplicas: min})
+			f, err := fleet.Open(ctx(t), fleet.Options{URL: st.URL(), Prefix: "du:", MinReplicas: min, ReplicaTimeout: 5 * time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}

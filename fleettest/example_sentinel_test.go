@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"time"
 
 	"github.com/fleet-go/fleet"
 	"github.com/fleet-go/fleet/fleettest"
@@ -19,7 +20,7 @@ func ExampleStartSentinel() {
 	}
 	defer st.Stop()
 
-	f, err := fleet.Open(ctx, fleet.Options{URL: st.URL(), MinReplicas: 1})
+	f, err := fleet.Open(ctx, fleet.Options{URL: st.URL(), MinReplicas: 1, ReplicaTimeout: 5 * time.Second})
 	if err != nil {
 		log.Fatal(err)
 	}
