@@ -1,6 +1,7 @@
 package fleet_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -26,7 +27,8 @@ func queueOn(t *testing.T, m *fleettest.Server, i int) string {
 }
 
 // A cluster of three masters with a replica each loses one master to
-// SIGKILL under load: the consumers of the queues on the other masters go
+// SIGKILL under load, its replica frozen and cut off just before (so that
+// the master's last writes reach no replica): the consumers of the queues on the other masters go
 // on during the failover window, those of the failed master's queue resume
 // by themselves once its replica is promoted (and, with MinReplicas 1,
 // once the killed node is back as a replica). With MinReplicas 1 no
@@ -36,7 +38,7 @@ func TestClusterFailoverUnderLoad(t *testing.T) {
 	for _, min := range []int{1, 0} {
 		t.Run(fmt.Sprintf("MinReplicas=%d", min), func(t *testing.T) {
 			t.Parallel()
-			cl, err := fleettest.StartClusterWith(ctx(t), fleettest.ClusterConfig{Replicas: 1})
+			cl, err := fleettest.StartClusterWith(ctx(t), fleettest.ClusterConfig{Replicas: 1, Args: []string{"--enable-debug-command", "local"}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -61,8 +63,27 @@ func TestClusterFailoverUnderLoad(t *testing.T) {
 			for _, n := range names {
 				before[n] = l.acks[n].Load()
 			}
+			// Open the window that asynchronous replication leaves: freeze the
+			// failing master's replica (DEBUG SLEEP) and cut its link, so that
+			// the master's last writes reach no replica before it dies.
+			rep := cl.Replicas[dead][0]
+			slept := make(chan error, 1)
+			go func() { _, err := rep.Cli(context.Background(), "debug", "sleep", "2"); slept <- err }()
+			time.Sleep(200 * time.Millisecond) // let the replica fall asleep (not asserted on)
+			if _, err := cl.Nodes[dead].Cli(ctx(t), "client", "kill", "type", "replica"); err != nil {
+				t.Fatal(err)
+			}
+			atCut := l.submittedCount()
+			time.Sleep(500 * time.Millisecond) // submits go on, unreplicated (not asserted on)
+			for _, n := range names {
+				before[n] = l.acks[n].Load()
+			}
 			cl.KillMaster(dead)
 			killed := time.Now()
+			t.Logf("MinReplicas %d: %d submits acknowledged (all queues) between the replica's cut and the master's kill", min, l.submittedCount()-atCut)
+			if err := <-slept; err != nil {
+				t.Fatal(err)
+			}
 			if _, err := cl.WaitPromoted(ctx(t), dead); err != nil {
 				t.Fatal(err)
 			}

@@ -1,6 +1,7 @@
 package fleet_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -56,10 +57,35 @@ func TestSentinelUnreachable(t *testing.T) {
 	}
 }
 
+// cutReplication opens the window that asynchronous replication leaves:
+// it freezes the replica (DEBUG SLEEP 3) and cuts its link from the
+// master, so that the master's next writes reach no replica, and returns
+// 500 ms later (the caller then kills the master) with a channel that
+// gets the sleep's end.
+func cutReplication(t *testing.T, st *fleettest.Sentinel) <-chan error {
+	t.Helper()
+	m, err := st.Master(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := st.Servers[0]
+	if rep == m {
+		rep = st.Servers[1]
+	}
+	slept := make(chan error, 1)
+	go func() { _, err := rep.Cli(context.Background(), "debug", "sleep", "3"); slept <- err }()
+	time.Sleep(200 * time.Millisecond) // let the replica fall asleep (not asserted on)
+	if _, err := m.Cli(ctx(t), "client", "kill", "type", "replica"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond) // writes go on, unreplicated (not asserted on)
+	return slept
+}
+
 // startSentinel starts a Sentinel setup stopped when the test ends.
 func startSentinel(t *testing.T) *fleettest.Sentinel {
 	t.Helper()
-	st, err := fleettest.StartSentinel(ctx(t), fleettest.SentinelConfig{})
+	st, err := fleettest.StartSentinel(ctx(t), fleettest.SentinelConfig{Args: []string{"--enable-debug-command", "local"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,9 +136,10 @@ func TestSentinelOpen(t *testing.T) {
 
 // Consumers and submitters keep running through a failover made by SIGKILL
 // of the master, without reopening anything: the Fleet follows the
-// sentinels to the promoted replica. The test reports the acknowledged
-// submits lost and the acks that came back (without MinReplicas, both may
-// be above 0).
+// sentinels to the promoted replica. Just before the kill the replica is
+// frozen and cut off, so that the master's last writes reach no replica;
+// the test reports the acknowledged submits lost and the acks that came
+// back (without MinReplicas, both may be above 0).
 func TestSentinelFailoverUnderLoad(t *testing.T) {
 	t.Parallel()
 	st := startSentinel(t)
@@ -125,11 +152,15 @@ func TestSentinelFailoverUnderLoad(t *testing.T) {
 	l.start(2, 2, 0)
 	defer l.stop()
 	l.waitAcks(t, "jobs", 0, 500, "before the failover")
+	slept := cutReplication(t, st)
 	old, err := st.KillMaster(ctx(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	killed := time.Now()
+	if err := <-slept; err != nil {
+		t.Fatal(err)
+	}
 	if _, err := st.WaitFailover(ctx(t), old.Addr); err != nil {
 		t.Fatal(err)
 	}
@@ -145,8 +176,10 @@ func TestSentinelFailoverUnderLoad(t *testing.T) {
 }
 
 // 10,000 tasks, the master killed (SIGKILL) after 3,000 acknowledged
-// submits, with MinReplicas 1 and without. With it, no acknowledged submit
-// is lost; without it, the test reports how many were.
+// submits, with MinReplicas 1 and without; just before, the replica is
+// frozen and its link cut, so that the master's last writes reach no
+// replica. With MinReplicas 1 no acknowledged submit is lost; without it,
+// the test reports how many were.
 func TestSentinelDurability(t *testing.T) {
 	t.Parallel()
 	for _, min := range []int{1, 0} {
@@ -163,8 +196,14 @@ func TestSentinelDurability(t *testing.T) {
 			l.start(8, 0, total)
 			defer l.stop()
 			waitFor(t, time.Minute, func() bool { return l.submittedCount() >= 3000 }, "3000 submits never acknowledged")
+			atCut := l.submittedCount()
+			slept := cutReplication(t, st)
 			old, err := st.KillMaster(ctx(t))
 			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("MinReplicas %d: %d submits acknowledged in the 0.7 s before the master's kill (replica frozen, then cut off)", min, l.submittedCount()-atCut)
+			if err := <-slept; err != nil {
 				t.Fatal(err)
 			}
 			if _, err := st.WaitFailover(ctx(t), old.Addr); err != nil {
@@ -179,14 +218,14 @@ func TestSentinelDurability(t *testing.T) {
 				t.Fatal(err)
 			}
 			waitFor(t, 2*time.Minute, func() bool { return l.submittedCount() == total }, "the %d submits were never all acknowledged", total)
-			// Read what the queue holds.
-			l.stopSubmit()
-			l.subWG.Wait()
-			q := l.queues["jobs"]
+			// Read what the queue holds, the sweeper stopped, through a handle
+			// whose lease outlasts the reading.
+			l.stop()
+			q := fleet.NewQueue[int](f, "jobs", fleet.QueueOptions{Lease: 5 * time.Minute, MaxAttempts: 100})
 			held := map[int]bool{}
 			c := ctx(t)
 			for {
-				tasks, err := q.Reserve(c, 1000, 0)
+				tasks, err := q.Reserve(c, 200, 0)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -27,6 +27,8 @@ type ClusterConfig struct {
 	// unreachable before a replica takes over. Defaults to 5 s, or 1.5 s
 	// with replicas, so that a failover takes a few seconds.
 	NodeTimeout time.Duration
+	// Args are extra redis-server arguments for every node.
+	Args []string
 }
 
 // StartCluster starts masters redis-server processes (three when masters <
@@ -48,7 +50,7 @@ func StartClusterWith(ctx context.Context, cfg ClusterConfig) (*Cluster, error) 
 	}
 	c := &Cluster{}
 	for range masters {
-		s, err := StartServer(ctx, Config{Cluster: true, ClusterNodeTimeout: timeout, Args: replArgs})
+		s, err := StartServer(ctx, Config{Cluster: true, ClusterNodeTimeout: timeout, Args: append(append([]string(nil), replArgs...), cfg.Args...)})
 		if err != nil {
 			c.Stop()
 			return nil, err
@@ -67,7 +69,7 @@ func StartClusterWith(ctx context.Context, cfg ClusterConfig) (*Cluster, error) 
 		return nil, err
 	}
 	if cfg.Replicas > 0 {
-		if err := c.addReplicas(ctx, cfg.Replicas, timeout); err != nil {
+		if err := c.addReplicas(ctx, cfg.Replicas, timeout, cfg.Args); err != nil {
 			c.Stop()
 			return nil, err
 		}
@@ -79,7 +81,7 @@ func StartClusterWith(ctx context.Context, cfg ClusterConfig) (*Cluster, error) 
 // replicas by default).
 var replArgs = []string{"--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0"}
 
-func (c *Cluster) addReplicas(ctx context.Context, per int, timeout time.Duration) error {
+func (c *Cluster) addReplicas(ctx context.Context, per int, timeout time.Duration, args []string) error {
 	c.Replicas = make([][]*Server, len(c.Nodes))
 	for i, m := range c.Nodes {
 		id, err := m.Cli(ctx, "cluster", "myid")
@@ -87,7 +89,7 @@ func (c *Cluster) addReplicas(ctx context.Context, per int, timeout time.Duratio
 			return err
 		}
 		for range per {
-			r, err := StartServer(ctx, Config{Cluster: true, ClusterNodeTimeout: timeout, Args: replArgs})
+			r, err := StartServer(ctx, Config{Cluster: true, ClusterNodeTimeout: timeout, Args: append(append([]string(nil), replArgs...), args...)})
 			if err != nil {
 				return err
 			}
