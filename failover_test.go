@@ -20,9 +20,10 @@ type failLoad struct {
 
 	mu        sync.Mutex
 	submitted map[string]map[int]bool // Submit returned nil
-	acked     map[string]map[int]bool // Ack returned nil
+	acked     map[string]map[int]bool // Ack returned nil, by payload
+	ackedIDs  map[string]bool         // Ack returned nil, by task id
 	seen      map[string]map[int]bool // reserved at least once
-	cameBack  map[string]int          // reserved after an Ack that returned nil
+	cameBack  map[string]int          // tasks reserved again after their Ack returned nil
 	submitErr atomic.Int64
 	ackErr    atomic.Int64
 	acks      map[string]*atomic.Int64 // acks that returned nil, per queue
@@ -37,7 +38,7 @@ type failLoad struct {
 
 func newFailLoad(f *fleet.Fleet, names ...string) *failLoad {
 	l := &failLoad{f: f, queues: map[string]*fleet.Queue[int]{},
-		submitted: map[string]map[int]bool{}, acked: map[string]map[int]bool{}, seen: map[string]map[int]bool{}, cameBack: map[string]int{},
+		submitted: map[string]map[int]bool{}, acked: map[string]map[int]bool{}, seen: map[string]map[int]bool{}, ackedIDs: map[string]bool{}, cameBack: map[string]int{},
 		acks: map[string]*atomic.Int64{}, next: map[string]*atomic.Int64{}}
 	l.allCtx, l.stopAll = context.WithCancel(context.Background())
 	l.subCtx, l.stopSubmit = context.WithCancel(l.allCtx)
@@ -97,7 +98,7 @@ func (l *failLoad) consume(name string, q *fleet.Queue[int]) {
 		}
 		for _, tk := range tasks {
 			l.mu.Lock()
-			if l.acked[name][tk.Payload] {
+			if l.ackedIDs[tk.ID] { // by id: a submit retried after an error may have made a second task of one payload
 				l.cameBack[name]++
 			}
 			l.seen[name][tk.Payload] = true
@@ -111,6 +112,7 @@ func (l *failLoad) consume(name string, q *fleet.Queue[int]) {
 			}
 			l.mu.Lock()
 			l.acked[name][tk.Payload] = true
+			l.ackedIDs[tk.ID] = true
 			l.mu.Unlock()
 			l.acks[name].Add(1)
 		}

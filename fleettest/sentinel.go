@@ -185,9 +185,10 @@ sentinel parallel-syncs %s 1
 	return s, nil
 }
 
-// waitReplicas waits until m reports n replicas online.
+// waitReplicas waits, up to two minutes (or ctx), until m reports n
+// replicas online.
 func waitReplicas(ctx context.Context, m *Server, n int) error {
-	return poll(ctx, 30*time.Second, func(ctx context.Context) error {
+	return poll(ctx, 2*time.Minute, func(ctx context.Context) error {
 		got, err := OnlineReplicas(ctx, m)
 		if err == nil && got < n {
 			err = fmt.Errorf("%s has %d of %d replicas online", m.Addr, got, n)
@@ -324,8 +325,8 @@ func (st *Sentinel) Master(ctx context.Context) (*Server, error) {
 }
 
 // KillMaster ends the master's process with SIGKILL, as a crash would, and
-// returns it (Restart brings it back; the sentinels then make it a
-// replica of the new master). WaitFailover waits for the promotion.
+// returns it (Rejoin brings it back as a replica of the new master).
+// WaitFailover waits for the promotion.
 func (st *Sentinel) KillMaster(ctx context.Context) (*Server, error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -368,7 +369,25 @@ func (st *Sentinel) WaitFailover(ctx context.Context, old string) (*Server, erro
 	return m, nil
 }
 
-// WaitReplicas waits, up to 30 s (or ctx), until the master has n
+// Rejoin restarts s, a killed master, and makes it a replica of the
+// current master at once (REPLICAOF; the sentinels would do it too, but
+// only after several seconds), then waits until the master counts every
+// server but itself as an online replica.
+func (st *Sentinel) Rejoin(ctx context.Context, s *Server) error {
+	m, err := st.Master(ctx)
+	if err != nil {
+		return err
+	}
+	if err := s.Restart(ctx); err != nil {
+		return err
+	}
+	if _, err := s.Cli(ctx, "replicaof", "127.0.0.1", strconv.Itoa(m.Port)); err != nil {
+		return err
+	}
+	return waitReplicas(ctx, m, len(st.Servers)-1)
+}
+
+// WaitReplicas waits, up to two minutes (or ctx), until the master has n
 // replicas online (after a Restart of a killed master, say).
 func (st *Sentinel) WaitReplicas(ctx context.Context, n int) error {
 	m, err := st.Master(ctx)

@@ -55,7 +55,7 @@ func TestSentinelFailover(t *testing.T) {
 	if v, err := nm.Cli(c, "get", "k"); err != nil || v != "v" {
 		t.Fatalf("GET k on the new master = %q, %v; want v", v, err)
 	}
-	if err := killed.Restart(c); err != nil {
+	if err := st.Rejoin(c, killed); err != nil {
 		t.Fatal(err)
 	}
 	if err := st.WaitReplicas(c, 1); err != nil {
