@@ -75,7 +75,7 @@ func checkURL(u string) error {
 		}
 		return nil
 	}
-	return fmt.Errorf("%w: URL %q: scheme %q is not redis://, rediss:// (TLS) or unix://", ErrInvalidOptions, u, scheme)
+	return fmt.Errorf("%w: URL %q: scheme %q is not redis://, rediss:// (TLS), unix:// or redis-sentinel://", ErrInvalidOptions, u, scheme)
 }
 
 // connectErr wraps a failure to connect (or of Open's first commands) with

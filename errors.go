@@ -65,6 +65,20 @@ var (
 	// error for all of them, so that one errors.Is check covers every
 	// lease.
 	ErrLeaseLost = errors.New("fleet: lease lost")
+	// ErrNotDurable is returned, with Options.MinReplicas (or WithMinReplicas)
+	// above 0, by a call whose write fewer replicas than asked confirmed
+	// within Options.ReplicaTimeout (Redis WAIT), or whose confirmation could
+	// not be read (the connection broke: then ErrUnavailable is in the chain
+	// too). The write was made on the master and may still reach the replicas
+	// later, or may be lost if the master fails first: the call's outcome is
+	// unknown, as after a broken connection. Retry what is safe to retry:
+	// Task.Ack, Nack and Release, KV sets and Counter.Set are idempotent
+	// (an ack retried after one that landed gets ErrLeaseLost); a Submit or
+	// Pool.Put retried after ErrNotDurable may add its task or item twice,
+	// so submit with a dedup key (SubmitWith and DedupKey) and make handlers
+	// idempotent. Counter.Incr is not idempotent. docs/SCALING-replicas.md
+	// says more.
+	ErrNotDurable = errors.New("fleet: write not confirmed by enough replicas")
 )
 
 // opErr wraps err, the failure of op on name, with the sentinel that

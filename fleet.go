@@ -44,7 +44,12 @@ const (
 type Options struct {
 	// URL is a Redis URL: redis://[user:password@]host:port[/db], or
 	// rediss:// for TLS. More cluster seeds go in repeated addr= query
-	// parameters (redis://h1:7000?addr=h2:7001).
+	// parameters (redis://h1:7000?addr=h2:7001). Through Redis Sentinel:
+	// redis-sentinel://[user:password@]s1:26379,s2:26379/masterset[/db],
+	// where user and password are the master's and the query parameters
+	// sentinel_username and sentinel_password the sentinels' (TLS:
+	// rediss-sentinel://); redis://s1:26379?addr=s2:26379&master_set=name
+	// works too.
 	URL string
 	// Addrs lists "host:port" seeds: one node, or some nodes of a cluster.
 	Addrs []string
@@ -95,12 +100,29 @@ type Options struct {
 	// metrics and tracing (see Observer; the fleetotel package makes one).
 	// Open keeps a copy. Defaults to none.
 	Observer *Observer
+
+	// Sentinel connects through Redis Sentinel (see SentinelOptions), as
+	// a redis-sentinel:// URL does. Defaults to none.
+	Sentinel SentinelOptions
+	// MinReplicas makes every write that fleet sends (every command or
+	// script that is not read-only: Submit, Ack, Nack, Reserve, pool Put
+	// and claims, locks, KV, counters, the sweeper's requeues) wait until
+	// this many replicas confirm it (Redis WAIT, on the same connection
+	// right after the write), and fail with ErrNotDurable when they do not
+	// within ReplicaTimeout. WithMinReplicas overrides it per call. Open
+	// refuses, with ErrInvalidOptions, more than the replicas each master
+	// has. Defaults to 0: writes return as soon as the master has them.
+	MinReplicas int
+	// ReplicaTimeout bounds how long a write waits for MinReplicas
+	// replicas. Defaults to DefaultReplicaTimeout.
+	ReplicaTimeout time.Duration
 }
 
 // Fleet is a connection to the shared state of one fleet. It is safe for
 // concurrent use; the primitives it hands out share its connection.
 type Fleet struct {
 	client   rueidis.Client
+	raw      rueidis.Client // client without durableClient, for Client()
 	owned    bool
 	keys     keys.Keys
 	layout   Layout
@@ -164,11 +186,20 @@ func Open(ctx context.Context, opts Options) (*Fleet, error) {
 		co.OnInvalidations = f.watch.onInvalidations
 		client, co, err := f.connectClient(ctx, co)
 		if err != nil {
+			if co.Sentinel.MasterSet != "" {
+				return nil, connectErr(sentinelWhere(co), err)
+			}
 			return nil, connectErr(co.InitAddress, err)
 		}
 		f.client, f.owned, f.cache = client, true, !co.DisableCache
 	}
 	f.cluster = f.client.Mode() == rueidis.ClientModeCluster
+	f.raw = f.client
+	timeout := opts.ReplicaTimeout
+	if timeout == 0 {
+		timeout = DefaultReplicaTimeout
+	}
+	f.client = newDurableClient(f.client, opts.MinReplicas, timeout)
 	f.layout = opts.Layout
 	switch {
 	case f.layout == LayoutAuto && f.cluster:
@@ -183,6 +214,12 @@ func Open(ctx context.Context, opts Options) (*Fleet, error) {
 	if err := f.client.Do(ctx, f.client.B().Ping().Build()).Error(); err != nil {
 		f.closeClient()
 		return nil, connectErr(nil, err)
+	}
+	if opts.MinReplicas > 0 {
+		if err := f.checkReplicas(ctx, opts.MinReplicas); err != nil {
+			f.closeClient()
+			return nil, err
+		}
 	}
 	if err := f.checkMarker(ctx, !opts.NoMarkerWrite); err != nil {
 		f.closeClient()
@@ -202,8 +239,17 @@ func (o *Options) validate() error {
 	if o.Client != nil {
 		set++
 	}
+	if len(o.Sentinel.Addrs) > 0 {
+		set++
+	}
 	if set != 1 {
-		return fmt.Errorf("%w: set exactly one of URL, Addrs and Client (%d set)", ErrInvalidOptions, set)
+		return fmt.Errorf("%w: set exactly one of URL, Addrs, Client and Sentinel.Addrs (%d set)", ErrInvalidOptions, set)
+	}
+	if err := o.validateSentinel(); err != nil {
+		return err
+	}
+	if o.MinReplicas < 0 || o.ReplicaTimeout < 0 {
+		return fmt.Errorf("%w: MinReplicas (%d) and ReplicaTimeout (%v) may not be negative", ErrInvalidOptions, o.MinReplicas, o.ReplicaTimeout)
 	}
 	switch o.Layout {
 	case LayoutAuto, LayoutCompat, LayoutTagged:
@@ -221,7 +267,12 @@ func (o *Options) validate() error {
 
 func (o *Options) clientOption() (rueidis.ClientOption, error) {
 	var co rueidis.ClientOption
-	if o.URL != "" {
+	if isSentinelURL(o.URL) {
+		var err error
+		if co, err = parseSentinelURL(o.URL); err != nil {
+			return co, err
+		}
+	} else if o.URL != "" {
 		if err := checkURL(o.URL); err != nil {
 			return co, err
 		}
@@ -229,7 +280,7 @@ func (o *Options) clientOption() (rueidis.ClientOption, error) {
 		if co, err = rueidis.ParseURL(o.URL); err != nil {
 			return co, fmt.Errorf("%w: URL: %w", ErrInvalidOptions, err)
 		}
-	} else {
+	} else if len(o.Addrs) > 0 {
 		co.InitAddress = append([]string(nil), o.Addrs...)
 	}
 	if o.Username != "" {
@@ -254,6 +305,9 @@ func (o *Options) clientOption() (rueidis.ClientOption, error) {
 	if co.Dialer.Timeout == 0 {
 		co.Dialer.Timeout = DefaultDialTimeout
 	}
+	if o.sentinel() {
+		o.applySentinel(&co)
+	}
 	return co, nil
 }
 
@@ -264,8 +318,9 @@ func (f *Fleet) Layout() Layout { return f.layout }
 func (f *Fleet) Cluster() bool { return f.cluster }
 
 // Client returns the underlying rueidis client, for commands fleet does not
-// wrap. Keys written through it are the caller's business.
-func (f *Fleet) Client() rueidis.Client { return f.client }
+// wrap. Keys written through it are the caller's business; its writes do
+// not wait for Options.MinReplicas.
+func (f *Fleet) Client() rueidis.Client { return f.raw }
 
 // Close stops the workers started on this Fleet first, as Stop does with a
 // deadline of their StopGrace (they take no new task, the tasks in hand

@@ -4,8 +4,12 @@
 // (rueidiscompat) for assertions with it; StartServer and StartCluster start
 // throwaway redis-server processes, a single node or a Redis Cluster, and
 // need the redis-server and redis-cli binaries on PATH (Debian: apt-get
-// install -y redis-server); StartProxy puts a TCP proxy that can cut or
-// freeze connections in front of one.
+// install -y redis-server); StartClusterWith adds replicas to a cluster,
+// and StartSentinel starts a master with replicas watched by sentinels
+// (apt-get install -y redis-sentinel, or a redis-server that runs with
+// --sentinel), both with ways to SIGKILL a master and wait for its
+// replica's promotion; StartProxy puts a TCP proxy that can cut or freeze
+// connections in front of one.
 //
 // Servers keep nothing on disk beyond a temporary directory, listen on
 // 127.0.0.1 only, and die with the process that started them (Linux), so a
@@ -54,6 +58,10 @@ type Config struct {
 	AppendOnly bool
 	// Args are extra redis-server arguments, such as "--maxmemory", "10mb".
 	Args []string
+	// ClusterNodeTimeout is the cluster-node-timeout of a Cluster node: how
+	// long a master may be unreachable before its replica takes over.
+	// Defaults to 5 s.
+	ClusterNodeTimeout time.Duration
 }
 
 // Server is one redis-server process. Its methods are safe for concurrent use.
@@ -68,6 +76,7 @@ type Server struct {
 	Dir string
 
 	mu   sync.Mutex
+	bin  []string // the program and its first arguments; redis-server when empty
 	args []string
 	cmd  *exec.Cmd
 	done chan struct{}
@@ -124,8 +133,12 @@ func StartServer(ctx context.Context, cfg Config) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
+		timeout := cfg.ClusterNodeTimeout
+		if timeout <= 0 {
+			timeout = 5 * time.Second
+		}
 		s.args = append(s.args, "--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(busPort),
-			"--cluster-config-file", filepath.Join(dir, "nodes.conf"), "--cluster-node-timeout", "5000")
+			"--cluster-config-file", filepath.Join(dir, "nodes.conf"), "--cluster-node-timeout", strconv.FormatInt(timeout.Milliseconds(), 10))
 	}
 	if cfg.TLS != nil {
 		if s.TLSPort, err = FreePort(); err != nil {
@@ -148,10 +161,14 @@ func StartServer(ctx context.Context, cfg Config) (*Server, error) {
 }
 
 func (s *Server) start(ctx context.Context) error {
-	cmd := exec.Command("redis-server", s.args...)
+	bin := s.bin
+	if len(bin) == 0 {
+		bin = []string{"redis-server"}
+	}
+	cmd := exec.Command(bin[0], append(append([]string(nil), bin[1:]...), s.args...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("fleettest: start redis-server: %w", err)
+		return fmt.Errorf("fleettest: start %s: %w", bin[0], err)
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
@@ -160,7 +177,7 @@ func (s *Server) start(ctx context.Context) error {
 	s.mu.Unlock()
 	if err := waitPing(ctx, s.Addr, done); err != nil {
 		s.kill()
-		return fmt.Errorf("fleettest: redis-server on %s did not come up: %w%s", s.Addr, err, s.logTail())
+		return fmt.Errorf("fleettest: %s on %s did not come up: %w%s", strings.Join(bin, " "), s.Addr, err, s.logTail())
 	}
 	return nil
 }
