@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -25,8 +26,14 @@ type minReplicasKey struct{}
 // ErrInvalidArgument. Background work of the Fleet (the sweeper, worker
 // heartbeats) keeps Options.MinReplicas.
 func WithMinReplicas(ctx context.Context, n int) context.Context {
+	perCall.Store(true)
 	return context.WithValue(ctx, minReplicasKey{}, n)
 }
+
+// perCall says whether WithMinReplicas was ever called in this process:
+// until it is, no call looks for it in its ctx (a walk up the ctx chain
+// on every command).
+var perCall atomic.Bool
 
 // durableClient is the rueidis client a Fleet with MinReplicas (or any
 // Fleet, for WithMinReplicas) sends through: it sends WAIT n timeout right
@@ -53,7 +60,7 @@ func newDurableClient(c rueidis.Client, min int, timeout time.Duration) *durable
 
 // need is the number of replicas calls under ctx wait for.
 func (d *durableClient) need(ctx context.Context) (int, error) {
-	if ctx == nil {
+	if ctx == nil || !perCall.Load() {
 		return d.min, nil
 	}
 	if n, ok := ctx.Value(minReplicasKey{}).(int); ok {

@@ -76,7 +76,7 @@ var (
 	// (an ack retried after one that landed gets ErrLeaseLost); a Submit or
 	// Pool.Put retried after ErrNotDurable may add its task or item twice,
 	// so submit with a dedup key (SubmitWith and DedupKey) and make handlers
-	// idempotent. Counter.Incr is not idempotent. docs/SCALING-replicas.md
+	// idempotent. Counter.Incr is not idempotent. docs/SCALING.md
 	// says more.
 	ErrNotDurable = errors.New("fleet: write not confirmed by enough replicas")
 )

@@ -483,7 +483,7 @@ func (m *migration) copyBatch(ctx context.Context, batch []string) error {
 		if !ok {
 			// A shard of a sharded queue (QueueOptions.Shards): the compat
 			// layout has no place for it.
-			return fmt.Errorf("fleet: migrate: %w: %s belongs to sharded queue %q, which the target's layout cannot hold: lower its QueueOptions.Shards to 1 and let the sweeper drain the other shards first (docs/SCALING-shards.md)", ErrLayout, key, p.Name)
+			return fmt.Errorf("fleet: migrate: %w: %s belongs to sharded queue %q, which the target's layout cannot hold: lower its QueueOptions.Shards to 1 and let the sweeper drain the other shards first (docs/SCALING.md)", ErrLayout, key, p.Name)
 		}
 		todo = append(todo, migKey{src: key, dst: dst, fam: p.Family})
 	}

@@ -97,7 +97,7 @@ type QueueOptions struct {
 	RateLimit *Limiter
 	// Shards spreads the queue over this many shards, each its own set of
 	// the queue's keys under its own hash tag, so that on a Redis Cluster
-	// one hot queue uses every master (docs/SCALING-shards.md). Submit
+	// one hot queue uses every master (docs/SCALING.md). Submit
 	// spreads tasks round-robin, or by SubmitOptions.ShardKey (or DedupKey);
 	// Reserve drains every shard in turn. 0 and 1 mean one shard (the
 	// queue's plain keys). The tagged layout only: Shards > 1 in the compat

@@ -13,7 +13,7 @@ import (
 	"github.com/fleet-go/fleet/internal/keys"
 )
 
-// Sharded queues (QueueOptions.Shards; docs/SCALING-shards.md).
+// Sharded queues (QueueOptions.Shards; docs/SCALING.md).
 //
 // A queue of K shards keeps its tasks in K sets of the queue's keys: shard
 // 0 is the queue's own keys (fleet:queue:{<name>}...), shard i > 0 has its
