@@ -1,0 +1,210 @@
+package fleet
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fleet-go/fleet/internal/keys"
+)
+
+// Submitting tasks: Submit, SubmitMany, SubmitWith, SubmitJSON.
+
+// wakeLocal wakes a local waiter after a push when invalidations are off.
+func (q *Queue[T]) wakeLocal() {
+	if !q.f.cache {
+		if q.knownSpan() > 1 {
+			q.f.watch.pokeAll(q.k.Pending) // sharded waiters listen (listenPending)
+			return
+		}
+		q.f.watch.wakeOne(q.k.Pending)
+	}
+}
+
+// Submit validates payload (go-playground/validator tags on T) and pushes
+// it as a new task at the tail of the queue. It returns the task's id, a
+// UUIDv7. May return ErrInvalidPayload (the message lists the failing
+// fields; nothing is written), ErrWrongType, ErrUnavailable.
+func (q *Queue[T]) Submit(ctx context.Context, payload T) (string, error) {
+	ids, err := q.submitMany(ctx, "submit", []T{payload})
+	if err != nil {
+		return "", err
+	}
+	return ids[0], nil
+}
+
+// SubmitMany validates every payload, then pushes them all in one command
+// (one round trip), in order. Either all are pushed or none: one invalid
+// payload fails the call with ErrInvalidPayload and nothing is written.
+func (q *Queue[T]) SubmitMany(ctx context.Context, payloads []T) ([]string, error) {
+	return q.submitMany(ctx, "submit many", payloads)
+}
+
+func (q *Queue[T]) submitMany(ctx context.Context, op string, payloads []T) ([]string, error) {
+	if err := q.ready(ctx); err != nil {
+		return nil, queueErr(op, q.name, err)
+	}
+	if len(payloads) == 0 {
+		return nil, nil
+	}
+	ids := make([]string, len(payloads))
+	bodies := make([]string, len(payloads))
+	for i, p := range payloads {
+		b, err := q.encodePayload(p)
+		if err != nil {
+			if len(payloads) > 1 {
+				err = fmt.Errorf("payload %d: %w", i, err)
+			}
+			return nil, queueErr(op, q.name, err)
+		}
+		if ids[i], err = newTaskID(); err != nil {
+			return nil, queueErr(op, q.name, err)
+		}
+		bodies[i] = newBody(ids[i], b, "")
+	}
+	done := q.f.observeSubmit(ctx, q.name, ids, bodies, time.Time{}, "")
+	if err := q.register(ctx); err != nil {
+		done.call(0, err)
+		return nil, queueErr(op, q.name, err)
+	}
+	c := q.f.client
+	s := q.pick("") // a sharded queue: the whole batch goes to one shard, round-robin
+	if err := c.Do(ctx, c.B().Rpush().Key(s.k.Pending).Element(bodies...).Build()).Error(); err != nil {
+		done.call(0, err)
+		return nil, queueErr(op, q.name, err)
+	}
+	done.call(len(ids), nil)
+	s.wakeLocal()
+	return ids, nil
+}
+
+// SubmitOptions says how SubmitWith pushes a task.
+type SubmitOptions struct {
+	// NotBefore delays the task: it waits in :scheduled until then. Defaults
+	// to none (the task is ready at once).
+	NotBefore time.Time
+	// DedupKey makes the submit idempotent: while a task submitted with the
+	// same key is pending, scheduled or in flight, another submit with it
+	// adds nothing and returns that task's id. The key is free again once
+	// the task is acked or dead-lettered. Defaults to none.
+	DedupKey string
+	// UniqueFor keeps DedupKey held for this long after the task is acked
+	// (asynq's Unique, BullMQ's deduplication ttl), in
+	// fleet:queue:<name>:unique:<key>; a task that is dead-lettered frees
+	// its key at once, as without it. While the key is held, live or within
+	// the window, SubmitWith returns the holder's id and a *DuplicateError
+	// (errors.Is ErrDuplicate) naming it. It needs DedupKey. Defaults to 0:
+	// the key is held only while the task lives, and a duplicate gets the
+	// holder's id with a nil error.
+	UniqueFor time.Duration
+	// ShardKey picks the shard of a sharded queue (QueueOptions.Shards):
+	// tasks with the same key go to the same shard, so they are reserved in
+	// the order they were submitted (per-key FIFO). A submit with a DedupKey
+	// goes to the shard of its dedup key, so that the key is held in one
+	// place; giving both, they must be equal. Ignored by an unsharded
+	// queue. Defaults to none: round-robin.
+	ShardKey string
+}
+
+// SubmitWith is Submit with a delay and/or a dedup key. It returns the new
+// task's id, or the id of the live task that holds opts.DedupKey.
+func (q *Queue[T]) SubmitWith(ctx context.Context, payload T, opts SubmitOptions) (string, error) {
+	const op = "submit"
+	if err := q.ready(ctx); err != nil {
+		return "", queueErr(op, q.name, err)
+	}
+	if opts.DedupKey != "" && (len(opts.DedupKey) > keys.MaxNameLen || !isText(opts.DedupKey)) {
+		return "", queueErr(op, q.name, fmt.Errorf("%w: dedup key of %d bytes must be valid text of at most %d bytes", ErrInvalidArgument, len(opts.DedupKey), keys.MaxNameLen))
+	}
+	if opts.ShardKey != "" && opts.DedupKey != "" && opts.ShardKey != opts.DedupKey && q.opts.Shards > 1 {
+		return "", queueErr(op, q.name, fmt.Errorf("%w: ShardKey %q and DedupKey %q differ: a task with a dedup key goes to its dedup key's shard (leave ShardKey empty, or make them equal)", ErrInvalidArgument, opts.ShardKey, opts.DedupKey))
+	}
+	route := opts.DedupKey
+	if route == "" {
+		route = opts.ShardKey
+	}
+	s := q.pick(route)
+	if opts.UniqueFor != 0 {
+		return s.submitUnique(ctx, payload, opts)
+	}
+	b, err := q.encodePayload(payload)
+	if err != nil {
+		return "", queueErr(op, q.name, err)
+	}
+	id, err := newTaskID()
+	if err != nil {
+		return "", queueErr(op, q.name, err)
+	}
+	readyAt := ""
+	if !opts.NotBefore.IsZero() {
+		readyAt = secondsString(opts.NotBefore)
+	}
+	body := newBody(id, b, opts.DedupKey)
+	done := q.f.observeSubmitOne(ctx, q.name, id, &body, opts.NotBefore, opts.DedupKey)
+	if err := q.register(ctx); err != nil {
+		done.call(0, err)
+		return "", queueErr(op, q.name, err)
+	}
+	got, err := queueSubmitScript.Exec(ctx, q.f.client, []string{s.k.Pending, s.k.Scheduled, s.k.Dedup},
+		[]string{id, body, opts.DedupKey, readyAt}).ToString()
+	done.call(boolInt(err == nil && got == id), err)
+	if err != nil {
+		return "", queueErr(op, q.name, err)
+	}
+	switch {
+	case got != id:
+	case readyAt == "":
+		s.wakeLocal()
+	default:
+		s.look.soon()
+	}
+	return got, nil
+}
+
+func isText(s string) bool {
+	return strings.ToValidUTF8(s, "\uFFFD") == s && strings.IndexFunc(s, func(r rune) bool { return r < ' ' || r == 0x7f }) < 0
+}
+
+// secondsString spells t as unix seconds with milliseconds, the unit of the
+// :processing and :scheduled scores.
+func secondsString(t time.Time) string {
+	return strconv.FormatFloat(unixSeconds(t), 'f', 3, 64)
+}
+
+// SubmitJSON decodes raw strictly into the payload type of the queue named
+// queue (unknown fields and trailing data are refused), validates it, and
+// submits it. The queue must have been made by NewQueue in this process.
+// The errors tell an HTTP front end what to answer: ErrUnknownQueue (404),
+// ErrInvalidJSON (400, an empty body too), ErrPayloadTooLarge (413),
+// ErrInvalidPayload (422); nothing is written for any.
+func (f *Fleet) SubmitJSON(ctx context.Context, queue string, raw []byte) (string, error) {
+	e, ok := f.queues.Load(queue)
+	if !ok {
+		return "", queueErr("submit json", queue, ErrUnknownQueue)
+	}
+	return e.(queueEntry).submitJSON(ctx, raw)
+}
+
+func (q *Queue[T]) submitJSON(ctx context.Context, raw []byte) (string, error) {
+	if len(raw) > q.opts.MaxPayloadBytes {
+		return "", queueErr("submit json", q.name, fmt.Errorf("%w: %d bytes, more than QueueOptions.MaxPayloadBytes %d", ErrPayloadTooLarge, len(raw), q.opts.MaxPayloadBytes))
+	}
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return "", queueErr("submit json", q.name, fmt.Errorf("%w: empty body", ErrInvalidJSON))
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	var p T
+	if err := dec.Decode(&p); err != nil {
+		return "", queueErr("submit json", q.name, fmt.Errorf("%w: %w", ErrInvalidJSON, err))
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return "", queueErr("submit json", q.name, fmt.Errorf("%w: trailing data after the JSON value", ErrInvalidJSON))
+	}
+	return q.Submit(ctx, p)
+}
