@@ -3,6 +3,7 @@ package fleet_test
 import (
 	"context"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -132,4 +133,85 @@ func ownCalls(t *testing.T, s *fleettest.Server) map[string]int64 {
 		t.Fatal(err)
 	}
 	return snap.Calls
+}
+
+// lockServer starts a server of the test's own, a Fleet on it, and a raw
+// client to arrange and assert what is stored there.
+func lockServer(t *testing.T) (*fleettest.Server, *fleet.Fleet, rueidis.Client) {
+	t.Helper()
+	s, f := ownServer(t, fleet.Options{})
+	return s, f, redistest.Client(t, redistest.Target{Name: "own", URL: s.URL()})
+}
+
+// openURL opens a Fleet on url (a proxy in front of a server), closed when
+// the test ends.
+func openURL(t *testing.T, url string) *fleet.Fleet {
+	t.Helper()
+	f, err := fleet.Open(ctx(t), fleet.Options{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
+}
+
+func rawGet(t *testing.T, c rueidis.Client, key string) (string, bool) {
+	t.Helper()
+	s, err := c.Do(context.Background(), c.B().Get().Key(key).Build()).ToString()
+	if rueidis.IsRedisNil(err) {
+		return "", false
+	}
+	if err != nil {
+		t.Fatalf("get %s: %v", key, err)
+	}
+	return s, true
+}
+
+func rawExists(t *testing.T, c rueidis.Client, key string) bool {
+	t.Helper()
+	n, err := c.Do(context.Background(), c.B().Exists().Key(key).Build()).AsInt64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n == 1
+}
+
+func rawInt(t *testing.T, c rueidis.Client, key string) int64 {
+	t.Helper()
+	s, ok := rawGet(t, c, key)
+	if !ok {
+		return 0
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		t.Fatalf("%s holds %q, not an integer", key, s)
+	}
+	return n
+}
+
+func rawPTTL(t *testing.T, c rueidis.Client, key string) int64 {
+	t.Helper()
+	n, err := c.Do(context.Background(), c.B().Pttl().Key(key).Build()).AsInt64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// allKeys lists every key of the server but the layout marker, sorted.
+func allKeys(t *testing.T, c rueidis.Client) []string {
+	return slices.DeleteFunc(redistest.Keys(t, c, ""), func(k string) bool { return k == "fleet:meta" })
+}
+
+// commandCalls sums the calls of every command the server ran, commands
+// inside scripts included, INFO excluded.
+func commandCalls(t *testing.T, s *fleettest.Server) int64 {
+	t.Helper()
+	n := int64(0)
+	for name, v := range ownCalls(t, s) {
+		if name != "info" {
+			n += v
+		}
+	}
+	return n
 }
