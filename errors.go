@@ -97,6 +97,12 @@ func opErr(op, name string, err error) error {
 // error already says enough (ctx errors, fleet's own sentinels, anything
 // that is not about reaching Redis).
 func classify(err error) error {
+	// A dial or a read that timed out is a network failure, though the
+	// net package's timeout error also says it is context.DeadlineExceeded.
+	var oe *net.OpError
+	if errors.As(err, &oe) && !errors.Is(err, ErrUnavailable) {
+		return ErrUnavailable
+	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return nil
 	}
