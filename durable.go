@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fleet-go/fleet/internal/keys"
 	"github.com/redis/rueidis"
 )
 
@@ -207,35 +208,19 @@ func (d *durableClient) confirm(w, wt rueidis.RedisResult, n int) rueidis.RedisR
 
 // slotKeys[s] is a key in slot s, for pinning a keyless WAIT to a slot.
 var slotKeys = sync.OnceValue(func() []string {
-	keys := make([]string, 16384)
-	left := len(keys)
+	out := make([]string, 16384)
+	left := len(out)
 	for i := 0; left > 0; i++ {
 		tag := strconv.Itoa(i)
-		if s := crc16(tag) & 16383; keys[s] == "" {
-			keys[s] = "{" + tag + "}"
+		if s := keys.Slot(tag); out[s] == "" {
+			out[s] = "{" + tag + "}"
 			left--
 		}
 	}
-	return keys
+	return out
 })
 
 func slotKey(slot uint16) string { return slotKeys()[slot&16383] }
-
-// crc16 is Redis Cluster's key hash (CRC-16/XMODEM).
-func crc16(s string) uint16 {
-	var crc uint16
-	for i := 0; i < len(s); i++ {
-		crc ^= uint16(s[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc
-}
 
 // checkReplicas refuses MinReplicas above the replicas each master has
 // (INFO replication: connected_slaves), naming the master.

@@ -10,15 +10,16 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/fleet-go/fleet/internal/keys"
 	"github.com/fleet-go/fleet/internal/redistest"
 )
 
-// crc16 and slotKey agree with Redis Cluster (CLUSTER KEYSLOT) and with
+// keys.Slot and slotKey agree with Redis Cluster (CLUSTER KEYSLOT) and with
 // rueidis' own slot of a key.
 func TestSlotKey(t *testing.T) {
 	t.Parallel()
-	if got := crc16("123456789"); got != 0x31C3 {
-		t.Fatalf("crc16(123456789) = %#x; want 0x31c3 (CRC-16/XMODEM)", got)
+	if got := keys.Slot("123456789"); got != 0x31C3 {
+		t.Fatalf("keys.Slot(123456789) = %#x; want 0x31c3 (CRC-16/XMODEM)", got)
 	}
 	c := redistest.Client(t, redistest.Target{URL: redistest.ClusterURL(t), Cluster: true})
 	for _, s := range []uint16{0, 1, 5461, 5462, 10922, 10923, 16383} {
