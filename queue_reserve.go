@@ -45,11 +45,9 @@ func (q *Queue[T]) Reserve(ctx context.Context, n int, wait time.Duration) ([]*T
 	if len(tasks) > 0 || wait == 0 || (err != nil && !transient(err)) {
 		return tasks, queueErr(op, q.name, err)
 	}
-	if q.knownSpan() > 1 {
-		tasks, err = q.awaitSpread(ctx, n, wait, st, err)
-	} else {
-		tasks, err = q.await(ctx, n, wait, st, err)
-	}
+	w := q.listen(ctx)
+	defer w.stop()
+	tasks, err = q.await(ctx, n, wait, st, err, w)
 	return tasks, queueErr(op, q.name, err)
 }
 
@@ -108,22 +106,46 @@ func (l *schedLook) looked(now int64, nextReady time.Duration) {
 // soon makes the next reserve look: this process just scheduled a task.
 func (l *schedLook) soon() { l.next.Store(0) }
 
-// await waits for tasks; see Reserve.
-func (q *Queue[T]) await(ctx context.Context, n int, wait time.Duration, st reserveState, lastErr error) ([]*Task[T], error) {
+// pendingWait is what a waiting reserve listens to.
+type pendingWait struct {
+	wake    <-chan struct{}                      // a push (or its invalidation) wakes it
+	taken   func()                               // called after tasks were taken
+	pending func(context.Context) (int64, error) // the pending count through the local cache, which arms the invalidations
+	stop    func()                               // stops listening
+}
+
+// listen returns the wait point of the queue's pending list: for a sharded
+// queue, every shard's (one channel for all: listenPending, which grows
+// with the shard count), read in one pipelined look at the local cache.
+func (q *Queue[T]) listen(ctx context.Context) pendingWait {
+	f := q.f
+	if q.knownSpan() > 1 {
+		ch, stop := q.listenPending(ctx)
+		return pendingWait{wake: ch, taken: func() {}, stop: stop,
+			pending: func(ctx context.Context) (int64, error) { l, _, err := q.cachedPending(ctx); return l, err }}
+	}
+	g := f.watch.join(q.k.Pending)
+	return pendingWait{wake: g.one, stop: func() { f.watch.leave(q.k.Pending, g) },
+		// Pass the wake on: another local waiter takes what is left, or
+		// re-arms the invalidation that this pop used up.
+		taken: func() { poke(g.one) },
+		pending: func(ctx context.Context) (int64, error) {
+			return f.client.DoCache(ctx, f.client.B().Llen().Key(q.k.Pending).Cache(), f.cacheTTL).AsInt64()
+		}}
+}
+
+// await waits for tasks on w; see Reserve.
+func (q *Queue[T]) await(ctx context.Context, n int, wait time.Duration, st reserveState, lastErr error, w pendingWait) ([]*Task[T], error) {
 	f := q.f
 	end := time.NewTimer(wait)
 	defer end.Stop()
-	g := f.watch.join(q.k.Pending)
-	defer f.watch.leave(q.k.Pending, g)
 	bo := backoff{min: 2 * time.Millisecond, max: time.Second}
 	tryNow, retried := false, false
 	for {
 		if tryNow {
 			tasks, s, err := q.reserve(ctx, n, false)
 			if len(tasks) > 0 {
-				// Pass the wake on: another local waiter takes what is
-				// left, or re-arms the invalidation that this pop used up.
-				poke(g.one)
+				w.taken()
 				return tasks, nil
 			}
 			if err != nil && !transient(err) {
@@ -137,7 +159,7 @@ func (q *Queue[T]) await(ctx context.Context, n int, wait time.Duration, st rese
 		if st.limited > 0 {
 			sleep = st.limited // the rate limit: no token before then
 		} else if f.cache && lastErr == nil {
-			l, err := f.client.DoCache(ctx, f.client.B().Llen().Key(q.k.Pending).Cache(), f.cacheTTL).AsInt64()
+			l, err := w.pending(ctx)
 			if err == nil {
 				if l > 0 && !retried {
 					tryNow, retried = true, true
@@ -161,7 +183,7 @@ func (q *Queue[T]) await(ctx context.Context, n int, wait time.Duration, st rese
 		case <-end.C:
 			t.Stop()
 			return nil, lastErr
-		case <-g.one:
+		case <-w.wake:
 			// With caching, the loop re-arms first and tries when the list
 			// holds anything; without, a local push woke us: try.
 			tryNow = !f.cache || lastErr != nil || st.limited > 0

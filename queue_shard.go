@@ -367,67 +367,6 @@ func (q *Queue[T]) reserveSpread(ctx context.Context, n int, wantLeft bool, owne
 	return nil, st, firstErr
 }
 
-// awaitSpread is await for a sharded queue: it listens to the pending list
-// of every shard (one channel for all: listenPending), so that a task that
-// lands on any shard wakes it, and arms their invalidations in one
-// pipelined read of the local cache.
-func (q *Queue[T]) awaitSpread(ctx context.Context, n int, wait time.Duration, st reserveState, lastErr error) ([]*Task[T], error) {
-	f := q.f
-	end := time.NewTimer(wait)
-	defer end.Stop()
-	ch, stop := q.listenPending(ctx) // grows with the shard count
-	defer stop()
-	bo := backoff{min: 2 * time.Millisecond, max: time.Second}
-	tryNow, retried := false, false
-	for {
-		if tryNow {
-			tasks, s, err := q.reserve(ctx, n, false)
-			if len(tasks) > 0 {
-				return tasks, nil
-			}
-			if err != nil && !transient(err) {
-				return nil, err
-			}
-			lastErr, st = err, s
-		}
-		sleep := bo.next()
-		if st.limited > 0 {
-			sleep = st.limited
-		} else if f.cache && lastErr == nil {
-			l, _, err := q.cachedPending(ctx)
-			if err == nil {
-				if l > 0 && !retried {
-					tryNow, retried = true, true
-					continue
-				}
-				sleep = time.Second // only covers a lost invalidation
-			}
-		}
-		retried = false
-		if st.nextReady >= 0 && st.nextReady < sleep {
-			sleep = max(st.nextReady, time.Millisecond)
-		}
-		t := time.NewTimer(sleep)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
-		case <-f.done:
-			t.Stop()
-			return nil, ErrClosed
-		case <-end.C:
-			t.Stop()
-			return nil, lastErr
-		case <-ch:
-			tryNow = !f.cache || lastErr != nil || st.limited > 0
-			retried = false
-		case <-t.C:
-			tryNow = true
-		}
-		t.Stop()
-	}
-}
-
 // shardState reads a queue's shard high-water mark and the highest shard
 // count in use (registered within grace); 1 and 1 for a queue never
 // sharded.
