@@ -137,7 +137,13 @@ func TestWorkerMiddlewarePanicOutside(t *testing.T) {
 		c := ctx(t)
 		id1, _ := q.Submit(c, job{URL: "https://example.com/", N: 1})
 		id2, _ := q.Submit(c, job{URL: "https://example.com/", N: 2})
-		waitFor(t, 5*time.Second, func() bool { st := w.Stats(); return st.Done == 1 && st.Failed == 1 }, "stats %+v", w.Stats())
+		// OnTaskEnd runs after the stats count the task: wait for both.
+		waitFor(t, 5*time.Second, func() bool {
+			_, ok1 := ends.Load(id1)
+			_, ok2 := ends.Load(id2)
+			st := w.Stats()
+			return st.Done == 1 && st.Failed == 1 && ok1 && ok2
+		}, "stats %+v", w.Stats())
 		e1, _ := ends.Load(id1)
 		var pe *fleet.PanicError
 		if err, _ := e1.(error); !errors.As(err, &pe) || pe.Value != "middleware broke" {
