@@ -19,7 +19,11 @@ import (
 )
 
 // A queue limited to 50/s drains 500 tasks, with 8 slots over 2 Fleets, in
-// 10 s (within 10%), every task run once and no attempt counted.
+// 10 s, every task run once and no attempt counted. Never faster than the
+// rate (9 s at least from the first task to the last); the upper bound
+// (12.5 s) only catches a limiter that sleeps far too long: a burst of 1
+// banks no tokens, so a loaded machine's late wake-ups add up (11.1 s was
+// seen once beside a benchmark).
 func TestLimitedQueueDrain(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
 		t.Parallel()
@@ -71,8 +75,8 @@ func TestLimitedQueueDrain(t *testing.T) {
 		mu.Unlock()
 		t.Logf("%s: drained in %v, first to last task %v", tg.Name, took, span)
 		// The 500th token comes 499 intervals of 20 ms after the first.
-		if span < 9*time.Second || took > 11*time.Second {
-			t.Fatalf("drained in %v (first to last %v), want 10 s within 10%%", took, span)
+		if span < 9*time.Second || took > 12500*time.Millisecond {
+			t.Fatalf("drained in %v (first to last %v), want 10 s: at least 9 s, at most 12.5 s", took, span)
 		}
 		if len(runs) != total {
 			t.Fatalf("%d tasks ran, want %d", len(runs), total)

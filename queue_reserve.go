@@ -62,6 +62,7 @@ type reserveState struct {
 	drained   bool          // nothing was left pending (asked for with wantLeft)
 	nextReady time.Duration // until the next scheduled task is due; -1: none, or not looked at
 	acked     int           // the ack done first: 1 done, 0 lease lost, -1 none asked
+	acks      string        // with several acks, a digit for each (as acked), in order
 	limited   time.Duration // the rate limit has no token until then (queue_limit.go); 0: none
 }
 
@@ -212,11 +213,21 @@ func (q *Queue[T]) reserveOnceAs(ctx context.Context, n int, wantLeft bool, owne
 	if q.root == nil && q.spanOf(ctx) > 1 {
 		return q.reserveSpread(ctx, n, wantLeft, owner, ack)
 	}
-	return q.reserveShardAs(ctx, n, wantLeft, owner, ack)
+	return q.reserveShardAs(ctx, n, wantLeft, owner, one(ack))
 }
 
-// reserveShardAs is reserveOnceAs on the shard of q's keys.
-func (q *Queue[T]) reserveShardAs(ctx context.Context, n int, wantLeft bool, owner string, ack *Task[T]) ([]*Task[T], reserveState, error) {
+// one is a list of the task t, or none when t is nil.
+func one[T any](t *Task[T]) []*Task[T] {
+	if t == nil {
+		return nil
+	}
+	return []*Task[T]{t}
+}
+
+// reserveShardAs is reserveOnceAs on the shard of q's keys, acking acks
+// first (tasks of this shard, with a plain ack): st.acked says how the
+// first went, st.acks how each did. n may be 0 when there are acks.
+func (q *Queue[T]) reserveShardAs(ctx context.Context, n int, wantLeft bool, owner string, acks []*Task[T]) ([]*Task[T], reserveState, error) {
 	st := reserveState{nextReady: -1, acked: -1}
 	if !q.top().published.Load() {
 		// A consumer stores its policy once; after that only submits keep
@@ -230,18 +241,19 @@ func (q *Queue[T]) reserveShardAs(ctx context.Context, n int, wantLeft bool, own
 		prefix = owner + "/" + prefix
 	}
 	sent := monoNow()
-	look := q.look.now(sent)
+	look := n > 0 && q.look.now(sent) // an ack alone (n = 0) looks at nothing
 	move := "0"
 	if look {
 		move = "1000"
 	}
-	ackID, ackToken, ackDedup := "", "", ""
-	if ack != nil {
-		ackID, ackToken, ackDedup = ack.ID, ack.token, ack.dedup
+	args := make([]string, 6, 6+3*len(acks))
+	args[0], args[1], args[2], args[3], args[4], args[5] = strconv.Itoa(n), millis(q.opts.Lease), prefix, move, strconv.Itoa(q.opts.DeadMax), boolArg(wantLeft)
+	for _, t := range acks {
+		args = append(args, t.ID, t.token, t.dedup)
 	}
 	res, err := queueReserveScript.Exec(ctx, q.f.client,
 		[]string{q.k.Pending, q.k.Processing, q.k.Body, q.k.Lease, q.k.Scheduled, q.k.Dead, q.k.Call + prefix, q.k.Policy, q.k.Dedup},
-		[]string{strconv.Itoa(n), millis(q.opts.Lease), prefix, move, strconv.Itoa(q.opts.DeadMax), boolArg(wantLeft), ackID, ackToken, ackDedup}).ToArray()
+		args).ToArray()
 	if err != nil {
 		if outcomeUnknown(err) {
 			q.abandonReserve(prefix)
@@ -251,8 +263,10 @@ func (q *Queue[T]) reserveShardAs(ctx context.Context, n int, wantLeft bool, own
 	if len(res) < 5 {
 		return nil, st, fmt.Errorf("fleet: reserve: unexpected reply of %d elements", len(res))
 	}
-	acked, _ := res[4].AsInt64()
-	st.acked = int(acked)
+	st.acks, _ = res[4].ToString()
+	if len(st.acks) > 0 {
+		st.acked = int(st.acks[0] - '0')
+	}
 	if (len(res)-5)%3 == 1 {
 		// The ack was done, and then the reserve failed.
 		msg, _ := res[len(res)-1].ToString()

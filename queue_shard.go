@@ -345,7 +345,7 @@ func (q *Queue[T]) reserveSpread(ctx context.Context, n int, wantLeft bool, owne
 		if j > 0 && lens != nil && lens[i] == 0 && !s.look.now(now) {
 			continue
 		}
-		tasks, ss, err := s.reserveShardAs(ctx, n, wantLeft, owner, ack)
+		tasks, ss, err := s.reserveShardAs(ctx, n, wantLeft, owner, one(ack))
 		if ack != nil {
 			st.acked, ack = ss.acked, nil
 		}

@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"embed"
+	"regexp"
 	"strings"
 
 	"github.com/redis/rueidis"
@@ -20,8 +21,10 @@ func script(name string) *rueidis.Lua {
 }
 
 // withLib is an embedded script with the helpers it calls before it:
-// lib_types.lua when it checks key types, lib_queue.lua for a queue
-// script. (A helper costs a closure on every run: only those in use go.)
+// lib_types.lua when it checks key types, and, for a queue script, the
+// functions of lib_queue.lua that it calls, directly or through another
+// helper. Every helper costs a closure (and its garbage) on every run of
+// the script, so only those in use go.
 func withLib(name string) string {
 	body := mustRead(name)
 	lib := ""
@@ -29,9 +32,46 @@ func withLib(name string) string {
 		lib += mustRead("lib_types.lua") + "\n"
 	}
 	if strings.HasPrefix(name, "queue_") || strings.HasPrefix(name, "sync_queue_") {
-		lib += mustRead("lib_queue.lua") + "\n"
+		lib += helpersFor(mustRead("lib_queue.lua"), body)
 	}
 	return lib + body
+}
+
+// libFunc finds the name of the local function a helper block defines.
+var libFunc = regexp.MustCompile(`(?m)^local function ([A-Za-z_][A-Za-z0-9_]*)\(`)
+
+// helpersFor returns the blocks of lib (blank-line separated: a comment and
+// one local function) that body calls, with the blocks those call, in
+// lib's order, which defines a helper before its callers.
+func helpersFor(lib, body string) string {
+	type block struct {
+		name, text string
+		used       bool
+	}
+	var blocks []*block
+	for _, text := range strings.Split(lib, "\n\n") {
+		if m := libFunc.FindStringSubmatch(text); m != nil {
+			blocks = append(blocks, &block{name: m[1], text: text})
+		}
+	}
+	for scan := []string{body}; len(scan) > 0; {
+		text := scan[len(scan)-1]
+		scan = scan[:len(scan)-1]
+		for _, b := range blocks {
+			if !b.used && regexp.MustCompile(`(^|[^A-Za-z0-9_.:])`+b.name+`\(`).MatchString(text) {
+				b.used = true
+				scan = append(scan, b.text)
+			}
+		}
+	}
+	var sb strings.Builder
+	for _, b := range blocks {
+		if b.used {
+			sb.WriteString(b.text)
+			sb.WriteString("\n\n")
+		}
+	}
+	return sb.String()
 }
 
 // readOnlyScript loads an embedded script that only reads (EVALSHA_RO).

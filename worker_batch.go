@@ -26,6 +26,7 @@ type batch[C, O, P any] struct {
 
 	cancels *cancelWatch // the handlers that Queue.Cancel may cancel
 	takes   taker        // NewPriorityWorker's say on ack-and-take; nil: b.more decides
+	acks    *acker[P]    // group-commits the slots' acks (worker_commit.go)
 }
 
 // fetch reserves tasks while slots are free, until Stop begins (soft). Its

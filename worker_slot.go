@@ -221,7 +221,7 @@ func NewBatchWorker[C, O, P any](f *Fleet, opts WorkerOptions, q *Queue[P], a Ba
 	w.decode = func(raw []byte) (any, error) { return decodeConfig[C](raw) }
 	w.catalog = Describe[C, O, P](w.opts.Type)
 	w.spawn = func(run, soft context.Context) bool {
-		b := &batch[C, O, P]{w: w, q: q, a: a, free: make(chan struct{}, len(w.slots)), tasks: make(chan *Task[P], len(w.slots)), cancels: newCancelWatch()}
+		b := &batch[C, O, P]{w: w, q: q, a: a, free: make(chan struct{}, len(w.slots)), tasks: make(chan *Task[P], len(w.slots)), cancels: newCancelWatch(), acks: &acker[P]{}}
 		w.startCancels(run, q.name, b.cancels)
 		for range w.slots {
 			b.free <- struct{}{}

@@ -26,11 +26,16 @@ func (b *batch[C, O, P]) handle(run, soft context.Context, s *Slot[C, O], t *Tas
 
 // finish acks a task that succeeded. While the queue has more, it takes the
 // next task in the same call (queue_reserve.lua acks first), so that a busy
-// slot makes one round trip per task and never waits on the fetcher. It
-// takes nothing when the task's ack is not the plain one (a unique window,
-// result retention), when the queue is paused, or when caching is off (the
-// pause flag could not be read for free).
+// slot never waits on the fetcher. A plain worker's acks go through its
+// acker (worker_commit.go), which puts the acks of the slots that finish
+// together, and their next tasks, in one call. It takes nothing when the
+// task's ack is not the plain one (a unique window, result retention),
+// when the queue is paused, or when caching is off (the pause flag could
+// not be read for free).
 func (b *batch[C, O, P]) finish(ctx, soft context.Context, t *Task[P]) (*Task[P], error) {
+	if b.grouped(ctx, t) {
+		return b.finishGrouped(ctx, soft, t)
+	}
 	q := t.q
 	if !b.mayTake(ctx, soft, t) {
 		return nil, t.Ack(ctx)

@@ -38,18 +38,24 @@ local function lease_entry(token, deadline_ms)
   return token .. ' ' .. string.format('%d', deadline_ms)
 end
 
--- owns reports whether the reservation of id that exists now is the one
--- that token holds (see above). An entry without a deadline (written by an
+-- owned reports whether a reservation whose lease entry is v and whose
+-- :processing score is score (either false when missing) is the one that
+-- token holds (see above). An entry without a deadline (written by an
 -- older fleet) is checked by its token alone.
-local function owns(processing, lease, id, token)
-  local v = redis.call('HGET', lease, id)
-  if not v then return false end
+local function owned(v, score, token)
+  if not v or not score then return false end
   local tok, dl = string.match(v, '^(%S+) (%d+)$')
   if not tok then tok = v end
   if tok ~= token then return false end
-  local score = redis.call('ZSCORE', processing, id)
-  if not score then return false end
   return dl == nil or math.floor(tonumber(score) * 1000 + 0.5) == tonumber(dl)
+end
+
+-- owns reports whether the reservation of id that exists now is the one
+-- that token holds (owned).
+local function owns(processing, lease, id, token)
+  local v = redis.call('HGET', lease, id)
+  if not v then return false end
+  return owned(v, redis.call('ZSCORE', processing, id), token)
 end
 
 -- ack ends the reservation of id for good (the task is done) when the
@@ -76,6 +82,45 @@ local function ack(processing, body, lease, dedup, id, token, dedup_key)
     redis.call('HDEL', dedup, dedup_key)
   end
   return 1
+end
+
+-- ack_many acks the tasks given in ARGV[from..] as triples (id, lease
+-- token, dedup key or ''), each as ack does, in a fixed number of commands
+-- whatever their count: HMGET and ZMSCORE check them all, and one HDEL,
+-- ZREM and HDEL end those that are the caller's (a worker acks the tasks
+-- its slots finished together in one call). Returns one digit per task,
+-- in order: '1' acked, '0' lease lost (that one is left as it is). The
+-- reads refuse a wrong-type key before any write, as in ack.
+local function ack_many(processing, body, lease, dedup, from)
+  local ids = {}
+  for i = from, #ARGV, 3 do ids[#ids + 1] = ARGV[i] end
+  local entries = redis.call('HMGET', lease, unpack(ids))
+  local scores = redis.call('ZMSCORE', processing, unpack(ids))
+  local res, done, fields, dkeys = {}, {}, {}, {}
+  for j, id in ipairs(ids) do
+    local token = ARGV[from + 3 * j - 2]
+    if owned(entries[j], scores[j], token) then
+      res[j] = '1'
+      done[#done + 1] = id
+      fields[#fields + 1] = id
+      fields[#fields + 1] = record(prefix_of(token))
+      local dk = ARGV[from + 3 * j - 1]
+      if dk ~= '' and redis.call('HGET', dedup, dk) == id then
+        dkeys[#dkeys + 1] = dk
+      end
+    else
+      res[j] = '0'
+    end
+  end
+  if #done > 0 then
+    redis.call('HDEL', body, unpack(done))
+    redis.call('ZREM', processing, unpack(done))
+    redis.call('HDEL', lease, unpack(fields))
+    if #dkeys > 0 then
+      redis.call('HDEL', dedup, unpack(dkeys))
+    end
+  end
+  return table.concat(res)
 end
 
 -- with_dead_at returns a dead-letter body (a JSON object that has no

@@ -65,4 +65,4 @@ if f % 2 == 1 then
     f = redis.call('INCRBY', KEYS[2], 1)
   end
 end
-return {1, string.format('%d', f)}
+return {1, f} -- a number: an integer reply (exact: fences stay below 2^53)

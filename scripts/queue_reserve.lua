@@ -1,18 +1,22 @@
--- queue_reserve: optionally end one task the caller holds (ack), then move
--- the due scheduled tasks onto the queue and reserve up to N tasks from its
+-- queue_reserve: optionally end tasks the caller holds (ack), then move the
+-- due scheduled tasks onto the queue and reserve up to N tasks from its
 -- head, in one atomic step (a crash cannot lose a task between the pop and
 -- the registration; racing reservers never get the same task). A worker
--- slot that finished a task acks it and takes the next in this one call.
+-- acks the tasks its slots finished and takes their next ones in this one
+-- call.
 -- A body that is not a JSON object with a non-empty string "id" is
 -- poison: it goes to the dead letters, wrapped as
 -- {"body": <raw body>, "error": <reason>, "dead_at": <unix s>}.
 -- The call records the ids it reserved in the lease hash, under the field
--- record(prefix) (lib_queue.lua), written by the same HSET as the last
--- lease entry; ack, nack, release and the sweeper delete it. A caller that
+-- record(prefix) (lib_queue.lua), written by the same HSET as the lease
+-- entries; ack, nack, release and the sweeper delete it. A caller that
 -- gave up while the script was in flight hands them back with
 -- queue_abandon.lua, which leaves a tombstone (KEYS[7]) when the script had
--- not run yet: then it takes nothing (the ack, checked by its own token,
--- still applies).
+-- not run yet: then it takes nothing (the acks, checked by their own
+-- tokens, still apply).
+-- The commands do not grow with N or with the acks: the reserved tasks are
+-- registered by one ZADD and two HSETs, the acks checked and ended by
+-- ack_many's five (a lone ack by ack's).
 -- No TYPE checks: every key is read or written by a command that refuses a
 -- wrong type before a write it would spoil, or the writes are undone
 -- (see undo), so a wrong-type key changes nothing.
@@ -25,7 +29,7 @@
 -- KEYS[7]  fleet:queue:<name>:call:<prefix>     string: the call's tombstone (derived)
 -- KEYS[8]  fleet:queue:<name>:policy            string: the stored policy (derived)
 -- KEYS[9]  fleet:queue:<name>:dedup             hash: dedup key -> id (derived)
--- ARGV[1]  N, how many tasks to reserve at most (>= 1)
+-- ARGV[1]  N, how many tasks to reserve at most (>= 0; 0 only acks)
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  token prefix (random per call; the i-th task's token is prefix..i)
 -- ARGV[4]  how many due scheduled tasks to move at most; 0 skips the look
@@ -33,96 +37,104 @@
 --          next look move what falls due meanwhile)
 -- ARGV[5]  bound on the dead letters' count when no policy is stored (0: none)
 -- ARGV[6]  '1' to learn whether tasks are left pending, else '0'
--- ARGV[7]  id of a task to ack first, or ''
--- ARGV[8]  its lease token
--- ARGV[9]  its dedup key, or ''
+-- ARGV[7..]  the tasks to ack first, as triples: id, its lease token, its
+--          dedup key or '' (none: no ack)
 -- returns  {now_ms, left, next_ready, poisoned, acked, id1, token1, body1, ...},
---          or {'0', 1, '-', 0, acked, error} when the ack was done and the
---          reserve then failed (a wrong-type key: it changed nothing);
+--          or {'0', 1, '-', 0, acked, error} when the acks were done and
+--          the reserve then failed (a wrong-type key: it changed nothing);
 --          left is 0 when nothing is left pending, 1 when something is or
 --          may be (always 1 unless ARGV[6] asked); next_ready is the
 --          earliest scheduled ready_at (unix s) when none was due, '' when
 --          none is scheduled, '-' when :scheduled was not looked at; acked
---          is ack's result (1, or 0: the lease was lost), -1 without ARGV[7]
--- take reserves the tasks (everything but the ack).
+--          has a digit per ack, in order: '1' done, '0' the lease was lost
+--          ('' without acks)
+
+-- undo hands back what take did when a write fails on a wrong-type key:
+-- the tasks it registered (when registered: their ids are out[6], out[9],
+-- ...) and the dead letters it wrote go, and popped goes back to the head
+-- of the queue.
+local function undo(popped, out, dead, e, registered)
+  for i = 6, registered and #out or 0, 3 do
+    local id = out[i]
+    redis.pcall('ZREM', KEYS[2], id)
+    redis.pcall('HDEL', KEYS[3], id)
+    redis.pcall('HDEL', KEYS[4], id)
+  end
+  for _ = 1, dead do redis.pcall('RPOP', KEYS[6]) end
+  for i = #popped, 1, -1 do redis.call('LPUSH', KEYS[1], popped[i]) end
+  return redis.error_reply(e.err or tostring(e))
+end
+
+-- take reserves the tasks (everything but the acks). Every table, closure
+-- and string it makes is garbage for the server's Lua to collect: it makes
+-- as few as it can.
 local function take(acked)
+  local n = tonumber(ARGV[1])
+  if n == 0 then
+    return {'0', 1, '-', 0, acked}
+  end
   if redis.call('EXISTS', KEYS[7]) == 1 then
     return {'0', 1, '-', 0, acked}
   end
   local now = now_ms()
   local out = {tostring(now), 1, '-', 0, acked}
-  local first = {}
   if ARGV[4] ~= '0' then
-    first = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')
     out[3] = ''
-  end
-  if #first > 0 then
-    if tonumber(first[2]) * 1000 <= now then
-      local due = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', secs(now), 'LIMIT', 0, tonumber(ARGV[4]))
-      if #due > 0 then
-        redis.call('RPUSH', KEYS[1], unpack(due)) -- first: a wrong-type list refuses it
-        redis.call('ZREM', KEYS[5], unpack(due))
+    local first = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')
+    if #first > 0 then
+      if tonumber(first[2]) * 1000 <= now then
+        local due = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', secs(now), 'LIMIT', 0, tonumber(ARGV[4]))
+        if #due > 0 then
+          redis.call('RPUSH', KEYS[1], unpack(due)) -- first: a wrong-type list refuses it
+          redis.call('ZREM', KEYS[5], unpack(due))
+        end
+      else
+        out[3] = first[2]
       end
-    else
-      out[3] = first[2]
     end
   end
-  local n = tonumber(ARGV[1])
-  local deadline = now + tonumber(ARGV[2])
-  local score = secs(deadline)
   local poisoned = 0
   local popped = redis.call('LPOP', KEYS[1], n)
   if popped then
-    local ids, dead = {}, {}
-    -- undo hands everything back when a write fails on a wrong-type key.
-    local function undo(e)
-      for _, id in ipairs(ids) do
-        redis.pcall('ZREM', KEYS[2], id)
-        redis.pcall('HDEL', KEYS[3], id)
-        redis.pcall('HDEL', KEYS[4], id)
-      end
-      for _ = 1, #dead do redis.pcall('RPOP', KEYS[6]) end
-      for i = #popped, 1, -1 do redis.call('LPUSH', KEYS[1], popped[i]) end
-      return redis.error_reply(e.err or tostring(e))
-    end
-    -- Each task's body check and registration; the lease entries are written
-    -- at the end, the last one with the call's record.
-    local leases = {}
-    for i, body in ipairs(popped) do
+    local deadline = now + tonumber(ARGV[2])
+    local score = secs(deadline)
+    local lease_end = ' ' .. string.format('%d', deadline)
+    local prefix = ARGV[3]
+    local scored, bodies, leases, ids = {}, {}, {}, {}
+    for i = 1, #popped do
+      local body = popped[i]
       local ok, v = pcall(cjson.decode, body)
-      local why
-      if not ok then
-        why = 'body is not JSON'
-      elseif type(v) ~= 'table' then
-        why = 'body is not a JSON object'
-      elseif type(v.id) ~= 'string' or v.id == '' then
-        why = 'body has no usable id'
-      end
-      local r
-      if why then
-        r = redis.pcall('RPUSH', KEYS[6], cjson.encode({body = body, error = why, dead_at = now / 1000}))
-        if type(r) == 'table' and r.err then return undo(r) end
-        dead[#dead + 1] = body
-        poisoned = poisoned + 1
-      else
-        local token = ARGV[3] .. i
-        r = redis.pcall('ZADD', KEYS[2], score, v.id)
-        if type(r) == 'table' and r.err then return undo(r) end
-        ids[#ids + 1] = v.id
-        r = redis.pcall('HSET', KEYS[3], v.id, body)
-        if type(r) == 'table' and r.err then return undo(r) end
-        leases[#leases + 1] = v.id
-        leases[#leases + 1] = lease_entry(token, deadline)
-        out[#out + 1] = v.id
+      local id = ok and type(v) == 'table' and v.id
+      if type(id) == 'string' and id ~= '' then
+        local token = prefix .. i
+        local m = #ids + 1
+        ids[m] = id
+        scored[2 * m - 1], scored[2 * m] = score, id
+        bodies[2 * m - 1], bodies[2 * m] = id, body
+        leases[2 * m - 1], leases[2 * m] = id, token .. lease_end
+        out[#out + 1] = id
         out[#out + 1] = token
         out[#out + 1] = body
+      else
+        local why = 'body has no usable id'
+        if not ok then
+          why = 'body is not JSON'
+        elseif type(v) ~= 'table' then
+          why = 'body is not a JSON object'
+        end
+        local r = redis.pcall('RPUSH', KEYS[6], cjson.encode({body = body, error = why, dead_at = now / 1000}))
+        if type(r) == 'table' then return undo(popped, out, poisoned, r, false) end
+        poisoned = poisoned + 1
       end
     end
     if #ids > 0 then
-      leases[#leases + 1] = record(ARGV[3])
+      leases[#leases + 1] = record(prefix)
       leases[#leases + 1] = cjson.encode(ids)
-      local r = redis.pcall('HSET', KEYS[4], unpack(leases))
-      if type(r) == 'table' and r.err then return undo(r) end
+      local r = redis.pcall('ZADD', KEYS[2], unpack(scored))
+      if type(r) == 'table' then return undo(popped, out, poisoned, r, false) end
+      r = redis.pcall('HSET', KEYS[3], unpack(bodies))
+      if type(r) ~= 'table' then r = redis.pcall('HSET', KEYS[4], unpack(leases)) end
+      if type(r) == 'table' then return undo(popped, out, poisoned, r, true) end
     end
     if poisoned > 0 then
       local bound = policy(KEYS[8], {dead_max = tonumber(ARGV[5])}).dead_max
@@ -142,13 +154,18 @@ local function take(acked)
   return out
 end
 
-if ARGV[7] == '' then
-  return take(-1)
+if #ARGV < 9 then
+  return take('')
 end
-local acked = ack(KEYS[2], KEYS[3], KEYS[4], KEYS[9], ARGV[7], ARGV[8], ARGV[9])
+local acked
+if #ARGV == 9 then
+  acked = tostring(ack(KEYS[2], KEYS[3], KEYS[4], KEYS[9], ARGV[7], ARGV[8], ARGV[9]))
+else
+  acked = ack_many(KEYS[2], KEYS[3], KEYS[4], KEYS[9], 7)
+end
 local ok, res = pcall(take, acked)
 if ok and not (type(res) == 'table' and res.err) then
   return res
 end
--- The ack is done: say so, with the reserve's error.
+-- The acks are done: say so, with the reserve's error.
 return {'0', 1, '-', 0, acked, type(res) == 'table' and res.err or tostring(res)}

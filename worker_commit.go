@@ -1,0 +1,153 @@
+package fleet
+
+// This file group-commits a batch worker's acks: the slots that finish
+// tasks while a call is in flight have them acked, and their next tasks
+// taken, together in the next call.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+)
+
+// maxCommit bounds the tasks one group commit acks (and takes): a call
+// stays a few hundred arguments whatever the slot count.
+const maxCommit = 256
+
+// acker group-commits the plain acks of one batch worker. A slot that
+// finished a task hands it over (with whether it wants its next task from
+// the same call); the first slot to find no call in flight makes the call,
+// for every task handed over by then: one queue_reserve.lua call acks them
+// all and takes a task for each slot that wants one. When the call
+// returns, a slot that handed a task over meanwhile makes the next call.
+// So a lone slot's ack goes at once, as before, while on a busy worker the
+// acks of many slots share one round trip and one script, whose commands
+// do not grow with the tasks it acks or takes. No goroutine of its own:
+// the calls are made by the slots.
+type acker[P any] struct {
+	mu      sync.Mutex
+	pending []*ackReq[P]
+	busy    bool // a call is in flight, or about to be made
+}
+
+// ackReq is one slot's task handed over to the acker, and the outcome.
+type ackReq[P any] struct {
+	t     *Task[P]
+	take  bool     // the slot wants its next task from the call
+	next  *Task[P] // the task taken for it, if any
+	acked int      // 1 acked, 0 lease lost, -1 not known (err)
+	err   error    // the call's error
+	lead  bool     // set before ready closes: this slot makes the next call
+	ready chan struct{}
+}
+
+// commit hands r over and returns when its outcome is known, making the
+// call itself when no other slot is making one.
+func (a *acker[P]) commit(r *ackReq[P], call func([]*ackReq[P])) {
+	r.ready = make(chan struct{})
+	a.mu.Lock()
+	a.pending = append(a.pending, r)
+	if a.busy {
+		a.mu.Unlock()
+		<-r.ready
+		if !r.lead {
+			return
+		}
+		a.mu.Lock()
+	} else {
+		a.busy = true
+	}
+	// r leads: one call for what was handed over so far, r included.
+	n := min(len(a.pending), maxCommit)
+	batch := a.pending[:n:n]
+	a.pending = a.pending[n:]
+	a.mu.Unlock()
+	call(batch)
+	for _, o := range batch {
+		if o != r {
+			close(o.ready)
+		}
+	}
+	a.mu.Lock()
+	if len(a.pending) > 0 {
+		next := a.pending[0]
+		next.lead = true
+		close(next.ready)
+	} else {
+		a.busy = false
+		a.pending = nil
+	}
+	a.mu.Unlock()
+}
+
+// grouped reports whether t's ack may go through the acker: a plain ack of
+// a task of the worker's own queue, which is neither sharded nor rate
+// limited (those take through their own paths), on a worker that is not a
+// priority worker.
+func (b *batch[C, O, P]) grouped(ctx context.Context, t *Task[P]) bool {
+	q := b.q
+	return b.acks != nil && b.takes == nil && t.q == q && q.root == nil && q.opts.RateLimit == nil && q.plainAck(t) && q.spanOf(ctx) <= 1
+}
+
+// commitCall is the acker's call: it acks every task of reqs, takes a task
+// for each that wants one, and fills in each request's outcome.
+func (b *batch[C, O, P]) commitCall(ctx context.Context, reqs []*ackReq[P]) {
+	acks := make([]*Task[P], len(reqs))
+	n := 0
+	for i, r := range reqs {
+		acks[i] = r.t
+		if r.take {
+			n++
+		}
+	}
+	tasks, st, err := b.q.reserveShardAs(ctx, n, false, b.w.name(), acks)
+	got := len(tasks)
+	for i, r := range reqs {
+		r.acked, r.err = -1, err
+		if i < len(st.acks) {
+			r.acked = int(st.acks[i] - '0')
+		}
+		if r.take && len(tasks) > 0 {
+			r.next, tasks = tasks[0], tasks[1:]
+		}
+	}
+	switch {
+	case st.acks != "" && err != nil:
+		// Acked; only the take failed: the fetcher takes over.
+		b.w.log.Warn("fleet: worker reserve failed", "queue", b.q.name, "err", err)
+	case err == nil && got < n:
+		// Fewer tasks than asked for: the queue is empty now.
+		b.more.Store(false)
+		b.drained.Store(true)
+	}
+	for _, t := range tasks {
+		b.release(t) // cannot happen: the script took at most n
+	}
+}
+
+// finishGrouped is finish through the acker.
+func (b *batch[C, O, P]) finishGrouped(ctx, soft context.Context, t *Task[P]) (*Task[P], error) {
+	q := t.q
+	r := &ackReq[P]{t: t, take: b.mayTake(ctx, soft, t)}
+	b.acks.commit(r, func(reqs []*ackReq[P]) { b.commitCall(ctx, reqs) })
+	q.f.taskEnded(ctx, q.name, t.ID, TaskProcessed, r.acked == 1)
+	var err error
+	switch r.acked {
+	case 1: // acked (a failed take was logged by the call's maker)
+	case 0:
+		err = fmt.Errorf("%w: task %s", ErrLeaseLost, t.ID)
+	default:
+		err = r.err
+		if err == nil {
+			err = errors.New("no reply for the ack") // cannot happen
+		}
+	}
+	if err != nil {
+		return r.next, queueErr("ack", q.name, err)
+	}
+	if r.take && r.next == nil {
+		b.more.Store(false)
+	}
+	return r.next, nil
+}

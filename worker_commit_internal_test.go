@@ -1,0 +1,128 @@
+package fleet
+
+import (
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestAckerGroupsWhileInFlight: the acker makes one call at a time. A slot
+// that hands a task over while a call is in flight waits, and every task
+// handed over meanwhile goes in the next call, made by the first of them;
+// a lone task goes at once. Every slot gets the outcome of its own task.
+func TestAckerGroupsWhileInFlight(t *testing.T) {
+	var a acker[int]
+	gate := make(chan struct{})
+	var mu sync.Mutex
+	var calls [][]string
+	call := func(reqs []*ackReq[int]) {
+		var ids []string
+		for _, r := range reqs {
+			ids = append(ids, r.t.ID)
+			r.acked = 1
+		}
+		mu.Lock()
+		calls = append(calls, ids)
+		first := len(calls) == 1
+		mu.Unlock()
+		if first {
+			<-gate // the first call stays in flight until the others queued
+		}
+	}
+	commit := func(id string) *ackReq[int] {
+		r := &ackReq[int]{t: &Task[int]{ID: id}}
+		a.commit(r, call)
+		return r
+	}
+	var wg sync.WaitGroup
+	results := make(map[string]*ackReq[int])
+	var rmu sync.Mutex
+	run := func(id string) {
+		defer wg.Done()
+		r := commit(id)
+		rmu.Lock()
+		results[id] = r
+		rmu.Unlock()
+	}
+	wg.Add(1)
+	go run("a")
+	waitUntil(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(calls) == 1 })
+	for _, id := range []string{"b", "c", "d", "e"} {
+		wg.Add(1)
+		go run(id)
+	}
+	waitUntil(t, func() bool { a.mu.Lock(); defer a.mu.Unlock(); return len(a.pending) == 4 })
+	close(gate)
+	wg.Wait()
+	if len(calls) != 2 || !slices.Equal(calls[0], []string{"a"}) || len(calls[1]) != 4 {
+		t.Fatalf("calls = %v; want [a] then the four others in one", calls)
+	}
+	second := slices.Clone(calls[1])
+	slices.Sort(second)
+	if !slices.Equal(second, []string{"b", "c", "d", "e"}) {
+		t.Fatalf("second call = %v", calls[1])
+	}
+	for id, r := range results {
+		if r.acked != 1 || r.t.ID != id {
+			t.Fatalf("%s: outcome %+v", id, r)
+		}
+	}
+	if a.busy || len(a.pending) != 0 {
+		t.Fatalf("acker left busy=%v with %d pending", a.busy, len(a.pending))
+	}
+	// Alone again: a task goes at once, in a call of its own.
+	commit("f")
+	if len(calls) != 3 || !slices.Equal(calls[2], []string{"f"}) {
+		t.Fatalf("calls = %v; want [f] last", calls)
+	}
+}
+
+// TestAckerBoundsACall: a call acks at most maxCommit tasks; the rest go in
+// the next call.
+func TestAckerBoundsACall(t *testing.T) {
+	var a acker[int]
+	gate := make(chan struct{})
+	var sizes []int
+	var mu sync.Mutex
+	call := func(reqs []*ackReq[int]) {
+		mu.Lock()
+		sizes = append(sizes, len(reqs))
+		first := len(sizes) == 1
+		mu.Unlock()
+		if first {
+			<-gate
+		}
+	}
+	var wg sync.WaitGroup
+	n := maxCommit + 10
+	for i := range n + 1 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a.commit(&ackReq[int]{t: &Task[int]{}}, call)
+		}()
+		if i == 0 {
+			waitUntil(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(sizes) == 1 })
+		}
+	}
+	waitUntil(t, func() bool { a.mu.Lock(); defer a.mu.Unlock(); return len(a.pending) == n })
+	close(gate)
+	wg.Wait()
+	if !slices.Equal(sizes, []int{1, maxCommit, 10}) {
+		t.Fatalf("call sizes = %v; want [1 %d 10]", sizes, maxCommit)
+	}
+}
+
+// waitUntil polls cond until it holds, for up to 10 s (the conditions here
+// only wait on goroutines of the test).
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached in 10 s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
