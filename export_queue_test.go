@@ -6,15 +6,21 @@ import "context"
 // a task while the queue has more: it acks t and takes up to n tasks in one
 // call. acked is 1 (done), 0 (the lease was lost) or -1.
 func AckAndTake[T any](ctx context.Context, q *Queue[T], t *Task[T], n int) (acked int, tasks []*Task[T], err error) {
-	tasks, st, err := q.reserveAs(ctx, n, false, "", t)
-	return st.acked, tasks, err
+	tasks, st, err := t.q.reserveShardAs(ctx, n, false, "", []*Task[T]{t}) // t's shard, as the worker's group commit
+	acked = -1
+	if st.acks != "" {
+		acked = int(st.acks[0] - '0')
+	}
+	return acked, tasks, queueErr("ack", q.name, err)
 }
 
 // AckManyAndTake runs the reserve script as a worker's group commit does:
 // it acks every task of ts and takes up to n tasks (n may be 0) in one
-// call. acks has a digit per task, in order: '1' done, '0' lease lost.
+// call, on the shard of ts[0] (the tasks must share it, as those of one
+// group commit call do). acks has a digit per task, in order: '1' done,
+// '0' lease lost.
 func AckManyAndTake[T any](ctx context.Context, q *Queue[T], ts []*Task[T], n int) (acks string, tasks []*Task[T], err error) {
-	tasks, st, err := q.reserveShardAs(ctx, n, false, "", ts)
+	tasks, st, err := ts[0].q.reserveShardAs(ctx, n, false, "", ts)
 	return st.acks, tasks, queueErr("ack", q.name, err) // as the worker's group commit reports it
 }
 
@@ -23,3 +29,6 @@ func AckManyAndTake[T any](ctx context.Context, q *Queue[T], ts []*Task[T], n in
 func StaleTask[T any](t *Task[T], token string) *Task[T] {
 	return &Task[T]{ID: t.ID, q: t.q, token: token, body: t.body, dedup: t.dedup}
 }
+
+// TaskShard is the shard of a sharded queue that holds t (0 unsharded).
+func TaskShard[T any](t *Task[T]) int { return t.q.k.Shard }

@@ -137,33 +137,21 @@ func (q *Queue[T]) limitTake(ctx context.Context, n int) (int, time.Duration, er
 // RateLimit): it first takes the limiter's tokens (limitTake), reserves that
 // many tasks at most, and gives back the tokens of the tasks it did not
 // find, so an empty queue costs the limiter nothing. With no token to use
-// yet it reserves nothing (it still acks ack, on its own), and says in
+// yet it reserves nothing, and says in
 // reserveState.limited how long until it may: the fetcher and Reserve
 // sleep that long instead of spinning. The token it booked meanwhile
 // counts as taken, so a reserve that comes late loses no rate. A handle
 // stopped with a token booked leaves it unused.
-func (q *Queue[T]) reserveAs(ctx context.Context, n int, wantLeft bool, owner string, ack *Task[T]) ([]*Task[T], reserveState, error) {
+func (q *Queue[T]) reserveAs(ctx context.Context, n int, wantLeft bool, owner string) ([]*Task[T], reserveState, error) {
 	lim := q.opts.RateLimit
 	if lim == nil {
-		return q.reserveOnceAs(ctx, n, wantLeft, owner, ack)
+		return q.reserveOnceAs(ctx, n, wantLeft, owner)
 	}
 	got, wait, err := q.limitTake(ctx, n)
 	if err != nil || got == 0 {
-		st := reserveState{nextReady: -1, acked: -1, limited: wait}
-		if ack != nil {
-			// No task to take: the ack goes on its own.
-			switch aerr := ack.Ack(ctx); {
-			case aerr == nil:
-				st.acked = 1
-			case errors.Is(aerr, ErrLeaseLost):
-				st.acked = 0
-			case err == nil:
-				err = aerr
-			}
-		}
-		return nil, st, err
+		return nil, reserveState{nextReady: -1, limited: wait}, err
 	}
-	tasks, st, err := q.reserveOnceAs(ctx, got, wantLeft, owner, ack)
+	tasks, st, err := q.reserveOnceAs(ctx, got, wantLeft, owner)
 	if unused := got - len(tasks); unused > 0 {
 		// A refund that fails only slows the limiter down for a moment.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), refundTimeout)

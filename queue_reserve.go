@@ -61,8 +61,7 @@ func transient(err error) bool {
 type reserveState struct {
 	drained   bool          // nothing was left pending (asked for with wantLeft)
 	nextReady time.Duration // until the next scheduled task is due; -1: none, or not looked at
-	acked     int           // the ack done first: 1 done, 0 lease lost, -1 none asked
-	acks      string        // with several acks, a digit for each (as acked), in order
+	acks      string        // a digit per ack done first, in order: '1' done, '0' lease lost
 	limited   time.Duration // the rate limit has no token until then (queue_limit.go); 0: none
 }
 
@@ -196,39 +195,31 @@ func (q *Queue[T]) await(ctx context.Context, n int, wait time.Duration, st rese
 	}
 }
 
-// reserve is reserveAs with no owner and no ack.
+// reserve is reserveAs with no owner.
 func (q *Queue[T]) reserve(ctx context.Context, n int, wantLeft bool) ([]*Task[T], reserveState, error) {
-	return q.reserveAs(ctx, n, wantLeft, "", nil)
+	return q.reserveAs(ctx, n, wantLeft, "")
 }
 
 // reserveOnceAs runs the reserve script once and decodes what it returns
 // (reserveAs in queue_limit.go applies the rate limit around it), for a
 // worker named owner ("type|id"; "" for none), whose name goes before the
 // lease tokens (owner/<random>.<i>), so that Lookup can say which worker
-// holds a task; with ack, it first acks that task (st.acked says how that
-// went). When the call ends without a reply (ctx ended, or the connection
+// holds a task. When the call ends without a reply (ctx ended, or the connection
 // broke) the script may still run, or have run: abandonReserve then hands
 // back what it took.
-func (q *Queue[T]) reserveOnceAs(ctx context.Context, n int, wantLeft bool, owner string, ack *Task[T]) ([]*Task[T], reserveState, error) {
+func (q *Queue[T]) reserveOnceAs(ctx context.Context, n int, wantLeft bool, owner string) ([]*Task[T], reserveState, error) {
 	if q.root == nil && q.spanOf(ctx) > 1 {
-		return q.reserveSpread(ctx, n, wantLeft, owner, ack)
+		return q.reserveSpread(ctx, n, wantLeft, owner)
 	}
-	return q.reserveShardAs(ctx, n, wantLeft, owner, one(ack))
-}
-
-// one is a list of the task t, or none when t is nil.
-func one[T any](t *Task[T]) []*Task[T] {
-	if t == nil {
-		return nil
-	}
-	return []*Task[T]{t}
+	return q.reserveShardAs(ctx, n, wantLeft, owner, nil)
 }
 
 // reserveShardAs is reserveOnceAs on the shard of q's keys, acking acks
-// first (tasks of this shard, with a plain ack): st.acked says how the
-// first went, st.acks how each did. n may be 0 when there are acks.
+// first (tasks of this shard, with a plain ack: a worker's group commit,
+// worker_commit.go): st.acks says how each went. n may be 0 when there are
+// acks.
 func (q *Queue[T]) reserveShardAs(ctx context.Context, n int, wantLeft bool, owner string, acks []*Task[T]) ([]*Task[T], reserveState, error) {
-	st := reserveState{nextReady: -1, acked: -1}
+	st := reserveState{nextReady: -1}
 	if !q.top().published.Load() {
 		// A consumer stores its policy once; after that only submits keep
 		// the registration (so a reserve never waits on another round trip).
@@ -264,9 +255,6 @@ func (q *Queue[T]) reserveShardAs(ctx context.Context, n int, wantLeft bool, own
 		return nil, st, fmt.Errorf("fleet: reserve: unexpected reply of %d elements", len(res))
 	}
 	st.acks, _ = res[4].ToString()
-	if len(st.acks) > 0 {
-		st.acked = int(st.acks[0] - '0')
-	}
 	if (len(res)-5)%3 == 1 {
 		// The ack was done, and then the reserve failed.
 		msg, _ := res[len(res)-1].ToString()

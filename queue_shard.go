@@ -293,41 +293,22 @@ func (q *Queue[T]) cachedPending(ctx context.Context) (int64, []int64, error) {
 // that gives tasks. The starting shard is tried blind (a busy queue costs
 // one round trip per reserve); past it, when the Fleet caches, the shards
 // whose pending list the local cache says is empty, and whose scheduled
-// tasks it need not look at yet, are skipped. An ack goes with the
-// reserve of its shard when that shard comes first (a worker slot that
-// acks starts from its task's shard three times in four), else on its
-// own before. Three times in four a reserve starts from the shard that
-// gave this handle's last reserve its tasks (or, with an ack, from the
-// ack's shard), the fourth from the next in turn: fewer probes of empty
-// shards, and no shard waits long.
-func (q *Queue[T]) reserveSpread(ctx context.Context, n int, wantLeft bool, owner string, ack *Task[T]) ([]*Task[T], reserveState, error) {
+// tasks it need not look at yet, are skipped. Three times in four a
+// reserve starts from the shard that gave this handle's last reserve its
+// tasks, the fourth from the next in turn: fewer probes of empty shards,
+// and no shard waits long.
+func (q *Queue[T]) reserveSpread(ctx context.Context, n int, wantLeft bool, owner string) ([]*Task[T], reserveState, error) {
 	shards := q.shardsOf(ctx)
 	k := len(shards)
 	start := int(q.turn.Add(1) % uint64(k))
-	switch stay := rand.IntN(4) != 0; {
-	case ack != nil && ack.q.k.Shard < k && stay:
-		// A slot that acks takes the next from its task's shard, in the
-		// same call, three times in four; the fourth moves on.
-		start = ack.q.k.Shard
-	case ack == nil && stay:
-		// Likewise a reserve starts from the shard that gave the last
-		// one tasks: it likely has more (a SubmitMany fills one shard).
+	if rand.IntN(4) != 0 {
+		// A reserve starts from the shard that gave the last one tasks:
+		// it likely has more (a SubmitMany fills one shard).
 		if last := int(q.last.Load()); last < k {
 			start = last
 		}
 	}
-	st := reserveState{nextReady: -1, acked: -1}
-	if ack != nil && ack.q != shards[start] {
-		// The plain ack (the only one a worker slot hands over) on its own
-		// shard; the caller reports the task's end, as for a joint one.
-		a := ack.q.k
-		n, err := queueAckScript.Exec(ctx, q.f.client, []string{a.Processing, a.Body, a.Lease, a.Dedup},
-			[]string{ack.ID, ack.token, ack.dedup}).AsInt64()
-		if err != nil {
-			return nil, st, err
-		}
-		st.acked, ack = int(n), nil
-	}
+	st := reserveState{nextReady: -1}
 	// The starting shard first, blind: on a busy queue it has tasks, and
 	// the call costs one round trip. Then the others, skipping those that
 	// the local cache says are empty (when the Fleet caches).
@@ -345,10 +326,7 @@ func (q *Queue[T]) reserveSpread(ctx context.Context, n int, wantLeft bool, owne
 		if j > 0 && lens != nil && lens[i] == 0 && !s.look.now(now) {
 			continue
 		}
-		tasks, ss, err := s.reserveShardAs(ctx, n, wantLeft, owner, one(ack))
-		if ack != nil {
-			st.acked, ack = ss.acked, nil
-		}
+		tasks, ss, err := s.reserveShardAs(ctx, n, wantLeft, owner, nil)
 		if ss.nextReady >= 0 && (st.nextReady < 0 || ss.nextReady < st.nextReady) {
 			st.nextReady = ss.nextReady
 		}

@@ -542,10 +542,10 @@ func TestQueueShardsMigrate(t *testing.T) {
 	}
 }
 
-// A worker slot's ack-and-take on a sharded queue acks the task on its
-// shard, with the take when it starts there and on its own before it
-// otherwise, and a lost lease says so.
-func TestQueueShardsAckAndTake(t *testing.T) {
+// A worker's group commit on a sharded queue acks each task on its own
+// shard (one call per shard, the tasks of that shard together), and a
+// lost lease says so, changing nothing.
+func TestQueueShardsGroupAck(t *testing.T) {
 	eachTagged(t, func(t *testing.T, tg redistest.Target) {
 		t.Parallel()
 		e := open(t, tg)
@@ -556,28 +556,36 @@ func TestQueueShardsAckAndTake(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		ts, err := q.Reserve(c, 1, time.Second)
-		if err != nil || len(ts) != 1 {
-			t.Fatalf("reserve: %v", err)
-		}
-		done := map[string]bool{}
-		cur := ts[0]
-		for len(done) < 39 {
-			acked, next, err := fleet.AckAndTake(c, q, cur, 1)
-			if err != nil || acked != 1 || len(next) != 1 {
-				t.Fatalf("ack-and-take after %d: acked %d, %d tasks, %v", len(done), acked, len(next), err)
+		byShard := map[int][]*fleet.Task[job]{}
+		for held := 0; held < 40; {
+			ts, err := q.Reserve(c, 10, time.Second)
+			if err != nil || len(ts) == 0 {
+				t.Fatalf("reserve after %d: %d tasks, %v", held, len(ts), err)
 			}
-			done[cur.ID] = true
-			cur = next[0]
+			for _, tk := range ts {
+				byShard[fleet.TaskShard(tk)] = append(byShard[fleet.TaskShard(tk)], tk)
+			}
+			held += len(ts)
 		}
-		// The last one's lease is lost: its reservation goes, as a
-		// documented sweeper's re-queue takes it out of :processing.
-		for i := range 4 {
-			e.do(t, e.Raw.B().Zrem().Key(e.shard("at", i).Processing).Member(cur.ID).Build())
+		if len(byShard) < 2 {
+			t.Fatalf("40 tasks from %d shard(s); want them spread", len(byShard))
 		}
-		acked, _, err := fleet.AckAndTake(c, q, cur, 1)
-		if err != nil || acked != 0 {
-			t.Fatalf("ack-and-take of a lost lease: acked %d, %v; want 0", acked, err)
+		// The last task of one shard loses its lease first.
+		var lost *fleet.Task[job]
+		for i, ts := range byShard {
+			lost = ts[len(ts)-1]
+			e.do(t, e.Raw.B().Zrem().Key(e.shard("at", i).Processing).Member(lost.ID).Build())
+			break
+		}
+		for i, ts := range byShard {
+			want := strings.Repeat("1", len(ts))
+			if ts[len(ts)-1] == lost {
+				want = want[:len(want)-1] + "0"
+			}
+			acks, none, err := fleet.AckManyAndTake(c, q, ts, 0)
+			if err != nil || acks != want || len(none) != 0 {
+				t.Fatalf("shard %d: acks %q, %d taken, %v; want %q", i, acks, len(none), err, want)
+			}
 		}
 		if st, err := q.Stats(c); err != nil || st != (fleet.QueueStats{}) {
 			t.Fatalf("stats %+v, %v; want zeros (40 taken, 39 acked, the last lost)", st, err)

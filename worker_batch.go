@@ -101,7 +101,7 @@ func (b *batch[C, O, P]) fetch(run, soft context.Context) {
 		var tasks []*Task[P]
 		st := reserveState{nextReady: -1}
 		if err == nil {
-			tasks, st, err = q.reserveAs(run, n, f.cache, b.w.name(), nil)
+			tasks, st, err = q.reserveAs(run, n, f.cache, b.w.name())
 		}
 		readyAt = time.Time{}
 		if st.nextReady >= 0 {

@@ -15,7 +15,7 @@ import (
 // stays a few hundred arguments whatever the slot count.
 const maxCommit = 256
 
-// acker group-commits the plain acks of one batch worker. A slot that
+// acker group-commits the plain acks of one batch (or priority) worker. A slot that
 // finished a task hands it over (with whether it wants its next task from
 // the same call); the first slot to find no call in flight makes the call,
 // for every task handed over by then: one queue_reserve.lua call acks them
@@ -81,18 +81,40 @@ func (a *acker[P]) commit(r *ackReq[P], call func([]*ackReq[P])) {
 	a.mu.Unlock()
 }
 
-// grouped reports whether t's ack may go through the acker: a plain ack of
-// a task of the worker's own queue, which is neither sharded nor rate
-// limited (those take through their own paths), on a worker that is not a
-// priority worker.
-func (b *batch[C, O, P]) grouped(ctx context.Context, t *Task[P]) bool {
-	q := b.q
-	return b.acks != nil && b.takes == nil && t.q == q && q.root == nil && q.opts.RateLimit == nil && q.plainAck(t) && q.spanOf(ctx) <= 1
+// grouped reports whether t's ack goes through the acker: a plain ack (a
+// unique window or a retained result has a script of its own).
+func (b *batch[C, O, P]) grouped(t *Task[P]) bool {
+	return b.acks != nil && t.q.plainAck(t)
 }
 
-// commitCall is the acker's call: it acks every task of reqs, takes a task
-// for each that wants one, and fills in each request's outcome.
+// takesInGroup reports whether a grouped call may take q's next tasks: not
+// from a sharded queue, nor a rate-limited one (those take through their
+// own paths: the fetcher's).
+func (b *batch[C, O, P]) takesInGroup(ctx context.Context, q *Queue[P]) bool {
+	return q.root == nil && q.opts.RateLimit == nil && q.spanOf(ctx) <= 1
+}
+
+// commitCall is the acker's call: for the tasks of each queue (or shard)
+// of reqs, one queue_reserve.lua call acks them all and takes a task for
+// each request that wants one; it fills in each request's outcome.
 func (b *batch[C, O, P]) commitCall(ctx context.Context, reqs []*ackReq[P]) {
+	for len(reqs) > 0 {
+		q := reqs[0].t.q
+		var group, rest []*ackReq[P]
+		for _, r := range reqs {
+			if r.t.q == q {
+				group = append(group, r)
+			} else {
+				rest = append(rest, r)
+			}
+		}
+		b.commitQueue(ctx, q, group)
+		reqs = rest
+	}
+}
+
+// commitQueue is commitCall for the tasks of q.
+func (b *batch[C, O, P]) commitQueue(ctx context.Context, q *Queue[P], reqs []*ackReq[P]) {
 	acks := make([]*Task[P], len(reqs))
 	n := 0
 	for i, r := range reqs {
@@ -101,7 +123,7 @@ func (b *batch[C, O, P]) commitCall(ctx context.Context, reqs []*ackReq[P]) {
 			n++
 		}
 	}
-	tasks, st, err := b.q.reserveShardAs(ctx, n, false, b.w.name(), acks)
+	tasks, st, err := q.reserveShardAs(ctx, n, false, b.w.name(), acks)
 	got := len(tasks)
 	for i, r := range reqs {
 		r.acked, r.err = -1, err
@@ -115,11 +137,15 @@ func (b *batch[C, O, P]) commitCall(ctx context.Context, reqs []*ackReq[P]) {
 	switch {
 	case st.acks != "" && err != nil:
 		// Acked; only the take failed: the fetcher takes over.
-		b.w.log.Warn("fleet: worker reserve failed", "queue", b.q.name, "err", err)
+		b.w.log.Warn("fleet: worker reserve failed", "queue", q.name, "err", err)
+		b.more.Store(false)
 	case err == nil && got < n:
 		// Fewer tasks than asked for: the queue is empty now.
 		b.more.Store(false)
 		b.drained.Store(true)
+		if b.takes != nil {
+			b.takes.tookNone(ctx, q.name)
+		}
 	}
 	for _, t := range tasks {
 		b.release(t) // cannot happen: the script took at most n
@@ -129,7 +155,7 @@ func (b *batch[C, O, P]) commitCall(ctx context.Context, reqs []*ackReq[P]) {
 // finishGrouped is finish through the acker.
 func (b *batch[C, O, P]) finishGrouped(ctx, soft context.Context, t *Task[P]) (*Task[P], error) {
 	q := t.q
-	r := &ackReq[P]{t: t, take: b.mayTake(ctx, soft, t)}
+	r := &ackReq[P]{t: t, take: b.takesInGroup(ctx, q) && b.mayTake(ctx, soft, t)}
 	b.acks.commit(r, func(reqs []*ackReq[P]) { b.commitCall(ctx, reqs) })
 	q.f.taskEnded(ctx, q.name, t.ID, TaskProcessed, r.acked == 1)
 	var err error
@@ -143,11 +169,5 @@ func (b *batch[C, O, P]) finishGrouped(ctx, soft context.Context, t *Task[P]) (*
 			err = errors.New("no reply for the ack") // cannot happen
 		}
 	}
-	if err != nil {
-		return r.next, queueErr("ack", q.name, err)
-	}
-	if r.take && r.next == nil {
-		b.more.Store(false)
-	}
-	return r.next, nil
+	return r.next, queueErr("ack", q.name, err)
 }

@@ -26,44 +26,17 @@ func (b *batch[C, O, P]) handle(run, soft context.Context, s *Slot[C, O], t *Tas
 
 // finish acks a task that succeeded. While the queue has more, it takes the
 // next task in the same call (queue_reserve.lua acks first), so that a busy
-// slot never waits on the fetcher. A plain worker's acks go through its
-// acker (worker_commit.go), which puts the acks of the slots that finish
+// slot never waits on the fetcher. The acks go through the worker's acker
+// (worker_commit.go), which puts the acks of the slots that finish
 // together, and their next tasks, in one call. It takes nothing when the
 // task's ack is not the plain one (a unique window, result retention),
 // when the queue is paused, or when caching is off (the pause flag could
 // not be read for free).
 func (b *batch[C, O, P]) finish(ctx, soft context.Context, t *Task[P]) (*Task[P], error) {
-	if b.grouped(ctx, t) {
-		return b.finishGrouped(ctx, soft, t)
+	if !t.q.plainAck(t) {
+		return nil, t.Ack(ctx) // a unique window or a retained result: a script of its own
 	}
-	q := t.q
-	if !b.mayTake(ctx, soft, t) {
-		return nil, t.Ack(ctx)
-	}
-	tasks, st, err := q.top().reserveAs(ctx, 1, false, b.w.name(), t) // a sharded queue's: queue_shard.go
-	q.f.taskEnded(ctx, q.name, t.ID, TaskProcessed, st.acked == 1)
-	switch {
-	case st.acked == 0:
-		err = errors.Join(fmt.Errorf("%w: task %s", ErrLeaseLost, t.ID), err)
-	case st.acked == 1 && err != nil:
-		// Acked; only the take failed: the fetcher takes over.
-		b.w.log.Warn("fleet: worker reserve failed", "queue", q.name, "err", err)
-		err = nil
-	}
-	if err != nil {
-		err = queueErr("ack", q.name, err)
-	}
-	if len(tasks) == 0 {
-		b.more.Store(false)
-		if st.acked == 1 && err == nil && st.limited == 0 {
-			b.drained.Store(true)
-			if b.takes != nil {
-				b.takes.tookNone(ctx, q.name)
-			}
-		}
-		return nil, err
-	}
-	return tasks[0], err
+	return b.finishGrouped(ctx, soft, t)
 }
 
 // mayTake reports whether finish may take the next task with t's ack.
