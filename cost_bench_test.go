@@ -112,8 +112,9 @@ type costResult struct {
 }
 
 // costFloors holds the last floor result of each benchmark (by the name of
-// its parent), for the fleet sub-benchmark that runs after it.
-var costFloors sync.Map
+// its parent), for the fleet sub-benchmark that runs after it; costSafe
+// likewise the "safe" floor's, where a benchmark has one.
+var costFloors, costSafe sync.Map
 
 // costRun measures one sub-run through a meter on a client of its own.
 type costRun struct {
@@ -255,7 +256,15 @@ func (r *costRun) stop(kind string) costResult {
 	switch kind {
 	case "floor":
 		costFloors.Store(parent, res)
+	case "safe":
+		costSafe.Store(parent, res)
 	case "fleet":
+		if v, ok := costSafe.Load(parent); ok {
+			sf := v.(costResult)
+			b.ReportMetric(res.cpuUS/sf.cpuUS, "x-safe-cpu")
+			b.Logf("fleet vs safe floor: %.1f vs %.1f cmds/op, %.1f vs %.1f redis-µs/op (%.2fx), %.0f vs %.0f ops/s (%.2fx)",
+				res.cmds, sf.cmds, res.cpuUS, sf.cpuUS, res.cpuUS/sf.cpuUS, res.rate, sf.rate, res.rate/sf.rate)
+		}
 		v, ok := costFloors.Load(parent)
 		if !ok {
 			break
@@ -295,6 +304,40 @@ if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then
   return redis.call('HDEL', KEYS[2], ARGV[1])
 end
 return 0`)
+
+// safeReserve is floorReserve with the Redis work of fleet's guarantees
+// (the "safe" floor): the call's tombstone looked at (EXISTS), the
+// deadline from the server's clock (TIME), and a lease entry, "token
+// deadline_ms", written with the call's record of what it took (HSET).
+var safeReserve = rueidis.NewLuaScript(`
+if redis.call('EXISTS', KEYS[4]) == 1 then return false end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local body = redis.call('LPOP', KEYS[1])
+if not body then return false end
+local id = cjson.decode(body).id
+local dl = now + 30000
+redis.call('ZADD', KEYS[2], dl / 1000, id)
+redis.call('HSET', KEYS[3], id, body)
+local token = ARGV[1] .. '1'
+redis.call('HSET', KEYS[5], id, token .. ' ' .. dl, ARGV[1], id)
+return {id, token, body}`)
+
+// safeAck is floorAck with the owner check of fleet's guarantees: the
+// lease entry's token and deadline against the caller's token and the
+// :processing score (HGET, ZSCORE), and the lease entry and the call's
+// record deleted with the task (HDEL).
+var safeAck = rueidis.NewLuaScript(`
+local v = redis.call('HGET', KEYS[3], ARGV[1])
+if not v then return 0 end
+local tok, dl = string.match(v, '^(%S+) (%d+)$')
+if tok ~= ARGV[2] then return 0 end
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not score or math.floor(tonumber(score) * 1000 + 0.5) ~= tonumber(dl) then return 0 end
+redis.call('HDEL', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[3], ARGV[1], ARGV[3])
+return 1`)
 
 // floorRelease deletes a lock only if the caller holds it (GET, DEL).
 var floorRelease = rueidis.NewLuaScript(`
@@ -347,11 +390,44 @@ func (q *floorQueue) ack(ctx context.Context, id string) error {
 	return err
 }
 
+// safeReserve and safeAck run the safe floor's scripts on q's keys (its
+// lease hash and tombstones beside them): the token prefix is random per
+// call, as fleet's.
+func (q *floorQueue) safeReserve(ctx context.Context) (id, token string, err error) {
+	prefix := rand.Text()[:12] + "."
+	res, err := safeReserve.Exec(ctx, q.c, []string{q.pending, q.processing, q.bodies, q.pending + ":call:" + prefix, q.processing + ":lease"},
+		[]string{prefix}).ToArray()
+	if err != nil {
+		return "", "", err
+	}
+	if len(res) != 3 {
+		return "", "", fmt.Errorf("safe reserve: %d elements", len(res))
+	}
+	id, _ = res[0].ToString()
+	token, _ = res[1].ToString()
+	body, _ := res[2].ToString()
+	var w struct {
+		Payload costJob `json:"payload"`
+	}
+	return id, token, json.Unmarshal([]byte(body), &w)
+}
+
+func (q *floorQueue) safeAck(ctx context.Context, id, token string) error {
+	n, err := safeAck.Exec(ctx, q.c, []string{q.processing, q.bodies, q.processing + ":lease"},
+		[]string{id, token, strings.TrimSuffix(token, "1")}).AsInt64()
+	if err == nil && n != 1 {
+		err = fmt.Errorf("safe ack %s: not in flight", id)
+	}
+	return err
+}
+
 // BenchmarkCostBusyQueue: submit -> reserve (1) -> ack of one task, on a
 // queue that always has work (a backlog of 100), from one goroutine (seq:
 // every command waits for the one before, as a lone worker does) and from
 // 16 at once (par: rueidis pipelines them, as on a busy fleet).
-// floor: RPUSH; a script LPOP+ZADD+HSET; a script ZREM+HDEL.
+// floor: RPUSH; a script LPOP+ZADD+HSET; a script ZREM+HDEL. safe: the
+// floor with the Redis work of fleet's guarantees and nothing else (see
+// safeReserve, safeAck): what fleet's scripts could cost at best.
 func BenchmarkCostBusyQueue(b *testing.B) {
 	srv := costServer(b)
 	const backlog = 100
@@ -397,6 +473,29 @@ func BenchmarkCostBusyQueue(b *testing.B) {
 						return
 					}
 					if err := q.ack(ctx, id); err != nil {
+						b.Error(err)
+					}
+				})
+			})
+			b.Run("safe", func(b *testing.B) {
+				costClean(b, srv)
+				q := newFloorQueue(costClient(b, srv.Addr, nil), "busy")
+				for i := range backlog {
+					if err := q.submit(context.Background(), i); err != nil {
+						b.Fatal(err)
+					}
+				}
+				loop(b, "safe", func(ctx context.Context, i int) {
+					if err := q.submit(ctx, i); err != nil {
+						b.Error(err)
+						return
+					}
+					id, token, err := q.safeReserve(ctx)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					if err := q.safeAck(ctx, id, token); err != nil {
 						b.Error(err)
 					}
 				})
