@@ -179,6 +179,8 @@ type spanStart struct {
 // destination, operation name and type.
 const spanFixed = 4
 
+// newSpanStart makes the start options of spans of kind whose first
+// attributes are fixed (spanFixed of them).
 func newSpanStart(kind trace.SpanKind, fixed ...attribute.KeyValue) *spanStart {
 	s := &spanStart{}
 	s.kv = make([]attribute.KeyValue, spanFixed+len(s.opts)-1)
