@@ -153,10 +153,42 @@ type queueAttrs struct {
 	submit  attribute.Set // ... and operation submit
 	process attribute.Set // ... and operation process
 
-	submitName, processName string                  // the spans' names
-	submitOpts, processOpts []trace.SpanStartOption // kind and the attributes known before the start
-	submitAdd, queueAdd     []metric.AddOption      // the sets above as options
+	submitName, processName string             // the spans' names
+	submitAdd, queueAdd     []metric.AddOption // the sets above as options
 	processRecord           []metric.RecordOption
+
+	// submitStarts and processStarts hold *spanStart: the options of a
+	// span's start, with the attributes of the call in them.
+	submitStarts, processStarts sync.Pool
+}
+
+// spanStart is the options of one span start: its kind, and its
+// attributes, all of them, so that the SDK sizes the span's attribute
+// slice once. The first spanFixed entries of kv are the queue's, set when
+// the spanStart is made; a call sets the others, starts its span (the
+// API's NewSpanStartConfig copies the attributes: nothing keeps kv past
+// the start), and puts the spanStart back in its pool.
+type spanStart struct {
+	kv []attribute.KeyValue
+	// opts[i] starts a span with the fixed attributes and the first i of
+	// the call's.
+	opts [3][]trace.SpanStartOption
+}
+
+// spanFixed counts the queue's attributes in a spanStart's kv: system,
+// destination, operation name and type.
+const spanFixed = 4
+
+// newSpanStart makes the start options of spans of kind whose first
+// attributes are fixed (spanFixed of them).
+func newSpanStart(kind trace.SpanKind, fixed ...attribute.KeyValue) *spanStart {
+	s := &spanStart{}
+	s.kv = make([]attribute.KeyValue, spanFixed+len(s.opts)-1)
+	copy(s.kv, fixed)
+	for i := range s.opts {
+		s.opts[i] = []trace.SpanStartOption{trace.WithSpanKind(kind), trace.WithAttributes(s.kv[:spanFixed+i]...)}
+	}
+	return s
 }
 
 // New returns a Telemetry that reports through opts's providers. It
@@ -223,17 +255,16 @@ func (t *Telemetry) queue(name string) *queueAttrs {
 	}
 	sys, dest := attribute.String("messaging.system", system), attribute.String("messaging.destination.name", name)
 	opSubmit, opProcess := attribute.String("messaging.operation.name", "submit"), attribute.String("messaging.operation.name", "process")
+	typSend, typProcess := attribute.String("messaging.operation.type", "send"), attribute.String("messaging.operation.type", "process")
 	a := &queueAttrs{
 		queue:       attribute.NewSet(sys, dest),
 		submit:      attribute.NewSet(sys, dest, opSubmit),
 		process:     attribute.NewSet(sys, dest, opProcess),
 		submitName:  "submit " + name,
 		processName: "process " + name,
-		submitOpts: []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer),
-			trace.WithAttributes(sys, dest, opSubmit, attribute.String("messaging.operation.type", "send"))},
-		processOpts: []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer),
-			trace.WithAttributes(sys, dest, opProcess, attribute.String("messaging.operation.type", "process"))},
 	}
+	a.submitStarts.New = func() any { return newSpanStart(trace.SpanKindProducer, sys, dest, opSubmit, typSend) }
+	a.processStarts.New = func() any { return newSpanStart(trace.SpanKindConsumer, sys, dest, opProcess, typProcess) }
 	a.submitAdd = []metric.AddOption{metric.WithAttributeSet(a.submit)}
 	a.queueAdd = []metric.AddOption{metric.WithAttributeSet(a.queue)}
 	a.processRecord = []metric.RecordOption{metric.WithAttributeSet(a.process)}
@@ -256,17 +287,20 @@ func (t *Telemetry) Observer() *fleet.Observer {
 
 func (t *Telemetry) submit(ctx context.Context, e fleet.SubmitEvent) (map[string]string, func(int, error)) {
 	a := t.queue(e.Queue)
-	ctx, span := t.tracer.Start(ctx, a.submitName, a.submitOpts...)
-	if span.IsRecording() {
-		if len(e.IDs) == 1 {
-			span.SetAttributes(attribute.String("messaging.message.id", e.IDs[0]))
-		} else {
-			span.SetAttributes(attribute.Int("messaging.batch.message_count", len(e.IDs)))
-		}
-		if e.Schedule != "" {
-			span.SetAttributes(attribute.String("fleet.schedule.name", e.Schedule))
-		}
+	st := a.submitStarts.Get().(*spanStart)
+	if len(e.IDs) == 1 {
+		st.kv[spanFixed] = attribute.String("messaging.message.id", e.IDs[0])
+	} else {
+		st.kv[spanFixed] = attribute.Int("messaging.batch.message_count", len(e.IDs))
 	}
+	opts := st.opts[1]
+	schedule := e.Schedule
+	if schedule != "" {
+		st.kv[spanFixed+1] = attribute.String("fleet.schedule.name", schedule)
+		opts = st.opts[2]
+	}
+	ctx, span := t.tracer.Start(ctx, a.submitName, opts...)
+	a.submitStarts.Put(st)
 	var carrier propagation.MapCarrier
 	if span.SpanContext().IsValid() {
 		carrier = propagation.MapCarrier{}
@@ -276,7 +310,7 @@ func (t *Telemetry) submit(ctx context.Context, e fleet.SubmitEvent) (map[string
 		if n > 0 {
 			t.submitted.Add(ctx, int64(n), a.submitAdd...)
 		}
-		if e.Schedule != "" && span.IsRecording() {
+		if schedule != "" && span.IsRecording() {
 			span.SetAttributes(attribute.Int("fleet.submit.written", n))
 		}
 		if err != nil {
@@ -373,7 +407,10 @@ func (t *Telemetry) Middleware() fleet.Middleware {
 		return func(ctx context.Context, ti fleet.TaskInfo) error {
 			start := time.Now()
 			a := t.queue(ti.Queue)
-			opts := a.processOpts
+			st := a.processStarts.Get().(*spanStart)
+			st.kv[spanFixed] = attribute.String("messaging.message.id", ti.ID)
+			st.kv[spanFixed+1] = attribute.Int("fleet.task.attempts", ti.Attempts)
+			opts := st.opts[2]
 			if ti.Trace != nil {
 				carrier := propagation.MapCarrier(ti.Trace)
 				if t.linkOnly || trace.SpanContextFromContext(ctx).IsValid() {
@@ -388,9 +425,7 @@ func (t *Telemetry) Middleware() fleet.Middleware {
 				opts = append(opts[:len(opts):len(opts)], trace.WithNewRoot())
 			}
 			ctx, span := t.tracer.Start(ctx, a.processName, opts...)
-			if span.IsRecording() {
-				span.SetAttributes(attribute.String("messaging.message.id", ti.ID), attribute.Int("fleet.task.attempts", ti.Attempts))
-			}
+			a.processStarts.Put(st)
 			ended := false
 			defer func() {
 				if !ended { // the handler panicked: the worker recovers it
