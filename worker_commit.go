@@ -15,20 +15,29 @@ import (
 // stays a few hundred arguments whatever the slot count.
 const maxCommit = 256
 
-// acker group-commits the plain acks of one batch (or priority) worker. A slot that
-// finished a task hands it over (with whether it wants its next task from
-// the same call); the first slot to find no call in flight makes the call,
-// for every task handed over by then: one queue_reserve.lua call acks them
-// all and takes a task for each slot that wants one. When the call
-// returns, a slot that handed a task over meanwhile makes the next call.
-// So a lone slot's ack goes at once, as before, while on a busy worker the
-// acks of many slots share one round trip and one script, whose commands
-// do not grow with the tasks it acks or takes. No goroutine of its own:
-// the calls are made by the slots.
+// maxInFlight is how many group calls of one worker may be in flight at
+// once (acker.max defaults to it): a slot that finishes while fewer are
+// makes a call at once; past it, the acks wait for a call to end and go
+// together in the next. Two keeps the connection busy while a call's reply
+// is on its way, and the calls large.
+const maxInFlight = 2
+
+// acker group-commits the plain acks of one batch (or priority) worker. A
+// slot that finished a task hands it over (with whether it wants its next
+// task from the same call). A slot that finds fewer than max calls in
+// flight makes one at once, for its task and every task waiting: one
+// queue_reserve.lua call acks them all and takes a task for each slot that
+// wants one. When a call returns, the first slot that handed a task over
+// meanwhile makes the next call, for all that wait. So a lone slot's ack
+// goes at once, as before, while on a busy worker the acks of many slots
+// share one round trip and one script, whose commands do not grow with the
+// tasks it acks or takes. No goroutine of its own: the calls are made by
+// the slots.
 type acker[P any] struct {
-	mu      sync.Mutex
-	pending []*ackReq[P]
-	busy    bool // a call is in flight, or about to be made
+	max      int // calls in flight at most; 0: maxInFlight
+	mu       sync.Mutex
+	pending  []*ackReq[P] // handed over, waiting for a call
+	inFlight int          // calls in flight, or about to be made
 }
 
 // ackReq is one slot's task handed over to the acker, and the outcome.
@@ -42,41 +51,47 @@ type ackReq[P any] struct {
 	ready chan struct{}
 }
 
-// commit hands r over and returns when its outcome is known, making the
-// call itself when no other slot is making one.
+// commit hands r over and returns when its outcome is known, making a
+// call itself (for r and what waits) when fewer than max are in flight, or
+// when a call that ends hands it the lead.
 func (a *acker[P]) commit(r *ackReq[P], call func([]*ackReq[P])) {
-	r.ready = make(chan struct{})
+	limit := a.max
+	if limit <= 0 {
+		limit = maxInFlight
+	}
 	a.mu.Lock()
-	a.pending = append(a.pending, r)
-	if a.busy {
+	if a.inFlight >= limit {
+		r.ready = make(chan struct{})
+		a.pending = append(a.pending, r)
 		a.mu.Unlock()
 		<-r.ready
 		if !r.lead {
 			return
 		}
-		a.mu.Lock()
+		a.mu.Lock() // the call that handed r the lead took r out of pending
 	} else {
-		a.busy = true
+		a.inFlight++
 	}
-	// r leads: one call for what was handed over so far, r included.
-	n := min(len(a.pending), maxCommit)
-	batch := a.pending[:n:n]
+	n := min(len(a.pending), maxCommit-1)
+	batch := make([]*ackReq[P], 0, n+1)
+	batch = append(append(batch, r), a.pending[:n]...)
 	a.pending = a.pending[n:]
+	if len(a.pending) == 0 {
+		a.pending = nil
+	}
 	a.mu.Unlock()
 	call(batch)
-	for _, o := range batch {
-		if o != r {
-			close(o.ready)
-		}
+	for _, o := range batch[1:] {
+		close(o.ready)
 	}
 	a.mu.Lock()
 	if len(a.pending) > 0 {
 		next := a.pending[0]
+		a.pending = a.pending[1:]
 		next.lead = true
 		close(next.ready)
 	} else {
-		a.busy = false
-		a.pending = nil
+		a.inFlight--
 	}
 	a.mu.Unlock()
 }

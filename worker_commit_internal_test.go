@@ -7,12 +7,12 @@ import (
 	"time"
 )
 
-// TestAckerGroupsWhileInFlight: the acker makes one call at a time. A slot
+// TestAckerGroupsWhileInFlight: an acker of one call in flight. A slot
 // that hands a task over while a call is in flight waits, and every task
 // handed over meanwhile goes in the next call, made by the first of them;
 // a lone task goes at once. Every slot gets the outcome of its own task.
 func TestAckerGroupsWhileInFlight(t *testing.T) {
-	var a acker[int]
+	a := acker[int]{max: 1}
 	gate := make(chan struct{})
 	var mu sync.Mutex
 	var calls [][]string
@@ -68,8 +68,8 @@ func TestAckerGroupsWhileInFlight(t *testing.T) {
 			t.Fatalf("%s: outcome %+v", id, r)
 		}
 	}
-	if a.busy || len(a.pending) != 0 {
-		t.Fatalf("acker left busy=%v with %d pending", a.busy, len(a.pending))
+	if a.inFlight != 0 || len(a.pending) != 0 {
+		t.Fatalf("acker left %d calls in flight with %d pending", a.inFlight, len(a.pending))
 	}
 	// Alone again: a task goes at once, in a call of its own.
 	commit("f")
@@ -81,7 +81,7 @@ func TestAckerGroupsWhileInFlight(t *testing.T) {
 // TestAckerBoundsACall: a call acks at most maxCommit tasks; the rest go in
 // the next call.
 func TestAckerBoundsACall(t *testing.T) {
-	var a acker[int]
+	a := acker[int]{max: 1}
 	gate := make(chan struct{})
 	var sizes []int
 	var mu sync.Mutex
@@ -111,6 +111,66 @@ func TestAckerBoundsACall(t *testing.T) {
 	wg.Wait()
 	if !slices.Equal(sizes, []int{1, maxCommit, 10}) {
 		t.Fatalf("call sizes = %v; want [1 %d 10]", sizes, maxCommit)
+	}
+}
+
+// TestAckerTwoInFlight: the default acker makes up to two calls at once.
+// The first two slots each make a call at once; the next three wait, and
+// each call that ends hands the lead to the first slot still waiting,
+// which makes one call for all that wait: the three go in one call, or in
+// two.
+func TestAckerTwoInFlight(t *testing.T) {
+	var a acker[int]
+	gate := make(chan struct{})
+	var mu sync.Mutex
+	var calls [][]string
+	call := func(reqs []*ackReq[int]) {
+		var ids []string
+		for _, r := range reqs {
+			ids = append(ids, r.t.ID)
+			r.acked = 1
+		}
+		mu.Lock()
+		calls = append(calls, ids)
+		held := len(calls) <= 2
+		mu.Unlock()
+		if held {
+			<-gate
+		}
+	}
+	var wg sync.WaitGroup
+	ncalls := func() int { mu.Lock(); defer mu.Unlock(); return len(calls) }
+	npending := func() int { a.mu.Lock(); defer a.mu.Unlock(); return len(a.pending) }
+	for i, id := range []string{"a", "b", "c", "d", "e"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := &ackReq[int]{t: &Task[int]{ID: id}}
+			a.commit(r, call)
+			if r.acked != 1 {
+				t.Errorf("%s: acked %d", id, r.acked)
+			}
+		}()
+		if i < 2 {
+			waitUntil(t, func() bool { return ncalls() == i+1 })
+		} else {
+			waitUntil(t, func() bool { return npending() == i-1 })
+		}
+	}
+	close(gate)
+	wg.Wait()
+	// a and b alone; then c, d and e in one call, or two when both held
+	// calls ended before the first of them took the others.
+	var rest []string
+	for _, c := range calls[2:] {
+		rest = append(rest, c...)
+	}
+	slices.Sort(rest)
+	if len(calls) < 3 || len(calls) > 4 || !slices.Equal(calls[0], []string{"a"}) || !slices.Equal(calls[1], []string{"b"}) || !slices.Equal(rest, []string{"c", "d", "e"}) {
+		t.Fatalf("calls = %v; want [a] [b], then c, d and e in one or two calls", calls)
+	}
+	if a.inFlight != 0 || len(a.pending) != 0 {
+		t.Fatalf("acker left %d calls in flight with %d pending", a.inFlight, len(a.pending))
 	}
 }
 
