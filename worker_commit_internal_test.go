@@ -114,13 +114,13 @@ func TestAckerBoundsACall(t *testing.T) {
 	}
 }
 
-// TestAckerTwoInFlight: the default acker makes up to two calls at once.
+// TestAckerTwoInFlight: an acker of up to two calls at once.
 // The first two slots each make a call at once; the next three wait, and
 // each call that ends hands the lead to the first slot still waiting,
 // which makes one call for all that wait: the three go in one call, or in
 // two.
 func TestAckerTwoInFlight(t *testing.T) {
-	var a acker[int]
+	a := acker[int]{max: 2}
 	gate := make(chan struct{})
 	var mu sync.Mutex
 	var calls [][]string

@@ -39,12 +39,12 @@ func (b *batch[C, O, P]) finish(ctx, soft context.Context, t *Task[P]) (*Task[P]
 	return b.finishGrouped(ctx, soft, t)
 }
 
-// mayTake reports whether finish may take the next task with t's ack. It
-// may while other slots are free too: the group call takes for every slot
-// that asks in one script, and the fetcher fills the free slots meanwhile.
+// mayTake reports whether finish may take the next task with t's ack.
 func (b *batch[C, O, P]) mayTake(ctx, soft context.Context, t *Task[P]) bool {
 	q := t.q
-	if soft.Err() != nil || !q.plainAck(t) {
+	if soft.Err() != nil || !q.plainAck(t) || len(b.free) > 0 {
+		// Another slot is free too: hand the slot back, so that the
+		// fetcher reserves for all of them in one call.
 		return false
 	}
 	if b.takes == nil {
