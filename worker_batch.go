@@ -25,7 +25,7 @@ type batch[C, O, P any] struct {
 	more, drained atomic.Bool
 
 	cancels *cancelWatch // the handlers that Queue.Cancel may cancel
-	takes   taker        // NewPriorityWorker's say on ack-and-take; nil: b.more decides
+	takes   taker[P]     // NewPriorityWorker's pick of the queue a slot takes from; nil: b.more decides
 	acks    *acker[P]    // group-commits the slots' acks (worker_commit.go)
 }
 

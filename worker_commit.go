@@ -44,11 +44,11 @@ type acker[P any] struct {
 // ackReq is one slot's task handed over to the acker, and the outcome.
 type ackReq[P any] struct {
 	t     *Task[P]
-	take  bool     // the slot wants its next task from the call
-	next  *Task[P] // the task taken for it, if any
-	acked int      // 1 acked, 0 lease lost, -1 not known (err)
-	err   error    // the call's error
-	lead  bool     // set before ready closes: this slot makes the next call
+	take  *Queue[P] // the queue the slot's next task comes from; nil: none
+	next  *Task[P]  // the task taken for it, if any
+	acked int       // 1 acked, 0 lease lost, -1 not known (err)
+	err   error     // the call's error
+	lead  bool      // set before ready closes: this slot makes the next call
 	ready chan struct{}
 }
 
@@ -110,58 +110,70 @@ func (b *batch[C, O, P]) takesInGroup(ctx context.Context, q *Queue[P]) bool {
 	return q.root == nil && q.opts.RateLimit == nil && q.spanOf(ctx) <= 1
 }
 
-// commitCall is the acker's call: for the tasks of each queue (or shard)
-// of reqs, one queue_reserve.lua call acks them all and takes a task for
-// each request that wants one; it fills in each request's outcome. The
-// calls of several queues (a priority worker's, a sharded queue's shards)
-// go at once, and commitCall returns when all have.
+// commitCall is the acker's call: for each queue (or shard) of reqs, one
+// queue_reserve.lua call acks the tasks of that queue and takes a task for
+// each request that takes from it; it fills in each request's outcome.
+// The calls of several queues (a priority worker's, a sharded queue's
+// shards) go at once, and commitCall returns when all have.
 func (b *batch[C, O, P]) commitCall(ctx context.Context, reqs []*ackReq[P]) {
-	var groups [][]*ackReq[P]
-	for len(reqs) > 0 {
-		q := reqs[0].t.q
-		var group, rest []*ackReq[P]
-		for _, r := range reqs {
-			if r.t.q == q {
-				group = append(group, r)
-			} else {
-				rest = append(rest, r)
+	type group struct {
+		q     *Queue[P]
+		acks  []*ackReq[P]
+		takes []*ackReq[P]
+	}
+	var groups []*group
+	of := func(q *Queue[P]) *group {
+		for _, g := range groups {
+			if g.q == q {
+				return g
 			}
 		}
-		groups = append(groups, group)
-		reqs = rest
+		g := &group{q: q}
+		groups = append(groups, g)
+		return g
+	}
+	for _, r := range reqs {
+		g := of(r.t.q)
+		g.acks = append(g.acks, r)
+		if r.take != nil {
+			g := of(r.take)
+			g.takes = append(g.takes, r)
+		}
 	}
 	var wg sync.WaitGroup
 	for _, g := range groups[1:] {
-		wg.Go(func() { b.commitQueue(ctx, g[0].t.q, g) })
+		wg.Go(func() { b.commitQueue(ctx, g.q, g.acks, g.takes) })
 	}
-	b.commitQueue(ctx, groups[0][0].t.q, groups[0])
+	b.commitQueue(ctx, groups[0].q, groups[0].acks, groups[0].takes)
 	wg.Wait()
 }
 
-// commitQueue is commitCall for the tasks of q.
-func (b *batch[C, O, P]) commitQueue(ctx context.Context, q *Queue[P], reqs []*ackReq[P]) {
-	acks := make([]*Task[P], len(reqs))
-	n := 0
-	for i, r := range reqs {
-		acks[i] = r.t
-		if r.take {
-			n++
-		}
+// commitQueue is commitCall for q: it acks the tasks of acks and takes a
+// task for each request of takes.
+func (b *batch[C, O, P]) commitQueue(ctx context.Context, q *Queue[P], acks, takes []*ackReq[P]) {
+	ts := make([]*Task[P], len(acks))
+	for i, r := range acks {
+		ts[i] = r.t
 	}
-	tasks, st, err := q.reserveShardAs(ctx, n, false, b.w.name(), acks)
+	n := len(takes)
+	tasks, st, err := q.reserveShardAs(ctx, n, false, b.w.name(), ts)
 	got := len(tasks)
-	for i, r := range reqs {
+	for i, r := range acks {
 		r.acked, r.err = -1, err
 		if i < len(st.acks) {
 			r.acked = int(st.acks[i] - '0')
 		}
-		if r.take && len(tasks) > 0 {
-			r.next, tasks = tasks[0], tasks[1:]
+	}
+	for _, r := range takes {
+		if len(tasks) == 0 {
+			break
 		}
+		r.next, tasks = tasks[0], tasks[1:]
 	}
 	switch {
-	case st.acks != "" && err != nil:
-		// Acked; only the take failed: the fetcher takes over.
+	case err != nil && n > 0 && (len(acks) == 0 || st.acks != ""):
+		// The acks are done (or there were none); only the take failed:
+		// the fetcher takes over.
 		b.w.log.Warn("fleet: worker reserve failed", "queue", q.name, "err", err)
 		b.more.Store(false)
 	case err == nil && got < n:
@@ -180,7 +192,7 @@ func (b *batch[C, O, P]) commitQueue(ctx context.Context, q *Queue[P], reqs []*a
 // finishGrouped is finish through the acker.
 func (b *batch[C, O, P]) finishGrouped(ctx, soft context.Context, t *Task[P]) (*Task[P], error) {
 	q := t.q
-	r := &ackReq[P]{t: t, take: b.takesInGroup(ctx, q) && b.mayTake(ctx, soft, t)}
+	r := &ackReq[P]{t: t, take: b.takeQueue(ctx, soft, t)}
 	b.acks.commit(r, func(reqs []*ackReq[P]) { b.commitCall(ctx, reqs) })
 	q.f.taskEnded(ctx, q.name, t.ID, TaskProcessed, r.acked == 1)
 	var err error

@@ -131,29 +131,28 @@ type prio[C, O, P any] struct {
 	chosen  int        // the last pick
 }
 
-// taker is what a batch worker's slots ask before an ack-and-take
-// (batch.finish) when the fetcher is not batch.fetch.
-type taker interface {
-	// takeFrom reports whether the next task should come from queue, and
-	// counts it as taken when so.
-	takeFrom(queue string) bool
-	// tookNone says that an ack-and-take found queue empty.
+// taker is what a batch worker's slots ask before they take their next
+// task with their ack (batch.finish) when the fetcher is not batch.fetch.
+type taker[P any] interface {
+	// takeNext picks, and counts as taken, the queue that the next task
+	// should come from by the priorities; nil when none is known to have
+	// tasks.
+	takeNext() *Queue[P]
+	// tookNone says that a take found queue empty.
 	tookNone(ctx context.Context, queue string)
 }
 
-// takeFrom lets a slot that finished a task of queue take the next one
-// from the same queue in the ack's call only when the priorities would
-// pick that queue next: under PriorityStrict, when no higher queue is
-// known to have tasks; under PriorityWeighted, when the round robin's next
-// pick is that queue (and then the pick is counted).
-func (p *prio[C, O, P]) takeFrom(queue string) bool {
-	i, ok := p.index[queue]
-	if !ok {
-		return false
-	}
+// takeNext picks the queue of the next task by the priorities, as the
+// fetcher does for one free slot: under PriorityStrict, the highest queue
+// not known to be empty; under PriorityWeighted, the round robin's next
+// pick (counted).
+func (p *prio[C, O, P]) takeNext() *Queue[P] {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.pick(1, i)
+	if !p.pick(1, -1) {
+		return nil
+	}
+	return p.qs[p.chosen]
 }
 
 // tookNone marks queue empty, and arms its key's invalidation.

@@ -39,20 +39,26 @@ func (b *batch[C, O, P]) finish(ctx, soft context.Context, t *Task[P]) (*Task[P]
 	return b.finishGrouped(ctx, soft, t)
 }
 
-// mayTake reports whether finish may take the next task with t's ack.
-func (b *batch[C, O, P]) mayTake(ctx, soft context.Context, t *Task[P]) bool {
+// takeQueue says which queue the call that acks t takes the slot's next
+// task from, nil for none: t's own queue while it has more (a priority
+// worker: the queue its priorities pick), unless another slot is free too
+// (then the fetcher reserves for all of them in one call), the worker is
+// stopping, or t's ack is not the plain one. Only a queue that a group
+// call may take from (takesInGroup) and that is not paused qualifies.
+func (b *batch[C, O, P]) takeQueue(ctx, soft context.Context, t *Task[P]) *Queue[P] {
+	if soft.Err() != nil || !t.q.plainAck(t) || len(b.free) > 0 {
+		return nil
+	}
 	q := t.q
-	if soft.Err() != nil || !q.plainAck(t) || len(b.free) > 0 {
-		// Another slot is free too: hand the slot back, so that the
-		// fetcher reserves for all of them in one call.
-		return false
+	if b.takes != nil {
+		q = b.takes.takeNext()
+	} else if !b.more.Load() || q.top() != b.q {
+		return nil
 	}
-	if b.takes == nil {
-		return b.more.Load() && q.top() == b.q && !b.paused(ctx, q.k.Paused)
+	if q == nil || !b.takesInGroup(ctx, q) || b.paused(ctx, q.k.Paused) {
+		return nil
 	}
-	// NewPriorityWorker: only from where its priorities say (last: it
-	// counts the pick).
-	return !b.paused(ctx, q.k.Paused) && b.takes.takeFrom(q.name)
+	return q
 }
 
 // paused reports whether the queue is paused, read through the client-side
