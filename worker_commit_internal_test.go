@@ -13,23 +13,8 @@ import (
 // a lone task goes at once. Every slot gets the outcome of its own task.
 func TestAckerGroupsWhileInFlight(t *testing.T) {
 	a := acker[int]{max: 1}
-	gate := make(chan struct{})
-	var mu sync.Mutex
-	var calls [][]string
-	call := func(reqs []*ackReq[int]) {
-		var ids []string
-		for _, r := range reqs {
-			ids = append(ids, r.t.ID)
-			r.acked = 1
-		}
-		mu.Lock()
-		calls = append(calls, ids)
-		first := len(calls) == 1
-		mu.Unlock()
-		if first {
-			<-gate // the first call stays in flight until the others queued
-		}
-	}
+	log := newCallLog(1) // the first call stays in flight until the others queued
+	gate, call := log.gate, log.call
 	commit := func(id string) *ackReq[int] {
 		r := &ackReq[int]{t: &Task[int]{ID: id}}
 		a.commit(r, call)
@@ -47,7 +32,7 @@ func TestAckerGroupsWhileInFlight(t *testing.T) {
 	}
 	wg.Add(1)
 	go run("a")
-	waitUntil(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(calls) == 1 })
+	waitUntil(t, func() bool { return len(log.made()) == 1 })
 	for _, id := range []string{"b", "c", "d", "e"} {
 		wg.Add(1)
 		go run(id)
@@ -55,6 +40,7 @@ func TestAckerGroupsWhileInFlight(t *testing.T) {
 	waitUntil(t, func() bool { a.mu.Lock(); defer a.mu.Unlock(); return len(a.pending) == 4 })
 	close(gate)
 	wg.Wait()
+	calls := log.made()
 	if len(calls) != 2 || !slices.Equal(calls[0], []string{"a"}) || len(calls[1]) != 4 {
 		t.Fatalf("calls = %v; want [a] then the four others in one", calls)
 	}
@@ -73,7 +59,7 @@ func TestAckerGroupsWhileInFlight(t *testing.T) {
 	}
 	// Alone again: a task goes at once, in a call of its own.
 	commit("f")
-	if len(calls) != 3 || !slices.Equal(calls[2], []string{"f"}) {
+	if calls = log.made(); len(calls) != 3 || !slices.Equal(calls[2], []string{"f"}) {
 		t.Fatalf("calls = %v; want [f] last", calls)
 	}
 }
@@ -82,18 +68,8 @@ func TestAckerGroupsWhileInFlight(t *testing.T) {
 // the next call.
 func TestAckerBoundsACall(t *testing.T) {
 	a := acker[int]{max: 1}
-	gate := make(chan struct{})
-	var sizes []int
-	var mu sync.Mutex
-	call := func(reqs []*ackReq[int]) {
-		mu.Lock()
-		sizes = append(sizes, len(reqs))
-		first := len(sizes) == 1
-		mu.Unlock()
-		if first {
-			<-gate
-		}
-	}
+	log := newCallLog(1)
+	gate, call := log.gate, log.call
 	var wg sync.WaitGroup
 	n := maxCommit + 10
 	for i := range n + 1 {
@@ -103,12 +79,16 @@ func TestAckerBoundsACall(t *testing.T) {
 			a.commit(&ackReq[int]{t: &Task[int]{}}, call)
 		}()
 		if i == 0 {
-			waitUntil(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(sizes) == 1 })
+			waitUntil(t, func() bool { return len(log.made()) == 1 })
 		}
 	}
 	waitUntil(t, func() bool { a.mu.Lock(); defer a.mu.Unlock(); return len(a.pending) == n })
 	close(gate)
 	wg.Wait()
+	var sizes []int
+	for _, c := range log.made() {
+		sizes = append(sizes, len(c))
+	}
 	if !slices.Equal(sizes, []int{1, maxCommit, 10}) {
 		t.Fatalf("call sizes = %v; want [1 %d 10]", sizes, maxCommit)
 	}
@@ -121,25 +101,10 @@ func TestAckerBoundsACall(t *testing.T) {
 // two.
 func TestAckerTwoInFlight(t *testing.T) {
 	a := acker[int]{max: 2}
-	gate := make(chan struct{})
-	var mu sync.Mutex
-	var calls [][]string
-	call := func(reqs []*ackReq[int]) {
-		var ids []string
-		for _, r := range reqs {
-			ids = append(ids, r.t.ID)
-			r.acked = 1
-		}
-		mu.Lock()
-		calls = append(calls, ids)
-		held := len(calls) <= 2
-		mu.Unlock()
-		if held {
-			<-gate
-		}
-	}
+	log := newCallLog(2)
+	gate, call := log.gate, log.call
 	var wg sync.WaitGroup
-	ncalls := func() int { mu.Lock(); defer mu.Unlock(); return len(calls) }
+	ncalls := func() int { return len(log.made()) }
 	npending := func() int { a.mu.Lock(); defer a.mu.Unlock(); return len(a.pending) }
 	for i, id := range []string{"a", "b", "c", "d", "e"} {
 		wg.Add(1)
@@ -159,6 +124,7 @@ func TestAckerTwoInFlight(t *testing.T) {
 	}
 	close(gate)
 	wg.Wait()
+	calls := log.made()
 	// a and b alone; then c, d and e in one call, or two when both held
 	// calls ended before the first of them took the others.
 	var rest []string
@@ -172,6 +138,39 @@ func TestAckerTwoInFlight(t *testing.T) {
 	if a.inFlight != 0 || len(a.pending) != 0 {
 		t.Fatalf("acker left %d calls in flight with %d pending", a.inFlight, len(a.pending))
 	}
+}
+
+// callLog is an acker call for the tests: it acks every request, records
+// the ids of each call, and holds the first held calls until gate closes.
+type callLog struct {
+	held  int
+	gate  chan struct{}
+	mu    sync.Mutex
+	calls [][]string
+}
+
+func newCallLog(held int) *callLog { return &callLog{held: held, gate: make(chan struct{})} }
+
+func (l *callLog) call(reqs []*ackReq[int]) {
+	var ids []string
+	for _, r := range reqs {
+		ids = append(ids, r.t.ID)
+		r.acked = 1
+	}
+	l.mu.Lock()
+	l.calls = append(l.calls, ids)
+	hold := len(l.calls) <= l.held
+	l.mu.Unlock()
+	if hold {
+		<-l.gate
+	}
+}
+
+// made returns the calls made so far.
+func (l *callLog) made() [][]string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.calls)
 }
 
 // waitUntil polls cond until it holds, for up to 10 s (the conditions here
