@@ -112,6 +112,18 @@ func (s Snapshot) Since(prev Snapshot) Cost {
 	return c
 }
 
+// Add returns the sum of c and d: the cost of two stretches of work.
+func (c Cost) Add(d Cost) Cost {
+	sum := Cost{Calls: make(map[string]int64, len(c.Calls)+len(d.Calls)), CPU: c.CPU + d.CPU}
+	for name, n := range c.Calls {
+		sum.Calls[name] += n
+	}
+	for name, n := range d.Calls {
+		sum.Calls[name] += n
+	}
+	return sum
+}
+
 // Commands returns the sum of the calls of every command: the EVALSHA of a
 // script and each command the script ran count one each.
 func (c Cost) Commands() int64 {

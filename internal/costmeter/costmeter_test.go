@@ -67,6 +67,21 @@ func TestSince(t *testing.T) {
 	}
 }
 
+func TestAdd(t *testing.T) {
+	a := costmeter.Cost{Calls: map[string]int64{"get": 2, "evalsha": 1}, CPU: time.Millisecond}
+	b := costmeter.Cost{Calls: map[string]int64{"get": 3, "del": 4}, CPU: 2 * time.Millisecond}
+	sum := a.Add(b)
+	if got, want := sum.Breakdown(1), "get=5.00 del=4.00 evalsha=1.00"; got != want || sum.CPU != 3*time.Millisecond {
+		t.Fatalf("sum %q, cpu %v; want %q, 3ms", got, sum.CPU, want)
+	}
+	if a.Calls["get"] != 2 || len(a.Calls) != 2 {
+		t.Fatalf("Add changed its receiver: %v", a.Calls)
+	}
+	if z := (costmeter.Cost{}).Add(costmeter.Cost{}); z.Commands() != 0 || z.CPU != 0 {
+		t.Fatalf("zero sum: %+v", z)
+	}
+}
+
 // TestMeter: on a real server, a script's commands count beside its EVALSHA,
 // and the meter's own INFO calls do not count.
 func TestMeter(t *testing.T) {
