@@ -212,3 +212,133 @@ func TestWorkerGroupAcksConnectionCut(t *testing.T) {
 	}
 	t.Logf("%d tasks, %d acked with a reply, %d handled again after a cut", n, done, again)
 }
+
+// TestWorkerStopWhileGroupAckHeld: a worker is stopped, and its Fleet
+// closed, while the replies to its grouped acks are held back (the
+// commands reach the server; nothing comes back). Stop returns at its
+// deadline plus StopGrace with ctx's error, without waiting for the held
+// calls; Close then returns once those calls give up, with every slot
+// returned (Stopped is closed). Nothing is lost: the held acks applied on
+// the server or their tasks come back after their lease, and a second
+// worker drains the queue; no task goes to the dead letters.
+func TestWorkerStopWhileGroupAckHeld(t *testing.T) {
+	t.Parallel()
+	s, direct := ownServer(t, fleet.Options{Layout: fleet.LayoutCompat})
+	p, err := fleettest.StartProxy(s.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	wf, err := fleet.Open(ctx(t), fleet.Options{URL: p.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	t.Cleanup(func() {
+		if !closed {
+			_ = wf.Close()
+		}
+	})
+	raw := redistest.Client(t, redistest.Target{URL: s.URL()})
+	e := &env{F: direct, Raw: raw, Tg: redistest.Target{URL: s.URL()}}
+	k := e.qk("held")
+	opts := fleet.QueueOptions{Lease: 2 * time.Second, MaxAttempts: 1000}
+	const n = 400
+	items := make([]job, n)
+	for i := range items {
+		items[i] = jobN(i)
+	}
+	ids, err := fleet.NewQueue[job](direct, "held", opts).SubmitMany(ctx(t), items)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var mu sync.Mutex
+	handled := map[string]int{}
+	var odd []error
+	returned := 0
+	handler := func(ctx context.Context, _ *fleet.Slot[wcfg, out], tk *fleet.Task[job]) error {
+		mu.Lock()
+		handled[tk.ID]++
+		mu.Unlock()
+		time.Sleep(time.Millisecond)
+		mu.Lock()
+		returned++
+		mu.Unlock()
+		return nil
+	}
+	onEnd := func(id string, err error) {
+		if err != nil && !errors.Is(err, fleet.ErrUnavailable) && !errors.Is(err, fleet.ErrLeaseLost) && !errors.Is(err, fleet.ErrClosed) {
+			mu.Lock()
+			odd = append(odd, err)
+			mu.Unlock()
+		}
+	}
+	w := fleet.NewBatchWorker(wf, fleet.WorkerOptions{Type: "held", ID: "w1", Slots: 8, StopGrace: 200 * time.Millisecond,
+		OnTaskEnd: onEnd}, fleet.NewQueue[job](wf, "held", opts), fleet.BatchFunc[wcfg, out, job](handler))
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	count := func() (int, int) { mu.Lock(); defer mu.Unlock(); return len(handled), returned }
+	waitFor(t, 30*time.Second, func() bool { h, _ := count(); return h >= n/4 }, "no progress")
+	p.HoldReplies()
+	_, atHold := count()
+	// A handler that returns after the hold has its ack in a held call (or
+	// waiting for one).
+	waitFor(t, 10*time.Second, func() bool { _, r := count(); return r > atHold }, "no handler returned after the hold")
+
+	sctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	err = w.Stop(sctx)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Stop with its replies held: %v; want context.DeadlineExceeded", err)
+	}
+	select {
+	case <-w.Stopped():
+		t.Fatal("the worker stopped while its ack was held: the ack cannot have returned")
+	default:
+	}
+	closeDone := make(chan error, 1)
+	go func() { closeDone <- wf.Close() }()
+	select {
+	case err := <-closeDone:
+		closed = true
+		if err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("Close did not return while the replies were held")
+	}
+	select {
+	case <-w.Stopped():
+	default:
+		t.Fatal("Close returned before the worker's slots did")
+	}
+	p.Thaw()
+
+	// What the held calls did not end comes back after its lease.
+	sweepCtx, stopSweep := context.WithCancel(context.Background())
+	swept := make(chan error, 1)
+	go func() { swept <- direct.RunSweeper(sweepCtx, fleet.SweeperOptions{Interval: 100 * time.Millisecond}) }()
+	t.Cleanup(func() { stopSweep(); <-swept })
+	w2 := fleet.NewBatchWorker(direct, fleet.WorkerOptions{Type: "held", ID: "w2", Slots: 8, OnTaskEnd: onEnd},
+		fleet.NewQueue[job](direct, "held", opts), fleet.BatchFunc[wcfg, out, job](handler))
+	startWorker(t, w2)
+	waitFor(t, 60*time.Second, func() bool {
+		left, _ := raw.Do(context.Background(), raw.B().Exists().Key(k.Pending, k.Processing, k.Body, k.Lease).Build()).AsInt64()
+		return left == 0
+	}, "tasks left: %v", e.dump(t))
+	mu.Lock()
+	defer mu.Unlock()
+	if len(odd) > 0 {
+		t.Fatalf("%d tasks ended with an unexpected error, the first: %v", len(odd), odd[0])
+	}
+	for _, id := range ids {
+		if handled[id] == 0 {
+			t.Fatalf("task %s was never handled", id)
+		}
+	}
+	if dead := e.lrange(t, k.Dead); len(dead) > 0 {
+		t.Fatalf("%d tasks went to the dead letters: %v", len(dead), dead[0])
+	}
+}

@@ -103,7 +103,7 @@ func (b *batch[C, O, P]) handleTask(run, soft context.Context, s *Slot[C, O], t 
 	k.stop()
 	cause := context.Cause(hctx)
 
-	ectx, ecancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ectx, ecancel := context.WithTimeout(context.Background(), endTimeout)
 	defer ecancel()
 	switch {
 	case err == nil:
@@ -111,6 +111,7 @@ func (b *batch[C, O, P]) handleTask(run, soft context.Context, s *Slot[C, O], t 
 		// ack's owner check refuses it if another took the task meanwhile.
 		next, aerr := b.finish(ectx, soft, t)
 		if aerr != nil {
+			aerr = endErr(aerr)
 			aerr = fmt.Errorf("task %s: ack: %w", t.ID, aerr)
 			b.failed(s, aerr)
 			return next, aerr
@@ -157,6 +158,24 @@ func (b *batch[C, O, P]) handleTask(run, soft context.Context, s *Slot[C, O], t 
 	}
 	b.failed(s, fmt.Errorf("task %s: %w", t.ID, err))
 	return nil, err
+}
+
+// endTimeout bounds the call that ends a task once its handler returned
+// (an ack, a nack, a release): the worker's own deadline, not the
+// handler's, so that Stop and Close never wait longer on a server that
+// does not answer.
+const endTimeout = 10 * time.Second
+
+// endErr reports an end call that ran out of endTimeout as what it is:
+// Redis did not answer in time, and the call may or may not have applied
+// (ErrUnavailable, as for a connection cut mid-call). The deadline may be
+// another slot's: a grouped ack rides on the call of the slot that made
+// it (worker_commit.go).
+func endErr(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, ErrUnavailable) {
+		return fmt.Errorf("%w: no reply within %v, so the outcome is unknown: %w", ErrUnavailable, endTimeout, err)
+	}
+	return err
 }
 
 func (b *batch[C, O, P]) failed(s *Slot[C, O], err error) {
