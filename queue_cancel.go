@@ -23,9 +23,15 @@ var queueCancelScript = script("queue_cancel.lua")
 // despite the cancel finished its task, which is acked). A worker that
 // reserved the task but has not started its handler yet cancels it as it
 // starts, if the cancel came in the last minute. Cancel returns once the
-// cancel is published; it does not wait for the handler. Pub/sub keeps
-// nothing: a worker that is cut off from Redis at that moment misses the
-// cancel, and its task runs on.
+// cancel is published; it does not wait for the handler.
+//
+// Pub/sub keeps nothing, so Cancel also flags the task's lease entry (when
+// fleet made the reservation): a worker that missed the message (cut off
+// from Redis at that moment) hears of the cancel at its next lease
+// extension (Task.Extend returns ErrCanceled; every third of the lease by
+// default), and a sweeper that finds the lease run out dead-letters the
+// task as cancelled instead of re-queuing it. So a task cancelled while it
+// ran never runs again, whatever its worker missed.
 //
 // May return ErrTaskNotFound (no pending, scheduled, running or dead task
 // has the id, nor a retained result: a task that was acked without
@@ -49,7 +55,7 @@ func (q *Queue[T]) Cancel(ctx context.Context, id string) error {
 	shards := q.shardsOf(ctx)
 	execs := make([]rueidis.LuaExec, len(shards))
 	for i, s := range shards {
-		execs[i] = rueidis.LuaExec{Keys: []string{s.k.Pending, s.k.Scheduled, s.k.Processing, s.k.Dedup, s.k.Dead, s.k.Result + id},
+		execs[i] = rueidis.LuaExec{Keys: []string{s.k.Pending, s.k.Scheduled, s.k.Processing, s.k.Dedup, s.k.Dead, s.k.Result + id, s.k.Lease},
 			Args: []string{id}}
 	}
 	var n int64

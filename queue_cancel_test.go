@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fleet-go/fleet"
+	"github.com/fleet-go/fleet/fleettest"
 	"github.com/fleet-go/fleet/internal/redistest"
 )
 
@@ -149,4 +150,208 @@ func TestQueueCancelBadInput(t *testing.T) {
 			t.Fatalf("changed:\n%v\n%v", before, after)
 		}
 	})
+}
+
+// TestQueueCancelFlagsLease: Cancel of a task reserved through the Queue
+// API flags its lease entry (" c"); Extend then says ErrCanceled but
+// extends the lease all the same, keeping the flag; Lookup says a cancel
+// was asked; the holder may still ack it (it finished), and nothing of it
+// is left. Cancel of a task that a documented-schema client reserved (no
+// lease entry) adds none.
+func TestQueueCancelFlagsLease(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		t.Parallel()
+		e := open(t, tg)
+		c := ctx(t)
+		qk := e.qk("cf")
+		q := fleet.NewQueue[job](e.F, "cf", fleet.QueueOptions{Lease: time.Minute})
+		id, err := q.Submit(c, job{URL: "https://example.com/a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts, err := q.Reserve(c, 1, 0)
+		if err != nil || len(ts) != 1 {
+			t.Fatal(len(ts), err)
+		}
+		tk := ts[0]
+		before, _ := e.hget(t, qk.Lease, id)
+		if err := q.Cancel(c, id); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := e.hget(t, qk.Lease, id); got != before+" c" {
+			t.Fatalf("lease entry after Cancel %q; want %q", got, before+" c")
+		}
+		rec, err := q.Lookup(c, id)
+		if err != nil || rec.Status != fleet.TaskActive || !rec.CancelRequested {
+			t.Fatalf("Lookup %+v, %v; want active with CancelRequested", rec, err)
+		}
+		d0 := tk.Deadline()
+		if err := tk.Extend(c, 2*time.Minute); !errors.Is(err, fleet.ErrCanceled) {
+			t.Fatalf("Extend after Cancel: %v; want ErrCanceled", err)
+		}
+		if !tk.Deadline().After(d0) {
+			t.Fatalf("deadline %v not moved past %v", tk.Deadline(), d0)
+		}
+		after, _ := e.hget(t, qk.Lease, id)
+		if !strings.HasSuffix(after, " c") || after == before+" c" {
+			t.Fatalf("lease entry after Extend %q; want a new deadline, still flagged", after)
+		}
+		// A second Cancel does not flag it twice.
+		if err := q.Cancel(c, id); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := e.hget(t, qk.Lease, id); got != after {
+			t.Fatalf("lease entry after a second Cancel %q; want %q", got, after)
+		}
+		if err := tk.Ack(c); err != nil {
+			t.Fatalf("Ack of a flagged task: %v", err)
+		}
+		if left := e.hgetall(t, qk.Lease); len(left) != 0 {
+			t.Fatalf("lease hash left: %v", left)
+		}
+		if z := e.zscores(t, qk.Processing); len(z) != 0 {
+			t.Fatalf(":processing left: %v", z)
+		}
+
+		// A reservation made by a documented-schema client: no entry, none added.
+		id2, _ := q.Submit(c, job{URL: "https://example.com/b"})
+		body := e.lrange(t, qk.Pending)[0]
+		raw := e.Raw
+		if err := raw.Do(c, raw.B().Lpop().Key(qk.Pending).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		if err := raw.Do(c, raw.B().Zadd().Key(qk.Processing).ScoreMember().ScoreMember(float64(time.Now().Add(time.Minute).Unix()), id2).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		if err := raw.Do(c, raw.B().Hset().Key(qk.Body).FieldValue().FieldValue(id2, body).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		if err := q.Cancel(c, id2); err != nil {
+			t.Fatal(err)
+		}
+		if left := e.hgetall(t, qk.Lease); len(left) != 0 {
+			t.Fatalf("Cancel wrote a lease entry for another client's reservation: %v", left)
+		}
+	})
+}
+
+// TestQueueCancelSweptWhileFlagged: a cancelled task whose holder never
+// ended it (it died, or never heard) is dead-lettered by the sweeper once
+// its lease runs out, as cancelled, and never re-queued; Lookup says
+// canceled. An unflagged task beside it is re-queued as usual.
+func TestQueueCancelSweptWhileFlagged(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		t.Parallel()
+		e := open(t, tg)
+		c := ctx(t)
+		qk := e.qk("cs")
+		q := fleet.NewQueue[job](e.F, "cs", fleet.QueueOptions{Lease: 200 * time.Millisecond, MaxAttempts: 5})
+		gone, _ := q.Submit(c, job{URL: "https://example.com/gone"})
+		kept, _ := q.Submit(c, job{URL: "https://example.com/kept"})
+		if ts, err := q.Reserve(c, 2, 0); err != nil || len(ts) != 2 {
+			t.Fatal(len(ts), err)
+		}
+		if err := q.Cancel(c, gone); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 10*time.Second, func() bool {
+			st, err := e.F.Sweep(c, fleet.SweeperOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return st.Requeued+st.DeadLettered > 0 && len(e.zscores(t, qk.Processing)) == 0
+		}, "the leases never ran out: %v", e.dump(t))
+		dead := e.lrange(t, qk.Dead)
+		if len(dead) != 1 || !strings.Contains(dead[0], gone) || !strings.Contains(dead[0], `"error":"fleet: task canceled`) {
+			t.Fatalf("dead letters %q; want the cancelled task, as cancelled", dead)
+		}
+		if p := e.lrange(t, qk.Pending); len(p) != 1 || !strings.Contains(p[0], kept) {
+			t.Fatalf("pending %q; want the other task re-queued", p)
+		}
+		if rec, err := q.Lookup(c, gone); err != nil || rec.Status != fleet.TaskCanceled {
+			t.Fatalf("Lookup %+v, %v; want canceled", rec, err)
+		}
+		if left := e.hgetall(t, qk.Lease); len(left) != 0 {
+			t.Fatalf("lease hash left: %v", left)
+		}
+	})
+}
+
+// TestWorkerCancelMissedMessage: a worker is cut off from Redis at the
+// moment Queue.Cancel publishes, so the message never reaches it (pub/sub
+// keeps nothing). Once it is back, its next lease extension reports the
+// cancel: the handler's ctx ends with cause ErrCanceled, and the task goes
+// to the dead letters as cancelled, never retried.
+func TestWorkerCancelMissedMessage(t *testing.T) {
+	t.Parallel()
+	s, direct := ownServer(t, fleet.Options{Layout: fleet.LayoutCompat})
+	p, err := fleettest.StartProxy(s.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	wf, err := fleet.Open(ctx(t), fleet.Options{URL: p.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = wf.Close() })
+	raw := redistest.Client(t, redistest.Target{URL: s.URL()})
+	e := &env{F: direct, Raw: raw, Tg: redistest.Target{URL: s.URL()}}
+	qk := e.qk("cm")
+	opts := fleet.QueueOptions{Lease: 5 * time.Second, MaxAttempts: 5}
+	started := make(chan string, 1)
+	causes := make(chan error, 1)
+	ends := make(chan error, 1)
+	w := fleet.NewBatchWorker(wf, fleet.WorkerOptions{Type: "cm", ID: "w1", Slots: 1, LeaseExtend: 200 * time.Millisecond,
+		OnTaskEnd: func(_ string, err error) { ends <- err }}, fleet.NewQueue[job](wf, "cm", opts),
+		fleet.BatchFunc[wcfg, out, job](func(ctx context.Context, _ *fleet.Slot[wcfg, out], tk *fleet.Task[job]) error {
+			started <- tk.ID
+			<-ctx.Done()
+			causes <- context.Cause(ctx)
+			return ctx.Err()
+		}))
+	startWorker(t, w)
+	q := fleet.NewQueue[job](direct, "cm", opts)
+	id, err := q.Submit(ctx(t), job{URL: "https://example.com/long"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-started:
+		if got != id {
+			t.Fatalf("started %s", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the task never started")
+	}
+	// Cut the worker off, cancel, and let it back in.
+	p.Refuse(true)
+	p.Cut()
+	if err := q.Cancel(ctx(t), id); err != nil {
+		t.Fatal(err)
+	}
+	p.Refuse(false)
+	select {
+	case cause := <-causes:
+		if !errors.Is(cause, fleet.ErrCanceled) {
+			t.Fatalf("handler ctx cause %v; want ErrCanceled", cause)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the handler never heard of the cancel")
+	}
+	select {
+	case err := <-ends:
+		if !errors.Is(err, fleet.ErrCanceled) {
+			t.Fatalf("OnTaskEnd %v; want ErrCanceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the task never ended")
+	}
+	waitFor(t, 10*time.Second, func() bool { return len(e.lrange(t, qk.Dead)) == 1 }, "no dead letter: %v", e.dump(t))
+	if dead := e.lrange(t, qk.Dead); !strings.Contains(dead[0], id) || !strings.Contains(dead[0], `"error":"fleet: task canceled`) {
+		t.Fatalf("dead letter %q; want the task, as cancelled", dead[0])
+	}
+	if p := e.lrange(t, qk.Pending); len(p) != 0 {
+		t.Fatalf("the cancelled task was re-queued: %q", p)
+	}
 }

@@ -108,6 +108,9 @@ type TaskRecord struct {
 	Worker string `json:"worker,omitempty"`
 	// Deadline is an active task's lease deadline (server clock).
 	Deadline time.Time `json:"deadline,omitzero"`
+	// CancelRequested says that Queue.Cancel asked an active task to stop
+	// and its worker has not ended it yet.
+	CancelRequested bool `json:"cancel_requested,omitempty"`
 	// ReadyAt is when a scheduled task becomes ready.
 	ReadyAt time.Time `json:"ready_at,omitzero"`
 	// SubmittedAt is when the task was submitted, read from its id (a
@@ -180,6 +183,7 @@ func (q *Queue[T]) Lookup(ctx context.Context, id string) (TaskRecord, error) {
 	case TaskActive:
 		if len(res) > 3 {
 			tok, _, _ := strings.Cut(res[2], " ")
+			r.CancelRequested = strings.HasSuffix(res[2], " c")
 			if i := strings.LastIndexByte(tok, '/'); i > 0 {
 				r.Worker = tok[:i]
 			}

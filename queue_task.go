@@ -208,8 +208,12 @@ func (t *Task[T]) end(ctx context.Context, op string, attempts int, cause string
 
 // Extend sets the lease to run out lease from now (server clock), and moves
 // Deadline to lease after the call was sent. A lease whose deadline passed
-// can still be extended while the sweeper has not re-queued the task. May return ErrInvalidArgument for lease <= 0,
-// ErrLeaseLost (nothing changes), ErrUnavailable.
+// can still be extended while the sweeper has not re-queued the task.
+//
+// May return ErrInvalidArgument for lease <= 0, ErrLeaseLost (nothing
+// changes), ErrUnavailable, and ErrCanceled when Queue.Cancel asked for the
+// task to stop: the lease was extended all the same, so that the holder
+// can wind down, and the task should end (a worker dead-letters it).
 func (t *Task[T]) Extend(ctx context.Context, lease time.Duration) error {
 	q := t.q
 	if err := q.ready(ctx); err != nil {
@@ -228,5 +232,8 @@ func (t *Task[T]) Extend(ctx context.Context, lease time.Duration) error {
 		return queueErr("extend", q.name, err)
 	}
 	t.proven.Store(sent + int64(lease))
+	if d < 0 {
+		return queueErr("extend", q.name, fmt.Errorf("%w: task %s was cancelled (Queue.Cancel); its lease was extended", ErrCanceled, t.ID))
+	}
 	return nil
 }

@@ -363,6 +363,10 @@ func sweepShard(ctx context.Context, f *Fleet, k keys.Queue, qo QueueOptions, ba
 			switch attempts := w.Attempts + 1; {
 			case err != nil:
 				next, bury = deadEntry(body, attempts, "lease ran out, and "+err.Error()), "1"
+			case strings.HasSuffix(token, " c"):
+				// Queue.Cancel asked for it to stop while it ran: it never
+				// runs again.
+				next, bury = deadEntry(body, attempts, ErrCanceled.Error()+": its lease ran out before its worker ended it"), "1"
 			case attempts >= qo.MaxAttempts:
 				next, bury = deadEntry(body, attempts, "lease ran out on the last attempt"), "1"
 			default:

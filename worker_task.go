@@ -271,6 +271,10 @@ func (k *keeper[C, O, P]) tick() {
 		case errors.Is(err, ErrLeaseLost):
 			k.cancel(err)
 			return
+		case errors.Is(err, ErrCanceled):
+			// A cancel whose message this worker missed (Queue.Cancel).
+			k.cancel(ErrCanceled)
+			return
 		case err != nil && k.ctx.Err() == nil:
 			k.b.w.log.Warn("fleet: worker could not extend a lease", "task", k.t.ID, "err", err)
 		}

@@ -41,10 +41,12 @@ end
 -- owned reports whether a reservation whose lease entry is v and whose
 -- :processing score is score (either false when missing) is the one that
 -- token holds (see above). An entry without a deadline (written by an
--- older fleet) is checked by its token alone.
+-- older fleet) is checked by its token alone. An entry may end in " c":
+-- Queue.Cancel asked for the task to stop (queue_cancel.lua); the holder
+-- still owns it.
 local function owned(v, score, token)
   if not v or not score then return false end
-  local tok, dl = string.match(v, '^(%S+) (%d+)$')
+  local tok, dl = string.match(v, '^(%S+) (%d+)')
   if not tok then tok = v end
   if tok ~= token then return false end
   return dl == nil or math.floor(tonumber(score) * 1000 + 0.5) == tonumber(dl)

@@ -8,10 +8,14 @@
 -- KEYS[4]  fleet:queue:<name>:dedup       hash: dedup key -> id (derived)
 -- KEYS[5]  fleet:queue:<name>:dead        list: dead letters
 -- KEYS[6]  fleet:queue:<name>:result:<id>  string: the record of a task done (optional)
+-- KEYS[7]  fleet:queue:<name>:processing:lease  hash: id -> "token deadline_ms[ c]" (derived)
 -- ARGV[1]  task id
--- returns  1 removed (pending or scheduled); 2 running (nothing changes
---          here: the caller tells its worker); 3 dead (nothing changes);
---          4 done, its record retained (nothing changes); 0 not found
+-- returns  1 removed (pending or scheduled); 2 running: its lease entry,
+--          when fleet made the reservation, gets the flag " c", which its
+--          holder's next extension reports and the sweeper honours (the
+--          caller also tells the worker at once, by pub/sub); 3 dead
+--          (nothing changes); 4 done, its record retained (nothing
+--          changes); 0 not found
 local id = ARGV[1]
 local needle = id
 -- holds reports whether body is the task's.
@@ -26,6 +30,10 @@ local function free_dedup(v)
   end
 end
 if redis.call('ZSCORE', KEYS[3], id) then
+  local v = redis.call('HGET', KEYS[7], id)
+  if v and string.match(v, '^%S+ %d+$') then
+    redis.call('HSET', KEYS[7], id, v .. ' c')
+  end
   return 2
 end
 if redis.call('EXISTS', KEYS[6]) == 1 then

@@ -1,17 +1,27 @@
 -- queue_extend: push a reservation's deadline to now + lease, if the
--- reservation that exists now is the caller's (owns in lib_queue.lua).
--- No TYPE checks: owns reads both keys first, refusing a wrong type.
+-- reservation that exists now is the caller's (owned in lib_queue.lua),
+-- and say whether Queue.Cancel asked for the task to stop (its lease entry
+-- ends in " c", which the new entry keeps): the holder hears of a cancel
+-- whose message it missed (pub/sub keeps nothing) at its next extension.
+-- No TYPE checks: HGET and ZSCORE read both keys first, refusing a wrong
+-- type.
 -- KEYS[1]  fleet:queue:<name>:processing        zset: id -> deadline (unix s)
--- KEYS[2]  fleet:queue:<name>:processing:lease  hash: id -> "token deadline_ms" (derived)
+-- KEYS[2]  fleet:queue:<name>:processing:lease  hash: id -> "token deadline_ms[ c]" (derived)
 -- ARGV[1]  task id
 -- ARGV[2]  the caller's lease token
 -- ARGV[3]  lease in milliseconds
--- returns  the new deadline in unix milliseconds; 0 when the lease is lost
---          (then nothing changes)
-if not owns(KEYS[1], KEYS[2], ARGV[1], ARGV[2]) then
+-- returns  the new deadline in unix milliseconds; minus it when the task
+--          was cancelled (extended all the same, so that the holder can
+--          wind down); 0 when the lease is lost (then nothing changes)
+local v = redis.call('HGET', KEYS[2], ARGV[1])
+if not owned(v, v and redis.call('ZSCORE', KEYS[1], ARGV[1]), ARGV[2]) then
   return 0
 end
 local deadline = now_ms() + tonumber(ARGV[3])
+local entry = lease_entry(ARGV[2], deadline)
+local canceled = string.sub(v, -2) == ' c'
+if canceled then entry = entry .. ' c' end
 redis.call('ZADD', KEYS[1], 'XX', secs(deadline), ARGV[1])
-redis.call('HSET', KEYS[2], ARGV[1], lease_entry(ARGV[2], deadline))
+redis.call('HSET', KEYS[2], ARGV[1], entry)
+if canceled then return -deadline end
 return deadline
