@@ -249,3 +249,69 @@ func TestSentinelDurability(t *testing.T) {
 		})
 	}
 }
+
+// With passwords on the data nodes and on the sentinels, fleet reaches the
+// master in both forms (the URL's ":pw@" and ?sentinel_password=, and
+// Options.Password with SentinelOptions.Password), and follows a failover
+// with them. A wrong or missing password, to the master or to the
+// sentinels, is refused at Open with ErrAuth.
+func TestSentinelPasswords(t *testing.T) {
+	t.Parallel()
+	const pw, spw = "data-pw:/@x", "sentinel-pw&?"
+	st, err := fleettest.StartSentinel(ctx(t), fleettest.SentinelConfig{Password: pw, SentinelPassword: spw})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Stop)
+	if !strings.Contains(st.URL(), "sentinel_password=") {
+		t.Fatalf("URL %q carries no sentinel password", st.URL())
+	}
+	byURL, err := fleet.Open(ctx(t), fleet.Options{URL: st.URL()})
+	if err != nil {
+		t.Fatalf("Open(%s): %v", st.URL(), err)
+	}
+	t.Cleanup(func() { _ = byURL.Close() })
+	byOpts, err := fleet.Open(ctx(t), fleet.Options{Password: pw,
+		Sentinel: fleet.SentinelOptions{Addrs: st.Addrs(), MasterSet: st.MasterSet, Password: spw}})
+	if err != nil {
+		t.Fatalf("Open with SentinelOptions: %v", err)
+	}
+	t.Cleanup(func() { _ = byOpts.Close() })
+	if err := byURL.KV("pw").Set(ctx(t), "k", "v1", 0); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok, err := byOpts.KV("pw").GetString(ctx(t), "k"); err != nil || !ok || got != "v1" {
+		t.Fatalf("get through the other Fleet: %q %v %v", got, ok, err)
+	}
+
+	for name, o := range map[string]fleet.Options{
+		"wrong master password": {Password: "nope", Sentinel: fleet.SentinelOptions{Addrs: st.Addrs(), MasterSet: st.MasterSet, Password: spw}},
+		"no master password":    {Sentinel: fleet.SentinelOptions{Addrs: st.Addrs(), MasterSet: st.MasterSet, Password: spw}},
+		"wrong sentinel password": {Password: pw,
+			Sentinel: fleet.SentinelOptions{Addrs: st.Addrs(), MasterSet: st.MasterSet, Password: "nope"}},
+		"no sentinel password": {Password: pw, Sentinel: fleet.SentinelOptions{Addrs: st.Addrs(), MasterSet: st.MasterSet}},
+	} {
+		f, err := fleet.Open(ctx(t), o)
+		if err == nil {
+			_ = f.Close()
+		}
+		if !errors.Is(err, fleet.ErrAuth) {
+			t.Errorf("%s: Open = %v; want ErrAuth", name, err)
+		}
+	}
+
+	old, err := st.KillMaster(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.WaitFailover(ctx(t), old.Addr); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, func() bool {
+		return byURL.KV("pw").Set(ctx(t), "k", "v2", 0) == nil
+	}, "no write through the new master")
+	waitFor(t, 30*time.Second, func() bool {
+		got, ok, err := byOpts.KV("pw").GetString(ctx(t), "k")
+		return err == nil && ok && got == "v2"
+	}, "the other Fleet never read the write on the new master")
+}

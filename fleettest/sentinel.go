@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,6 +35,13 @@ type SentinelConfig struct {
 	DownAfter time.Duration
 	// FailoverTimeout is the sentinels' failover-timeout. Defaults to 3 s.
 	FailoverTimeout time.Duration
+	// Password, when set, is the requirepass (and masterauth) of the master
+	// and replicas; the sentinels authenticate to them with it (sentinel
+	// auth-pass). Defaults to none.
+	Password string
+	// SentinelPassword, when set, is the sentinels' own requirepass (and
+	// sentinel-pass, which they use with each other). Defaults to none.
+	SentinelPassword string
 	// Args are extra redis-server arguments for the master and replicas.
 	Args []string
 }
@@ -49,6 +57,8 @@ type Sentinel struct {
 	Servers []*Server
 	// Sentinels are the sentinel processes.
 	Sentinels []*Server
+
+	password, sentinelPassword string
 
 	mu sync.Mutex
 }
@@ -82,17 +92,17 @@ func StartSentinel(ctx context.Context, cfg SentinelConfig) (*Sentinel, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := &Sentinel{MasterSet: cfg.MasterSet}
+	st := &Sentinel{MasterSet: cfg.MasterSet, password: cfg.Password, sentinelPassword: cfg.SentinelPassword}
 	// A replica that is promoted serves the others at once: no diskless
 	// sync delay.
 	args := append([]string{"--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0"}, cfg.Args...)
-	m, err := StartServer(ctx, Config{Args: args})
+	m, err := StartServer(ctx, Config{Args: args, Password: cfg.Password})
 	if err != nil {
 		return nil, err
 	}
 	st.Servers = append(st.Servers, m)
 	for range cfg.Replicas {
-		r, err := StartServer(ctx, Config{Args: append(args, "--replicaof", "127.0.0.1", strconv.Itoa(m.Port))})
+		r, err := StartServer(ctx, Config{Args: append(args, "--replicaof", "127.0.0.1", strconv.Itoa(m.Port)), Password: cfg.Password})
 		if err != nil {
 			st.Stop()
 			return nil, err
@@ -167,11 +177,17 @@ sentinel failover-timeout %s %d
 sentinel parallel-syncs %s 1
 `, port, dir, filepath.Join(dir, "redis.log"), cfg.MasterSet, masterPort, quorum,
 		cfg.MasterSet, cfg.DownAfter.Milliseconds(), cfg.MasterSet, cfg.FailoverTimeout.Milliseconds(), cfg.MasterSet)
+	if cfg.Password != "" {
+		body += fmt.Sprintf("sentinel auth-pass %s %s\n", cfg.MasterSet, cfg.Password)
+	}
+	if cfg.SentinelPassword != "" {
+		body += fmt.Sprintf("requirepass %s\nsentinel sentinel-pass %s\n", cfg.SentinelPassword, cfg.SentinelPassword)
+	}
 	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	s := &Server{Dir: dir, Port: port, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
+	s := &Server{Dir: dir, Port: port, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Password: cfg.SentinelPassword}
 	// redis-sentinel takes the file first; redis-server --sentinel too.
 	if len(bin) == 1 {
 		s.bin, s.args = bin, []string{conf}
@@ -286,9 +302,19 @@ func (st *Sentinel) Addrs() []string {
 }
 
 // URL returns a redis-sentinel:// URL naming every sentinel and the master
-// set, for fleet.Options.URL: redis-sentinel://h1:p1,h2:p2,h3:p3/fleet.
+// set, for fleet.Options.URL: redis-sentinel://h1:p1,h2:p2,h3:p3/fleet,
+// with the master's password in front (":pw@") and the sentinels' as
+// ?sentinel_password= when they have them.
 func (st *Sentinel) URL() string {
-	return "redis-sentinel://" + strings.Join(st.Addrs(), ",") + "/" + st.MasterSet
+	u := "redis-sentinel://"
+	if st.password != "" {
+		u += (&url.URL{User: url.UserPassword("", st.password)}).User.String() + "@"
+	}
+	u += strings.Join(st.Addrs(), ",") + "/" + st.MasterSet
+	if st.sentinelPassword != "" {
+		u += "?" + url.Values{"sentinel_password": {st.sentinelPassword}}.Encode()
+	}
+	return u
 }
 
 // MasterAddr asks the sentinels, in turn, for the master's address.

@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -56,6 +57,10 @@ type Config struct {
 	TLS *TLS
 	// AppendOnly turns AOF on (appendfsync always), so a restart keeps data.
 	AppendOnly bool
+	// Password, when set, is the server's requirepass (and masterauth, for
+	// a replica of a master with the same password). Server.Cli and
+	// Server.URL use it.
+	Password string
 	// Args are extra redis-server arguments, such as "--maxmemory", "10mb".
 	Args []string
 	// ClusterNodeTimeout is the cluster-node-timeout of a Cluster node: how
@@ -74,6 +79,9 @@ type Server struct {
 	TLSPort int
 	// Dir is the server's working directory.
 	Dir string
+	// Password is the password clients authenticate with ("" for none):
+	// Config.Password, or a sentinel's SentinelConfig.SentinelPassword.
+	Password string
 
 	mu   sync.Mutex
 	bin  []string // the program and its first arguments; redis-server when empty
@@ -111,7 +119,7 @@ func StartServer(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{Dir: dir, Port: cfg.Port}
+	s := &Server{Dir: dir, Port: cfg.Port, Password: cfg.Password}
 	if s.Port == 0 {
 		if s.Port, err = FreePort(); err != nil {
 			return nil, err
@@ -151,6 +159,9 @@ func StartServer(ctx context.Context, cfg Config) (*Server, error) {
 		s.args = append(s.args, "--tls-port", strconv.Itoa(s.TLSPort),
 			"--tls-cert-file", cfg.TLS.CertFile, "--tls-key-file", cfg.TLS.KeyFile,
 			"--tls-ca-cert-file", cfg.TLS.CAFile, "--tls-auth-clients", auth)
+	}
+	if cfg.Password != "" {
+		s.args = append(s.args, "--requirepass", cfg.Password, "--masterauth", cfg.Password)
 	}
 	s.args = append(s.args, cfg.Args...)
 	if err := s.start(ctx); err != nil {
@@ -194,12 +205,13 @@ func (s *Server) logTail() string {
 	return "\n  redis.log: " + strings.Join(lines, "\n  ")
 }
 
-// waitPing dials addr until the server answers PING with PONG.
+// waitPing dials addr until the server answers PING with PONG, or with
+// NOAUTH (a server with a password: it is up).
 func waitPing(ctx context.Context, addr string, exited <-chan struct{}) error {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	for {
-		if err := Ping(ctx, addr); err == nil {
+		if err := Ping(ctx, addr); err == nil || errors.Is(err, errNoAuth) {
 			return nil
 		}
 		select {
@@ -229,11 +241,17 @@ func Ping(ctx context.Context, addr string) error {
 	if err != nil {
 		return err
 	}
+	if strings.HasPrefix(line, "-NOAUTH") {
+		return fmt.Errorf("%w: %s", errNoAuth, strings.TrimSpace(line))
+	}
 	if !strings.HasPrefix(line, "+PONG") {
 		return fmt.Errorf("unexpected reply %q", strings.TrimSpace(line))
 	}
 	return nil
 }
+
+// errNoAuth is Ping's error for a server that wants a password first.
+var errNoAuth = errors.New("the server wants a password")
 
 func (s *Server) kill() {
 	s.mu.Lock()
@@ -247,8 +265,14 @@ func (s *Server) kill() {
 	<-done
 }
 
-// URL returns the server's redis:// URL.
-func (s *Server) URL() string { return "redis://" + s.Addr }
+// URL returns the server's redis:// URL, with its password when it has
+// one.
+func (s *Server) URL() string {
+	if s.Password != "" {
+		return "redis://" + (&url.URL{User: url.UserPassword("", s.Password)}).User.String() + "@" + s.Addr
+	}
+	return "redis://" + s.Addr
+}
 
 // Kill ends the process at once with SIGKILL, as a crash would. Restart
 // brings it back on the same port.
@@ -284,14 +308,25 @@ func (s *Server) Stop() {
 	os.RemoveAll(s.Dir)
 }
 
-// Cli runs redis-cli against the server and returns its trimmed output.
+// Cli runs redis-cli against the server (authenticated with its Password)
+// and returns its trimmed output.
 func (s *Server) Cli(ctx context.Context, args ...string) (string, error) {
-	return cli(ctx, s.Port, args...)
+	return cliAuth(ctx, s.Port, s.Password, args...)
 }
 
 func cli(ctx context.Context, port int, args ...string) (string, error) {
+	return cliAuth(ctx, port, "", args...)
+}
+
+// cliAuth runs redis-cli on port, with password (through REDISCLI_AUTH,
+// not the command line) when it is not "".
+func cliAuth(ctx context.Context, port int, password string, args ...string) (string, error) {
 	full := append([]string{"-h", "127.0.0.1", "-p", strconv.Itoa(port)}, args...)
-	out, err := exec.CommandContext(ctx, "redis-cli", full...).CombinedOutput()
+	cmd := exec.CommandContext(ctx, "redis-cli", full...)
+	if password != "" {
+		cmd.Env = append(os.Environ(), "REDISCLI_AUTH="+password)
+	}
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("fleettest: redis-cli %s: %w: %s", strings.Join(args, " "), err, out)
 	}
