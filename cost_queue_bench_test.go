@@ -378,8 +378,8 @@ func idlePickups(b *testing.B, srv *fleettest.Server, tap *costTap, kind string,
 // slots. floor: RPUSH, and 16 goroutines that reserve one task at a time
 // (the floor scripts), decode its payload and ack it, sleeping 100 µs when
 // the queue is empty; they run only during the floor's rounds (fleet's
-// worker, idle between its rounds, sleeps on an invalidation and costs
-// nothing).
+// worker, idle between its rounds, sleeps on an invalidation: only its
+// heartbeat, every 5 s, falls in the floor's rounds).
 func BenchmarkCostFullCycle(b *testing.B) {
 	srv := costServer(b)
 	costClean(b, srv)

@@ -355,3 +355,133 @@ func TestWorkerCancelMissedMessage(t *testing.T) {
 		t.Fatalf("the cancelled task was re-queued: %q", p)
 	}
 }
+
+// TestQueueCancelCutOffInFlight: a Cancel whose ctx ends while its script
+// waits on the server (writes paused: CLIENT PAUSE WRITE) returns its
+// ctx's error without publishing anything, but the script runs once the
+// pause ends: the running task's lease entry is flagged, so its worker
+// cancels the handler at its next extension, and the task is
+// dead-lettered as cancelled. Calling Cancel again then says the task is
+// finished.
+func TestQueueCancelCutOffInFlight(t *testing.T) {
+	t.Parallel()
+	s, f := ownServer(t, fleet.Options{})
+	raw := redistest.Client(t, redistest.Target{URL: s.URL()})
+	e := &env{F: f, Raw: raw, Tg: redistest.Target{URL: s.URL()}}
+	qk := e.qk("cc")
+	opts := fleet.QueueOptions{Lease: 5 * time.Second, MaxAttempts: 5}
+	started := make(chan string, 1)
+	causes := make(chan error, 1)
+	w := fleet.NewBatchWorker(f, fleet.WorkerOptions{Type: "cc", ID: "w1", Slots: 1, LeaseExtend: 200 * time.Millisecond}, fleet.NewQueue[job](f, "cc", opts),
+		fleet.BatchFunc[wcfg, out, job](func(ctx context.Context, _ *fleet.Slot[wcfg, out], tk *fleet.Task[job]) error {
+			started <- tk.ID
+			<-ctx.Done()
+			causes <- context.Cause(ctx)
+			return ctx.Err()
+		}))
+	startWorker(t, w)
+	q := fleet.NewQueue[job](f, "cc", opts)
+	id, err := q.Submit(ctx(t), job{URL: "https://example.com/long"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the task never started")
+	}
+	if _, err := s.Cli(ctx(t), "client", "pause", "1500", "write"); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	err = q.Cancel(short, id)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Cancel behind a write pause: %v; want its ctx's error", err)
+	}
+	select {
+	case cause := <-causes:
+		if !errors.Is(cause, fleet.ErrCanceled) {
+			t.Fatalf("handler ctx cause %v; want ErrCanceled", cause)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the handler never heard of the cancel; lease %v", e.hgetall(t, qk.Lease))
+	}
+	waitFor(t, 10*time.Second, func() bool { return len(e.lrange(t, qk.Dead)) == 1 }, "no dead letter: %v", e.dump(t))
+	if dead := e.lrange(t, qk.Dead); !strings.Contains(dead[0], `"error":"fleet: task canceled`) {
+		t.Fatalf("dead letter %q; want it as cancelled", dead[0])
+	}
+	if err := q.Cancel(ctx(t), id); !errors.Is(err, fleet.ErrTaskFinished) {
+		t.Fatalf("Cancel again: %v; want ErrTaskFinished", err)
+	}
+}
+
+// TestQueueCancelledNeverRunsAgain: a task that Cancel flagged while it
+// ran goes to the dead letters, as cancelled, whichever way its holder
+// ends it but an ack: Release and Snooze say ErrCanceled instead of
+// handing it back, and Nack buries it at once instead of retrying it (the
+// dead letter keeps the nack's cause after ErrCanceled's text). Dedup keys
+// are freed; nothing of the three is left pending or scheduled.
+func TestQueueCancelledNeverRunsAgain(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		t.Parallel()
+		e := open(t, tg)
+		c := ctx(t)
+		qk := e.qk("cn")
+		q := fleet.NewQueue[job](e.F, "cn", fleet.QueueOptions{Lease: time.Minute, MaxAttempts: 5})
+		var ids []string
+		for i, key := range []string{"r", "n", "s"} {
+			id, err := q.SubmitWith(c, jobN(i), fleet.SubmitOptions{DedupKey: key})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, id)
+		}
+		ts, err := q.Reserve(c, 3, 0)
+		if err != nil || len(ts) != 3 {
+			t.Fatal(len(ts), err)
+		}
+		byID := map[string]*fleet.Task[job]{}
+		for _, tk := range ts {
+			byID[tk.ID] = tk
+		}
+		for _, id := range ids {
+			if err := q.Cancel(c, id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := byID[ids[0]].Release(c); !errors.Is(err, fleet.ErrCanceled) {
+			t.Fatalf("Release of a cancelled task: %v; want ErrCanceled", err)
+		}
+		if err := byID[ids[1]].Nack(c, errors.New("boom")); err != nil {
+			t.Fatalf("Nack of a cancelled task: %v", err)
+		}
+		if err := byID[ids[2]].Snooze(c, time.Second); !errors.Is(err, fleet.ErrCanceled) {
+			t.Fatalf("Snooze of a cancelled task: %v; want ErrCanceled", err)
+		}
+		dead := e.lrange(t, qk.Dead)
+		if len(dead) != 3 {
+			t.Fatalf("dead letters %q; want the three", dead)
+		}
+		for i, why := range []string{"released before it ended", "boom", "snoozed before it ended"} {
+			if !strings.Contains(dead[i], ids[i]) || !strings.Contains(dead[i], `"error":"fleet: task canceled: `+why+`"`) {
+				t.Fatalf("dead letter %d %q; want task %s, cancelled: %s", i, dead[i], ids[i], why)
+			}
+			if rec, err := q.Lookup(c, ids[i]); err != nil || rec.Status != fleet.TaskCanceled {
+				t.Fatalf("Lookup %s: %+v, %v; want canceled", ids[i], rec, err)
+			}
+		}
+		if p := e.lrange(t, qk.Pending); len(p) != 0 {
+			t.Fatalf("pending %q", p)
+		}
+		if s := e.zscores(t, qk.Scheduled); len(s) != 0 {
+			t.Fatalf("scheduled %v", s)
+		}
+		if d := e.hgetall(t, qk.Dedup); len(d) != 0 {
+			t.Fatalf("dedup keys left: %v", d)
+		}
+		if l := e.hgetall(t, qk.Lease); len(l) != 0 {
+			t.Fatalf("lease entries left: %v", l)
+		}
+	})
+}

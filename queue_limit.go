@@ -55,16 +55,22 @@ func RateLimited(retryAfter time.Duration) error {
 // counts as zero). It is what a batch worker does for a handler that
 // returned RateLimited. When the task is due (within a minute), this
 // process's workers and Reserve calls on the queue are woken to take it.
-// May return ErrLeaseLost (nothing changes), ErrWrongType, ErrUnavailable.
+// A task that Queue.Cancel asked to stop goes to the dead letters instead,
+// as cancelled, and Snooze says ErrCanceled. May return ErrLeaseLost
+// (nothing changes), ErrCanceled, ErrWrongType, ErrUnavailable.
 func (t *Task[T]) Snooze(ctx context.Context, after time.Duration) error {
 	q := t.q
 	if err := q.ready(ctx); err != nil {
 		return queueErr("snooze", q.name, err)
 	}
-	at, err := queueSnoozeScript.Exec(ctx, q.f.client, []string{q.k.Processing, q.k.Body, q.k.Lease, q.k.Scheduled},
-		[]string{t.ID, t.token, millis(max(after, 0))}).AsInt64()
-	if err == nil && at == 0 {
+	at, err := queueSnoozeScript.Exec(ctx, q.f.client, []string{q.k.Processing, q.k.Body, q.k.Lease, q.k.Scheduled, q.k.Dead, q.k.Dedup},
+		[]string{t.ID, t.token, millis(max(after, 0)), t.canceledEntry("snoozed before it ended"), t.dedup}).AsInt64()
+	switch {
+	case err != nil:
+	case at == 0:
 		err = fmt.Errorf("%w: task %s", ErrLeaseLost, t.ID)
+	case at < 0:
+		return queueErr("snooze", q.name, t.buriedCanceled(ctx))
 	}
 	if err == nil && after <= snoozeWake {
 		// Wake this process's reserves when the task is due: an idle

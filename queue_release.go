@@ -10,20 +10,39 @@ var queueReleaseScript = script("queue_release.lua")
 // Release ends the reservation without counting an attempt: the task goes
 // back, unchanged, to the head of the queue, where the next Reserve takes
 // it. It is for work that was interrupted rather than failed (a worker
-// shutting down); use Nack for a failure. May return ErrLeaseLost (nothing
-// changes), ErrWrongType, ErrUnavailable.
+// shutting down); use Nack for a failure. A task that Queue.Cancel asked
+// to stop goes to the dead letters instead, as cancelled, and Release says
+// ErrCanceled: it never runs again. May return ErrLeaseLost (nothing
+// changes), ErrCanceled, ErrWrongType, ErrUnavailable.
 func (t *Task[T]) Release(ctx context.Context) error {
 	q := t.q
 	if err := q.ready(ctx); err != nil {
 		return queueErr("release", q.name, err)
 	}
-	n, err := queueReleaseScript.Exec(ctx, q.f.client, []string{q.k.Pending, q.k.Processing, q.k.Body, q.k.Lease},
-		[]string{t.ID, t.token}).AsInt64()
-	if err == nil && n != 1 {
+	n, err := queueReleaseScript.Exec(ctx, q.f.client, []string{q.k.Pending, q.k.Processing, q.k.Body, q.k.Lease, q.k.Dead, q.k.Dedup},
+		[]string{t.ID, t.token, t.canceledEntry("released before it ended"), t.dedup}).AsInt64()
+	switch {
+	case err != nil:
+	case n == 1:
+		q.wakeLocal()
+	case n == 2:
+		err = t.buriedCanceled(ctx)
+	default:
 		err = fmt.Errorf("%w: task %s", ErrLeaseLost, t.ID)
 	}
-	if err == nil {
-		q.wakeLocal()
-	}
 	return queueErr("release", q.name, err)
+}
+
+// canceledEntry is t's dead letter should Queue.Cancel have asked it to
+// stop (without "dead_at", which the script adds): why, after
+// ErrCanceled's text, so that Lookup says canceled.
+func (t *Task[T]) canceledEntry(why string) string {
+	return deadEntry(t.body, t.Attempts, ErrCanceled.Error()+": "+why)
+}
+
+// buriedCanceled reports a task that a script buried, as cancelled,
+// instead of handing it back (Release, Snooze).
+func (t *Task[T]) buriedCanceled(ctx context.Context) error {
+	t.q.f.taskEnded(ctx, t.q.name, t.ID, TaskDeadLettered, true)
+	return fmt.Errorf("%w: task %s went to the dead letters instead (Queue.Cancel asked it to stop)", ErrCanceled, t.ID)
 }

@@ -148,7 +148,9 @@ func (q *Queue[T]) plainAck(t *Task[T]) bool {
 // and the task is retried after the backoff (through :scheduled), or goes
 // to the dead letters with cause once it has failed MaxAttempts times. The
 // attempts and the backoff follow the queue's stored policy (see
-// QueuePolicy), the same in every process. May return ErrLeaseLost
+// QueuePolicy), the same in every process. A task that Queue.Cancel asked
+// to stop goes to the dead letters at once, as cancelled (ErrCanceled's
+// text, then cause), never retried. May return ErrLeaseLost
 // (nothing changes), ErrUnavailable.
 func (t *Task[T]) Nack(ctx context.Context, cause error) error {
 	msg := "nacked"
@@ -184,12 +186,18 @@ func (t *Task[T]) end(ctx context.Context, op string, attempts int, cause string
 	if bury {
 		flag = "1"
 	}
+	// The dead letter should Queue.Cancel have asked the task to stop: its
+	// error says so first (Lookup: canceled), unless it already does.
+	canceled := ""
+	if !strings.HasPrefix(cause, ErrCanceled.Error()) {
+		canceled = deadEntry(t.body, attempts, ErrCanceled.Error()+": "+cause)
+	}
 	o := q.opts
 	res, err := queueNackScript.Exec(ctx, q.f.client,
 		[]string{q.k.Processing, q.k.Body, q.k.Lease, q.k.Scheduled, q.k.Dead, q.k.Dedup, q.k.Policy},
 		[]string{t.ID, t.token, body, strconv.Itoa(attempts), flag, t.dedup,
 			strconv.Itoa(o.MaxAttempts), millis(o.BackoffBase), millis(o.BackoffMax), strconv.Itoa(o.DeadMax),
-			strconv.FormatFloat(rand.Float64(), 'f', 6, 64)}).AsIntSlice()
+			strconv.FormatFloat(rand.Float64(), 'f', 6, 64), canceled}).AsIntSlice()
 	if err != nil {
 		return err
 	}
@@ -200,8 +208,8 @@ func (t *Task[T]) end(ctx context.Context, op string, attempts int, cause string
 		return fmt.Errorf("%w: task %s", ErrLeaseLost, t.ID)
 	}
 	q.f.taskEnded(ctx, q.name, t.ID, nackOutcome(res[1]), true)
-	if !bury {
-		q.look.soon() // a retry may wait in :scheduled now
+	if res[1] >= 0 {
+		q.look.soon() // a retry waits in :scheduled now
 	}
 	return nil
 }

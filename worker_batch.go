@@ -169,7 +169,7 @@ func (b *batch[C, O, P]) slot(run, soft context.Context, s *Slot[C, O]) {
 func (b *batch[C, O, P]) release(t *Task[P]) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := t.Release(ctx); err != nil {
+	if err := t.Release(ctx); err != nil && !errors.Is(err, ErrCanceled) { // cancelled: buried instead, as it should be
 		b.w.log.Warn("fleet: worker could not release a task", "task", t.ID, "err", err)
 	}
 }

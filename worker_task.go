@@ -138,7 +138,7 @@ func (b *batch[C, O, P]) handleTask(run, soft context.Context, s *Slot[C, O], t 
 		return nil, err
 	case errors.Is(err, ErrRateLimited):
 		// Not a failure: the task waits out the limit, uncounted (queue_limit.go).
-		if serr := t.snoozeLimited(ectx, err); serr != nil {
+		if serr := t.snoozeLimited(ectx, err); serr != nil && !errors.Is(serr, ErrCanceled) {
 			w.log.Warn("fleet: worker could not snooze a rate-limited task", "task", t.ID, "err", serr)
 		}
 		return nil, err
@@ -173,7 +173,7 @@ const endTimeout = 10 * time.Second
 // it (worker_commit.go).
 func endErr(err error) error {
 	if errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, ErrUnavailable) {
-		return fmt.Errorf("%w: no reply within %v, so the outcome is unknown: %w", ErrUnavailable, endTimeout, err)
+		return fmt.Errorf("%w: no reply in time, so the outcome is unknown: %w", ErrUnavailable, err)
 	}
 	return err
 }

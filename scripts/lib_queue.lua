@@ -52,6 +52,13 @@ local function owned(v, score, token)
   return dl == nil or math.floor(tonumber(score) * 1000 + 0.5) == tonumber(dl)
 end
 
+-- canceled reports whether lease entry v carries Queue.Cancel's flag (" c",
+-- queue_cancel.lua): the task must not run again, so whatever ends its
+-- reservation other than an ack buries it, as cancelled.
+local function canceled(v)
+  return type(v) == 'string' and string.sub(v, -2) == ' c'
+end
+
 -- owns reports whether the reservation of id that exists now is the one
 -- that token holds (owned).
 local function owns(processing, lease, id, token)

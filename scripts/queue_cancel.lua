@@ -29,9 +29,14 @@ local function free_dedup(v)
     redis.call('HDEL', KEYS[4], v.dedup)
   end
 end
-if redis.call('ZSCORE', KEYS[3], id) then
+local score = redis.call('ZSCORE', KEYS[3], id)
+if score then
+  -- Flag fleet's entry when it is the live reservation's (its deadline is
+  -- the :processing score; a stale one, left by a client of the documented
+  -- schema that re-reserved the task, is not flagged).
   local v = redis.call('HGET', KEYS[7], id)
-  if v and string.match(v, '^%S+ %d+$') then
+  local dl = v and string.match(v, '^%S+ (%d+)$')
+  if dl and math.floor(tonumber(score) * 1000 + 0.5) == tonumber(dl) then
     redis.call('HSET', KEYS[7], id, v .. ' c')
   end
   return 2

@@ -19,9 +19,9 @@ if not owned(v, v and redis.call('ZSCORE', KEYS[1], ARGV[1]), ARGV[2]) then
 end
 local deadline = now_ms() + tonumber(ARGV[3])
 local entry = lease_entry(ARGV[2], deadline)
-local canceled = string.sub(v, -2) == ' c'
-if canceled then entry = entry .. ' c' end
+local flagged = canceled(v)
+if flagged then entry = entry .. ' c' end
 redis.call('ZADD', KEYS[1], 'XX', secs(deadline), ARGV[1])
 redis.call('HSET', KEYS[2], ARGV[1], entry)
-if canceled then return -deadline end
+if flagged then return -deadline end
 return deadline

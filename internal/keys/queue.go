@@ -17,7 +17,8 @@ type Queue struct {
 	Dead       string // fleet:queue:<name>:dead (list of dead bodies)
 
 	// Lease is fleet:queue:<name>:processing:lease (hash: id -> "<token>
-	// <deadline_ms>"; derived). It holds the token of each reservation that
+	// <deadline_ms>", with " c" after it once Queue.Cancel asked the task to
+	// stop; derived). It holds the token of each reservation that
 	// fleet made and the deadline fleet last gave it, so that only the
 	// reservation that exists now can be acked, nacked or extended, and only
 	// by its owner. Losing it only revokes the leases in flight: their tasks
