@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -256,11 +257,22 @@ func TestWorkerStopWhileGroupAckHeld(t *testing.T) {
 	var mu sync.Mutex
 	handled := map[string]int{}
 	var odd []error
-	returned := 0
+	returned, parked := 0, 0
+	// Once gated, handlers wait at the gate: the test holds the replies
+	// while they are sure to be mid-task, then opens it, so that their
+	// acks go out into held calls.
+	var gated atomic.Bool
+	gate := make(chan struct{})
 	handler := func(ctx context.Context, _ *fleet.Slot[wcfg, out], tk *fleet.Task[job]) error {
 		mu.Lock()
 		handled[tk.ID]++
 		mu.Unlock()
+		if gated.Load() {
+			mu.Lock()
+			parked++
+			mu.Unlock()
+			<-gate
+		}
 		time.Sleep(time.Millisecond)
 		mu.Lock()
 		returned++
@@ -281,8 +293,12 @@ func TestWorkerStopWhileGroupAckHeld(t *testing.T) {
 	}
 	count := func() (int, int) { mu.Lock(); defer mu.Unlock(); return len(handled), returned }
 	waitFor(t, 30*time.Second, func() bool { h, _ := count(); return h >= n/4 }, "no progress")
+	gated.Store(true)
+	waitFor(t, 30*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return parked > 0 }, "no handler reached the gate")
 	p.HoldReplies()
 	_, atHold := count()
+	gated.Store(false)
+	close(gate)
 	// A handler that returns after the hold has its ack in a held call (or
 	// waiting for one).
 	waitFor(t, 10*time.Second, func() bool { _, r := count(); return r > atHold }, "no handler returned after the hold")
