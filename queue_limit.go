@@ -63,8 +63,13 @@ func (t *Task[T]) Snooze(ctx context.Context, after time.Duration) error {
 	if err := q.ready(ctx); err != nil {
 		return queueErr("snooze", q.name, err)
 	}
-	at, err := queueSnoozeScript.Exec(ctx, q.f.client, []string{q.k.Processing, q.k.Body, q.k.Lease, q.k.Scheduled, q.k.Dead, q.k.Dedup},
-		[]string{t.ID, t.token, millis(max(after, 0)), t.canceledEntry("snoozed before it ended"), t.dedup}).AsInt64()
+	keys := []string{q.k.Processing, q.k.Body, q.k.Lease, q.k.Scheduled, q.k.Dead, q.k.Dedup}
+	delay := millis(max(after, 0))
+	at, err := queueSnoozeScript.Exec(ctx, q.f.client, keys, []string{t.ID, t.token, delay, "", t.dedup}).AsInt64()
+	if err == nil && at == -2 { // cancelled: bury it, with the dead letter made only now
+		at, err = queueSnoozeScript.Exec(ctx, q.f.client, keys,
+			[]string{t.ID, t.token, delay, t.canceledEntry("snoozed before it ended"), t.dedup}).AsInt64()
+	}
 	switch {
 	case err != nil:
 	case at == 0:

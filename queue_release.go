@@ -19,8 +19,12 @@ func (t *Task[T]) Release(ctx context.Context) error {
 	if err := q.ready(ctx); err != nil {
 		return queueErr("release", q.name, err)
 	}
-	n, err := queueReleaseScript.Exec(ctx, q.f.client, []string{q.k.Pending, q.k.Processing, q.k.Body, q.k.Lease, q.k.Dead, q.k.Dedup},
-		[]string{t.ID, t.token, t.canceledEntry("released before it ended"), t.dedup}).AsInt64()
+	keys := []string{q.k.Pending, q.k.Processing, q.k.Body, q.k.Lease, q.k.Dead, q.k.Dedup}
+	n, err := queueReleaseScript.Exec(ctx, q.f.client, keys, []string{t.ID, t.token, "", t.dedup}).AsInt64()
+	if err == nil && n == 3 { // cancelled: bury it, with the dead letter made only now
+		n, err = queueReleaseScript.Exec(ctx, q.f.client, keys,
+			[]string{t.ID, t.token, t.canceledEntry("released before it ended"), t.dedup}).AsInt64()
+	}
 	switch {
 	case err != nil:
 	case n == 1:

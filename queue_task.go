@@ -187,17 +187,23 @@ func (t *Task[T]) end(ctx context.Context, op string, attempts int, cause string
 		flag = "1"
 	}
 	// The dead letter should Queue.Cancel have asked the task to stop: its
-	// error says so first (Lookup: canceled), unless it already does.
+	// error says so first (Lookup: canceled). body already does when the
+	// cause is a cancel ("-"); else the script asks for it ({2, 0}), and
+	// only then is it made.
 	canceled := ""
-	if !strings.HasPrefix(cause, ErrCanceled.Error()) {
-		canceled = deadEntry(t.body, attempts, ErrCanceled.Error()+": "+cause)
+	if strings.HasPrefix(cause, ErrCanceled.Error()) {
+		canceled = "-"
 	}
 	o := q.opts
-	res, err := queueNackScript.Exec(ctx, q.f.client,
-		[]string{q.k.Processing, q.k.Body, q.k.Lease, q.k.Scheduled, q.k.Dead, q.k.Dedup, q.k.Policy},
-		[]string{t.ID, t.token, body, strconv.Itoa(attempts), flag, t.dedup,
-			strconv.Itoa(o.MaxAttempts), millis(o.BackoffBase), millis(o.BackoffMax), strconv.Itoa(o.DeadMax),
-			strconv.FormatFloat(rand.Float64(), 'f', 6, 64), canceled}).AsIntSlice()
+	keys := []string{q.k.Processing, q.k.Body, q.k.Lease, q.k.Scheduled, q.k.Dead, q.k.Dedup, q.k.Policy}
+	args := []string{t.ID, t.token, body, strconv.Itoa(attempts), flag, t.dedup,
+		strconv.Itoa(o.MaxAttempts), millis(o.BackoffBase), millis(o.BackoffMax), strconv.Itoa(o.DeadMax),
+		strconv.FormatFloat(rand.Float64(), 'f', 6, 64), canceled}
+	res, err := queueNackScript.Exec(ctx, q.f.client, keys, args).AsIntSlice()
+	if err == nil && len(res) == 2 && res[0] == 2 {
+		args[len(args)-1] = deadEntry(t.body, attempts, ErrCanceled.Error()+": "+cause)
+		res, err = queueNackScript.Exec(ctx, q.f.client, keys, args).AsIntSlice()
+	}
 	if err != nil {
 		return err
 	}

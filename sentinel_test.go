@@ -257,7 +257,7 @@ func TestSentinelDurability(t *testing.T) {
 // sentinels, is refused at Open with ErrAuth.
 func TestSentinelPasswords(t *testing.T) {
 	t.Parallel()
-	const pw, spw = "data-pw:/@x", "sentinel-pw&?"
+	const pw, spw = `data pw:/@"x\`, "sentinel pw&? #\"q"
 	st, err := fleettest.StartSentinel(ctx(t), fleettest.SentinelConfig{Password: pw, SentinelPassword: spw})
 	if err != nil {
 		t.Fatal(err)

@@ -104,7 +104,9 @@ type WorkerOptions struct {
 	// OnTaskEnd, when set, is called by a batch slot after it ended a task:
 	// err is nil when the task was acked, else why it was not (the
 	// handler's error, ErrLeaseLost, or a ctx error for a task released by
-	// Stop). It runs on the slot's goroutine.
+	// Stop; ErrCanceled for a task that Queue.Cancel asked to stop, which is
+	// dead-lettered rather than released or retried). It runs on the slot's
+	// goroutine.
 	OnTaskEnd func(taskID string, err error)
 	// Logger receives what the worker's goroutines have to say. Defaults to
 	// the Fleet's logger.
@@ -382,7 +384,8 @@ func (w *Worker) softStop() {
 // ends first, it cancels the slots' contexts; a task whose handler then
 // returns an error is released back to the head of its queue without
 // counting an attempt (it was interrupted, not failed), and a task that was
-// reserved but not yet started is released too. Stop then waits up to
+// reserved but not yet started is released too (a task that Queue.Cancel
+// asked to stop is dead-lettered instead). Stop then waits up to
 // StopGrace for the slots to return, writes the final state (IDLE, with the
 // last stats), and returns ctx's error; otherwise nil. A handler that
 // ignores its ctx keeps its goroutine, and Fleet.Close waits for it.

@@ -150,9 +150,12 @@ func (b *batch[C, O, P]) slot(run, soft context.Context, s *Slot[C, O]) {
 	for t := range b.tasks {
 		for t != nil {
 			if run.Err() != nil {
-				b.release(t)
+				err := run.Err()
+				if cerr := b.release(t); cerr != nil {
+					err = cerr
+				}
 				if b.w.opts.OnTaskEnd != nil {
-					b.w.opts.OnTaskEnd(t.ID, run.Err())
+					b.w.opts.OnTaskEnd(t.ID, err)
 				}
 				break
 			}
@@ -166,10 +169,15 @@ func (b *batch[C, O, P]) slot(run, soft context.Context, s *Slot[C, O]) {
 }
 
 // release puts an interrupted task back without counting an attempt.
-func (b *batch[C, O, P]) release(t *Task[P]) {
+func (b *batch[C, O, P]) release(t *Task[P]) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := t.Release(ctx); err != nil && !errors.Is(err, ErrCanceled) { // cancelled: buried instead, as it should be
+	err := t.Release(ctx)
+	if errors.Is(err, ErrCanceled) {
+		return err // Queue.Cancel asked it to stop: buried instead, as it should be
+	}
+	if err != nil {
 		b.w.log.Warn("fleet: worker could not release a task", "task", t.ID, "err", err)
 	}
+	return nil
 }

@@ -185,7 +185,7 @@ func (b *batch[C, O, P]) commitQueue(ctx context.Context, q *Queue[P], acks, tak
 		}
 	}
 	for _, t := range tasks {
-		b.release(t) // cannot happen: the script took at most n
+		_ = b.release(t) // cannot happen: the script took at most n
 	}
 }
 

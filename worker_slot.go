@@ -38,8 +38,9 @@ type BatchAutomation[C, O, P any] interface {
 	// said so, or no extension was confirmed before the lease ran out on
 	// this process's clock; the task goes back uncounted if it still can),
 	// when WorkerOptions.TaskTimeout passes (cause ErrTaskTimeout: the task
-	// is nacked), or when a stop's grace ran out (the task is released
-	// uncounted). Return soon after ctx ends: past the lease another worker
+	// is nacked), when Queue.Cancel cancels the task (cause ErrCanceled: it
+	// is dead-lettered), or when a stop's grace ran out (the task is
+	// released uncounted). Return soon after ctx ends: past the lease another worker
 	// may run the same task.
 	Handle(ctx context.Context, s *Slot[C, O], t *Task[P]) error
 }

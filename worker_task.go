@@ -83,7 +83,9 @@ func (b *batch[C, O, P]) handleTask(run, soft context.Context, s *Slot[C, O], t 
 		// The reserve's reply came too late (held back, a stalled server, a
 		// paused process): another worker may get the task any moment.
 		// Never start it; hand it back uncounted if it is still ours.
-		b.release(t)
+		if cerr := b.release(t); cerr != nil {
+			return nil, cerr
+		}
 		return nil, fmt.Errorf("task %s: %w: its lease ran out before it could start", t.ID, ErrLeaseLost)
 	}
 	s.st.busy.Store(true)
@@ -126,7 +128,9 @@ func (b *batch[C, O, P]) handleTask(run, soft context.Context, s *Slot[C, O], t 
 		// The handler was stopped because the lease could no longer be
 		// proven: not the task's fault. Hand it back uncounted if it is
 		// still ours (else the sweeper has it, or already gave it away).
-		b.release(t)
+		if cerr := b.release(t); cerr != nil {
+			return nil, cerr
+		}
 		err = fmt.Errorf("task %s: %w", t.ID, cause)
 		b.failed(s, err)
 		return nil, err
@@ -134,11 +138,15 @@ func (b *batch[C, O, P]) handleTask(run, soft context.Context, s *Slot[C, O], t 
 		err = fmt.Errorf("%w: %w", cause, err)
 	case run.Err() != nil:
 		// Stop's deadline cut it off: interrupted, not failed.
-		b.release(t)
+		if cerr := b.release(t); cerr != nil {
+			return nil, cerr
+		}
 		return nil, err
 	case errors.Is(err, ErrRateLimited):
 		// Not a failure: the task waits out the limit, uncounted (queue_limit.go).
-		if serr := t.snoozeLimited(ectx, err); serr != nil && !errors.Is(serr, ErrCanceled) {
+		if serr := t.snoozeLimited(ectx, err); errors.Is(serr, ErrCanceled) {
+			return nil, serr // Queue.Cancel asked it to stop: buried instead
+		} else if serr != nil {
 			w.log.Warn("fleet: worker could not snooze a rate-limited task", "task", t.ID, "err", serr)
 		}
 		return nil, err

@@ -178,10 +178,11 @@ sentinel parallel-syncs %s 1
 `, port, dir, filepath.Join(dir, "redis.log"), cfg.MasterSet, masterPort, quorum,
 		cfg.MasterSet, cfg.DownAfter.Milliseconds(), cfg.MasterSet, cfg.FailoverTimeout.Milliseconds(), cfg.MasterSet)
 	if cfg.Password != "" {
-		body += fmt.Sprintf("sentinel auth-pass %s %s\n", cfg.MasterSet, cfg.Password)
+		body += fmt.Sprintf("sentinel auth-pass %s %s\n", cfg.MasterSet, confQuote(cfg.Password))
 	}
 	if cfg.SentinelPassword != "" {
-		body += fmt.Sprintf("requirepass %s\nsentinel sentinel-pass %s\n", cfg.SentinelPassword, cfg.SentinelPassword)
+		q := confQuote(cfg.SentinelPassword)
+		body += fmt.Sprintf("requirepass %s\nsentinel sentinel-pass %s\n", q, q)
 	}
 	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
 		os.RemoveAll(dir)
@@ -199,6 +200,23 @@ sentinel parallel-syncs %s 1
 		return nil, fmt.Errorf("%w: %w", ErrNoSentinel, err)
 	}
 	return s, nil
+}
+
+// confQuote spells s as a quoted argument of a Redis config file: any
+// byte but a printable ASCII one other than a quote or a backslash as
+// \xHH, so that spaces, quotes and newlines stay in the value.
+func confQuote(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			fmt.Fprintf(&b, "\\x%02x", c)
+		} else {
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
 }
 
 // waitReplicas waits, up to two minutes (or ctx), until m reports n

@@ -186,7 +186,7 @@ func (s *Server) start(ctx context.Context) error {
 	s.mu.Lock()
 	s.cmd, s.done = cmd, done
 	s.mu.Unlock()
-	if err := waitPing(ctx, s.Addr, done); err != nil {
+	if err := waitPing(ctx, s.Addr, s.Password, done); err != nil {
 		s.kill()
 		return fmt.Errorf("fleettest: %s on %s did not come up: %w%s", strings.Join(bin, " "), s.Addr, err, s.logTail())
 	}
@@ -205,13 +205,13 @@ func (s *Server) logTail() string {
 	return "\n  redis.log: " + strings.Join(lines, "\n  ")
 }
 
-// waitPing dials addr until the server answers PING with PONG, or with
-// NOAUTH (a server with a password: it is up).
-func waitPing(ctx context.Context, addr string, exited <-chan struct{}) error {
+// waitPing dials addr until the server answers PING with PONG (after AUTH
+// with password, when it is not ""): it is up, its data loaded.
+func waitPing(ctx context.Context, addr, password string, exited <-chan struct{}) error {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	for {
-		if err := Ping(ctx, addr); err == nil || errors.Is(err, errNoAuth) {
+		if err := ping(ctx, addr, password); err == nil {
 			return nil
 		}
 		select {
@@ -226,7 +226,10 @@ func waitPing(ctx context.Context, addr string, exited <-chan struct{}) error {
 
 // Ping checks that a Redis server answers PING on addr, within a second
 // (or ctx), with a connection of its own.
-func Ping(ctx context.Context, addr string) error {
+func Ping(ctx context.Context, addr string) error { return ping(ctx, addr, "") }
+
+// ping is Ping after AUTH with password, when it is not "".
+func ping(ctx context.Context, addr, password string) error {
 	d := net.Dialer{Timeout: time.Second}
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -234,24 +237,32 @@ func Ping(ctx context.Context, addr string) error {
 	}
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(time.Second))
-	if _, err := conn.Write([]byte("PING\r\n")); err != nil {
+	req := "PING\r\n"
+	if password != "" {
+		req = fmt.Sprintf("*2\r\n$4\r\nAUTH\r\n$%d\r\n%s\r\n", len(password), password) + req
+	}
+	if _, err := conn.Write([]byte(req)); err != nil {
 		return err
 	}
-	line, err := bufio.NewReader(conn).ReadString('\n')
+	r := bufio.NewReader(conn)
+	if password != "" {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return err
+		}
+		if !strings.HasPrefix(line, "+OK") {
+			return fmt.Errorf("AUTH: unexpected reply %q", strings.TrimSpace(line))
+		}
+	}
+	line, err := r.ReadString('\n')
 	if err != nil {
 		return err
-	}
-	if strings.HasPrefix(line, "-NOAUTH") {
-		return fmt.Errorf("%w: %s", errNoAuth, strings.TrimSpace(line))
 	}
 	if !strings.HasPrefix(line, "+PONG") {
 		return fmt.Errorf("unexpected reply %q", strings.TrimSpace(line))
 	}
 	return nil
 }
-
-// errNoAuth is Ping's error for a server that wants a password first.
-var errNoAuth = errors.New("the server wants a password")
 
 func (s *Server) kill() {
 	s.mu.Lock()

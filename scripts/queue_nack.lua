@@ -19,12 +19,14 @@
 -- ARGV[6]  the task's dedup key, or ''
 -- ARGV[7..11]  the caller's max_attempts, backoff_base_ms, backoff_max_ms,
 --          dead_max (0: none), and a random number in [0, 1) for the jitter
--- ARGV[12] the task's dead letter should it be cancelled (no "dead_at"),
---          or '' for ARGV[3]: a task that Queue.Cancel asked to stop
---          (canceled) is buried with it, never retried
+-- ARGV[12] the task's dead letter should it be cancelled (no "dead_at"):
+--          '-' for ARGV[3] itself, '' when the caller has not made it (the
+--          usual case). A task that Queue.Cancel asked to stop (canceled)
+--          is buried with it, never retried
 -- returns  {1, delay_ms} when retried, {1, -1} when buried, {1, -2} when
---          buried as cancelled; {0, 0} when the lease is lost: then nothing
---          changes
+--          buried as cancelled; {2, 0} when cancelled but ARGV[12] is ''
+--          (call again with it); {0, 0} when the lease is lost. On {0, 0}
+--          and {2, 0} nothing changes
 local err = wrong_types({'zset', 'hash', 'hash', 'zset', 'list', 'hash', 'string'})
 if err then return err end
 local v = redis.call('HGET', KEYS[3], ARGV[1])
@@ -32,6 +34,9 @@ if not owned(v, v and redis.call('ZSCORE', KEYS[1], ARGV[1]), ARGV[2]) then
   return {0, 0}
 end
 local flagged = canceled(v)
+if flagged and ARGV[12] == '' then
+  return {2, 0}
+end
 local p = policy(KEYS[7], {max_attempts = tonumber(ARGV[7]), backoff_base_ms = tonumber(ARGV[8]),
   backoff_max_ms = tonumber(ARGV[9]), dead_max = tonumber(ARGV[10])})
 redis.call('ZREM', KEYS[1], ARGV[1])
@@ -41,7 +46,7 @@ local attempts = tonumber(ARGV[4])
 local now = now_ms()
 if flagged or ARGV[5] == '1' or attempts >= p.max_attempts then
   local dead = ARGV[3]
-  if flagged and ARGV[12] ~= '' then dead = ARGV[12] end
+  if flagged and ARGV[12] ~= '-' then dead = ARGV[12] end
   redis.call('RPUSH', KEYS[5], with_dead_at(dead, now))
   if p.dead_max > 0 then
     redis.call('LTRIM', KEYS[5], -p.dead_max, -1)
