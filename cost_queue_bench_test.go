@@ -191,22 +191,7 @@ func BenchmarkCostBusyQueue(b *testing.B) {
 			}
 			// cycles runs n cycles from mode.concurrency goroutines.
 			cycles := func(cycle func(ctx context.Context, i int) error) func(*testing.B, int) {
-				return func(b *testing.B, n int) {
-					var next atomic.Int64
-					var wg sync.WaitGroup
-					for range mode.concurrency {
-						wg.Go(func() {
-							ctx := context.Background()
-							for i := next.Add(1); i <= int64(n); i = next.Add(1) {
-								if err := cycle(ctx, int(i)); err != nil {
-									b.Error(err)
-									return
-								}
-							}
-						})
-					}
-					wg.Wait()
-				}
+				return func(b *testing.B, n int) { costPull(b, n, mode.concurrency, cycle) }
 			}
 			costInterleave(b, srv,
 				costKind{"floor", cycles(func(ctx context.Context, i int) error {
@@ -384,20 +369,7 @@ func BenchmarkCostFullCycle(b *testing.B) {
 	srv := costServer(b)
 	costClean(b, srv)
 	produce := func(b *testing.B, n int, submit func(ctx context.Context, i int) error) {
-		var next atomic.Int64
-		var wg sync.WaitGroup
-		for range costProducers {
-			wg.Go(func() {
-				ctx := context.Background()
-				for i := next.Add(1); i <= int64(n); i = next.Add(1) {
-					if err := submit(ctx, int(i)); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
+		costPull(b, n, costProducers, submit)
 	}
 	await := func(b *testing.B, all <-chan struct{}) {
 		select {
@@ -470,4 +442,24 @@ func BenchmarkCostFullCycle(b *testing.B) {
 		await(b, all)
 	}
 	costInterleave(b, srv, costKind{"floor", floorRound}, costKind{"fleet", fleetRound})
+}
+
+// costPull calls op for i = 1..n from workers goroutines, each taking the
+// next i until none is left, and returns once all are done; a goroutine
+// stops at its first error.
+func costPull(b *testing.B, n, workers int, op func(ctx context.Context, i int) error) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			ctx := context.Background()
+			for i := next.Add(1); i <= int64(n); i = next.Add(1) {
+				if err := op(ctx, int(i)); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }

@@ -215,3 +215,61 @@ func commandCalls(t *testing.T, s *fleettest.Server) int64 {
 	}
 	return n
 }
+
+// proxied is a server of a test's own (compat layout) with a proxy in
+// front of it: Direct is a Fleet on the server, Through one on the proxy
+// (closed at cleanup; closing it earlier is fine), E an env on the server
+// to arrange and assert what is stored, and Raw its raw client.
+type proxied struct {
+	S       *fleettest.Server
+	P       *fleettest.Proxy
+	Direct  *fleet.Fleet
+	Through *fleet.Fleet
+	E       *env
+	Raw     rueidis.Client
+}
+
+// startProxied starts a proxied server; through sets the Options of the
+// Fleet on the proxy (its URL is filled in).
+func startProxied(t *testing.T, through fleet.Options) *proxied {
+	t.Helper()
+	s, direct := ownServer(t, fleet.Options{Layout: fleet.LayoutCompat})
+	p, err := fleettest.StartProxy(s.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	through.URL = p.URL()
+	wf, err := fleet.Open(ctx(t), through)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = wf.Close() })
+	tg := redistest.Target{URL: s.URL()}
+	raw := redistest.Client(t, tg)
+	return &proxied{S: s, P: p, Direct: direct, Through: wf, E: &env{F: direct, Raw: raw, Tg: tg}, Raw: raw}
+}
+
+// waitQueueGone waits until the queue of k has nothing pending or in
+// flight left (its list, :processing, bodies and leases are gone).
+func waitQueueGone(t *testing.T, e *env, k qkeys) {
+	t.Helper()
+	waitFor(t, 60*time.Second, func() bool {
+		left, _ := e.Raw.Do(context.Background(), e.Raw.B().Exists().Key(k.Pending, k.Processing, k.Body, k.Lease).Build()).AsInt64()
+		return left == 0
+	}, "tasks left: %v", e.dump(t))
+}
+
+// assertAllHandled fails unless every one of ids was handled at least once
+// (handled counts runs by id) and no task of k went to the dead letters.
+func assertAllHandled(t *testing.T, e *env, k qkeys, ids []string, handled map[string]int) {
+	t.Helper()
+	for _, id := range ids {
+		if handled[id] == 0 {
+			t.Fatalf("task %s was never handled", id)
+		}
+	}
+	if dead := e.lrange(t, k.Dead); len(dead) > 0 {
+		t.Fatalf("%d tasks went to the dead letters: %v", len(dead), dead[0])
+	}
+}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/fleet-go/fleet"
-	"github.com/fleet-go/fleet/fleettest"
 	"github.com/fleet-go/fleet/internal/redistest"
 )
 
@@ -63,17 +62,7 @@ func TestQueueCancelRunning(t *testing.T) {
 		c := ctx(t)
 		qk := e.qk("cr")
 		q := fleet.NewQueue[job](e.F, "cr", fleet.QueueOptions{MaxAttempts: 5, BackoffBase: time.Millisecond, BackoffMax: time.Millisecond})
-		started := make(chan string, 1)
-		causes := make(chan error, 1)
-		ends := make(chan error, 1)
-		w := fleet.NewBatchWorker(e.F, fleet.WorkerOptions{Type: "cr", ID: "w1", Slots: 2, OnTaskEnd: func(_ string, err error) { ends <- err }}, q,
-			fleet.BatchFunc[wcfg, out, job](func(ctx context.Context, s *fleet.Slot[wcfg, out], tk *fleet.Task[job]) error {
-				started <- tk.ID
-				<-ctx.Done()
-				causes <- context.Cause(ctx)
-				return ctx.Err()
-			}))
-		startWorker(t, w)
+		started, causes, ends := untilCanceled(t, e.F, q, fleet.WorkerOptions{Type: "cr", ID: "w1", Slots: 2})
 		// Another Fleet cancels: the cancel reaches the worker through Redis.
 		other := fleet.NewQueue[job](openOn(t, tg, e.Prefix), "cr", fleet.QueueOptions{})
 		id, _ := q.Submit(c, job{URL: "https://example.com/long"})
@@ -284,33 +273,12 @@ func TestQueueCancelSweptWhileFlagged(t *testing.T) {
 // to the dead letters as cancelled, never retried.
 func TestWorkerCancelMissedMessage(t *testing.T) {
 	t.Parallel()
-	s, direct := ownServer(t, fleet.Options{Layout: fleet.LayoutCompat})
-	p, err := fleettest.StartProxy(s.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Close)
-	wf, err := fleet.Open(ctx(t), fleet.Options{URL: p.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = wf.Close() })
-	raw := redistest.Client(t, redistest.Target{URL: s.URL()})
-	e := &env{F: direct, Raw: raw, Tg: redistest.Target{URL: s.URL()}}
+	px := startProxied(t, fleet.Options{})
+	p, direct, wf, e := px.P, px.Direct, px.Through, px.E
 	qk := e.qk("cm")
 	opts := fleet.QueueOptions{Lease: 5 * time.Second, MaxAttempts: 5}
-	started := make(chan string, 1)
-	causes := make(chan error, 1)
-	ends := make(chan error, 1)
-	w := fleet.NewBatchWorker(wf, fleet.WorkerOptions{Type: "cm", ID: "w1", Slots: 1, LeaseExtend: 200 * time.Millisecond,
-		OnTaskEnd: func(_ string, err error) { ends <- err }}, fleet.NewQueue[job](wf, "cm", opts),
-		fleet.BatchFunc[wcfg, out, job](func(ctx context.Context, _ *fleet.Slot[wcfg, out], tk *fleet.Task[job]) error {
-			started <- tk.ID
-			<-ctx.Done()
-			causes <- context.Cause(ctx)
-			return ctx.Err()
-		}))
-	startWorker(t, w)
+	started, causes, ends := untilCanceled(t, wf, fleet.NewQueue[job](wf, "cm", opts),
+		fleet.WorkerOptions{Type: "cm", ID: "w1", Slots: 1, LeaseExtend: 200 * time.Millisecond})
 	q := fleet.NewQueue[job](direct, "cm", opts)
 	id, err := q.Submit(ctx(t), job{URL: "https://example.com/long"})
 	if err != nil {
@@ -370,16 +338,8 @@ func TestQueueCancelCutOffInFlight(t *testing.T) {
 	e := &env{F: f, Raw: raw, Tg: redistest.Target{URL: s.URL()}}
 	qk := e.qk("cc")
 	opts := fleet.QueueOptions{Lease: 5 * time.Second, MaxAttempts: 5}
-	started := make(chan string, 1)
-	causes := make(chan error, 1)
-	w := fleet.NewBatchWorker(f, fleet.WorkerOptions{Type: "cc", ID: "w1", Slots: 1, LeaseExtend: 200 * time.Millisecond}, fleet.NewQueue[job](f, "cc", opts),
-		fleet.BatchFunc[wcfg, out, job](func(ctx context.Context, _ *fleet.Slot[wcfg, out], tk *fleet.Task[job]) error {
-			started <- tk.ID
-			<-ctx.Done()
-			causes <- context.Cause(ctx)
-			return ctx.Err()
-		}))
-	startWorker(t, w)
+	started, causes, _ := untilCanceled(t, f, fleet.NewQueue[job](f, "cc", opts),
+		fleet.WorkerOptions{Type: "cc", ID: "w1", Slots: 1, LeaseExtend: 200 * time.Millisecond})
 	q := fleet.NewQueue[job](f, "cc", opts)
 	id, err := q.Submit(ctx(t), job{URL: "https://example.com/long"})
 	if err != nil {
@@ -484,4 +444,29 @@ func TestQueueCancelledNeverRunsAgain(t *testing.T) {
 			t.Fatalf("lease entries left: %v", l)
 		}
 	})
+}
+
+// untilCanceled starts a batch worker with opts on q whose handler reports
+// each task it starts on started, waits for its ctx to end, reports the
+// ctx's cause on causes and returns the ctx's error; OnTaskEnd reports on
+// ends (the first 16; later ones are dropped). The worker stops when the
+// test ends.
+func untilCanceled(t *testing.T, f *fleet.Fleet, q *fleet.Queue[job], opts fleet.WorkerOptions) (started <-chan string, causes, ends <-chan error) {
+	t.Helper()
+	st, ca, en := make(chan string, 1), make(chan error, 1), make(chan error, 16)
+	opts.OnTaskEnd = func(_ string, err error) {
+		select {
+		case en <- err:
+		default:
+		}
+	}
+	w := fleet.NewBatchWorker(f, opts, q,
+		fleet.BatchFunc[wcfg, out, job](func(ctx context.Context, _ *fleet.Slot[wcfg, out], tk *fleet.Task[job]) error {
+			st <- tk.ID
+			<-ctx.Done()
+			ca <- context.Cause(ctx)
+			return ctx.Err()
+		}))
+	startWorker(t, w)
+	return st, ca, en
 }

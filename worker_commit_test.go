@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/fleet-go/fleet"
-	"github.com/fleet-go/fleet/fleettest"
 	"github.com/fleet-go/fleet/internal/redistest"
 )
 
@@ -132,19 +131,8 @@ func (w *waves) wait(ctx context.Context) {
 // gone.
 func TestWorkerGroupAcksConnectionCut(t *testing.T) {
 	t.Parallel()
-	s, direct := ownServer(t, fleet.Options{Layout: fleet.LayoutCompat})
-	p, err := fleettest.StartProxy(s.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Close)
-	wf, err := fleet.Open(ctx(t), fleet.Options{URL: p.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = wf.Close() })
-	raw := redistest.Client(t, redistest.Target{URL: s.URL()})
-	e := &env{F: direct, Raw: raw, Tg: redistest.Target{URL: s.URL()}}
+	px := startProxied(t, fleet.Options{})
+	p, direct, wf, e := px.P, px.Direct, px.Through, px.E
 	k := e.qk("cut")
 	opts := fleet.QueueOptions{Lease: time.Second, MaxAttempts: 1000}
 	const n = 960
@@ -190,23 +178,13 @@ func TestWorkerGroupAcksConnectionCut(t *testing.T) {
 		waitFor(t, 30*time.Second, func() bool { return progress() >= cut*n/6 }, "no progress before cut %d: %d done", cut, progress())
 		p.Cut()
 	}
-	waitFor(t, 60*time.Second, func() bool {
-		left, _ := raw.Do(context.Background(), raw.B().Exists().Key(k.Pending, k.Processing, k.Body, k.Lease).Build()).AsInt64()
-		return left == 0
-	}, "tasks left after the cuts: %v", e.dump(t))
+	waitQueueGone(t, e, k)
 	mu.Lock()
 	defer mu.Unlock()
 	if len(odd) > 0 {
 		t.Fatalf("%d tasks ended with an unexpected error, the first: %v", len(odd), odd[0])
 	}
-	for _, id := range ids {
-		if handled[id] == 0 {
-			t.Fatalf("task %s was never handled", id)
-		}
-	}
-	if dead := e.lrange(t, k.Dead); len(dead) > 0 {
-		t.Fatalf("%d tasks went to the dead letters: %v", len(dead), dead[0])
-	}
+	assertAllHandled(t, e, k, ids, handled)
 	again := 0
 	for _, c := range handled {
 		again += c - 1
@@ -224,24 +202,8 @@ func TestWorkerGroupAcksConnectionCut(t *testing.T) {
 // worker drains the queue; no task goes to the dead letters.
 func TestWorkerStopWhileGroupAckHeld(t *testing.T) {
 	t.Parallel()
-	s, direct := ownServer(t, fleet.Options{Layout: fleet.LayoutCompat})
-	p, err := fleettest.StartProxy(s.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Close)
-	wf, err := fleet.Open(ctx(t), fleet.Options{URL: p.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := false
-	t.Cleanup(func() {
-		if !closed {
-			_ = wf.Close()
-		}
-	})
-	raw := redistest.Client(t, redistest.Target{URL: s.URL()})
-	e := &env{F: direct, Raw: raw, Tg: redistest.Target{URL: s.URL()}}
+	px := startProxied(t, fleet.Options{})
+	p, direct, wf, e := px.P, px.Direct, px.Through, px.E
 	k := e.qk("held")
 	opts := fleet.QueueOptions{Lease: 2 * time.Second, MaxAttempts: 1000}
 	const n = 400
@@ -318,7 +280,6 @@ func TestWorkerStopWhileGroupAckHeld(t *testing.T) {
 	go func() { closeDone <- wf.Close() }()
 	select {
 	case err := <-closeDone:
-		closed = true
 		if err != nil {
 			t.Fatalf("Close: %v", err)
 		}
@@ -340,21 +301,11 @@ func TestWorkerStopWhileGroupAckHeld(t *testing.T) {
 	w2 := fleet.NewBatchWorker(direct, fleet.WorkerOptions{Type: "held", ID: "w2", Slots: 8, OnTaskEnd: onEnd},
 		fleet.NewQueue[job](direct, "held", opts), fleet.BatchFunc[wcfg, out, job](handler))
 	startWorker(t, w2)
-	waitFor(t, 60*time.Second, func() bool {
-		left, _ := raw.Do(context.Background(), raw.B().Exists().Key(k.Pending, k.Processing, k.Body, k.Lease).Build()).AsInt64()
-		return left == 0
-	}, "tasks left: %v", e.dump(t))
+	waitQueueGone(t, e, k)
 	mu.Lock()
 	defer mu.Unlock()
 	if len(odd) > 0 {
 		t.Fatalf("%d tasks ended with an unexpected error, the first: %v", len(odd), odd[0])
 	}
-	for _, id := range ids {
-		if handled[id] == 0 {
-			t.Fatalf("task %s was never handled", id)
-		}
-	}
-	if dead := e.lrange(t, k.Dead); len(dead) > 0 {
-		t.Fatalf("%d tasks went to the dead letters: %v", len(dead), dead[0])
-	}
+	assertAllHandled(t, e, k, ids, handled)
 }

@@ -318,20 +318,9 @@ func TestWorkerLastSeenServerClock(t *testing.T) {
 // uncounted, and runs later with a lease it can prove.
 func TestWorkerNeverStartsPastLease(t *testing.T) {
 	t.Parallel()
-	s, direct := ownServer(t, fleet.Options{Layout: fleet.LayoutCompat})
-	p, err := fleettest.StartProxy(s.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Close)
-	wf, err := fleet.Open(ctx(t), fleet.Options{URL: p.URL(), DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = wf.Close() })
+	px := startProxied(t, fleet.Options{DisableCache: true})
+	p, direct, wf, e, raw := px.P, px.Direct, px.Through, px.E, px.Raw
 	t.Cleanup(p.Thaw)
-	raw := redistest.Client(t, redistest.Target{URL: s.URL()})
-	e := &env{F: direct, Raw: raw, Tg: redistest.Target{URL: s.URL()}}
 	k := e.qk("late")
 	opts := fleet.QueueOptions{Lease: time.Second}
 	var mu sync.Mutex
