@@ -123,6 +123,26 @@ func TestFleetctlAdmin(t *testing.T) {
 				t.Fatalf("%q: exit %d, want 4", args, code)
 			}
 		}
+		// A running task (reserved here, no worker to hear the cancel):
+		// task get then says the cancel waits for its holder.
+		running, err := q.Submit(ctx, job{N: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ts, err := q.Reserve(ctx, 1, 0); err != nil || len(ts) != 1 || ts[0].ID != running {
+			t.Fatalf("reserve: %d tasks, %v", len(ts), err)
+		}
+		if _, _, code = run("task", "cancel", "jobs", running); code != 0 {
+			t.Fatalf("task cancel of a running task: exit %d", code)
+		}
+		out, _, code = run("task", "get", "jobs", running)
+		if code != 0 || !strings.Contains(out, "status") || !strings.Contains(out, "active") || !strings.Contains(out, "cancel") || !strings.Contains(out, "requested, not yet acted on") {
+			t.Fatalf("task get of a cancelled running task: %d %q", code, out)
+		}
+		out, _, code = run("--json", "task", "get", "jobs", running)
+		if err := json.Unmarshal([]byte(out), &rec); code != 0 || err != nil || rec.Status != fleet.TaskActive || !rec.CancelRequested {
+			t.Fatalf("task get --json of a cancelled running task: %d %q %v", code, out, err)
+		}
 
 		// Unknown names: 4, and a JSON error with --json.
 		_, errOut, code = run("--json", "queues", "nosuch")

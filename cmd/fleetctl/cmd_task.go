@@ -25,6 +25,9 @@ func init() {
 				}
 				a.emit(r, func(w *tabwriter.Writer) {
 					fmt.Fprintf(w, "id\t%s\nstatus\t%s\nattempts\t%d\n", r.ID, r.Status, r.Attempts)
+					if r.CancelRequested {
+						fmt.Fprintf(w, "cancel\trequested, not yet acted on by its worker\n")
+					}
 					for _, kv := range [][2]string{{"worker", r.Worker}, {"last error", r.LastError}, {"payload", string(r.Payload)}, {"result", string(r.Result)}} {
 						if kv[1] != "" {
 							fmt.Fprintf(w, "%s\t%s\n", kv[0], kv[1])
