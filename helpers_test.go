@@ -273,3 +273,26 @@ func assertAllHandled(t *testing.T, e *env, k qkeys, ids []string, handled map[s
 		t.Fatalf("%d tasks went to the dead letters: %v", len(dead), dead[0])
 	}
 }
+
+// runSweeper runs f's sweeper every interval until the test ends.
+func runSweeper(t *testing.T, f *fleet.Fleet, interval time.Duration) {
+	t.Helper()
+	sweepCtx, stop := context.WithCancel(context.Background())
+	swept := make(chan error, 1)
+	go func() { swept <- f.RunSweeper(sweepCtx, fleet.SweeperOptions{Interval: interval}) }()
+	t.Cleanup(func() { stop(); <-swept })
+}
+
+// submitJobs submits jobN(0..n-1) to q in one call and returns their ids.
+func submitJobs(t *testing.T, q *fleet.Queue[job], n int) []string {
+	t.Helper()
+	items := make([]job, n)
+	for i := range items {
+		items[i] = jobN(i)
+	}
+	ids, err := q.SubmitMany(ctx(t), items)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}

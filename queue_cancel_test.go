@@ -284,14 +284,7 @@ func TestWorkerCancelMissedMessage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case got := <-started:
-		if got != id {
-			t.Fatalf("started %s", got)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the task never started")
-	}
+	awaitStarted(t, started, id)
 	// Cut the worker off, cancel, and let it back in.
 	p.Refuse(true)
 	p.Cut()
@@ -299,14 +292,7 @@ func TestWorkerCancelMissedMessage(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.Refuse(false)
-	select {
-	case cause := <-causes:
-		if !errors.Is(cause, fleet.ErrCanceled) {
-			t.Fatalf("handler ctx cause %v; want ErrCanceled", cause)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the handler never heard of the cancel")
-	}
+	awaitCanceled(t, causes)
 	select {
 	case err := <-ends:
 		if !errors.Is(err, fleet.ErrCanceled) {
@@ -345,11 +331,7 @@ func TestQueueCancelCutOffInFlight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-started:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the task never started")
-	}
+	awaitStarted(t, started, id)
 	if _, err := s.Cli(ctx(t), "client", "pause", "1500", "write"); err != nil {
 		t.Fatal(err)
 	}
@@ -359,14 +341,7 @@ func TestQueueCancelCutOffInFlight(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Cancel behind a write pause: %v; want its ctx's error", err)
 	}
-	select {
-	case cause := <-causes:
-		if !errors.Is(cause, fleet.ErrCanceled) {
-			t.Fatalf("handler ctx cause %v; want ErrCanceled", cause)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("the handler never heard of the cancel; lease %v", e.hgetall(t, qk.Lease))
-	}
+	awaitCanceled(t, causes)
 	waitFor(t, 10*time.Second, func() bool { return len(e.lrange(t, qk.Dead)) == 1 }, "no dead letter: %v", e.dump(t))
 	if dead := e.lrange(t, qk.Dead); !strings.Contains(dead[0], `"error":"fleet: task canceled`) {
 		t.Fatalf("dead letter %q; want it as cancelled", dead[0])
@@ -469,4 +444,31 @@ func untilCanceled(t *testing.T, f *fleet.Fleet, q *fleet.Queue[job], opts fleet
 		}))
 	startWorker(t, w)
 	return st, ca, en
+}
+
+// awaitStarted waits until the handler of untilCanceled started task id.
+func awaitStarted(t *testing.T, started <-chan string, id string) {
+	t.Helper()
+	select {
+	case got := <-started:
+		if got != id {
+			t.Fatalf("started %s; want %s", got, id)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the task never started")
+	}
+}
+
+// awaitCanceled waits until the handler of untilCanceled saw its ctx end,
+// and fails unless the cause was ErrCanceled.
+func awaitCanceled(t *testing.T, causes <-chan error) {
+	t.Helper()
+	select {
+	case cause := <-causes:
+		if !errors.Is(cause, fleet.ErrCanceled) {
+			t.Fatalf("handler ctx cause %v; want ErrCanceled", cause)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the handler never heard of the cancel")
+	}
 }

@@ -65,11 +65,9 @@ func (t *Task[T]) Snooze(ctx context.Context, after time.Duration) error {
 	}
 	keys := []string{q.k.Processing, q.k.Body, q.k.Lease, q.k.Scheduled, q.k.Dead, q.k.Dedup}
 	delay := millis(max(after, 0))
-	at, err := queueSnoozeScript.Exec(ctx, q.f.client, keys, []string{t.ID, t.token, delay, "", t.dedup}).AsInt64()
-	if err == nil && at == -2 { // cancelled: bury it, with the dead letter made only now
-		at, err = queueSnoozeScript.Exec(ctx, q.f.client, keys,
-			[]string{t.ID, t.token, delay, t.canceledEntry("snoozed before it ended"), t.dedup}).AsInt64()
-	}
+	at, err := withCanceledEntry(func(entry string) (int64, error) {
+		return queueSnoozeScript.Exec(ctx, q.f.client, keys, []string{t.ID, t.token, delay, entry, t.dedup}).AsInt64()
+	}, func(at int64) bool { return at == -2 }, func() string { return t.canceledEntry("snoozed before it ended") })
 	switch {
 	case err != nil:
 	case at == 0:

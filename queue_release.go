@@ -20,11 +20,9 @@ func (t *Task[T]) Release(ctx context.Context) error {
 		return queueErr("release", q.name, err)
 	}
 	keys := []string{q.k.Pending, q.k.Processing, q.k.Body, q.k.Lease, q.k.Dead, q.k.Dedup}
-	n, err := queueReleaseScript.Exec(ctx, q.f.client, keys, []string{t.ID, t.token, "", t.dedup}).AsInt64()
-	if err == nil && n == 3 { // cancelled: bury it, with the dead letter made only now
-		n, err = queueReleaseScript.Exec(ctx, q.f.client, keys,
-			[]string{t.ID, t.token, t.canceledEntry("released before it ended"), t.dedup}).AsInt64()
-	}
+	n, err := withCanceledEntry(func(entry string) (int64, error) {
+		return queueReleaseScript.Exec(ctx, q.f.client, keys, []string{t.ID, t.token, entry, t.dedup}).AsInt64()
+	}, func(n int64) bool { return n == 3 }, func() string { return t.canceledEntry("released before it ended") })
 	switch {
 	case err != nil:
 	case n == 1:
@@ -35,6 +33,19 @@ func (t *Task[T]) Release(ctx context.Context) error {
 		err = fmt.Errorf("%w: task %s", ErrLeaseLost, t.ID)
 	}
 	return queueErr("release", q.name, err)
+}
+
+// withCanceledEntry runs an ending script (release, snooze, nack) through
+// call with no cancelled dead letter (""), the usual case, and once more
+// with entry() when its reply says the task is cancelled and the script
+// needs one (needs): the dead letter, a copy of the body, is made and sent
+// only then.
+func withCanceledEntry[R any](call func(entry string) (R, error), needs func(R) bool, entry func() string) (R, error) {
+	r, err := call("")
+	if err == nil && needs(r) {
+		r, err = call(entry())
+	}
+	return r, err
 }
 
 // canceledEntry is t's dead letter should Queue.Cancel have asked it to

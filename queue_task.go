@@ -190,20 +190,20 @@ func (t *Task[T]) end(ctx context.Context, op string, attempts int, cause string
 	// error says so first (Lookup: canceled). body already does when the
 	// cause is a cancel ("-"); else the script asks for it ({2, 0}), and
 	// only then is it made.
-	canceled := ""
-	if strings.HasPrefix(cause, ErrCanceled.Error()) {
-		canceled = "-"
-	}
+	already := strings.HasPrefix(cause, ErrCanceled.Error())
 	o := q.opts
 	keys := []string{q.k.Processing, q.k.Body, q.k.Lease, q.k.Scheduled, q.k.Dead, q.k.Dedup, q.k.Policy}
 	args := []string{t.ID, t.token, body, strconv.Itoa(attempts), flag, t.dedup,
 		strconv.Itoa(o.MaxAttempts), millis(o.BackoffBase), millis(o.BackoffMax), strconv.Itoa(o.DeadMax),
-		strconv.FormatFloat(rand.Float64(), 'f', 6, 64), canceled}
-	res, err := queueNackScript.Exec(ctx, q.f.client, keys, args).AsIntSlice()
-	if err == nil && len(res) == 2 && res[0] == 2 {
-		args[len(args)-1] = deadEntry(t.body, attempts, ErrCanceled.Error()+": "+cause)
-		res, err = queueNackScript.Exec(ctx, q.f.client, keys, args).AsIntSlice()
-	}
+		strconv.FormatFloat(rand.Float64(), 'f', 6, 64), ""}
+	res, err := withCanceledEntry(func(entry string) ([]int64, error) {
+		if entry == "" && already {
+			entry = "-"
+		}
+		args[len(args)-1] = entry
+		return queueNackScript.Exec(ctx, q.f.client, keys, args).AsIntSlice()
+	}, func(res []int64) bool { return len(res) == 2 && res[0] == 2 },
+		func() string { return deadEntry(t.body, attempts, ErrCanceled.Error()+": "+cause) })
 	if err != nil {
 		return err
 	}

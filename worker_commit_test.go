@@ -136,18 +136,8 @@ func TestWorkerGroupAcksConnectionCut(t *testing.T) {
 	k := e.qk("cut")
 	opts := fleet.QueueOptions{Lease: time.Second, MaxAttempts: 1000}
 	const n = 960
-	items := make([]job, n)
-	for i := range items {
-		items[i] = jobN(i)
-	}
-	ids, err := fleet.NewQueue[job](direct, "cut", opts).SubmitMany(ctx(t), items)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sweepCtx, stopSweep := context.WithCancel(context.Background())
-	swept := make(chan error, 1)
-	go func() { swept <- direct.RunSweeper(sweepCtx, fleet.SweeperOptions{Interval: 100 * time.Millisecond}) }()
-	t.Cleanup(func() { stopSweep(); <-swept })
+	ids := submitJobs(t, fleet.NewQueue[job](direct, "cut", opts), n)
+	runSweeper(t, direct, 100*time.Millisecond)
 
 	var mu sync.Mutex
 	handled := map[string]int{}
@@ -207,14 +197,7 @@ func TestWorkerStopWhileGroupAckHeld(t *testing.T) {
 	k := e.qk("held")
 	opts := fleet.QueueOptions{Lease: 2 * time.Second, MaxAttempts: 1000}
 	const n = 400
-	items := make([]job, n)
-	for i := range items {
-		items[i] = jobN(i)
-	}
-	ids, err := fleet.NewQueue[job](direct, "held", opts).SubmitMany(ctx(t), items)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ids := submitJobs(t, fleet.NewQueue[job](direct, "held", opts), n)
 
 	var mu sync.Mutex
 	handled := map[string]int{}
@@ -266,7 +249,7 @@ func TestWorkerStopWhileGroupAckHeld(t *testing.T) {
 	waitFor(t, 10*time.Second, func() bool { _, r := count(); return r > atHold }, "no handler returned after the hold")
 
 	sctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	err = w.Stop(sctx)
+	err := w.Stop(sctx)
 	cancel()
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Stop with its replies held: %v; want context.DeadlineExceeded", err)
@@ -294,10 +277,7 @@ func TestWorkerStopWhileGroupAckHeld(t *testing.T) {
 	p.Thaw()
 
 	// What the held calls did not end comes back after its lease.
-	sweepCtx, stopSweep := context.WithCancel(context.Background())
-	swept := make(chan error, 1)
-	go func() { swept <- direct.RunSweeper(sweepCtx, fleet.SweeperOptions{Interval: 100 * time.Millisecond}) }()
-	t.Cleanup(func() { stopSweep(); <-swept })
+	runSweeper(t, direct, 100*time.Millisecond)
 	w2 := fleet.NewBatchWorker(direct, fleet.WorkerOptions{Type: "held", ID: "w2", Slots: 8, OnTaskEnd: onEnd},
 		fleet.NewQueue[job](direct, "held", opts), fleet.BatchFunc[wcfg, out, job](handler))
 	startWorker(t, w2)
