@@ -111,10 +111,24 @@ func Available() error {
 }
 
 // StartServer starts a redis-server and waits until it answers PING.
+//
+// The free ports it picks (FreePort) may be taken by another process before
+// the server binds them, on a busy machine: it then tries again on other
+// ports, up to five times in all.
 func StartServer(ctx context.Context, cfg Config) (*Server, error) {
 	if err := Available(); err != nil {
 		return nil, err
 	}
+	for try := 1; ; try++ {
+		s, err := startServer(ctx, cfg)
+		if err == nil || try == 5 || !strings.Contains(err.Error(), "Address already in use") || ctx.Err() != nil {
+			return s, err
+		}
+	}
+}
+
+// startServer is one try of StartServer.
+func startServer(ctx context.Context, cfg Config) (*Server, error) {
 	dir, err := os.MkdirTemp("", "fleettest-redis-")
 	if err != nil {
 		return nil, err
