@@ -268,7 +268,7 @@ type Queue[T any] struct {
 // queueEntry is what f.queues holds for a queue name: the untyped side of
 // the latest Queue[T] this process made for it.
 type queueEntry interface {
-	submitJSON(ctx context.Context, raw []byte) (string, error)
+	submitJSON(ctx context.Context, raw []byte, opts SubmitOptions) (string, error)
 	options() QueueOptions
 }
 

@@ -363,3 +363,44 @@ func TestSweepersSideBySide(t *testing.T) {
 		}
 	})
 }
+
+// SubmitJSONWith takes SubmitWith's options; Encode gives the payload's
+// JSON, or the errors Submit would give, and writes nothing.
+func TestSubmitJSONWithAndEncode(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		t.Parallel()
+		e := open(t, tg)
+		k := e.qk("http2")
+		q := fleet.NewQueue[job](e.F, "http2", fleet.QueueOptions{MaxPayloadBytes: 200})
+		b, err := q.Encode(job{URL: "https://example.com/x", N: 3})
+		if err != nil || string(b) != `{"url":"https://example.com/x","n":3}` {
+			t.Fatalf("Encode = %s, %v", b, err)
+		}
+		if _, err := q.Encode(job{URL: "nope", N: -1}); !errors.Is(err, fleet.ErrInvalidPayload) || !strings.Contains(err.Error(), "url (fails url)") {
+			t.Fatalf("Encode(invalid) = %v", err)
+		}
+		if _, err := q.Encode(job{URL: "https://example.com/" + strings.Repeat("a", 200)}); !errors.Is(err, fleet.ErrPayloadTooLarge) {
+			t.Fatalf("Encode(too large) = %v", err)
+		}
+		if _, err := fleet.NewQueue[job](e.F, "a b", fleet.QueueOptions{}).Encode(job{URL: "https://example.com"}); !errors.Is(err, fleet.ErrInvalidName) {
+			t.Fatalf("Encode on a bad queue = %v", err)
+		}
+		if got := e.keys(t); len(got) != 0 {
+			t.Fatalf("Encode wrote %v", got)
+		}
+		id, err := e.F.SubmitJSONWith(ctx(t), "http2", b, fleet.SubmitOptions{DedupKey: "row-1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := e.F.SubmitJSONWith(ctx(t), "http2", b, fleet.SubmitOptions{DedupKey: "row-1"})
+		if err != nil || again != id {
+			t.Fatalf("a second submit with the key = %q, %v; want %q", again, err, id)
+		}
+		if l := e.lrange(t, k.Pending); len(l) != 1 || l[0] != `{"id":"`+id+`","payload":{"url":"https://example.com/x","n":3},"attempts":0,"dedup":"row-1"}` {
+			t.Fatalf("pending %v", l)
+		}
+		if _, err := e.F.SubmitJSONWith(ctx(t), "http2", []byte(`{"url":1}`), fleet.SubmitOptions{DedupKey: "row-2"}); !errors.Is(err, fleet.ErrInvalidJSON) {
+			t.Fatalf("SubmitJSONWith(bad JSON) = %v", err)
+		}
+	})
+}

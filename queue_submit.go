@@ -183,14 +183,21 @@ func secondsString(t time.Time) string {
 // ErrInvalidJSON (400, an empty body too), ErrPayloadTooLarge (413),
 // ErrInvalidPayload (422); nothing is written for any.
 func (f *Fleet) SubmitJSON(ctx context.Context, queue string, raw []byte) (string, error) {
+	return f.SubmitJSONWith(ctx, queue, raw, SubmitOptions{})
+}
+
+// SubmitJSONWith is SubmitJSON with the options of SubmitWith (a delay, a
+// dedup key, a unique window, a shard key): it returns what SubmitWith
+// returns, and the errors of SubmitJSON for raw.
+func (f *Fleet) SubmitJSONWith(ctx context.Context, queue string, raw []byte, opts SubmitOptions) (string, error) {
 	e, ok := f.queues.Load(queue)
 	if !ok {
 		return "", queueErr("submit json", queue, ErrUnknownQueue)
 	}
-	return e.(queueEntry).submitJSON(ctx, raw)
+	return e.(queueEntry).submitJSON(ctx, raw, opts)
 }
 
-func (q *Queue[T]) submitJSON(ctx context.Context, raw []byte) (string, error) {
+func (q *Queue[T]) submitJSON(ctx context.Context, raw []byte, opts SubmitOptions) (string, error) {
 	if len(raw) > q.opts.MaxPayloadBytes {
 		return "", queueErr("submit json", q.name, fmt.Errorf("%w: %d bytes, more than QueueOptions.MaxPayloadBytes %d", ErrPayloadTooLarge, len(raw), q.opts.MaxPayloadBytes))
 	}
@@ -206,5 +213,24 @@ func (q *Queue[T]) submitJSON(ctx context.Context, raw []byte) (string, error) {
 	if _, err := dec.Token(); err != io.EOF {
 		return "", queueErr("submit json", q.name, fmt.Errorf("%w: trailing data after the JSON value", ErrInvalidJSON))
 	}
-	return q.Submit(ctx, p)
+	if opts == (SubmitOptions{}) {
+		return q.Submit(ctx, p)
+	}
+	return q.SubmitWith(ctx, p, opts)
+}
+
+// Encode validates payload as Submit does and returns the JSON that a task
+// of the queue would carry, writing nothing: for a caller that keeps a
+// task to submit later (an outbox row written in the application's own
+// SQL transaction, relayed with Fleet.SubmitJSONWith). May return
+// ErrInvalidPayload, ErrPayloadTooLarge, and the queue's own error (Err).
+func (q *Queue[T]) Encode(payload T) (json.RawMessage, error) {
+	if q.err != nil {
+		return nil, queueErr("encode", q.name, q.err)
+	}
+	b, err := q.encodePayload(payload)
+	if err != nil {
+		return nil, queueErr("encode", q.name, err)
+	}
+	return b, nil
 }
