@@ -60,17 +60,17 @@ func checkPage(offset, count int) error {
 // ErrInvalidName, ErrInvalidArgument, ErrWrongType, ErrUnavailable.
 func (f *Fleet) PendingTasks(ctx context.Context, name string, offset, count int) ([]WaitingTask, error) {
 	if err := keys.Join(keys.Check(keys.KindQueue, name), checkPage(offset, count)); err != nil {
-		return nil, queueErr("pending tasks", name, err)
+		return nil, opErr("pending tasks", name, err)
 	}
 	if err := f.alive(ctx); err != nil {
-		return nil, queueErr("pending tasks", name, err)
+		return nil, opErr("pending tasks", name, err)
 	}
 	if count == 0 {
 		return nil, nil
 	}
 	span, err := f.queueSpan(ctx, name)
 	if err != nil {
-		return nil, queueErr("pending tasks", name, err)
+		return nil, opErr("pending tasks", name, err)
 	}
 	lists := make([]string, span)
 	for i, k := range f.shardKeys(name, span) {
@@ -78,7 +78,7 @@ func (f *Fleet) PendingTasks(ctx context.Context, name string, offset, count int
 	}
 	raws, err := f.concatRange(ctx, lists, offset, offset+count-1)
 	if err != nil {
-		return nil, queueErr("pending tasks", name, err)
+		return nil, opErr("pending tasks", name, err)
 	}
 	out := make([]WaitingTask, len(raws))
 	for i, r := range raws {
@@ -94,10 +94,10 @@ func (f *Fleet) PendingTasks(ctx context.Context, name string, offset, count int
 // ErrInvalidName, ErrInvalidArgument, ErrWrongType, ErrUnavailable.
 func (f *Fleet) ScheduledTasks(ctx context.Context, name string, offset, count int) ([]WaitingTask, error) {
 	if err := keys.Join(keys.Check(keys.KindQueue, name), checkPage(offset, count)); err != nil {
-		return nil, queueErr("scheduled tasks", name, err)
+		return nil, opErr("scheduled tasks", name, err)
 	}
 	if err := f.alive(ctx); err != nil {
-		return nil, queueErr("scheduled tasks", name, err)
+		return nil, opErr("scheduled tasks", name, err)
 	}
 	if count == 0 {
 		return nil, nil
@@ -105,7 +105,7 @@ func (f *Fleet) ScheduledTasks(ctx context.Context, name string, offset, count i
 	c := f.client
 	span, err := f.queueSpan(ctx, name)
 	if err != nil {
-		return nil, queueErr("scheduled tasks", name, err)
+		return nil, opErr("scheduled tasks", name, err)
 	}
 	// A sharded queue: the first offset+count of each shard, merged by
 	// when they are due.
@@ -117,7 +117,7 @@ func (f *Fleet) ScheduledTasks(ctx context.Context, name string, offset, count i
 	for _, r := range c.DoMulti(ctx, cmds...) {
 		z, err := r.AsZScores()
 		if err != nil {
-			return nil, queueErr("scheduled tasks", name, err)
+			return nil, opErr("scheduled tasks", name, err)
 		}
 		zs = append(zs, z...)
 	}
@@ -251,15 +251,15 @@ type TagCount struct {
 // ErrInvalidName, ErrWrongType, ErrUnavailable.
 func (f *Fleet) PoolTagCounts(ctx context.Context, name string) ([]TagCount, error) {
 	if err := keys.Check(keys.KindPool, name); err != nil {
-		return nil, poolErr("pool tag counts", name, err)
+		return nil, opErr("pool tag counts", name, err)
 	}
 	if err := f.alive(ctx); err != nil {
-		return nil, poolErr("pool tag counts", name, err)
+		return nil, opErr("pool tag counts", name, err)
 	}
 	c := f.client
 	now, err := timeReply(c.Do(ctx, c.B().Time().Build()))
 	if err != nil {
-		return nil, poolErr("pool tag counts", name, err)
+		return nil, opErr("pool tag counts", name, err)
 	}
 	type item struct {
 		id   string
@@ -270,7 +270,7 @@ func (f *Fleet) PoolTagCounts(ctx context.Context, name string) ([]TagCount, err
 	for cursor := uint64(0); ; {
 		e, err := c.Do(ctx, c.B().Hscan().Key(hash).Cursor(cursor).Count(scanCount).Build()).AsScanEntry()
 		if err != nil {
-			return nil, poolErr("pool tag counts", name, err)
+			return nil, opErr("pool tag counts", name, err)
 		}
 		for i := 0; i+1 < len(e.Elements); i += 2 {
 			it, err := decodeItem[json.RawMessage, map[string]json.RawMessage](e.Elements[i], e.Elements[i+1])
@@ -297,7 +297,7 @@ func (f *Fleet) PoolTagCounts(ctx context.Context, name string) ([]TagCount, err
 		for j, r := range c.DoMulti(ctx, cmds...) {
 			n, err := r.AsInt64()
 			if err != nil {
-				return nil, poolErr("pool tag counts", name, err)
+				return nil, opErr("pool tag counts", name, err)
 			}
 			claimed[start+j] = n > 0
 		}

@@ -39,7 +39,7 @@ func (f *Fleet) DeadLetters(ctx context.Context, name string, offset, count int)
 }
 
 // RequeueDead puts the dead letter of task id of queue name back on the
-// queue (Queue.RequeueDead, by name). May return ErrNoDeadLetter.
+// queue (Queue.RequeueDead, by name). May return ErrDeadLetterNotFound.
 func (f *Fleet) RequeueDead(ctx context.Context, name, id string) error {
 	return f.adminQueue(name).RequeueDead(ctx, id)
 }
@@ -144,7 +144,7 @@ func (f *Fleet) Overview(ctx context.Context) (Overview, error) {
 		for i, r := range c.DoMulti(ctx, cmds...) {
 			m, err := r.AsInt64()
 			if err != nil && !rueidis.IsRedisNil(err) {
-				return ov, queueErr("overview", qs[i], err)
+				return ov, opErr("overview", qs[i], err)
 			}
 			spans[i] = int(min(max(m, 1), keys.MaxShards))
 		}
@@ -176,7 +176,7 @@ func (f *Fleet) Overview(ctx context.Context) (Overview, error) {
 			for j, p := range []*int64{&qc.Pending, &qc.InFlight, &qc.Scheduled, &qc.Dead} {
 				v, err := res[j].AsInt64()
 				if err != nil {
-					return ov, queueErr("overview", n, err)
+					return ov, opErr("overview", n, err)
 				}
 				*p += v
 			}
@@ -184,7 +184,7 @@ func (f *Fleet) Overview(ctx context.Context) (Overview, error) {
 		}
 		paused, err := res[0].AsInt64()
 		if err != nil {
-			return ov, queueErr("overview", n, err)
+			return ov, opErr("overview", n, err)
 		}
 		res = res[1:]
 		qc.Paused = paused == 1
@@ -196,16 +196,16 @@ func (f *Fleet) Overview(ctx context.Context) (Overview, error) {
 		pc := PoolCounts{Name: n}
 		items, err := res[3*i].AsInt64()
 		if err != nil {
-			return ov, poolErr("overview", n, err)
+			return ov, opErr("overview", n, err)
 		}
 		gone, err := res[3*i+1].AsInt64()
 		if err != nil {
-			return ov, poolErr("overview", n, err)
+			return ov, opErr("overview", n, err)
 		}
 		pc.Items = max(items-gone, 0)
 		ids, err := res[3*i+2].AsStrSlice()
 		if err != nil {
-			return ov, poolErr("overview", n, err)
+			return ov, opErr("overview", n, err)
 		}
 		prefix := f.keys.PoolClaimPrefix(n)
 		for len(ids) > 0 {
@@ -226,7 +226,7 @@ func (f *Fleet) Overview(ctx context.Context) (Overview, error) {
 		for j, r := range res {
 			n, err := r.AsInt64()
 			if err != nil {
-				return ov, poolErr("overview", ps[owners[j]], err)
+				return ov, opErr("overview", ps[owners[j]], err)
 			}
 			ov.Pools[owners[j]].Claimed += n
 		}

@@ -223,7 +223,7 @@ func TestAdminQueueOpsAndOverview(t *testing.T) {
 		if err != nil || len(dl) != 1 || dl[0].ID != "dead1" || dl[0].Error != "boom" {
 			t.Fatalf("dead letters %+v %v", dl, err)
 		}
-		if err := e.F.RequeueDead(c, "crawl", "nope"); !errors.Is(err, fleet.ErrNoDeadLetter) {
+		if err := e.F.RequeueDead(c, "crawl", "nope"); !errors.Is(err, fleet.ErrDeadLetterNotFound) {
 			t.Fatalf("requeue missing: %v", err)
 		}
 		if err := e.F.RequeueDead(c, "crawl", "dead1"); err != nil {

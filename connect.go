@@ -57,9 +57,6 @@ func (d *openDialer) dial(ctx context.Context, dst string, dialer *net.Dialer, c
 	return tc, nil
 }
 
-// errTLSHandshake marks a failed TLS handshake in the chain.
-var errTLSHandshake = errors.New("TLS handshake failed")
-
 // checkURL refuses, naming the fix, a URL that rueidis would refuse with a
 // parse error: a bare host:port, or a scheme other than redis, rediss and
 // unix.
@@ -88,19 +85,23 @@ func connectErr(addrs []string, err error) error {
 	msg := err.Error()
 	switch {
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("fleet: connect%s: %w", where, err)
+		return opErr("connect"+where, "", err)
 	case strings.Contains(msg, "unknown message type"):
 		// RESP starts every reply with one of a few bytes; an HTTP
 		// server answers "HTTP/1.1 400" or "<html>".
-		return fmt.Errorf("fleet: connect%s: %w: the server does not speak the Redis protocol (an HTTP server? another service on this port?): %w", where, ErrInvalidOptions, err)
+		return opErr("connect"+where, "", fmt.Errorf("%w: the server does not speak the Redis protocol (an HTTP server? another service on this port?): %w", ErrInvalidOptions, err))
 	case strings.Contains(msg, "DB index is out of range"):
-		return fmt.Errorf("fleet: connect%s: %w: DB: the database number is out of range for this server (see its \"databases\" setting): %w", where, ErrInvalidOptions, err)
+		return opErr("connect"+where, "", fmt.Errorf("%w: DB: the database number is out of range for this server (see its \"databases\" setting): %w", ErrInvalidOptions, err))
 	}
 	kind := classify(err)
 	if kind == nil {
 		kind = ErrUnavailable
 	}
-	return fmt.Errorf("fleet: connect%s: %w: %w", where, kind, err)
+	var own fleetErr
+	if errors.As(err, &own) {
+		return opErr("connect"+where, "", err)
+	}
+	return &opError{op: "connect" + where, kind: kind, err: err}
 }
 
 // connectClient builds the rueidis client of co with Open's ctx bounding

@@ -114,9 +114,8 @@ type costResult struct {
 }
 
 // costFloors holds the last floor result of each benchmark (by the name of
-// its parent), for the fleet sub-benchmark that runs after it; costSafe
-// likewise the "safe" floor's, where a benchmark has one.
-var costFloors, costSafe sync.Map
+// its parent), for the fleet sub-benchmark that runs after it.
+var costFloors sync.Map
 
 // costRun measures one sub-run through a meter on a client of its own.
 type costRun struct {

@@ -196,8 +196,6 @@ func (s *Subscription[T]) end(ctx context.Context) {
 	}
 }
 
-var errSubscriptionClosed = errors.New("fleet: subscription closed")
-
 func (s *Subscription[T]) subscribeCmd() rueidis.Completed {
 	c := s.f.client
 	if s.f.cluster {

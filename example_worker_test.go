@@ -110,7 +110,7 @@ func ExampleFleet_UpdateConfig() {
 	fmt.Println(errors.Is(err, fleet.ErrStaleGen))
 	// A worker that never registered is refused: a typo writes nothing.
 	_, err = f.UpdateConfig(ctx, "scraper", "host2", json.RawMessage(`{}`))
-	fmt.Println(errors.Is(err, fleet.ErrUnknownWorker))
+	fmt.Println(errors.Is(err, fleet.ErrWorkerNotFound))
 	// Output:
 	// 2 {"proxy":{"host":"p1","port":1081}}
 	// true

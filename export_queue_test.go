@@ -11,7 +11,7 @@ func AckAndTake[T any](ctx context.Context, q *Queue[T], t *Task[T], n int) (ack
 	if st.acks != "" {
 		acked = int(st.acks[0] - '0')
 	}
-	return acked, tasks, queueErr("ack", q.name, err)
+	return acked, tasks, opErr("ack", q.name, err)
 }
 
 // AckManyAndTake runs the reserve script as a worker's group commit does:
@@ -21,7 +21,7 @@ func AckAndTake[T any](ctx context.Context, q *Queue[T], t *Task[T], n int) (ack
 // '0' lease lost.
 func AckManyAndTake[T any](ctx context.Context, q *Queue[T], ts []*Task[T], n int) (acks string, tasks []*Task[T], err error) {
 	tasks, st, err := ts[0].q.reserveShardAs(ctx, n, false, "", ts)
-	return st.acks, tasks, queueErr("ack", q.name, err) // as the worker's group commit reports it
+	return st.acks, tasks, opErr("ack", q.name, err) // as the worker's group commit reports it
 }
 
 // StaleTask returns a handle on t's task that holds token instead of t's

@@ -201,7 +201,7 @@ func (l *Limiter) take(ctx context.Context, n int, mode string) (got, remaining 
 		return 0, 0, 0, 0, err
 	}
 	if len(res) != 4 {
-		return 0, 0, 0, 0, fmt.Errorf("fleet: limiter: unexpected reply of %d elements", len(res))
+		return 0, 0, 0, 0, unexpectedReply("limiter", len(res))
 	}
 	if res[2] >= 0 {
 		wait = max(time.Duration(res[2])*time.Microsecond, time.Microsecond)

@@ -189,13 +189,6 @@ func (l *Lock) acquire(ctx context.Context, opts LockOptions) (*Lease, error) {
 	}
 }
 
-// outcomeUnknown reports whether a script that failed with err may have
-// run (or may still run) on the server: ctx ended, or the connection broke,
-// while it was in flight. A reply (an error reply too) is a known outcome.
-func outcomeUnknown(err error) bool {
-	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || unreachable(err)
-}
-
 // abandon undoes, in the background, a call of token whose outcome is
 // unknown: it frees the lock if token holds it, and with tomb leaves a
 // tombstone that makes a late acquire script of token give the lock up. It
@@ -229,7 +222,7 @@ func (l *Lock) try(ctx context.Context, token string, hold time.Duration) (*Leas
 		return nil, 0, err
 	}
 	if len(res) != 2 {
-		return nil, 0, fmt.Errorf("fleet: lock acquire: unexpected reply of %d elements", len(res))
+		return nil, 0, unexpectedReply("lock acquire", len(res))
 	}
 	ok, _ := res[0].AsInt64()
 	n, err := res[1].AsInt64()

@@ -2,7 +2,6 @@ package fleet
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 
@@ -13,12 +12,6 @@ import (
 // layout marker records it; Open refuses a database whose marker names a
 // newer one.
 const SchemaVersion = 1
-
-// ErrMarker is returned by Open when the database's layout marker
-// (fleet:meta) names another layout than the one asked for, or a newer
-// schema: writing on would put a second, invisible layout beside the first.
-// Migrate moves a database to another layout; Sync repairs derived keys.
-var ErrMarker = errors.New("fleet: database marker does not match")
 
 // Marker is what the layout marker key fleet:meta records.
 type Marker struct {

@@ -14,17 +14,6 @@ import (
 	"github.com/fleet-go/fleet/internal/keys"
 )
 
-// ErrMigrateMismatch is returned by Migrate when, after the copy, the
-// per-family key or element counts of the target differ from the
-// source's. MigrateReport.Mismatches lists the families.
-var ErrMigrateMismatch = errors.New("fleet: migrated counts differ")
-
-// ErrMigrateSource is returned by Migrate when the target holds the
-// progress record of an unfinished migration from another source (or from
-// the same one after it restarted, which makes its SCAN cursors
-// meaningless). MigrateOptions.Restart starts over.
-var ErrMigrateSource = errors.New("fleet: target holds another migration's progress")
-
 // Defaults of MigrateOptions.
 const (
 	// DefaultMigrateBatch is the SCAN COUNT of a migration, and so about how
@@ -174,10 +163,10 @@ func (source *Fleet) MigrateTo(ctx context.Context, target *Fleet, opts MigrateO
 
 func migrate(ctx context.Context, source, target *Fleet, opts MigrateOptions, rep *MigrateReport) error {
 	if source == nil || target == nil || source == target {
-		return fmt.Errorf("fleet: migrate: %w: need a source and a target Fleet, and two different ones", ErrInvalidArgument)
+		return opErr("migrate", "", fmt.Errorf("%w: need a source and a target Fleet, and two different ones", ErrInvalidArgument))
 	}
 	if opts.Batch < 0 || opts.Listed < 0 {
-		return fmt.Errorf("fleet: migrate: %w: MigrateOptions.Batch %d and Listed %d may not be negative", ErrInvalidArgument, opts.Batch, opts.Listed)
+		return opErr("migrate", "", fmt.Errorf("%w: MigrateOptions.Batch %d and Listed %d may not be negative", ErrInvalidArgument, opts.Batch, opts.Listed))
 	}
 	if opts.Batch == 0 {
 		opts.Batch = DefaultMigrateBatch
@@ -200,7 +189,7 @@ func migrate(ctx context.Context, source, target *Fleet, opts MigrateOptions, re
 		return err
 	}
 	if srcID == dstID {
-		return fmt.Errorf("fleet: migrate: %w: source and target are the same database and prefix", ErrInvalidArgument)
+		return opErr("migrate", "", fmt.Errorf("%w: source and target are the same database and prefix", ErrInvalidArgument))
 	}
 	for _, n := range srcNodes {
 		rep.Total += n.size
@@ -231,7 +220,7 @@ func migrate(ctx context.Context, source, target *Fleet, opts MigrateOptions, re
 			}
 			fmt.Fprintf(&b, "%s: %d keys/%d elements on the source, %d/%d on the target", f.Family, f.SourceKeys, f.SourceElements, f.TargetKeys, f.TargetElements)
 		}
-		return fmt.Errorf("fleet: migrate: %w: %s", ErrMigrateMismatch, b.String())
+		return opErr("migrate", "", fmt.Errorf("%w: %s", ErrMigrateMismatch, b.String()))
 	}
 	rep.Verified = true
 	return m.finish(ctx, "done")
@@ -282,7 +271,7 @@ func identify(ctx context.Context, f *Fleet) ([]migNode, string, error) {
 			}
 		}
 		if n.id == "" {
-			return nil, "", fmt.Errorf("fleet: migrate: %w: INFO of %s names no run_id", ErrUnavailable, addr)
+			return nil, "", opErr("migrate", "", fmt.Errorf("%w: INFO of %s names no run_id", ErrUnavailable, addr))
 		}
 		if ci, err := rs[3].ToString(); err == nil {
 			for _, kv := range strings.Fields(ci) {
@@ -294,7 +283,7 @@ func identify(ctx context.Context, f *Fleet) ([]migNode, string, error) {
 		nodes = append(nodes, n)
 	}
 	if len(nodes) == 0 {
-		return nil, "", fmt.Errorf("fleet: migrate: %w: no master node", ErrUnavailable)
+		return nil, "", opErr("migrate", "", fmt.Errorf("%w: no master node", ErrUnavailable))
 	}
 	slices.SortFunc(nodes, func(a, b migNode) int { return strings.Compare(a.id, b.id) })
 	ids := make([]string, len(nodes))
@@ -338,8 +327,8 @@ func (m *migration) loadRecord(ctx context.Context, srcID string) (map[string]st
 	st := rec[recState]
 	if len(rec) > 0 && st != "done" {
 		if rec[recSource] != srcID {
-			return nil, fmt.Errorf("fleet: migrate: %w: %s records an unfinished migration (%s) from %s, not from this source (%s): finish that one, or pass Restart",
-				ErrMigrateSource, m.record, st, rec[recSource], srcID)
+			return nil, opErr("migrate", "", fmt.Errorf("%w: %s records an unfinished migration (%s) from %s, not from this source (%s): finish that one, or pass Restart",
+				ErrMigrateSource, m.record, st, rec[recSource], srcID))
 		}
 		m.rep.Resumed = true
 		num := func(f string) int64 { n, _ := strconv.ParseInt(rec[f], 10, 64); return n }
@@ -414,7 +403,7 @@ func (m *migration) copyNode(ctx context.Context, n migNode, rec map[string]stri
 	pattern := scanPattern(m.src.keys.Prefix())
 	for {
 		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("fleet: migrate: %w", err)
+			return opErr("migrate", "", fmt.Errorf("%w", err))
 		}
 		e, err := n.c.Do(ctx, n.c.B().Scan().Cursor(cursor).Match(pattern).Count(int64(m.opts.Batch)).Build()).AsScanEntry()
 		if err != nil {
@@ -483,7 +472,7 @@ func (m *migration) copyBatch(ctx context.Context, batch []string) error {
 		if !ok {
 			// A shard of a sharded queue (QueueOptions.Shards): the compat
 			// layout has no place for it.
-			return fmt.Errorf("fleet: migrate: %w: %s belongs to sharded queue %q, which the target's layout cannot hold: lower its QueueOptions.Shards to 1 and let the sweeper drain the other shards first (docs/SCALING.md)", ErrLayout, key, p.Name)
+			return opErr("migrate", "", fmt.Errorf("%w: %s belongs to sharded queue %q, which the target's layout cannot hold: lower its QueueOptions.Shards to 1 and let the sweeper drain the other shards first (docs/SCALING.md)", ErrLayout, key, p.Name))
 		}
 		todo = append(todo, migKey{src: key, dst: dst, fam: p.Family})
 	}

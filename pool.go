@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"reflect"
@@ -255,24 +256,24 @@ func newItemID() string {
 // ErrWrongType.
 func (p *Pool[P, T]) Put(ctx context.Context, payload P, tags T, ttl time.Duration) (string, error) {
 	if err := p.ready(ctx); err != nil {
-		return "", poolErr("pool put", p.core.name, err)
+		return "", opErr("pool put", p.core.name, err)
 	}
 	if ttl < 0 {
-		return "", poolErr("pool put", p.core.name, fmt.Errorf("%w: ttl %v is negative", ErrInvalidArgument, ttl))
+		return "", opErr("pool put", p.core.name, fmt.Errorf("%w: ttl %v is negative", ErrInvalidArgument, ttl))
 	}
 	pb, err := json.Marshal(payload)
 	if err != nil {
-		return "", poolErr("pool put", p.core.name, fmt.Errorf("%w: cannot encode payload %T as JSON: %w", ErrInvalidArgument, payload, err))
+		return "", opErr("pool put", p.core.name, fmt.Errorf("%w: cannot encode payload %T as JSON: %w", ErrInvalidArgument, payload, err))
 	}
 	if len(pb) > p.core.opts.MaxPayloadBytes {
-		return "", poolErr("pool put", p.core.name, fmt.Errorf("%w: %d bytes of JSON, the limit is %d", ErrPayloadTooLarge, len(pb), p.core.opts.MaxPayloadBytes))
+		return "", opErr("pool put", p.core.name, fmt.Errorf("%w: %d bytes of JSON, the limit is %d", ErrPayloadTooLarge, len(pb), p.core.opts.MaxPayloadBytes))
 	}
 	tb, err := json.Marshal(tags)
 	if err != nil || len(tb) == 0 || tb[0] != '{' {
-		return "", poolErr("pool put", p.core.name, fmt.Errorf("%w: tags %T do not encode as a JSON object (%v)", ErrInvalidArgument, tags, err))
+		return "", opErr("pool put", p.core.name, fmt.Errorf("%w: tags %T do not encode as a JSON object (%v)", ErrInvalidArgument, tags, err))
 	}
 	id := newItemID()
-	return id, poolErr("pool put", p.core.name, p.core.put(ctx, id, base64.StdEncoding.EncodeToString(pb), string(tb), ttl))
+	return id, opErr("pool put", p.core.name, p.core.put(ctx, id, base64.StdEncoding.EncodeToString(pb), string(tb), ttl))
 }
 
 func (p *Pool[P, T]) ready(ctx context.Context) error {
@@ -293,7 +294,7 @@ func (c *poolCore) put(ctx context.Context, id, b64, tags string, ttl time.Durat
 		return err
 	}
 	if len(res) != 3 {
-		return fmt.Errorf("fleet: pool put: unexpected reply of %d elements", len(res))
+		return unexpectedReply("pool put", len(res))
 	}
 	if !c.f.cache {
 		c.f.watch.wakeOne(c.idx.Signal)
@@ -321,7 +322,7 @@ func (c *poolCore) indexStep(ctx context.Context, cursor string, force bool) (ne
 		return "", 0, err
 	}
 	if len(res) != 4 {
-		return "", 0, fmt.Errorf("fleet: pool index: unexpected reply of %d elements", len(res))
+		return "", 0, unexpectedReply("pool index", len(res))
 	}
 	next, err = res[0].ToString()
 	if err != nil {
@@ -346,10 +347,10 @@ func checkItemID(id string) error { return keys.Check(keys.KindItem, id) }
 // wrapping ErrBadItem.
 func (p *Pool[P, T]) Get(ctx context.Context, id string) (item Item[P, T], ok bool, err error) {
 	if err := p.ready(ctx); err != nil {
-		return item, false, poolErr("pool get", p.core.name, err)
+		return item, false, opErr("pool get", p.core.name, err)
 	}
 	if err := checkItemID(id); err != nil {
-		return item, false, poolErr("pool get", p.core.name, err)
+		return item, false, opErr("pool get", p.core.name, err)
 	}
 	c := p.core
 	rs := c.f.client.DoMulti(ctx, c.f.client.B().Hget().Key(c.hash).Field(id).Build(), c.f.client.B().Time().Build())
@@ -358,15 +359,15 @@ func (p *Pool[P, T]) Get(ctx context.Context, id string) (item Item[P, T], ok bo
 		return item, false, nil
 	}
 	if err != nil {
-		return item, false, poolErr("pool get", c.name, err)
+		return item, false, opErr("pool get", c.name, err)
 	}
 	now, err := timeReply(rs[1])
 	if err != nil {
-		return item, false, poolErr("pool get", c.name, err)
+		return item, false, opErr("pool get", c.name, err)
 	}
 	item, err = decodeItem[P, T](id, raw)
 	if err != nil {
-		return item, false, poolErr("pool get", c.name, fmt.Errorf("%w: item %q %w", ErrBadItem, id, err))
+		return item, false, opErr("pool get", c.name, fmt.Errorf("%w: item %q %w", ErrBadItem, id, err))
 	}
 	if !item.ExpiresAt.IsZero() && !item.ExpiresAt.After(now) {
 		return Item[P, T]{}, false, nil
@@ -380,12 +381,12 @@ func timeReply(r rueidis.RedisResult) (time.Time, error) {
 		return time.Time{}, err
 	}
 	if len(t) != 2 {
-		return time.Time{}, fmt.Errorf("fleet: TIME: unexpected reply")
+		return time.Time{}, errors.New("TIME: unexpected reply")
 	}
 	s, err1 := strconv.ParseInt(t[0], 10, 64)
 	us, err2 := strconv.ParseInt(t[1], 10, 64)
 	if err1 != nil || err2 != nil {
-		return time.Time{}, fmt.Errorf("fleet: TIME: unexpected reply %q", t)
+		return time.Time{}, fmt.Errorf("TIME: unexpected reply %q", t)
 	}
 	return time.Unix(s, us*1000), nil
 }
@@ -394,16 +395,16 @@ func timeReply(r rueidis.RedisResult) (time.Time, error) {
 // reports whether there was such an item.
 func (p *Pool[P, T]) Delete(ctx context.Context, id string) (bool, error) {
 	if err := p.ready(ctx); err != nil {
-		return false, poolErr("pool delete", p.core.name, err)
+		return false, opErr("pool delete", p.core.name, err)
 	}
 	if err := checkItemID(id); err != nil {
-		return false, poolErr("pool delete", p.core.name, err)
+		return false, opErr("pool delete", p.core.name, err)
 	}
 	c := p.core
 	k, a := c.std(c.claim+id, c.owner(id))
 	n, err := poolDeleteScript.Exec(ctx, c.f.client, k, append(a, id)).AsInt64()
 	if err != nil {
-		return false, poolErr("pool delete", c.name, err)
+		return false, opErr("pool delete", c.name, err)
 	}
 	return n == 1, nil
 }
@@ -413,12 +414,12 @@ func (p *Pool[P, T]) Delete(ctx context.Context, id string) (bool, error) {
 // not valid items count too; List tells them apart.
 func (p *Pool[P, T]) Size(ctx context.Context) (int64, error) {
 	if err := p.ready(ctx); err != nil {
-		return 0, poolErr("pool size", p.core.name, err)
+		return 0, opErr("pool size", p.core.name, err)
 	}
 	c := p.core
 	now, err := c.serverNow(ctx)
 	if err != nil {
-		return 0, poolErr("pool size", c.name, err)
+		return 0, opErr("pool size", c.name, err)
 	}
 	cl := c.f.client
 	rs := cl.DoMulti(ctx,
@@ -426,11 +427,11 @@ func (p *Pool[P, T]) Size(ctx context.Context) (int64, error) {
 		cl.B().Zcount().Key(c.idx.Exp).Min("-inf").Max(strconv.FormatInt(now.UnixMilli(), 10)).Build())
 	n, err := rs[0].AsInt64()
 	if err != nil {
-		return 0, poolErr("pool size", c.name, err)
+		return 0, opErr("pool size", c.name, err)
 	}
 	gone, err := rs[1].AsInt64()
 	if err != nil {
-		return 0, poolErr("pool size", c.name, err)
+		return 0, opErr("pool size", c.name, err)
 	}
 	return max(n-gone, 0), nil
 }
@@ -445,9 +446,9 @@ func (p *Pool[P, T]) Size(ctx context.Context) (int64, error) {
 // correct while it runs.
 func (p *Pool[P, T]) Rebuild(ctx context.Context) error {
 	if err := p.ready(ctx); err != nil {
-		return poolErr("pool rebuild", p.core.name, err)
+		return opErr("pool rebuild", p.core.name, err)
 	}
-	return poolErr("pool rebuild", p.core.name, p.core.rebuild(ctx))
+	return opErr("pool rebuild", p.core.name, p.core.rebuild(ctx))
 }
 
 func (c *poolCore) rebuild(ctx context.Context) error {
@@ -497,7 +498,7 @@ func (c *poolCore) clean(ctx context.Context, set, field, canon string) error {
 			return err
 		}
 		if len(res) != 2 {
-			return fmt.Errorf("fleet: pool clean: unexpected reply of %d elements", len(res))
+			return unexpectedReply("pool clean", len(res))
 		}
 		if cursor, err = res[0].ToString(); err != nil {
 			return err

@@ -70,10 +70,10 @@ func (c *Claim[P, T]) Token() string { return c.token }
 // or the late script takes nothing), retrying until the Fleet closes.
 func (q *Query[P, T]) Claim(ctx context.Context, opts ClaimOptions) (*Claim[P, T], error) {
 	if err := q.ready(ctx); err != nil {
-		return nil, poolErr("pool claim", q.pool.core.name, err)
+		return nil, opErr("pool claim", q.pool.core.name, err)
 	}
 	if opts.Hold <= 0 || opts.Wait < 0 {
-		return nil, poolErr("pool claim", q.pool.core.name,
+		return nil, opErr("pool claim", q.pool.core.name,
 			fmt.Errorf("%w: hold %v must be > 0 and wait %v not negative", ErrInvalidArgument, opts.Hold, opts.Wait))
 	}
 	start := q.pool.core.f.obsStart()
@@ -82,7 +82,7 @@ func (q *Query[P, T]) Claim(ctx context.Context, opts ClaimOptions) (*Claim[P, T
 		cl, err = q.wait(ctx, opts)
 	}
 	q.pool.core.f.claimWaited(ctx, q.pool.core.name, start, cl != nil, err)
-	return cl, poolErr("pool claim", q.pool.core.name, err)
+	return cl, opErr("pool claim", q.pool.core.name, err)
 }
 
 // Claim claims any item of the pool: Where().Claim.
@@ -126,12 +126,12 @@ func (q *Query[P, T]) try(ctx context.Context, hold time.Duration, full bool) (*
 			return nil, err
 		}
 		if len(res) == 0 {
-			return nil, fmt.Errorf("fleet: pool claim: empty reply")
+			return nil, errors.New("empty reply to pool claim")
 		}
 		switch kind, _ := res[0].AsInt64(); kind {
 		case 1:
 			if len(res) != 3 {
-				return nil, fmt.Errorf("fleet: pool claim: unexpected reply of %d elements", len(res))
+				return nil, unexpectedReply("pool claim", len(res))
 			}
 			id, _ := res[1].ToString()
 			raw, _ := res[2].ToString()
@@ -205,7 +205,7 @@ func (q *Query[P, T]) try(ctx context.Context, hold time.Duration, full bool) (*
 func parseClaimReply(res []rueidis.RedisMessage) (claimReply, error) {
 	var r claimReply
 	if len(res) != 8 {
-		return r, fmt.Errorf("fleet: pool claim: unexpected reply of %d elements", len(res))
+		return r, unexpectedReply("pool claim", len(res))
 	}
 	var err error
 	if r.cursor, err = res[1].ToString(); err != nil {
@@ -236,7 +236,7 @@ func (c *poolCore) checkStepFixed(ctx context.Context, cursor string, count int)
 		return "", 0, 0, err
 	}
 	if len(res) != 3 {
-		return "", 0, 0, fmt.Errorf("fleet: pool check: unexpected reply of %d elements", len(res))
+		return "", 0, 0, unexpectedReply("pool check", len(res))
 	}
 	if next, err = res[0].ToString(); err != nil {
 		return "", 0, 0, err
@@ -402,16 +402,16 @@ func (q *Query[P, T]) wait(ctx context.Context, opts ClaimOptions) (*Claim[P, T]
 func (c *Claim[P, T]) Release(ctx context.Context) error {
 	p := c.core
 	if err := p.f.alive(ctx); err != nil {
-		return poolErr("pool release", p.name, err)
+		return opErr("pool release", p.name, err)
 	}
 	id := c.Item.ID
 	k, a := p.std(p.claim+id, p.owner(id), p.tokenKey(c.token))
 	n, err := poolReleaseScript.Exec(ctx, p.f.client, k, append(a, c.token, id)).AsInt64()
 	if err != nil {
-		return poolErr("pool release", p.name, err)
+		return opErr("pool release", p.name, err)
 	}
 	if n != 1 {
-		return poolErr("pool release", p.name, fmt.Errorf("%w: item %q", ErrLeaseLost, id))
+		return opErr("pool release", p.name, fmt.Errorf("%w: item %q", ErrLeaseLost, id))
 	}
 	c.ended.Store(true)
 	if !p.f.cache {
@@ -426,19 +426,19 @@ func (c *Claim[P, T]) Release(ctx context.Context) error {
 func (c *Claim[P, T]) Extend(ctx context.Context, hold time.Duration) error {
 	p := c.core
 	if err := p.f.alive(ctx); err != nil {
-		return poolErr("pool extend", p.name, err)
+		return opErr("pool extend", p.name, err)
 	}
 	if hold <= 0 {
-		return poolErr("pool extend", p.name, fmt.Errorf("%w: hold %v must be > 0", ErrInvalidArgument, hold))
+		return opErr("pool extend", p.name, fmt.Errorf("%w: hold %v must be > 0", ErrInvalidArgument, hold))
 	}
 	id := c.Item.ID
 	k, a := p.std(p.claim+id, p.owner(id))
 	n, err := poolExtendScript.Exec(ctx, p.f.client, k, append(a, c.token, millis(hold), id)).AsInt64()
 	if err != nil {
-		return poolErr("pool extend", p.name, err)
+		return opErr("pool extend", p.name, err)
 	}
 	if n != 1 {
-		return poolErr("pool extend", p.name, fmt.Errorf("%w: item %q", ErrLeaseLost, id))
+		return opErr("pool extend", p.name, fmt.Errorf("%w: item %q", ErrLeaseLost, id))
 	}
 	return nil
 }
@@ -453,16 +453,16 @@ func (c *Claim[P, T]) MarkBad(ctx context.Context, reason string) error {
 	_ = reason
 	p := c.core
 	if err := p.f.alive(ctx); err != nil {
-		return poolErr("pool mark bad", p.name, err)
+		return opErr("pool mark bad", p.name, err)
 	}
 	id := c.Item.ID
 	k, a := p.std(p.claim+id, p.owner(id), p.tokenKey(c.token))
 	n, err := poolMarkBadScript.Exec(ctx, p.f.client, k, append(a, c.token, id)).AsInt64()
 	if err != nil {
-		return poolErr("pool mark bad", p.name, err)
+		return opErr("pool mark bad", p.name, err)
 	}
 	if n != 1 {
-		return poolErr("pool mark bad", p.name, fmt.Errorf("%w: item %q", ErrLeaseLost, id))
+		return opErr("pool mark bad", p.name, fmt.Errorf("%w: item %q", ErrLeaseLost, id))
 	}
 	c.ended.Store(true)
 	return nil

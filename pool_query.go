@@ -52,12 +52,12 @@ func (p *Pool[P, T]) Where(filters ...Filter) *Query[P, T] {
 	for _, fl := range filters {
 		f, ok := p.fields[fl.field]
 		if !ok {
-			q.err = poolErr("pool where", p.core.name, fmt.Errorf("%w: %q is not a JSON field of the tags type", ErrUnknownField, fl.field))
+			q.err = opErr("pool where", p.core.name, fmt.Errorf("%w: %q is not a JSON field of the tags type", ErrUnknownField, fl.field))
 			return q
 		}
 		c, err := f.canonOf(fl.value)
 		if err != nil {
-			q.err = poolErr("pool where", p.core.name, err)
+			q.err = opErr("pool where", p.core.name, err)
 			return q
 		}
 		cf := canonFilter{field: f.name, canon: c}
@@ -100,16 +100,16 @@ func (q *Query[P, T]) ready(ctx context.Context) error {
 // it are all the good ones.
 func (q *Query[P, T]) List(ctx context.Context) ([]Item[P, T], error) {
 	if err := q.ready(ctx); err != nil {
-		return nil, poolErr("pool list", q.pool.core.name, err)
+		return nil, opErr("pool list", q.pool.core.name, err)
 	}
 	c := q.pool.core
 	k, a := c.std()
 	if err := poolPruneScript.Exec(ctx, c.f.client, k, append(a, strconv.Itoa(c.opts.PruneBatch))).Error(); err != nil {
-		return nil, poolErr("pool list", c.name, err)
+		return nil, opErr("pool list", c.name, err)
 	}
 	now, err := c.serverNow(ctx)
 	if err != nil {
-		return nil, poolErr("pool list", c.name, err)
+		return nil, opErr("pool list", c.name, err)
 	}
 	var items []Item[P, T]
 	var bad *BadItemsError
@@ -117,7 +117,7 @@ func (q *Query[P, T]) List(ctx context.Context) ([]Item[P, T], error) {
 	for cursor := uint64(0); ; {
 		e, err := cl.Do(ctx, cl.B().Hscan().Key(c.hash).Cursor(cursor).Count(1000).Build()).AsScanEntry()
 		if err != nil {
-			return nil, poolErr("pool list", c.name, err)
+			return nil, opErr("pool list", c.name, err)
 		}
 		for i := 0; i+1 < len(e.Elements); i += 2 {
 			id, raw := e.Elements[i], e.Elements[i+1]

@@ -2,7 +2,6 @@ package fleet
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -64,7 +63,7 @@ func sweepPools(ctx context.Context, f *Fleet, budget int) (poolSweepStats, erro
 		}
 		st.Pools++
 		if err := newPoolCore(f, name, o).sweep(ctx, per, &st); err != nil {
-			return st, poolErr("pool sweep", name, err)
+			return st, opErr("pool sweep", name, err)
 		}
 	}
 	return st, nil
@@ -107,7 +106,7 @@ func (c *poolCore) sweep(ctx context.Context, budget int, st *poolSweepStats) er
 				return err
 			}
 			if len(res) != 2 {
-				return fmt.Errorf("fleet: pool clean: unexpected reply of %d elements", len(res))
+				return unexpectedReply("pool clean", len(res))
 			}
 			if next, err = res[0].ToString(); err != nil {
 				return err

@@ -228,10 +228,10 @@ func (f *Fleet) storedPolicy(ctx context.Context, k string) (QueuePolicy, bool, 
 // first reached Redis). May return ErrUnavailable.
 func (q *Queue[T]) Policy(ctx context.Context) (QueuePolicy, bool, error) {
 	if err := q.ready(ctx); err != nil {
-		return QueuePolicy{}, false, queueErr("policy", q.name, err)
+		return QueuePolicy{}, false, opErr("policy", q.name, err)
 	}
 	p, ok, err := q.f.storedPolicy(ctx, q.k.Policy)
-	return p, ok, queueErr("policy", q.name, err)
+	return p, ok, opErr("policy", q.name, err)
 }
 
 // Queue is a typed task queue (fleet:queue:<name> and its :processing,
@@ -401,7 +401,7 @@ func validationFields(err error) string {
 func newTaskID() (string, error) {
 	id, err := uuid.NewV7()
 	if err != nil {
-		return "", fmt.Errorf("fleet: task id: %w", err)
+		return "", fmt.Errorf("task id: %w", err)
 	}
 	return id.String(), nil
 }

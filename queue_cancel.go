@@ -45,10 +45,10 @@ var queueCancelScript = script("queue_cancel.lua")
 func (q *Queue[T]) Cancel(ctx context.Context, id string) error {
 	const op = "cancel"
 	if err := q.ready(ctx); err != nil {
-		return queueErr(op, q.name, err)
+		return opErr(op, q.name, err)
 	}
 	if id == "" || len(id) > 1024 {
-		return queueErr(op, q.name, fmt.Errorf("%w: task id of %d bytes", ErrInvalidArgument, len(id)))
+		return opErr(op, q.name, fmt.Errorf("%w: task id of %d bytes", ErrInvalidArgument, len(id)))
 	}
 	// A sharded queue: every shard is asked at once (queue_shard.go); the
 	// task is in one of them at most.
@@ -83,7 +83,7 @@ func (q *Queue[T]) Cancel(ctx context.Context, id string) error {
 	case n == 4:
 		err = fmt.Errorf("%w: task %s is done", ErrTaskFinished, id)
 	}
-	return queueErr(op, q.name, err)
+	return opErr(op, q.name, err)
 }
 
 // cancelWatch is a batch worker's side of Cancel: the handlers it runs, by
@@ -201,5 +201,5 @@ func (b *batch[C, O, P]) endCanceled(ctx context.Context, t *Task[P], err error)
 	if berr := t.DeadLetter(ctx, err); berr != nil {
 		b.w.log.Warn("fleet: worker could not end a canceled task", "task", t.ID, "err", berr)
 	}
-	return fmt.Errorf("task %s: %w", t.ID, err)
+	return within("task "+t.ID, err)
 }

@@ -19,37 +19,6 @@ const snoozeWake = time.Minute
 // did not use.
 const refundTimeout = time.Second
 
-// ErrRateLimited is what a RateLimitedError is (errors.Is): a handler that
-// was refused by a rate limit, not a task that failed.
-var ErrRateLimited = errors.New("fleet: rate limited")
-
-// RateLimitedError is a handler's way to say it was rate limited (by a
-// Limiter, or by the remote side: HTTP 429 with Retry-After): a batch
-// worker puts the task back in :scheduled, due after RetryAfter, without
-// counting an attempt, instead of nacking it. Build it with RateLimited.
-type RateLimitedError struct {
-	// RetryAfter is how long the task waits before it is due again (on the
-	// server's clock); a negative one counts as zero.
-	RetryAfter time.Duration
-}
-
-// Error says for how long.
-func (e *RateLimitedError) Error() string {
-	return fmt.Sprintf("fleet: rate limited: retry after %v", e.RetryAfter)
-}
-
-// Is makes errors.Is(err, ErrRateLimited) true.
-func (e *RateLimitedError) Is(target error) bool { return target == ErrRateLimited }
-
-// RateLimited returns the error a BatchAutomation's Handle returns when it
-// was rate limited: the task goes back to :scheduled, due after
-// retryAfter, and no attempt is counted (as asynq's IsFailure lets an error
-// through uncounted). Use a Limiter's LimitResult.RetryAfter, or the remote
-// side's Retry-After.
-func RateLimited(retryAfter time.Duration) error {
-	return &RateLimitedError{RetryAfter: retryAfter}
-}
-
 // Snooze ends the reservation without counting an attempt: the task goes,
 // unchanged, to :scheduled, due after (server clock; a negative after
 // counts as zero). It is what a batch worker does for a handler that
@@ -61,7 +30,7 @@ func RateLimited(retryAfter time.Duration) error {
 func (t *Task[T]) Snooze(ctx context.Context, after time.Duration) error {
 	q := t.q
 	if err := q.ready(ctx); err != nil {
-		return queueErr("snooze", q.name, err)
+		return opErr("snooze", q.name, err)
 	}
 	keys := []string{q.k.Processing, q.k.Body, q.k.Lease, q.k.Scheduled, q.k.Dead, q.k.Dedup}
 	delay := millis(max(after, 0))
@@ -73,7 +42,7 @@ func (t *Task[T]) Snooze(ctx context.Context, after time.Duration) error {
 	case at == 0:
 		err = fmt.Errorf("%w: task %s", ErrLeaseLost, t.ID)
 	case at < 0:
-		return queueErr("snooze", q.name, t.buriedCanceled(ctx))
+		return opErr("snooze", q.name, t.buriedCanceled(ctx))
 	}
 	if err == nil && after <= snoozeWake {
 		// Wake this process's reserves when the task is due: an idle
@@ -85,7 +54,7 @@ func (t *Task[T]) Snooze(ctx context.Context, after time.Duration) error {
 			q.f.watch.pokeAll(q.k.Pending)
 		})
 	}
-	return queueErr("snooze", q.name, err)
+	return opErr("snooze", q.name, err)
 }
 
 // snoozeLimited snoozes t for the retry-after of err, a RateLimitedError.
@@ -105,7 +74,7 @@ func (o QueueOptions) rateLimit(f *Fleet) error {
 	case l.f != f:
 		return fmt.Errorf("%w: QueueOptions.RateLimit %q belongs to another Fleet", ErrInvalidArgument, l.name)
 	case l.err != nil:
-		return fmt.Errorf("QueueOptions.RateLimit: %w", l.err)
+		return within("QueueOptions.RateLimit", l.err)
 	}
 	return nil
 }

@@ -24,10 +24,10 @@ var (
 func (t *Task[T]) SetResult(v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
-		return queueErr("set result", t.q.name, fmt.Errorf("%w: cannot encode %T as JSON: %w", ErrInvalidArgument, v, err))
+		return opErr("set result", t.q.name, fmt.Errorf("%w: cannot encode %T as JSON: %w", ErrInvalidArgument, v, err))
 	}
 	if len(b) > t.q.opts.MaxPayloadBytes {
-		return queueErr("set result", t.q.name, fmt.Errorf("%w: result of %d bytes, more than MaxPayloadBytes %d", ErrInvalidArgument, len(b), t.q.opts.MaxPayloadBytes))
+		return opErr("set result", t.q.name, fmt.Errorf("%w: result of %d bytes, more than MaxPayloadBytes %d", ErrInvalidArgument, len(b), t.q.opts.MaxPayloadBytes))
 	}
 	t.result.Store(&b)
 	return nil
@@ -135,10 +135,10 @@ func (q *Queue[T]) Lookup(ctx context.Context, id string) (TaskRecord, error) {
 	const op = "lookup"
 	r := TaskRecord{ID: id}
 	if err := q.ready(ctx); err != nil {
-		return r, queueErr(op, q.name, err)
+		return r, opErr(op, q.name, err)
 	}
 	if id == "" || len(id) > 1024 {
-		return r, queueErr(op, q.name, fmt.Errorf("%w: task id of %d bytes", ErrInvalidArgument, len(id)))
+		return r, opErr(op, q.name, fmt.Errorf("%w: task id of %d bytes", ErrInvalidArgument, len(id)))
 	}
 	// A sharded queue: every shard is asked at once (queue_shard.go), and
 	// the shard that holds the task answers.
@@ -152,14 +152,14 @@ func (q *Queue[T]) Lookup(ctx context.Context, id string) (TaskRecord, error) {
 	for _, rr := range queueLookupScript.ExecMulti(ctx, q.f.client, execs...) {
 		got, err := rr.AsStrSlice()
 		if err != nil {
-			return r, queueErr(op, q.name, err)
+			return r, opErr(op, q.name, err)
 		}
 		if len(got) > 0 && got[0] != "none" && (len(res) == 0 || res[0] == "none") {
 			res = got
 		}
 	}
 	if len(res) == 0 || res[0] == "none" {
-		return r, queueErr(op, q.name, fmt.Errorf("%w: %s", ErrTaskNotFound, id))
+		return r, opErr(op, q.name, fmt.Errorf("%w: %s", ErrTaskNotFound, id))
 	}
 	if u, err := uuid.Parse(id); err == nil && u.Version() == 7 {
 		sec, nsec := u.Time().UnixTime()
@@ -230,10 +230,10 @@ func ResultOf[R, T any](ctx context.Context, q *Queue[T], id string) (R, error) 
 		return r, err
 	}
 	if rec.Status != TaskDone {
-		return r, queueErr("result", q.name, fmt.Errorf("%w: task %s is %s, not done", ErrTaskNotFound, id, rec.Status))
+		return r, opErr("result", q.name, fmt.Errorf("%w: task %s is %s, not done", ErrTaskNotFound, id, rec.Status))
 	}
 	if err := json.Unmarshal(rec.Result, &r); err != nil {
-		return r, queueErr("result", q.name, fmt.Errorf("%w: result of task %s into %T: %w", ErrDecode, id, r, err))
+		return r, opErr("result", q.name, fmt.Errorf("%w: result of task %s into %T: %w", ErrDecode, id, r, err))
 	}
 	return r, nil
 }

@@ -39,10 +39,10 @@ type QueueStats struct {
 func (q *Queue[T]) Stats(ctx context.Context) (QueueStats, error) {
 	var s QueueStats
 	if err := q.ready(ctx); err != nil {
-		return s, queueErr("stats", q.name, err)
+		return s, opErr("stats", q.name, err)
 	}
 	s, err := q.f.shardStats(ctx, q.k.Paused, q.f.shardKeys(q.name, q.spanOf(ctx)))
-	return s, queueErr("stats", q.name, err)
+	return s, opErr("stats", q.name, err)
 }
 
 // shardStats counts the tasks of the shards ks of a queue, in one round
@@ -126,17 +126,17 @@ func parseDead(raw string) DeadLetter {
 // May return ErrInvalidArgument, ErrWrongType, ErrUnavailable.
 func (q *Queue[T]) DeadLetters(ctx context.Context, offset, count int) ([]DeadLetter, error) {
 	if err := q.ready(ctx); err != nil {
-		return nil, queueErr("dead letters", q.name, err)
+		return nil, opErr("dead letters", q.name, err)
 	}
 	if offset < 0 || count < 0 {
-		return nil, queueErr("dead letters", q.name, fmt.Errorf("%w: offset %d and count %d may not be negative", ErrInvalidArgument, offset, count))
+		return nil, opErr("dead letters", q.name, fmt.Errorf("%w: offset %d and count %d may not be negative", ErrInvalidArgument, offset, count))
 	}
 	if count == 0 {
 		return nil, nil
 	}
 	raws, err := q.deadRange(ctx, offset, offset+count-1)
 	if err != nil {
-		return nil, queueErr("dead letters", q.name, err)
+		return nil, opErr("dead letters", q.name, err)
 	}
 	out := make([]DeadLetter, len(raws))
 	for i, r := range raws {
@@ -231,7 +231,7 @@ func (q *Queue[T]) requeueDead(ctx context.Context, args []string) (int, map[str
 		return 0, nil, err
 	}
 	if len(res)%2 != 1 {
-		return 0, nil, fmt.Errorf("fleet: requeue dead: unexpected reply of %d elements", len(res))
+		return 0, nil, unexpectedReply("requeue dead", len(res))
 	}
 	moved, _ := res[0].AsInt64()
 	var held map[string]string
@@ -254,27 +254,27 @@ func (q *Queue[T]) requeueDead(ctx context.Context, args []string) (int, map[str
 // back, so a SubmitWith with that key finds it again; when another live
 // task holds the key now, the dead letter stays where it is and
 // RequeueDead returns ErrDuplicate, naming the holder. May return
-// ErrNoDeadLetter (no such dead letter, or poison that cannot be re-queued),
+// ErrDeadLetterNotFound (no such dead letter, or poison that cannot be re-queued),
 // ErrDuplicate, ErrWrongType, ErrUnavailable.
 func (q *Queue[T]) RequeueDead(ctx context.Context, id string) error {
 	if err := q.ready(ctx); err != nil {
-		return queueErr("requeue dead", q.name, err)
+		return opErr("requeue dead", q.name, err)
 	}
 	// A sharded queue: the dead letter goes back on its own shard.
 	for _, s := range q.shardsOf(ctx) {
 		err := s.requeueDeadOne(ctx, id)
-		if !errors.Is(err, ErrNoDeadLetter) {
+		if !errors.Is(err, ErrDeadLetterNotFound) {
 			return err
 		}
 	}
-	return queueErr("requeue dead", q.name, fmt.Errorf("%w: task %q", ErrNoDeadLetter, id))
+	return opErr("requeue dead", q.name, fmt.Errorf("%w: task %q", ErrDeadLetterNotFound, id))
 }
 
 // requeueDeadOne is RequeueDead on the shard of q's keys.
 func (q *Queue[T]) requeueDeadOne(ctx context.Context, id string) error {
 	raws, err := q.deadRangeOne(ctx, 0, -1)
 	if err != nil {
-		return queueErr("requeue dead", q.name, err)
+		return opErr("requeue dead", q.name, err)
 	}
 	for _, r := range raws {
 		d := parseDead(r)
@@ -287,16 +287,16 @@ func (q *Queue[T]) requeueDeadOne(ctx context.Context, id string) error {
 		}
 		n, held, err := q.requeueDead(ctx, args)
 		if err != nil {
-			return queueErr("requeue dead", q.name, err)
+			return opErr("requeue dead", q.name, err)
 		}
 		if holder, ok := held[id]; ok {
-			return queueErr("requeue dead", q.name, fmt.Errorf("%w: task %q's dedup key %q is held by live task %q", ErrDuplicate, id, args[3], holder))
+			return opErr("requeue dead", q.name, fmt.Errorf("%w: task %q's dedup key %q is held by live task %q", ErrDuplicate, id, args[3], holder))
 		}
 		if n == 1 {
 			return nil
 		}
 	}
-	return queueErr("requeue dead", q.name, fmt.Errorf("%w: task %q", ErrNoDeadLetter, id))
+	return opErr("requeue dead", q.name, fmt.Errorf("%w: task %q", ErrDeadLetterNotFound, id))
 }
 
 // RequeueAllDead puts every dead letter that is a task back on the queue,
@@ -306,7 +306,7 @@ func (q *Queue[T]) requeueDeadOne(ctx context.Context, id string) error {
 // May return ErrWrongType, ErrUnavailable.
 func (q *Queue[T]) RequeueAllDead(ctx context.Context) (int, error) {
 	if err := q.ready(ctx); err != nil {
-		return 0, queueErr("requeue dead", q.name, err)
+		return 0, opErr("requeue dead", q.name, err)
 	}
 	total := 0
 	for _, s := range q.shardsOf(ctx) { // a sharded queue: each shard's in it
@@ -323,7 +323,7 @@ func (q *Queue[T]) RequeueAllDead(ctx context.Context) (int, error) {
 func (q *Queue[T]) requeueAllDeadOne(ctx context.Context) (int, error) {
 	raws, err := q.deadRangeOne(ctx, 0, -1)
 	if err != nil {
-		return 0, queueErr("requeue dead", q.name, err)
+		return 0, opErr("requeue dead", q.name, err)
 	}
 	moved := 0
 	var args []string
@@ -342,12 +342,12 @@ func (q *Queue[T]) requeueAllDeadOne(ctx context.Context) (int, error) {
 		}
 		if len(args) >= 2000 {
 			if err := flush(); err != nil {
-				return moved, queueErr("requeue dead", q.name, err)
+				return moved, opErr("requeue dead", q.name, err)
 			}
 		}
 	}
 	if err := flush(); err != nil {
-		return moved, queueErr("requeue dead", q.name, err)
+		return moved, opErr("requeue dead", q.name, err)
 	}
 	return moved, nil
 }
@@ -356,14 +356,14 @@ func (q *Queue[T]) requeueAllDeadOne(ctx context.Context) (int, error) {
 // return ErrWrongType, ErrUnavailable.
 func (q *Queue[T]) PurgeDead(ctx context.Context) (int64, error) {
 	if err := q.ready(ctx); err != nil {
-		return 0, queueErr("purge dead", q.name, err)
+		return 0, opErr("purge dead", q.name, err)
 	}
 	var total int64
 	for _, s := range q.shardsOf(ctx) {
 		n, err := queueDeadPurgeScript.Exec(ctx, q.f.client, []string{s.k.Dead}, nil).AsInt64()
 		total += n
 		if err != nil {
-			return total, queueErr("purge dead", q.name, err)
+			return total, opErr("purge dead", q.name, err)
 		}
 	}
 	return total, nil

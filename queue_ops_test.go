@@ -24,7 +24,7 @@ func TestSubmitJSON(t *testing.T) {
 			want             error
 			in               string // a part of the message
 		}{
-			{"unknown queue", "nope", `{"url":"https://example.com","n":1}`, fleet.ErrUnknownQueue, `"nope"`},
+			{"unknown queue", "nope", `{"url":"https://example.com","n":1}`, fleet.ErrQueueNotFound, `"nope"`},
 			{"syntax", "http", `{"url":`, fleet.ErrInvalidJSON, "unexpected EOF"},
 			{"unknown field", "http", `{"url":"https://example.com","n":1,"x":2}`, fleet.ErrInvalidJSON, `unknown field "x"`},
 			{"wrong type", "http", `{"url":"https://example.com","n":"1"}`, fleet.ErrInvalidJSON, "cannot unmarshal"},
@@ -41,7 +41,7 @@ func TestSubmitJSON(t *testing.T) {
 			if !errors.Is(err, c.want) || id != "" || !strings.Contains(err.Error(), c.in) {
 				t.Errorf("%s: SubmitJSON = %q, %v; want %v containing %q", c.name, id, err, c.want, c.in)
 			}
-			for _, other := range []error{fleet.ErrUnknownQueue, fleet.ErrInvalidJSON, fleet.ErrInvalidPayload, fleet.ErrPayloadTooLarge} {
+			for _, other := range []error{fleet.ErrQueueNotFound, fleet.ErrInvalidJSON, fleet.ErrInvalidPayload, fleet.ErrPayloadTooLarge} {
 				if other != c.want && errors.Is(err, other) {
 					t.Errorf("%s: %v is also %v", c.name, err, other)
 				}
@@ -86,7 +86,7 @@ func TestQueueBadInput(t *testing.T) {
 				t.Errorf("options %+v: Submit = %v, Err = %v", o, err, q.Err())
 			}
 		}
-		if _, err := e.F.SubmitJSON(ctx(t), "opts", []byte(`{}`)); !errors.Is(err, fleet.ErrUnknownQueue) {
+		if _, err := e.F.SubmitJSON(ctx(t), "opts", []byte(`{}`)); !errors.Is(err, fleet.ErrQueueNotFound) {
 			t.Errorf("a queue with bad options is not registered for SubmitJSON: %v", err)
 		}
 		if q := fleet.NewQueue[job](nil, "x", fleet.QueueOptions{}); !errors.Is(q.Err(), fleet.ErrInvalidArgument) {
@@ -286,7 +286,7 @@ func TestQueueDeadLetterOps(t *testing.T) {
 		if err := q.RequeueDead(ctx(t), ids[2]); err != nil {
 			t.Fatal(err)
 		}
-		if err := q.RequeueDead(ctx(t), ids[2]); !errors.Is(err, fleet.ErrNoDeadLetter) {
+		if err := q.RequeueDead(ctx(t), ids[2]); !errors.Is(err, fleet.ErrDeadLetterNotFound) {
 			t.Fatalf("second RequeueDead = %v", err)
 		}
 		if l := e.lrange(t, k.Pending); len(l) != 1 || l[0] != `{"attempts":0,"id":"`+ids[2]+`","payload":{"url":"https://example.com/3","n":3}}` {

@@ -18,23 +18,23 @@ import (
 // holds across restarts until Resume. Queue.Reserve, called by your own
 // code, is not held back: check Paused there. May return ErrUnavailable.
 func (q *Queue[T]) Pause(ctx context.Context) error {
-	return queueErr("pause", q.name, q.setPaused(ctx, true))
+	return opErr("pause", q.name, q.setPaused(ctx, true))
 }
 
 // Resume resumes a paused queue (a queue that is not paused stays as it
 // is). May return ErrUnavailable.
 func (q *Queue[T]) Resume(ctx context.Context) error {
-	return queueErr("resume", q.name, q.setPaused(ctx, false))
+	return opErr("resume", q.name, q.setPaused(ctx, false))
 }
 
 // Paused reports whether the queue is paused, read through the client-side
 // cache (free while the flag does not change). May return ErrUnavailable.
 func (q *Queue[T]) Paused(ctx context.Context) (bool, error) {
 	if err := q.ready(ctx); err != nil {
-		return false, queueErr("paused", q.name, err)
+		return false, opErr("paused", q.name, err)
 	}
 	v, err := q.f.track(ctx, q.k.Paused)
-	return v != nil, queueErr("paused", q.name, err)
+	return v != nil, opErr("paused", q.name, err)
 }
 
 func (q *Queue[T]) setPaused(ctx context.Context, paused bool) error {
@@ -57,36 +57,36 @@ func (q *Queue[T]) setPaused(ctx context.Context, paused bool) error {
 
 // PauseQueue pauses queue name (Queue.Pause, by name). The queue must be
 // known: in the registry fleet:queues, or made by NewQueue in this process.
-// May return ErrInvalidName, ErrUnknownQueue (nothing is written),
+// May return ErrInvalidName, ErrQueueNotFound (nothing is written),
 // ErrUnavailable.
 func (f *Fleet) PauseQueue(ctx context.Context, name string) error {
 	return f.pauseQueue(ctx, "pause", name, true)
 }
 
 // ResumeQueue resumes queue name (Queue.Resume, by name). May return
-// ErrInvalidName, ErrUnknownQueue, ErrUnavailable.
+// ErrInvalidName, ErrQueueNotFound, ErrUnavailable.
 func (f *Fleet) ResumeQueue(ctx context.Context, name string) error {
 	return f.pauseQueue(ctx, "resume", name, false)
 }
 
 func (f *Fleet) pauseQueue(ctx context.Context, op, name string, paused bool) error {
 	if err := keys.Check(keys.KindQueue, name); err != nil {
-		return queueErr(op, name, err)
+		return opErr(op, name, err)
 	}
 	if err := f.alive(ctx); err != nil {
-		return queueErr(op, name, err)
+		return opErr(op, name, err)
 	}
 	if _, ok := f.queues.Load(name); !ok {
 		c := f.client
 		known, err := c.Do(ctx, c.B().Sismember().Key(f.keys.Queues()).Member(name).Build()).AsBool()
 		if err != nil {
-			return queueErr(op, name, err)
+			return opErr(op, name, err)
 		}
 		if !known {
-			return queueErr(op, name, fmt.Errorf("%w: %q is not in the queue registry", ErrUnknownQueue, name))
+			return opErr(op, name, fmt.Errorf("%w: %q is not in the queue registry", ErrQueueNotFound, name))
 		}
 	}
-	return queueErr(op, name, f.adminQueue(name).setPaused(ctx, paused))
+	return opErr(op, name, f.adminQueue(name).setPaused(ctx, paused))
 }
 
 // pauseGate is a batch worker's view of its queue's paused flag: read

@@ -92,8 +92,8 @@ func TestQueuePauseBadInput(t *testing.T) {
 			want error
 			text string
 		}{
-			{e.F.PauseQueue(c, "nosuch"), fleet.ErrUnknownQueue, `"nosuch"`},
-			{e.F.ResumeQueue(c, "nosuch"), fleet.ErrUnknownQueue, `"nosuch"`},
+			{e.F.PauseQueue(c, "nosuch"), fleet.ErrQueueNotFound, `"nosuch"`},
+			{e.F.ResumeQueue(c, "nosuch"), fleet.ErrQueueNotFound, `"nosuch"`},
 			{e.F.PauseQueue(c, "a:b"), fleet.ErrInvalidName, `"a:b"`},
 		} {
 			if !errors.Is(tc.err, tc.want) || !strings.Contains(tc.err.Error(), tc.text) {

@@ -17,7 +17,7 @@ var queueReleaseScript = script("queue_release.lua")
 func (t *Task[T]) Release(ctx context.Context) error {
 	q := t.q
 	if err := q.ready(ctx); err != nil {
-		return queueErr("release", q.name, err)
+		return opErr("release", q.name, err)
 	}
 	keys := []string{q.k.Pending, q.k.Processing, q.k.Body, q.k.Lease, q.k.Dead, q.k.Dedup}
 	n, err := withCanceledEntry(func(entry string) (int64, error) {
@@ -32,7 +32,7 @@ func (t *Task[T]) Release(ctx context.Context) error {
 	default:
 		err = fmt.Errorf("%w: task %s", ErrLeaseLost, t.ID)
 	}
-	return queueErr("release", q.name, err)
+	return opErr("release", q.name, err)
 }
 
 // withCanceledEntry runs an ending script (release, snooze, nack) through

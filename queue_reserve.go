@@ -33,28 +33,22 @@ import (
 func (q *Queue[T]) Reserve(ctx context.Context, n int, wait time.Duration) ([]*Task[T], error) {
 	const op = "reserve"
 	if err := q.ready(ctx); err != nil {
-		return nil, queueErr(op, q.name, err)
+		return nil, opErr(op, q.name, err)
 	}
 	if n < 1 || n > MaxReserve {
-		return nil, queueErr(op, q.name, fmt.Errorf("%w: n %d is not in [1, %d]", ErrInvalidArgument, n, MaxReserve))
+		return nil, opErr(op, q.name, fmt.Errorf("%w: n %d is not in [1, %d]", ErrInvalidArgument, n, MaxReserve))
 	}
 	if wait < 0 {
-		return nil, queueErr(op, q.name, fmt.Errorf("%w: wait %v is negative", ErrInvalidArgument, wait))
+		return nil, opErr(op, q.name, fmt.Errorf("%w: wait %v is negative", ErrInvalidArgument, wait))
 	}
 	tasks, st, err := q.reserve(ctx, n, false)
 	if len(tasks) > 0 || wait == 0 || (err != nil && !transient(err)) {
-		return tasks, queueErr(op, q.name, err)
+		return tasks, opErr(op, q.name, err)
 	}
 	w := q.listen(ctx)
 	defer w.stop()
 	tasks, err = q.await(ctx, n, wait, st, err, w)
-	return tasks, queueErr(op, q.name, err)
-}
-
-// transient reports whether err may go away by itself (a connection that
-// broke, a server that restarts).
-func transient(err error) bool {
-	return errors.Is(err, ErrUnavailable) || (classify(err) == ErrUnavailable && !errors.Is(err, ErrClosed))
+	return tasks, opErr(op, q.name, err)
 }
 
 // reserveState is what a reserve call learned about the queue.
@@ -252,7 +246,7 @@ func (q *Queue[T]) reserveShardAs(ctx context.Context, n int, wantLeft bool, own
 		return nil, st, err
 	}
 	if len(res) < 5 {
-		return nil, st, fmt.Errorf("fleet: reserve: unexpected reply of %d elements", len(res))
+		return nil, st, unexpectedReply("reserve", len(res))
 	}
 	st.acks, _ = res[4].ToString()
 	if (len(res)-5)%3 == 1 {
@@ -264,7 +258,7 @@ func (q *Queue[T]) reserveShardAs(ctx context.Context, n int, wantLeft bool, own
 		return nil, st, errors.New(msg)
 	}
 	if (len(res)-5)%3 != 0 {
-		return nil, st, fmt.Errorf("fleet: reserve: unexpected reply of %d elements", len(res))
+		return nil, st, unexpectedReply("reserve", len(res))
 	}
 	nowStr, _ := res[0].ToString()
 	now, _ := strconv.ParseInt(nowStr, 10, 64)

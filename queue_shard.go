@@ -2,7 +2,6 @@ package fleet
 
 import (
 	"context"
-	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
 	"strconv"
@@ -354,7 +353,7 @@ func (f *Fleet) shardState(ctx context.Context, k keys.Queue, grace time.Duratio
 		return 1, 1, err
 	}
 	if len(res) != 2 {
-		return 1, 1, fmt.Errorf("fleet: shards: unexpected reply of %d elements", len(res))
+		return 1, 1, unexpectedReply("shards", len(res))
 	}
 	return int(min(max(res[0], 1), keys.MaxShards)), int(min(max(res[1], 1), keys.MaxShards)), nil
 }

@@ -260,7 +260,7 @@ func TestQueueShardsAdmin(t *testing.T) {
 		if err := other.CancelTask(c, "adm", "0190aaaa-0000-7000-8000-000000000000"); !errors.Is(err, fleet.ErrTaskNotFound) {
 			t.Fatalf("cancel of an unknown id: %v", err)
 		}
-		if err := q.RequeueDead(c, "0190aaaa-0000-7000-8000-000000000000"); !errors.Is(err, fleet.ErrNoDeadLetter) {
+		if err := q.RequeueDead(c, "0190aaaa-0000-7000-8000-000000000000"); !errors.Is(err, fleet.ErrDeadLetterNotFound) {
 			t.Fatalf("requeue of an unknown id: %v", err)
 		}
 		n, err := other.PurgeDead(c, "adm")

@@ -47,7 +47,7 @@ func (q *Queue[T]) SubmitMany(ctx context.Context, payloads []T) ([]string, erro
 
 func (q *Queue[T]) submitMany(ctx context.Context, op string, payloads []T) ([]string, error) {
 	if err := q.ready(ctx); err != nil {
-		return nil, queueErr(op, q.name, err)
+		return nil, opErr(op, q.name, err)
 	}
 	if len(payloads) == 0 {
 		return nil, nil
@@ -58,25 +58,25 @@ func (q *Queue[T]) submitMany(ctx context.Context, op string, payloads []T) ([]s
 		b, err := q.encodePayload(p)
 		if err != nil {
 			if len(payloads) > 1 {
-				err = fmt.Errorf("payload %d: %w", i, err)
+				err = within("payload "+strconv.Itoa(i), err)
 			}
-			return nil, queueErr(op, q.name, err)
+			return nil, opErr(op, q.name, err)
 		}
 		if ids[i], err = newTaskID(); err != nil {
-			return nil, queueErr(op, q.name, err)
+			return nil, opErr(op, q.name, err)
 		}
 		bodies[i] = newBody(ids[i], b, "")
 	}
 	done := q.f.observeSubmit(ctx, q.name, ids, bodies, time.Time{}, "")
 	if err := q.register(ctx); err != nil {
 		done.call(0, err)
-		return nil, queueErr(op, q.name, err)
+		return nil, opErr(op, q.name, err)
 	}
 	c := q.f.client
 	s := q.pick("") // a sharded queue: the whole batch goes to one shard, round-robin
 	if err := c.Do(ctx, c.B().Rpush().Key(s.k.Pending).Element(bodies...).Build()).Error(); err != nil {
 		done.call(0, err)
-		return nil, queueErr(op, q.name, err)
+		return nil, opErr(op, q.name, err)
 	}
 	done.call(len(ids), nil)
 	s.wakeLocal()
@@ -116,13 +116,13 @@ type SubmitOptions struct {
 func (q *Queue[T]) SubmitWith(ctx context.Context, payload T, opts SubmitOptions) (string, error) {
 	const op = "submit"
 	if err := q.ready(ctx); err != nil {
-		return "", queueErr(op, q.name, err)
+		return "", opErr(op, q.name, err)
 	}
 	if opts.DedupKey != "" && (len(opts.DedupKey) > keys.MaxNameLen || !isText(opts.DedupKey)) {
-		return "", queueErr(op, q.name, fmt.Errorf("%w: dedup key of %d bytes must be valid text of at most %d bytes", ErrInvalidArgument, len(opts.DedupKey), keys.MaxNameLen))
+		return "", opErr(op, q.name, fmt.Errorf("%w: dedup key of %d bytes must be valid text of at most %d bytes", ErrInvalidArgument, len(opts.DedupKey), keys.MaxNameLen))
 	}
 	if opts.ShardKey != "" && opts.DedupKey != "" && opts.ShardKey != opts.DedupKey && q.opts.Shards > 1 {
-		return "", queueErr(op, q.name, fmt.Errorf("%w: ShardKey %q and DedupKey %q differ: a task with a dedup key goes to its dedup key's shard (leave ShardKey empty, or make them equal)", ErrInvalidArgument, opts.ShardKey, opts.DedupKey))
+		return "", opErr(op, q.name, fmt.Errorf("%w: ShardKey %q and DedupKey %q differ: a task with a dedup key goes to its dedup key's shard (leave ShardKey empty, or make them equal)", ErrInvalidArgument, opts.ShardKey, opts.DedupKey))
 	}
 	route := opts.DedupKey
 	if route == "" {
@@ -134,11 +134,11 @@ func (q *Queue[T]) SubmitWith(ctx context.Context, payload T, opts SubmitOptions
 	}
 	b, err := q.encodePayload(payload)
 	if err != nil {
-		return "", queueErr(op, q.name, err)
+		return "", opErr(op, q.name, err)
 	}
 	id, err := newTaskID()
 	if err != nil {
-		return "", queueErr(op, q.name, err)
+		return "", opErr(op, q.name, err)
 	}
 	readyAt := ""
 	if !opts.NotBefore.IsZero() {
@@ -148,13 +148,13 @@ func (q *Queue[T]) SubmitWith(ctx context.Context, payload T, opts SubmitOptions
 	done := q.f.observeSubmitOne(ctx, q.name, id, &body, opts.NotBefore, opts.DedupKey)
 	if err := q.register(ctx); err != nil {
 		done.call(0, err)
-		return "", queueErr(op, q.name, err)
+		return "", opErr(op, q.name, err)
 	}
 	got, err := queueSubmitScript.Exec(ctx, q.f.client, []string{s.k.Pending, s.k.Scheduled, s.k.Dedup},
 		[]string{id, body, opts.DedupKey, readyAt}).ToString()
 	done.call(boolInt(err == nil && got == id), err)
 	if err != nil {
-		return "", queueErr(op, q.name, err)
+		return "", opErr(op, q.name, err)
 	}
 	switch {
 	case got != id:
@@ -179,7 +179,7 @@ func secondsString(t time.Time) string {
 // SubmitJSON decodes raw strictly into the payload type of the queue named
 // queue (unknown fields and trailing data are refused), validates it, and
 // submits it. The queue must have been made by NewQueue in this process.
-// The errors tell an HTTP front end what to answer: ErrUnknownQueue (404),
+// The errors tell an HTTP front end what to answer: ErrQueueNotFound (404),
 // ErrInvalidJSON (400, an empty body too), ErrPayloadTooLarge (413),
 // ErrInvalidPayload (422); nothing is written for any.
 func (f *Fleet) SubmitJSON(ctx context.Context, queue string, raw []byte) (string, error) {
@@ -192,26 +192,26 @@ func (f *Fleet) SubmitJSON(ctx context.Context, queue string, raw []byte) (strin
 func (f *Fleet) SubmitJSONWith(ctx context.Context, queue string, raw []byte, opts SubmitOptions) (string, error) {
 	e, ok := f.queues.Load(queue)
 	if !ok {
-		return "", queueErr("submit json", queue, ErrUnknownQueue)
+		return "", opErr("submit json", queue, ErrQueueNotFound)
 	}
 	return e.(queueEntry).submitJSON(ctx, raw, opts)
 }
 
 func (q *Queue[T]) submitJSON(ctx context.Context, raw []byte, opts SubmitOptions) (string, error) {
 	if len(raw) > q.opts.MaxPayloadBytes {
-		return "", queueErr("submit json", q.name, fmt.Errorf("%w: %d bytes, more than QueueOptions.MaxPayloadBytes %d", ErrPayloadTooLarge, len(raw), q.opts.MaxPayloadBytes))
+		return "", opErr("submit json", q.name, fmt.Errorf("%w: %d bytes, more than QueueOptions.MaxPayloadBytes %d", ErrPayloadTooLarge, len(raw), q.opts.MaxPayloadBytes))
 	}
 	if len(bytes.TrimSpace(raw)) == 0 {
-		return "", queueErr("submit json", q.name, fmt.Errorf("%w: empty body", ErrInvalidJSON))
+		return "", opErr("submit json", q.name, fmt.Errorf("%w: empty body", ErrInvalidJSON))
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	var p T
 	if err := dec.Decode(&p); err != nil {
-		return "", queueErr("submit json", q.name, fmt.Errorf("%w: %w", ErrInvalidJSON, err))
+		return "", opErr("submit json", q.name, fmt.Errorf("%w: %w", ErrInvalidJSON, err))
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return "", queueErr("submit json", q.name, fmt.Errorf("%w: trailing data after the JSON value", ErrInvalidJSON))
+		return "", opErr("submit json", q.name, fmt.Errorf("%w: trailing data after the JSON value", ErrInvalidJSON))
 	}
 	if opts == (SubmitOptions{}) {
 		return q.Submit(ctx, p)
@@ -226,11 +226,11 @@ func (q *Queue[T]) submitJSON(ctx context.Context, raw []byte, opts SubmitOption
 // ErrInvalidPayload, ErrPayloadTooLarge, and the queue's own error (Err).
 func (q *Queue[T]) Encode(payload T) (json.RawMessage, error) {
 	if q.err != nil {
-		return nil, queueErr("encode", q.name, q.err)
+		return nil, opErr("encode", q.name, q.err)
 	}
 	b, err := q.encodePayload(payload)
 	if err != nil {
-		return nil, queueErr("encode", q.name, err)
+		return nil, opErr("encode", q.name, err)
 	}
 	return b, nil
 }

@@ -121,12 +121,12 @@ func deadEntry(body string, attempts int, cause string) string {
 func (t *Task[T]) Ack(ctx context.Context) error {
 	q := t.q
 	if err := q.ready(ctx); err != nil {
-		return queueErr("ack", q.name, err)
+		return opErr("ack", q.name, err)
 	}
 	if !q.plainAck(t) {
 		err := t.ackKeep(ctx)
 		q.f.taskEnded(ctx, q.name, t.ID, TaskProcessed, err == nil)
-		return queueErr("ack", q.name, err)
+		return opErr("ack", q.name, err)
 	}
 	n, err := queueAckScript.Exec(ctx, q.f.client, []string{q.k.Processing, q.k.Body, q.k.Lease, q.k.Dedup},
 		[]string{t.ID, t.token, t.dedup}).AsInt64()
@@ -134,7 +134,7 @@ func (t *Task[T]) Ack(ctx context.Context) error {
 		err = fmt.Errorf("%w: task %s", ErrLeaseLost, t.ID)
 	}
 	q.f.taskEnded(ctx, q.name, t.ID, TaskProcessed, err == nil)
-	return queueErr("ack", q.name, err)
+	return opErr("ack", q.name, err)
 }
 
 // plainAck reports whether t's ack is the plain one (queue_ack.lua, also
@@ -157,7 +157,7 @@ func (t *Task[T]) Nack(ctx context.Context, cause error) error {
 	if cause != nil {
 		msg = cause.Error()
 	}
-	return queueErr("nack", t.q.name, t.end(ctx, "nack", t.Attempts+1, msg, false))
+	return opErr("nack", t.q.name, t.end(ctx, "nack", t.Attempts+1, msg, false))
 }
 
 // DeadLetter ends the reservation and moves the task to the dead letters at
@@ -169,7 +169,7 @@ func (t *Task[T]) DeadLetter(ctx context.Context, cause error) error {
 	if cause != nil {
 		msg = cause.Error()
 	}
-	return queueErr("dead-letter", t.q.name, t.end(ctx, "dead-letter", t.Attempts+1, msg, true))
+	return opErr("dead-letter", t.q.name, t.end(ctx, "dead-letter", t.Attempts+1, msg, true))
 }
 
 func (t *Task[T]) end(ctx context.Context, op string, attempts int, cause string, bury bool) error {
@@ -208,7 +208,7 @@ func (t *Task[T]) end(ctx context.Context, op string, attempts int, cause string
 		return err
 	}
 	if len(res) != 2 {
-		return fmt.Errorf("fleet: %s: unexpected reply of %d elements", op, len(res))
+		return unexpectedReply(op, len(res))
 	}
 	if res[0] != 1 {
 		return fmt.Errorf("%w: task %s", ErrLeaseLost, t.ID)
@@ -231,10 +231,10 @@ func (t *Task[T]) end(ctx context.Context, op string, attempts int, cause string
 func (t *Task[T]) Extend(ctx context.Context, lease time.Duration) error {
 	q := t.q
 	if err := q.ready(ctx); err != nil {
-		return queueErr("extend", q.name, err)
+		return opErr("extend", q.name, err)
 	}
 	if lease <= 0 {
-		return queueErr("extend", q.name, fmt.Errorf("%w: lease %v must be > 0", ErrInvalidArgument, lease))
+		return opErr("extend", q.name, fmt.Errorf("%w: lease %v must be > 0", ErrInvalidArgument, lease))
 	}
 	sent := monoNow()
 	d, err := queueExtendScript.Exec(ctx, q.f.client, []string{q.k.Processing, q.k.Lease},
@@ -243,11 +243,11 @@ func (t *Task[T]) Extend(ctx context.Context, lease time.Duration) error {
 		err = fmt.Errorf("%w: task %s", ErrLeaseLost, t.ID)
 	}
 	if err != nil {
-		return queueErr("extend", q.name, err)
+		return opErr("extend", q.name, err)
 	}
 	t.proven.Store(sent + int64(lease))
 	if d < 0 {
-		return queueErr("extend", q.name, fmt.Errorf("%w: task %s was cancelled (Queue.Cancel); its lease was extended", ErrCanceled, t.ID))
+		return opErr("extend", q.name, fmt.Errorf("%w: task %s was cancelled (Queue.Cancel); its lease was extended", ErrCanceled, t.ID))
 	}
 	return nil
 }

@@ -427,7 +427,7 @@ func TestQueuePoison(t *testing.T) {
 				t.Errorf("dead[%d] = %s", i, d.Raw)
 			}
 		}
-		if err := q.RequeueDead(ctx(t), ""); !errors.Is(err, fleet.ErrNoDeadLetter) {
+		if err := q.RequeueDead(ctx(t), ""); !errors.Is(err, fleet.ErrDeadLetterNotFound) {
 			t.Fatalf("RequeueDead of poison = %v", err)
 		}
 		// Poison never ran, so its attempts stay. The reserve registered

@@ -211,17 +211,17 @@ func AddSchedule[T any](ctx context.Context, q *Queue[T], name string, spec Spec
 // AddScheduleJSON is AddSchedule for a queue made by NewQueue in this
 // process, by name, with its payload as JSON (decoded strictly into the
 // queue's payload type and validated), for admin front ends. May return
-// ErrUnknownQueue, ErrInvalidJSON, ErrInvalidPayload, and what AddSchedule
+// ErrQueueNotFound, ErrInvalidJSON, ErrInvalidPayload, and what AddSchedule
 // returns.
 func (f *Fleet) AddScheduleJSON(ctx context.Context, queue, name string, spec Spec, raw json.RawMessage, opts ScheduleOptions) error {
 	const op = "add schedule"
 	e, ok := f.queues.Load(queue)
 	if !ok {
-		return opErr(op, name, fmt.Errorf("%w: %q", ErrUnknownQueue, queue))
+		return opErr(op, name, fmt.Errorf("%w: %q", ErrQueueNotFound, queue))
 	}
 	sp, ok := e.(schedulePayloader)
 	if !ok {
-		return opErr(op, name, fmt.Errorf("%w: %q", ErrUnknownQueue, queue))
+		return opErr(op, name, fmt.Errorf("%w: %q", ErrQueueNotFound, queue))
 	}
 	if err := f.alive(ctx); err != nil {
 		return opErr(op, name, err)

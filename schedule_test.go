@@ -277,7 +277,7 @@ func TestScheduleBadInput(t *testing.T) {
 			{"bad name", fleet.AddSchedule(c, q, "a b", fleet.Every(time.Hour), p, fleet.ScheduleOptions{}), fleet.ErrInvalidName, `"a b"`},
 			{"bad payload", fleet.AddSchedule(c, q, "s", fleet.Every(time.Hour), job{URL: "nope"}, fleet.ScheduleOptions{}), fleet.ErrInvalidPayload, "url"},
 			{"other queue's name", fleet.AddSchedule(c, other, "held", fleet.Every(time.Hour), p, fleet.ScheduleOptions{}), fleet.ErrInvalidArgument, `queue "bad"`},
-			{"unknown queue", e.F.AddScheduleJSON(c, "nosuch", "s", fleet.Every(time.Hour), []byte(`{"url":"https://example.com/"}`), fleet.ScheduleOptions{}), fleet.ErrUnknownQueue, `"nosuch"`},
+			{"unknown queue", e.F.AddScheduleJSON(c, "nosuch", "s", fleet.Every(time.Hour), []byte(`{"url":"https://example.com/"}`), fleet.ScheduleOptions{}), fleet.ErrQueueNotFound, `"nosuch"`},
 			{"bad json", e.F.AddScheduleJSON(c, "bad", "s", fleet.Every(time.Hour), []byte(`{"url":1}`), fleet.ScheduleOptions{}), fleet.ErrInvalidJSON, "url"},
 			{"pause unknown", e.F.PauseSchedule(c, "nosuch"), fleet.ErrScheduleNotFound, `"nosuch"`},
 			{"resume unknown", e.F.ResumeSchedule(c, "nosuch"), fleet.ErrScheduleNotFound, `"nosuch"`},

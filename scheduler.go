@@ -45,10 +45,10 @@ type SchedulerOptions struct {
 // ErrInvalidArgument for bad options.
 func (f *Fleet) RunScheduler(ctx context.Context, opts SchedulerOptions) error {
 	if f == nil {
-		return fmt.Errorf("fleet: run scheduler: %w: no Fleet", ErrInvalidArgument)
+		return opErr("run scheduler", "", fmt.Errorf("%w: no Fleet", ErrInvalidArgument))
 	}
 	if opts.Poll < 0 {
-		return fmt.Errorf("fleet: run scheduler: %w: SchedulerOptions.Poll %v is negative", ErrInvalidArgument, opts.Poll)
+		return opErr("run scheduler", "", fmt.Errorf("%w: SchedulerOptions.Poll %v is negative", ErrInvalidArgument, opts.Poll))
 	}
 	if opts.Poll == 0 {
 		opts.Poll = DefaultSchedulerPoll
@@ -132,7 +132,7 @@ func (s *scheduler) round(ctx context.Context, now time.Time) (time.Time, error)
 			// First look at this schedule: learn the last tick handled.
 			ms, err := c.Do(ctx, c.B().Get().Key(k.Last).Build()).AsInt64()
 			if err != nil && !rueidis.IsRedisNil(err) {
-				first = cmpErr(first, fmt.Errorf("schedule %q: %w", name, err))
+				first = cmpErr(first, within("schedule "+strconv.Quote(name), err))
 				continue
 			}
 			last = ms
@@ -143,7 +143,7 @@ func (s *scheduler) round(ctx context.Context, now time.Time) (time.Time, error)
 			continue
 		}
 		if err := s.fire(ctx, k.Def, k.Last, queue, name, info.Payload, ticks); err != nil {
-			first = cmpErr(first, fmt.Errorf("schedule %q: %w", name, err))
+			first = cmpErr(first, within("schedule "+strconv.Quote(name), err))
 			continue
 		}
 		s.handled[name] = ticks[len(ticks)-1].ms

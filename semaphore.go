@@ -143,7 +143,7 @@ func (s *Semaphore) try(ctx context.Context, token string, hold time.Duration) (
 		return nil, 0, err
 	}
 	if len(res) != 2 {
-		return nil, 0, fmt.Errorf("fleet: semaphore acquire: unexpected reply of %d elements", len(res))
+		return nil, 0, unexpectedReply("semaphore acquire", len(res))
 	}
 	if res[0] != 1 {
 		if res[1] < 0 {

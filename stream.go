@@ -301,7 +301,7 @@ func (s *Stream[T]) pushMembers(ctx context.Context, op string, vs []T) (members
 		return nil, nil, opErr(op, s.typ, err)
 	}
 	if len(res) != 2 {
-		return nil, nil, opErr(op, s.typ, fmt.Errorf("fleet: stream push: unexpected reply of %d elements", len(res)))
+		return nil, nil, opErr(op, s.typ, unexpectedReply("stream push", len(res)))
 	}
 	ts, err := res[1].ToString()
 	if err != nil {

@@ -138,11 +138,11 @@ type SweepStats struct {
 // ErrInvalidArgument for bad options.
 func (f *Fleet) RunSweeper(ctx context.Context, opts SweeperOptions) error {
 	if f == nil {
-		return fmt.Errorf("fleet: run sweeper: %w: no Fleet", ErrInvalidArgument)
+		return opErr("run sweeper", "", fmt.Errorf("%w: no Fleet", ErrInvalidArgument))
 	}
 	opts, err := opts.withDefaults(f)
 	if err != nil {
-		return fmt.Errorf("fleet: run sweeper: %w", err)
+		return opErr("run sweeper", "", err)
 	}
 	t := time.NewTimer(0)
 	defer t.Stop()
@@ -177,11 +177,11 @@ func (f *Fleet) RunSweeper(ctx context.Context, opts SweeperOptions) error {
 // first error with the counts of what it did.
 func (f *Fleet) Sweep(ctx context.Context, opts SweeperOptions) (SweepStats, error) {
 	if f == nil {
-		return SweepStats{}, fmt.Errorf("fleet: sweep: %w: no Fleet", ErrInvalidArgument)
+		return SweepStats{}, opErr("sweep", "", fmt.Errorf("%w: no Fleet", ErrInvalidArgument))
 	}
 	opts, err := opts.withDefaults(f)
 	if err != nil {
-		return SweepStats{}, fmt.Errorf("fleet: sweep: %w", err)
+		return SweepStats{}, opErr("sweep", "", err)
 	}
 	st, err := sweep(ctx, f, opts)
 	for cursor := "0"; opts.ForgetWorkersAfter > 0 && err == nil; {
@@ -349,7 +349,7 @@ func sweepShard(ctx context.Context, f *Fleet, k keys.Queue, qo QueueOptions, ba
 			return err
 		}
 		if len(res) == 0 || (len(res)-1)%3 != 0 {
-			return fmt.Errorf("fleet: sweep: unexpected reply of %d elements", len(res))
+			return unexpectedReply("sweep", len(res))
 		}
 		moved, _ := res[0].AsInt64()
 		st.Moved += int(moved)
@@ -384,7 +384,7 @@ func sweepShard(ctx context.Context, f *Fleet, k keys.Queue, qo QueueOptions, ba
 				return err
 			}
 			if len(r) != 2 {
-				return fmt.Errorf("fleet: sweep: unexpected reply of %d elements", len(r))
+				return unexpectedReply("sweep", len(r))
 			}
 			st.Requeued += int(r[0])
 			st.DeadLettered += int(r[1])

@@ -2,7 +2,6 @@ package fleet
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -372,7 +371,7 @@ func (s *syncer) pool(ctx context.Context, name string) error {
 			return err
 		}
 		if len(res) != 4 {
-			return fmt.Errorf("fleet: pool index: unexpected reply of %d elements", len(res))
+			return unexpectedReply("pool index", len(res))
 		}
 		if cursor, err = res[0].ToString(); err != nil {
 			return err
@@ -440,7 +439,7 @@ func (s *syncer) steps(ctx context.Context, step func(cursor string) rueidis.Red
 			return total, err
 		}
 		if len(res) != 2 {
-			return total, fmt.Errorf("fleet: sync: unexpected reply of %d elements", len(res))
+			return total, unexpectedReply("sync", len(res))
 		}
 		if cursor, err = res[0].ToString(); err != nil {
 			return total, err
@@ -471,7 +470,7 @@ func (s *syncer) workers(ctx context.Context, types []string) error {
 	for i, t := range types {
 		ids, err := res[i].AsStrSlice()
 		if err != nil {
-			return fmt.Errorf("%s: %w", f.keys.Workers(t), err)
+			return within(f.keys.Workers(t), err)
 		}
 		for _, id := range ids {
 			want[t+"|"+id] = true

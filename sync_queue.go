@@ -2,7 +2,6 @@ package fleet
 
 import (
 	"context"
-	"fmt"
 	"hash/maphash"
 	"strconv"
 
@@ -134,7 +133,7 @@ func (s *syncer) syncDedup(ctx context.Context, k keys.Queue) error {
 			return err
 		}
 		if len(r) != 2 {
-			return fmt.Errorf("fleet: sync queue: unexpected reply of %d elements", len(r))
+			return unexpectedReply("sync queue", len(r))
 		}
 		s.r.DedupRemoved += int(r[0])
 		s.r.DedupFixed += int(r[1])
@@ -181,7 +180,7 @@ func (s *syncer) walkQueue(ctx context.Context, k keys.Queue, seen func(key, id 
 				return err
 			}
 			if len(res) < 5 || len(res)%2 == 0 {
-				return fmt.Errorf("fleet: sync queue walk: unexpected reply of %d elements", len(res))
+				return unexpectedReply("sync queue walk", len(res))
 			}
 			str := make([]string, len(res))
 			for i, r := range res {

@@ -275,17 +275,17 @@ func (w *Worker) Stopped() <-chan struct{} { return w.stopped }
 // ErrWrongType, ErrUnavailable, ErrClosed.
 func (w *Worker) Start(ctx context.Context) error {
 	if w.err != nil {
-		return workerErr("start worker", w.name(), w.err)
+		return opErr("start worker", w.name(), w.err)
 	}
 	if err := w.f.alive(ctx); err != nil {
-		return workerErr("start worker", w.name(), err)
+		return opErr("start worker", w.name(), err)
 	}
 	// The run and soft contexts exist before the worker counts as started,
 	// so a Stop that comes while Start registers always finds them.
 	w.mu.Lock()
 	if w.started {
 		w.mu.Unlock()
-		return workerErr("start worker", w.name(), ErrWorkerStarted)
+		return opErr("start worker", w.name(), ErrWorkerStarted)
 	}
 	run, cancelRun := context.WithCancel(context.WithoutCancel(ctx))
 	soft, cancelSoft := context.WithCancel(run)
@@ -295,12 +295,12 @@ func (w *Worker) Start(ctx context.Context) error {
 	if err := w.register(ctx); err != nil {
 		cancelRun()
 		close(w.stopped)
-		return workerErr("start worker", w.name(), err)
+		return opErr("start worker", w.name(), err)
 	}
 	if !w.f.keepWorker(w) {
 		cancelRun()
 		close(w.stopped)
-		return workerErr("start worker", w.name(), ErrClosed)
+		return opErr("start worker", w.name(), ErrClosed)
 	}
 
 	// The supervisor waits for launched before it waits for the slots, so
@@ -341,7 +341,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		cancelBg()
 		cancelRun()
 		close(w.stopped)
-		return workerErr("start worker", w.name(), ErrClosed)
+		return opErr("start worker", w.name(), ErrClosed)
 	}
 	bgWG.Add(2)
 	if !w.f.spawn(func() { defer bgWG.Done(); w.heartbeat(bg) }) {
@@ -352,7 +352,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	}
 	if !w.spawn(run, soft) {
 		w.softStop()
-		return workerErr("start worker", w.name(), ErrClosed)
+		return opErr("start worker", w.name(), ErrClosed)
 	}
 	return nil
 }
@@ -396,7 +396,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 	started, cancelRun := w.started, w.cancelRun
 	w.mu.Unlock()
 	if !started {
-		return workerErr("stop worker", w.name(), ErrWorkerNotStarted)
+		return opErr("stop worker", w.name(), ErrWorkerNotStarted)
 	}
 	w.softStop()
 	select {
@@ -438,7 +438,7 @@ func (w *Worker) register(ctx context.Context) error {
 		return err
 	}
 	if len(res) != 2 {
-		return fmt.Errorf("fleet: register: unexpected reply of %d elements", len(res))
+		return unexpectedReply("register", len(res))
 	}
 	// The indexes live in other slots than the worker's keys on a cluster:
 	// commands of their own.
@@ -461,7 +461,7 @@ func (w *Worker) register(ctx context.Context) error {
 	}
 	val, err := w.decode([]byte(raw))
 	if err != nil {
-		err = fmt.Errorf("config gen %d: %w", gen, err)
+		err = within("config gen "+strconv.FormatInt(gen, 10), err)
 		w.fail(err, false)
 		return err
 	}

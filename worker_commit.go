@@ -206,5 +206,5 @@ func (b *batch[C, O, P]) finishGrouped(ctx, soft context.Context, t *Task[P]) (*
 			err = errors.New("no reply for the ack") // cannot happen
 		}
 	}
-	return r.next, queueErr("ack", q.name, err)
+	return r.next, opErr("ack", q.name, err)
 }

@@ -35,14 +35,14 @@ const maxGen = 1 << 53
 // the client-side caching invalidation of the gen key.
 //
 // The worker must have registered (its gen key exists), or UpdateConfig
-// returns ErrUnknownWorker and writes nothing. When the catalog
+// returns ErrWorkerNotFound and writes nothing. When the catalog
 // (PublishCatalog) has a config schema for typ, the merged config must
 // meet it (types, required fields, bounds, enums, lengths: what the
 // worker's validate tags say), or UpdateConfig returns ErrInvalidConfig
 // naming the failing fields and writes nothing; the worker would refuse
 // such a config. Without a catalog entry, only the worker checks it.
 //
-// May return ErrInvalidName, ErrUnknownWorker, ErrInvalidConfig (patch or
+// May return ErrInvalidName, ErrWorkerNotFound, ErrInvalidConfig (patch or
 // stored config not a JSON object, or a merged config that fails the
 // catalog's schema; nothing changes), ErrDecode (stored config not JSON),
 // ErrWrongType, ErrUnavailable.
@@ -50,52 +50,52 @@ func (f *Fleet) UpdateConfig(ctx context.Context, typ, id string, patch json.Raw
 	const op = "update config"
 	name := typ + "|" + id
 	if err := workerNames(typ, id); err != nil {
-		return 0, workerErr(op, name, err)
+		return 0, opErr(op, name, err)
 	}
 	if err := f.alive(ctx); err != nil {
-		return 0, workerErr(op, name, err)
+		return 0, opErr(op, name, err)
 	}
 	p, err := decodeObject(patch)
 	if err != nil {
-		return 0, workerErr(op, name, fmt.Errorf("%w: patch: %w", ErrInvalidConfig, err))
+		return 0, opErr(op, name, fmt.Errorf("%w: patch: %w", ErrInvalidConfig, err))
 	}
 	schemas, hasSchema, err := f.CatalogSchemas(ctx, typ)
 	if err != nil {
-		return 0, workerErr(op, name, err)
+		return 0, opErr(op, name, err)
 	}
 	k := f.keys.Worker(typ, id)
 	bo := backoff{min: time.Millisecond, max: 50 * time.Millisecond}
 	for {
 		gen, raw, err := f.readConfig(ctx, k)
 		if err != nil {
-			return 0, workerErr(op, name, err)
+			return 0, opErr(op, name, err)
 		}
 		var target any = map[string]any{}
 		if raw != nil {
 			if target, err = decodeJSON([]byte(*raw)); err != nil {
-				return 0, workerErr(op, name, fmt.Errorf("%w: stored config: %w", ErrDecode, err))
+				return 0, opErr(op, name, fmt.Errorf("%w: stored config: %w", ErrDecode, err))
 			}
 		}
 		target = mergePatch(target, p)
 		if hasSchema && len(schemas.Config) > 0 && string(schemas.Config) != "null" {
 			fails, err := checkSchema(schemas.Config, target)
 			if err != nil {
-				return 0, workerErr(op, name, fmt.Errorf("%w: catalog config schema of %q: %w", ErrDecode, typ, err))
+				return 0, opErr(op, name, fmt.Errorf("%w: catalog config schema of %q: %w", ErrDecode, typ, err))
 			}
 			if len(fails) > 0 {
-				return 0, workerErr(op, name, fmt.Errorf("%w: fails the catalog's config schema of %q: %s", ErrInvalidConfig, typ, strings.Join(fails, ", ")))
+				return 0, opErr(op, name, fmt.Errorf("%w: fails the catalog's config schema of %q: %s", ErrInvalidConfig, typ, strings.Join(fails, ", ")))
 			}
 		}
 		merged, err := encodeJSON(target)
 		if err != nil {
-			return 0, workerErr(op, name, err)
+			return 0, opErr(op, name, err)
 		}
 		ok, newGen, err := f.setConfig(ctx, k, merged, "cas", gen)
 		if err != nil {
-			return 0, workerErr(op, name, err)
+			return 0, opErr(op, name, err)
 		}
 		if newGen < 0 {
-			return 0, workerErr(op, name, fmt.Errorf("%w: no worker %s of type %s registered (its gen key is missing)", ErrUnknownWorker, id, typ))
+			return 0, opErr(op, name, fmt.Errorf("%w: no worker %s of type %s registered (its gen key is missing)", ErrWorkerNotFound, id, typ))
 		}
 		if ok {
 			f.configChanged(k)
@@ -105,7 +105,7 @@ func (f *Fleet) UpdateConfig(ctx context.Context, typ, id string, patch json.Raw
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return 0, workerErr(op, name, ctx.Err())
+			return 0, opErr(op, name, ctx.Err())
 		case <-t.C:
 		}
 	}
@@ -124,29 +124,29 @@ func (f *Fleet) PushConfig(ctx context.Context, typ, id string, config any, gen 
 	const op = "push config"
 	name := typ + "|" + id
 	if err := workerNames(typ, id); err != nil {
-		return workerErr(op, name, err)
+		return opErr(op, name, err)
 	}
 	if err := f.alive(ctx); err != nil {
-		return workerErr(op, name, err)
+		return opErr(op, name, err)
 	}
 	if gen > maxGen {
-		return workerErr(op, name, fmt.Errorf("%w: gen %d is above 2^53", ErrInvalidArgument, gen))
+		return opErr(op, name, fmt.Errorf("%w: gen %d is above 2^53", ErrInvalidArgument, gen))
 	}
 	b, err := configJSON(config)
 	if err != nil {
-		return workerErr(op, name, err)
+		return opErr(op, name, err)
 	}
 	k := f.keys.Worker(typ, id)
 	if gen <= 0 {
 		cur, _, err := f.readConfig(ctx, k)
 		if err != nil {
-			return workerErr(op, name, err)
+			return opErr(op, name, err)
 		}
 		return &StaleGenError{Type: typ, ID: id, Pushed: gen, Current: cur}
 	}
 	ok, cur, err := f.setConfig(ctx, k, b, "push", gen)
 	if err != nil {
-		return workerErr(op, name, err)
+		return opErr(op, name, err)
 	}
 	if !ok {
 		return &StaleGenError{Type: typ, ID: id, Pushed: gen, Current: cur}
@@ -161,14 +161,14 @@ func (f *Fleet) PushConfig(ctx context.Context, typ, id string, config any, gen 
 func (f *Fleet) ConfigOf(ctx context.Context, typ, id string) (json.RawMessage, int64, error) {
 	name := typ + "|" + id
 	if err := workerNames(typ, id); err != nil {
-		return nil, 0, workerErr("config", name, err)
+		return nil, 0, opErr("config", name, err)
 	}
 	if err := f.alive(ctx); err != nil {
-		return nil, 0, workerErr("config", name, err)
+		return nil, 0, opErr("config", name, err)
 	}
 	gen, raw, err := f.readConfig(ctx, f.keys.Worker(typ, id))
 	if err != nil || raw == nil {
-		return nil, gen, workerErr("config", name, err)
+		return nil, gen, opErr("config", name, err)
 	}
 	return json.RawMessage(*raw), gen, nil
 }
@@ -192,7 +192,7 @@ func (f *Fleet) readConfig(ctx context.Context, k keys.Worker) (int64, *string, 
 		return 0, nil, err
 	}
 	if len(res) != 2 {
-		return 0, nil, fmt.Errorf("fleet: read config: unexpected reply of %d elements", len(res))
+		return 0, nil, unexpectedReply("read config", len(res))
 	}
 	var gen int64
 	if s, err := res[0].ToString(); err == nil {
@@ -214,7 +214,7 @@ func (f *Fleet) setConfig(ctx context.Context, k keys.Worker, config []byte, mod
 		return false, 0, err
 	}
 	if len(res) != 2 {
-		return false, 0, fmt.Errorf("fleet: set config: unexpected reply of %d elements", len(res))
+		return false, 0, unexpectedReply("set config", len(res))
 	}
 	ok, _ := res[0].AsInt64()
 	if ok == -1 {
@@ -222,7 +222,7 @@ func (f *Fleet) setConfig(ctx context.Context, k keys.Worker, config []byte, mod
 	}
 	cur, err := res[1].AsInt64()
 	if err != nil {
-		return false, 0, fmt.Errorf("fleet: set config: gen reply: %w", err)
+		return false, 0, fmt.Errorf("gen reply to set config: %w", err)
 	}
 	return ok == 1, cur, nil
 }
@@ -449,7 +449,7 @@ func (w *Worker) applyConfig(gen int64, raw []byte) {
 	w.seenGen.Store(gen)
 	val, err := w.decode(raw)
 	if err != nil {
-		err = fmt.Errorf("config gen %d refused: %w", gen, err)
+		err = within("config gen "+strconv.FormatInt(gen, 10)+" refused", err)
 		w.fail(err, false)
 		if w.opts.OnConfig != nil {
 			w.opts.OnConfig(gen, err)

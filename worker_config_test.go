@@ -30,11 +30,11 @@ func TestUpdateConfigRefuses(t *testing.T) {
 		e := open(t, tg)
 		c := ctx(t)
 
-		// Unknown type, unknown id: ErrUnknownWorker, no key written.
+		// Unknown type, unknown id: ErrWorkerNotFound, no key written.
 		for _, n := range [][2]string{{"pages", "nobody"}, {"nosuchtype", "w1"}} {
-			if gen, err := e.F.UpdateConfig(c, n[0], n[1], json.RawMessage(`{"depth":1}`)); !errors.Is(err, fleet.ErrUnknownWorker) || gen != 0 ||
+			if gen, err := e.F.UpdateConfig(c, n[0], n[1], json.RawMessage(`{"depth":1}`)); !errors.Is(err, fleet.ErrWorkerNotFound) || gen != 0 ||
 				errors.Is(err, fleet.ErrUnavailable) || !strings.Contains(err.Error(), n[1]) {
-				t.Fatalf("UpdateConfig %v = %d, %v; want ErrUnknownWorker", n, gen, err)
+				t.Fatalf("UpdateConfig %v = %d, %v; want ErrWorkerNotFound", n, gen, err)
 			}
 		}
 		if got := e.keys(t); len(got) != 0 {

@@ -2,10 +2,10 @@ package fleet
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"strconv"
 	"time"
 )
 
@@ -52,11 +52,6 @@ type BatchFunc[C, O, P any] func(ctx context.Context, s *Slot[C, O], t *Task[P])
 func (fn BatchFunc[C, O, P]) Handle(ctx context.Context, s *Slot[C, O], t *Task[P]) error {
 	return fn(ctx, s, t)
 }
-
-// ErrPermanent marks a handler's error as one that no retry can fix: wrap
-// it (fmt.Errorf("...: %w", fleet.ErrPermanent)) and the task goes to the
-// dead letters at once instead of being retried.
-var ErrPermanent = errors.New("fleet: permanent failure")
 
 // Slot is what an automation sees of the slot it runs in: its config, its
 // output stream, its metrics, and the Fleet. Its methods are safe for
@@ -164,7 +159,7 @@ func loopSlot[C, O any](ctx context.Context, s *Slot[C, O], a LoopAutomation[C, 
 		}
 		s.st.failed.Add(1)
 		w.failed.Add(1)
-		w.fail(fmt.Errorf("slot %d: %w", s.st.index, err), true)
+		w.fail(within("slot "+strconv.Itoa(s.st.index), err), true)
 		t := time.NewTimer(bo.next())
 		select {
 		case <-ctx.Done():
@@ -174,17 +169,6 @@ func loopSlot[C, O any](ctx context.Context, s *Slot[C, O], a LoopAutomation[C, 
 		}
 	}
 }
-
-// PanicError is the error of a recovered panic in an automation.
-type PanicError struct {
-	// Value is what was passed to panic.
-	Value any
-	// Stack is the goroutine's stack at the panic.
-	Stack []byte
-}
-
-// Error says what panicked.
-func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v", e.Value) }
 
 // protect runs fn and turns a panic into a *PanicError.
 func protect(fn func() error) (err error) {

@@ -114,7 +114,7 @@ func (b *batch[C, O, P]) handleTask(run, soft context.Context, s *Slot[C, O], t 
 		next, aerr := b.finish(ectx, soft, t)
 		if aerr != nil {
 			aerr = endErr(aerr)
-			aerr = fmt.Errorf("task %s: ack: %w", t.ID, aerr)
+			aerr = within("task "+t.ID+": ack", aerr)
 			b.failed(s, aerr)
 			return next, aerr
 		}
@@ -131,7 +131,7 @@ func (b *batch[C, O, P]) handleTask(run, soft context.Context, s *Slot[C, O], t 
 		if cerr := b.release(t); cerr != nil {
 			return nil, cerr
 		}
-		err = fmt.Errorf("task %s: %w", t.ID, cause)
+		err = within("task "+t.ID, cause)
 		b.failed(s, err)
 		return nil, err
 	case errors.Is(cause, ErrTaskTimeout):
@@ -164,7 +164,7 @@ func (b *batch[C, O, P]) handleTask(run, soft context.Context, s *Slot[C, O], t 
 	if eerr != nil {
 		w.log.Warn("fleet: worker could not end a failed task", "task", t.ID, "err", eerr)
 	}
-	b.failed(s, fmt.Errorf("task %s: %w", t.ID, err))
+	b.failed(s, within("task "+t.ID, err))
 	return nil, err
 }
 

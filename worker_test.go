@@ -81,15 +81,13 @@ func TestWorkerKeys(t *testing.T) {
 		before := time.Now().Unix()
 		startWorker(t, w)
 
-		got := e.keys(t)
 		want := []string{k.All, k.Config, k.Gen, k.Hardware, k.State, k.Type}
 		slices.Sort(want)
 		// :stats comes with the first heartbeat.
 		waitFor(t, 5*time.Second, func() bool { _, ok := e.get(t, k.Stats); return ok }, "no stats written")
 		want = append(want, k.Stats)
 		slices.Sort(want)
-		got = e.keys(t)
-		if !slices.Equal(got, want) {
+		if got := e.keys(t); !slices.Equal(got, want) {
 			t.Fatalf("keys\n got %v\nwant %v", got, want)
 		}
 		if ty, _ := e.do(t, e.Raw.B().Type().Key(k.State).Build()).ToString(); ty != "hash" {

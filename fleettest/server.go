@@ -339,10 +339,6 @@ func (s *Server) Cli(ctx context.Context, args ...string) (string, error) {
 	return cliAuth(ctx, s.Port, s.Password, args...)
 }
 
-func cli(ctx context.Context, port int, args ...string) (string, error) {
-	return cliAuth(ctx, port, "", args...)
-}
-
 // cliAuth runs redis-cli on port, with password (through REDISCLI_AUTH,
 // not the command line) when it is not "".
 func cliAuth(ctx context.Context, port int, password string, args ...string) (string, error) {

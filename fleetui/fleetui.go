@@ -342,7 +342,7 @@ func (h *handler) redisErr(w http.ResponseWriter, r *http.Request, err error) {
 		status = http.StatusNotFound
 	case errors.Is(err, fleet.ErrInvalidArgument):
 		status = http.StatusBadRequest
-	case errors.Is(err, fleet.ErrNoDeadLetter), errors.Is(err, fleet.ErrDuplicate):
+	case errors.Is(err, fleet.ErrDeadLetterNotFound), errors.Is(err, fleet.ErrDuplicate):
 		status = http.StatusConflict
 	case errors.Is(err, fleet.ErrUnavailable):
 		status = http.StatusServiceUnavailable

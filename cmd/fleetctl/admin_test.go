@@ -106,7 +106,8 @@ func TestFleetctlAdmin(t *testing.T) {
 		out, _, code = run("--json", "task", "get", "jobs", id)
 		var rec fleet.TaskRecord
 		var payload bytes.Buffer
-		if err := json.Unmarshal([]byte(out), &rec); err == nil {
+		err = json.Unmarshal([]byte(out), &rec)
+		if err == nil {
 			err = json.Compact(&payload, rec.Payload)
 		}
 		if code != 0 || rec.ID != id || rec.Status != fleet.TaskPending || payload.String() != `{"n":1}` {

@@ -202,7 +202,7 @@ func routes(f *fleet.Fleet) http.Handler {
 // status maps fleet's errors to HTTP statuses.
 func status(err error) int {
 	switch {
-	case errors.Is(err, fleet.ErrUnknownQueue), errors.Is(err, fleet.ErrInvalidName):
+	case errors.Is(err, fleet.ErrQueueNotFound), errors.Is(err, fleet.ErrInvalidName):
 		return http.StatusNotFound
 	case errors.Is(err, fleet.ErrInvalidJSON):
 		return http.StatusBadRequest

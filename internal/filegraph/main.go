@@ -47,29 +47,34 @@ func main() {
 
 func run(dir string, tests, verbose bool, long int, methods string) error {
 	fset := token.NewFileSet()
-	pkgs, err := parser.ParseDir(fset, dir, func(fi os.FileInfo) bool {
-		return tests || !strings.HasSuffix(fi.Name(), "_test.go")
-	}, 0)
+	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return err
 	}
-	var pkg *ast.Package
-	for name, p := range pkgs {
-		if !strings.HasSuffix(name, "_test") {
-			pkg = p
-		}
-	}
-	if pkg == nil {
-		return fmt.Errorf("no package in %s", dir)
-	}
 	var files []*ast.File
-	for _, f := range pkg.Files {
+	pkgName := ""
+	for _, e := range entries {
+		n := e.Name()
+		if e.IsDir() || !strings.HasSuffix(n, ".go") || (!tests && strings.HasSuffix(n, "_test.go")) {
+			continue
+		}
+		f, err := parser.ParseFile(fset, filepath.Join(dir, n), nil, 0)
+		if err != nil {
+			return err
+		}
+		if strings.HasSuffix(f.Name.Name, "_test") {
+			continue // the external test package
+		}
+		pkgName = f.Name.Name
 		files = append(files, f)
+	}
+	if len(files) == 0 {
+		return fmt.Errorf("no package in %s", dir)
 	}
 	sort.Slice(files, func(i, j int) bool { return fset.File(files[i].Pos()).Name() < fset.File(files[j].Pos()).Name() })
 	info := &types.Info{Uses: map[*ast.Ident]types.Object{}, Selections: map[*ast.SelectorExpr]*types.Selection{}}
 	conf := types.Config{Importer: importer.ForCompiler(fset, "source", nil), Error: func(error) {}}
-	tpkg, _ := conf.Check(pkg.Name, fset, files, info)
+	tpkg, _ := conf.Check(pkgName, fset, files, info)
 
 	name := func(p token.Pos) string { return filepath.Base(fset.Position(p).Filename) }
 	edges := map[string]map[string][]string{} // from -> to -> names
