@@ -24,7 +24,7 @@ type scraperConfig struct {
 	Level    int      `json:"level" validate:"oneof=1 2 3"`
 	Retry    *retry   `json:"retry,omitempty"`
 	Note     string   `json:"note" jsonschema:"description=free text"`
-	internal int //lint:ignore U1000 an unexported field, which the schema must leave out
+	internal int      //lint:ignore U1000 an unexported field, which the schema must leave out
 }
 
 type retry struct {
