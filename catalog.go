@@ -15,7 +15,7 @@ import (
 	"github.com/fleet-go/fleet/internal/keys"
 )
 
-var catalogReplaceScript = script("catalog_replace.lua")
+var catalogReplaceScript = newScript("catalog_replace.lua")
 
 // CatalogEntry declares the Go types of one automation type, for
 // PublishCatalog: the config it takes, the output it emits, and the task

@@ -46,5 +46,5 @@ func ExamplePool() {
 	// Output:
 	// cookie: abc site: x
 	// claimed: true <nil>
-	// fleet: pool where "cf-cookies": fleet: unknown tag field: "sight" is not a JSON field of the tags type
+	// fleet: pool where "cf-cookies": unknown tag field: "sight" is not a JSON field of the tags type
 }

@@ -42,7 +42,7 @@ func ExampleNewQueue() {
 	st, _ := q.Stats(ctx)
 	fmt.Printf("%+v\n", st)
 	// Output:
-	// true fleet: submit "harvester": fleet: invalid task payload: url (fails url), depth (fails lte=5)
+	// true fleet: submit "harvester": invalid task payload: url (fails url), depth (fails lte=5)
 	// harvest https://example.com attempt 1
 	// {Pending:0 InFlight:0 Scheduled:0 Dead:0 Paused:false}
 }

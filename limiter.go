@@ -7,16 +7,14 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"github.com/fleet-go/fleet/internal/keys"
 )
 
 // The limiter scripts are not retryable: a retry of a take whose reply was
 // lost would take its tokens twice.
 var (
-	limitAllowScript  = rueidis.NewLuaScript(mustRead("limit_allow.lua"))
-	limitRefundScript = rueidis.NewLuaScript(mustRead("limit_refund.lua"))
+	limitAllowScript  = newScript("limit_allow.lua")
+	limitRefundScript = newScript("limit_refund.lua")
 )
 
 // Defaults of LimitOptions.

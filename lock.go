@@ -9,8 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"github.com/fleet-go/fleet/internal/keys"
 )
 
@@ -18,10 +16,10 @@ import (
 // with its first read), so they load without lib_types.lua: one closure
 // less to build on every call of the hottest scripts.
 var (
-	lockAcquireScript = rueidis.NewLuaScriptRetryable(mustRead("lock_acquire.lua"))
-	lockReleaseScript = rueidis.NewLuaScript(mustRead("lock_release.lua"))
-	lockExtendScript  = rueidis.NewLuaScriptRetryable(mustRead("lock_extend.lua"))
-	lockAbandonScript = rueidis.NewLuaScriptRetryable(mustRead("lock_abandon.lua"))
+	lockAcquireScript = newScript("lock_acquire.lua", retryable)
+	lockReleaseScript = newScript("lock_release.lua")
+	lockExtendScript  = newScript("lock_extend.lua", retryable)
+	lockAbandonScript = newScript("lock_abandon.lua", retryable)
 )
 
 const (

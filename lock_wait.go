@@ -9,7 +9,7 @@ import (
 	"github.com/redis/rueidis"
 )
 
-var lockHandoverScript = rueidis.NewLuaScript(mustRead("lock_handover.lua"))
+var lockHandoverScript = newScript("lock_handover.lua")
 
 // maxHandovers bounds how many times in a row a lock passes straight from a
 // holder to a waiter of the same process; then a plain release lets the

@@ -168,23 +168,19 @@ func newPoolCore(f *Fleet, name string, o PoolOptions) *poolCore {
 }
 
 var (
-	poolPutScript     = poolScript("pool_put.lua")
-	poolClaimScript   = poolScript("pool_claim.lua")
-	poolMarkBadScript = poolScript("pool_markbad.lua")
-	poolDeleteScript  = poolScript("pool_delete.lua")
-	poolIndexScript   = poolScript("pool_index.lua")
-	poolCleanScript   = poolScript("pool_clean.lua")
-	poolPruneScript   = poolScript("pool_prune.lua")
-	poolReleaseScript = poolScript("pool_release.lua")
-	poolExtendScript  = poolScript("pool_extend.lua")
-	poolAbandonScript = poolScript("pool_abandon.lua")
-	poolCheckScript   = poolScript("pool_check.lua")
+	poolPutScript     = newScript("pool_put.lua")
+	poolClaimScript   = newScript("pool_claim.lua")
+	poolMarkBadScript = newScript("pool_markbad.lua")
+	poolDeleteScript  = newScript("pool_delete.lua")
+	poolIndexScript   = newScript("pool_index.lua")
+	poolCleanScript   = newScript("pool_clean.lua")
+	poolPruneScript   = newScript("pool_prune.lua")
+	poolReleaseScript = newScript("pool_release.lua")
+	poolExtendScript  = newScript("pool_extend.lua")
+	poolAbandonScript = newScript("pool_abandon.lua")
+	poolCheckScript   = newScript("pool_check.lua")
 )
 
-// poolScript loads a pool script with pool_lib.lua's helpers before it.
-func poolScript(name string) *rueidis.Lua {
-	return rueidis.NewLuaScript(mustRead("pool_lib.lua") + "\n" + mustRead(name))
-}
 
 // std returns the KEYS[1..11] and ARGV[1..3] that every pool_lib script
 // takes, with room for more.

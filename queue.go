@@ -20,12 +20,12 @@ import (
 )
 
 var (
-	queueSubmitScript  = script("queue_submit.lua")
-	queueReserveScript = script("queue_reserve.lua")
-	queueAckScript     = script("queue_ack.lua")
-	queueNackScript    = script("queue_nack.lua")
-	queueExtendScript  = script("queue_extend.lua")
-	queueAbandonScript = script("queue_abandon.lua")
+	queueSubmitScript  = newScript("queue_submit.lua")
+	queueReserveScript = newScript("queue_reserve.lua")
+	queueAckScript     = newScript("queue_ack.lua")
+	queueNackScript    = newScript("queue_nack.lua")
+	queueExtendScript  = newScript("queue_extend.lua")
+	queueAbandonScript = newScript("queue_abandon.lua")
 )
 
 // Defaults of QueueOptions.

@@ -9,7 +9,7 @@ import (
 	"github.com/redis/rueidis"
 )
 
-var queueCancelScript = script("queue_cancel.lua")
+var queueCancelScript = newScript("queue_cancel.lua")
 
 // Cancel cancels task id of the queue.
 //

@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-var queueSnoozeScript = script("queue_snooze.lua")
+var queueSnoozeScript = newScript("queue_snooze.lua")
 
 // snoozeWake bounds the snoozes after which this process wakes its own
 // reserves of the queue when the task is due; longer ones are found by the

@@ -13,8 +13,8 @@ import (
 )
 
 var (
-	queueAckKeepScript = script("queue_ack_keep.lua")
-	queueLookupScript  = readOnlyScript("queue_lookup.lua")
+	queueAckKeepScript = newScript("queue_ack_keep.lua")
+	queueLookupScript  = newScript("queue_lookup.lua", readOnly)
 )
 
 // SetResult sets the task's result, kept with its record when it is acked

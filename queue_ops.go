@@ -13,8 +13,8 @@ import (
 )
 
 var (
-	queueDeadRequeueScript = script("queue_dead_requeue.lua")
-	queueDeadPurgeScript   = script("queue_dead_purge.lua")
+	queueDeadRequeueScript = newScript("queue_dead_requeue.lua")
+	queueDeadPurgeScript   = newScript("queue_dead_purge.lua")
 )
 
 // QueueStats counts a queue's tasks by state.

@@ -5,7 +5,7 @@ import (
 	"fmt"
 )
 
-var queueReleaseScript = script("queue_release.lua")
+var queueReleaseScript = newScript("queue_release.lua")
 
 // Release ends the reservation without counting an attempt: the task goes
 // back, unchanged, to the head of the queue, where the next Reserve takes

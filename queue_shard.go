@@ -43,7 +43,7 @@ import (
 // spanEvery is how often a handle re-reads the stored mark.
 const spanEvery = time.Second
 
-var queueShardsScript = script("queue_shards.lua")
+var queueShardsScript = newScript("queue_shards.lua")
 
 // sub returns the handle of shard i (q itself for shard 0).
 func (q *Queue[T]) sub(i int) *Queue[T] {

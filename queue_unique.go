@@ -6,7 +6,7 @@ import (
 	"strconv"
 )
 
-var queueSubmitUniqueScript = script("queue_submit_unique.lua")
+var queueSubmitUniqueScript = newScript("queue_submit_unique.lua")
 
 // submitUnique is SubmitWith with UniqueFor set.
 func (q *Queue[T]) submitUnique(ctx context.Context, payload T, opts SubmitOptions) (string, error) {

@@ -16,9 +16,9 @@ import (
 )
 
 var (
-	schedulePutScript   = script("schedule_put.lua")
-	scheduleFireScript  = script("schedule_fire.lua")
-	schedulePauseScript = script("schedule_pause.lua")
+	schedulePutScript   = newScript("schedule_put.lua")
+	scheduleFireScript  = newScript("schedule_fire.lua")
+	schedulePauseScript = newScript("schedule_pause.lua")
 )
 
 // DefaultScheduleGrace is ScheduleOptions.Grace's default.

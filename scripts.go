@@ -3,80 +3,161 @@ package fleet
 import (
 	"embed"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/redis/rueidis"
 )
 
-// scriptFS holds the Lua scripts, one file per operation (scripts/*.lua).
+// scriptFS holds the Lua scripts, one file per operation (scripts/*.lua),
+// and their libraries (scripts/lib_*.lua).
 //
 //go:embed scripts/*.lua
 var scriptFS embed.FS
 
-// script loads an embedded script, with the helpers it calls (withLib).
-// Exec sends EVALSHA and falls back to EVAL on NOSCRIPT, so SCRIPT FLUSH or
-// a restarted server never breaks a call.
-func script(name string) *rueidis.Lua {
-	return rueidis.NewLuaScript(withLib(name))
+// scriptOpt is an option of newScript.
+type scriptOpt int
+
+const (
+	// readOnly sends the script with EVALSHA_RO: it only reads, so a
+	// replica may serve it and rueidis may send it again.
+	readOnly scriptOpt = iota + 1
+	// retryable lets rueidis send the script again after a connection
+	// broke: running it twice does what running it once does.
+	retryable
+)
+
+// libraries are the scripts' libraries, in the order their blocks go
+// before a script: a block may call the blocks of the libraries before its
+// own, and those before it in its own library. The first two are made here
+// from Go (queueKeyBlock, endCodeBlock), so that their names and numbers
+// are written once.
+var libraries = []string{"lib_queue_keys", "lib_end_codes", "lib_time.lua", "lib_types.lua", "lib_lease.lua", "lib_pool.lua", "lib_queue.lua"}
+
+// newScript loads scripts/<name>, a script of its own, with the blocks of
+// the libraries that it calls, directly or through another block (linked):
+// a script names no library, it uses what it calls. Exec sends EVALSHA
+// (EVALSHA_RO with readOnly) and falls back to EVAL on NOSCRIPT, so SCRIPT
+// FLUSH or a restarted server never breaks a call.
+func newScript(name string, opts ...scriptOpt) *rueidis.Lua {
+	text := linked(name)
+	switch {
+	case slices.Contains(opts, readOnly):
+		return rueidis.NewLuaScriptReadOnly(text)
+	case slices.Contains(opts, retryable):
+		return rueidis.NewLuaScriptRetryable(text)
+	}
+	return rueidis.NewLuaScript(text)
 }
 
-// withLib is an embedded script with the helpers it calls before it:
-// lib_types.lua when it checks key types, and, for a queue script, the
-// functions of lib_queue.lua that it calls, directly or through another
-// helper. Every helper costs a closure (and its garbage) on every run of
-// the script, so only those in use go.
-func withLib(name string) string {
-	body := mustRead(name)
-	lib := ""
-	if strings.Contains(body, "wrong_types(") {
-		lib += mustRead("lib_types.lua") + "\n"
-	}
-	if strings.HasPrefix(name, "queue_") || strings.HasPrefix(name, "sync_queue_") {
-		lib += helpersFor(mustRead("lib_queue.lua"), body)
-	}
-	return lib + body
+// libBlock is one block of a library: a comment and what it declares (a
+// local function, or locals), separated from the next by a blank line.
+type libBlock struct {
+	names []string
+	text  string
 }
 
-// libFunc finds the name of the local function a helper block defines.
-var libFunc = regexp.MustCompile(`(?m)^local function ([A-Za-z_][A-Za-z0-9_]*)\(`)
+// libDecl finds the names a block declares.
+var libDecl = regexp.MustCompile(`(?m)^local (?:function ([A-Za-z_][A-Za-z0-9_]*)\(|([A-Za-z_][A-Za-z0-9_, ]*?)\s*(?:=|$))`)
 
-// helpersFor returns the blocks of lib (blank-line separated: a comment and
-// one local function) that body calls, with the blocks those call, in
-// lib's order, which defines a helper before its callers.
-func helpersFor(lib, body string) string {
-	type block struct {
-		name, text string
-		used       bool
-	}
-	var blocks []*block
-	for _, text := range strings.Split(lib, "\n\n") {
-		if m := libFunc.FindStringSubmatch(text); m != nil {
-			blocks = append(blocks, &block{name: m[1], text: text})
+// blocks are the blocks of every library, in libraries' order.
+var blocks = func() []libBlock {
+	var out []libBlock
+	for _, lib := range libraries {
+		text := libText(lib)
+		for _, b := range strings.Split(text, "\n\n") {
+			var names []string
+			for _, m := range libDecl.FindAllStringSubmatch(b, -1) {
+				if m[1] != "" {
+					names = append(names, m[1])
+					continue
+				}
+				for _, n := range strings.Split(m[2], ",") {
+					names = append(names, strings.TrimSpace(n))
+				}
+			}
+			if len(names) > 0 {
+				out = append(out, libBlock{names: names, text: b})
+			}
 		}
 	}
-	for scan := []string{body}; len(scan) > 0; {
+	return out
+}()
+
+func libText(lib string) string {
+	switch lib {
+	case "lib_queue_keys":
+		return queueKeyBlock()
+	case "lib_end_codes":
+		return endCodeBlock()
+	}
+	return mustRead(lib)
+}
+
+// linked returns scripts/<name> after the library blocks it calls, with
+// those that they call, in the libraries' order (which declares a name
+// before its users). Every block costs a closure (and its garbage) on
+// every run of a script, so only those in use go.
+func linked(name string) string {
+	body := mustRead(name)
+	used := make([]bool, len(blocks))
+	for scan := []string{withoutComments(body)}; len(scan) > 0; {
 		text := scan[len(scan)-1]
 		scan = scan[:len(scan)-1]
-		for _, b := range blocks {
-			if !b.used && regexp.MustCompile(`(^|[^A-Za-z0-9_.:])`+b.name+`\(`).MatchString(text) {
-				b.used = true
-				scan = append(scan, b.text)
+		for i, b := range blocks {
+			if !used[i] && refersTo(text, b.names) {
+				used[i] = true
+				scan = append(scan, withoutComments(b.text))
 			}
 		}
 	}
 	var sb strings.Builder
-	for _, b := range blocks {
-		if b.used {
+	for i, b := range blocks {
+		if used[i] {
 			sb.WriteString(b.text)
 			sb.WriteString("\n\n")
 		}
 	}
+	sb.WriteString(body)
 	return sb.String()
 }
 
-// readOnlyScript loads an embedded script that only reads (EVALSHA_RO).
-func readOnlyScript(name string) *rueidis.Lua {
-	return rueidis.NewLuaScriptReadOnly(withLib(name))
+// refersTo reports whether Lua text uses one of names: as a word of its
+// own, not a field (t.name, t:name) nor part of a longer name.
+func refersTo(text string, names []string) bool {
+	for _, n := range names {
+		for i := 0; ; {
+			j := strings.Index(text[i:], n)
+			if j < 0 {
+				break
+			}
+			at := i + j
+			end := at + len(n)
+			before := at == 0 || !isLuaWord(text[at-1]) && text[at-1] != '.' && text[at-1] != ':'
+			after := end == len(text) || !isLuaWord(text[end])
+			if before && after {
+				return true
+			}
+			i = end
+		}
+	}
+	return false
+}
+
+// withoutComments is Lua text without its "--" comments, so that a name
+// a comment mentions links nothing in.
+func withoutComments(text string) string {
+	lines := strings.Split(text, "\n")
+	for i, l := range lines {
+		if j := strings.Index(l, "--"); j >= 0 {
+			lines[i] = l[:j]
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+func isLuaWord(c byte) bool {
+	return c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
 }
 
 func mustRead(name string) string {

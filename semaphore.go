@@ -7,16 +7,14 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"github.com/fleet-go/fleet/internal/keys"
 )
 
 var (
-	semAcquireScript = rueidis.NewLuaScriptRetryable(mustRead("sem_acquire.lua"))
-	semReleaseScript = rueidis.NewLuaScript(mustRead("sem_release.lua"))
-	semExtendScript  = rueidis.NewLuaScriptRetryable(mustRead("sem_extend.lua"))
-	semAbandonScript = rueidis.NewLuaScriptRetryable(mustRead("sem_abandon.lua"))
+	semAcquireScript = newScript("sem_acquire.lua", retryable)
+	semReleaseScript = newScript("sem_release.lua")
+	semExtendScript  = newScript("sem_extend.lua", retryable)
+	semAbandonScript = newScript("sem_abandon.lua", retryable)
 )
 
 // Semaphore is a fleet-wide counting semaphore (fleet:sem:<name>): at most

@@ -26,7 +26,7 @@ const (
 	DefaultStreamMaxAge = time.Hour
 )
 
-var streamPushScript = script("stream_push.lua")
+var streamPushScript = newScript("stream_push.lua")
 
 // StreamOptions bounds a stream. The zero value means the defaults.
 type StreamOptions struct {

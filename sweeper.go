@@ -15,9 +15,9 @@ import (
 )
 
 var (
-	queueSweepScript   = script("queue_sweep.lua")
-	queueRequeueScript = script("queue_requeue.lua")
-	queueTrimScript    = script("queue_trim.lua")
+	queueSweepScript   = newScript("queue_sweep.lua")
+	queueRequeueScript = newScript("queue_requeue.lua")
+	queueTrimScript    = newScript("queue_trim.lua")
 )
 
 // Defaults of SweeperOptions.

@@ -11,7 +11,7 @@ import (
 	"github.com/fleet-go/fleet/internal/keys"
 )
 
-var syncPoolExpScript = poolScript("sync_pool_exp.lua")
+var syncPoolExpScript = newScript("sync_pool_exp.lua")
 
 // scanCount is the COUNT hint of every SCAN that fleet runs.
 const scanCount = 1000

@@ -14,9 +14,9 @@ import (
 // rebuilt, in bounded steps.
 
 var (
-	syncQueueLeasesScript = script("sync_queue_leases.lua")
-	syncQueueWalkScript   = script("sync_queue_walk.lua")
-	syncQueueDropScript   = script("sync_queue_drop.lua")
+	syncQueueLeasesScript = newScript("sync_queue_leases.lua")
+	syncQueueWalkScript   = newScript("sync_queue_walk.lua")
+	syncQueueDropScript   = newScript("sync_queue_drop.lua")
 )
 
 // syncQueueStep is how many elements one step of a queue's Sync reads:

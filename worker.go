@@ -15,8 +15,8 @@ import (
 )
 
 var (
-	workerRegisterScript = script("worker_register.lua")
-	workerBeatScript     = script("worker_beat.lua")
+	workerRegisterScript = newScript("worker_register.lua")
+	workerBeatScript     = newScript("worker_beat.lua")
 )
 
 // WorkerState is the state a worker records in wkr:<type>:<id>:state.

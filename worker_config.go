@@ -15,8 +15,8 @@ import (
 )
 
 var (
-	workerSetConfigScript  = script("worker_set_config.lua")
-	workerReadConfigScript = readOnlyScript("worker_read_config.lua")
+	workerSetConfigScript  = newScript("worker_set_config.lua")
+	workerReadConfigScript = newScript("worker_read_config.lua", readOnly)
 )
 
 // maxGen bounds a pushed gen: Lua numbers are doubles, exact up to 2^53.

@@ -1,5 +1,5 @@
--- lib_queue: helpers that fleet puts before every queue script (after
--- lib_types.lua; scripts.go). Not a script by itself.
+-- lib_queue: helpers of the queue scripts (scripts.go links in the blocks
+-- a script calls). Not a script by itself.
 --
 -- A reservation made by fleet has an entry in :processing:lease,
 -- "<token> <deadline_ms>": the holder's random token and the deadline that
@@ -9,17 +9,6 @@
 -- documented schema re-queues (ZREM from :processing) or re-reserves (ZADD
 -- with its own deadline) without touching the lease hash; either breaks
 -- the second test, so a late holder can never end another's reservation.
-
--- now_ms returns the server's clock in unix milliseconds.
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
--- secs spells unix milliseconds as the seconds of a score or a dead_at.
-local function secs(ms)
-  return string.format('%.3f', ms / 1000)
-end
 
 -- record names the lease hash field that holds the ids one reserve call
 -- took, "\255call:<token prefix>": the byte 255 never starts a task id

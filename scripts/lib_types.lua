@@ -1,6 +1,6 @@
--- lib_types: a helper that fleet puts before every script it loads with
--- script(), retryableScript() or readOnlyScript() (scripts.go). Not a
--- script by itself.
+-- lib_types: the key type check of scripts that write several keys
+-- (scripts.go links it into a script that calls it). Not a script by
+-- itself.
 --
 -- wrong_types(want) returns a WRONGTYPE error reply when a key of KEYS holds
 -- another type than want says for it, else nil. want is a list (want[i] is

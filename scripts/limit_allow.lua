@@ -17,8 +17,7 @@
 --          used; reset_after_us how long until the limiter is full again.
 --          A WRONGTYPE error, nothing changed, when the key holds another
 --          type or a string that is no number.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = now_us()
 local v = redis.call('GET', KEYS[1])
 local tat = now
 if v then

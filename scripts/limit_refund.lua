@@ -15,8 +15,7 @@ local tat = tonumber(v)
 if not tat then
   return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ' holds no arrival time')
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = now_us()
 local ntat = tat - tonumber(ARGV[1]) * tonumber(ARGV[2])
 if ntat <= now then
   redis.call('DEL', KEYS[1])

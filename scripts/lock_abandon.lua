@@ -23,8 +23,6 @@ local ms = tonumber(ARGV[2])
 if ms <= 0 then
   return freed
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local f = redis.pcall('GET', KEYS[2])
 if type(f) == 'string' then
   local n = tonumber(f)
@@ -32,11 +30,5 @@ if type(f) == 'string' then
     redis.call('INCRBY', KEYS[2], 1)
   end
 end
-if type(redis.pcall('ZSCORE', KEYS[3], ARGV[1])) == 'table' then
-  return freed
-end
-redis.call('ZADD', KEYS[3], now + ms, ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
-local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
-redis.call('PEXPIREAT', KEYS[3], last[2])
+entomb(KEYS[3], ARGV[1], ms)
 return freed

@@ -37,21 +37,11 @@ if type(f) == 'table' then
 end
 local now
 if f < 3000000000000000 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  local seed = (tonumber(t[1]) * 1000000 + tonumber(t[2])) * 2 + 1
-  if seed <= f then
-    seed = f + 1
-    if seed % 2 == 0 then seed = seed + 1 end
-  end
-  f = seed
+  f = fence_seed(f)
   redis.call('SET', KEYS[2], string.format('%d', f), 'PX', ARGV[3])
 end
 if f % 2 == 1 then
-  if not now then
-    local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  end
+  now = now_ms()
   local dead = redis.pcall('ZSCORE', KEYS[3], ARGV[1])
   if type(dead) == 'table' then
     redis.call('DEL', KEYS[1])

@@ -19,13 +19,7 @@ if type(f) == 'table' then
   return redis.error_reply('WRONGTYPE ' .. KEYS[2] .. ' is not an integer fence: ' .. tostring(f.err))
 end
 if f < 3000000000000000 then
-  local t = redis.call('TIME')
-  local seed = (tonumber(t[1]) * 1000000 + tonumber(t[2])) * 2 + 1
-  if seed <= f then
-    seed = f + 1
-    if seed % 2 == 0 then seed = seed + 1 end
-  end
-  f = seed
+  f = fence_seed(f)
   redis.call('SET', KEYS[2], string.format('%d', f), 'PX', ARGV[4])
 end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])

@@ -20,8 +20,7 @@ if bound > 0 then
 end
 local age = tonumber(ARGV[2])
 if age > 0 then
-  local now = redis.call('TIME')
-  local cutoff = tonumber(now[1]) + tonumber(now[2]) / 1000000 - age / 1000
+  local cutoff = (now_ms() - age) / 1000
   for _ = 1, tonumber(ARGV[3]) do
     local head = redis.call('LINDEX', KEYS[1], 0)
     if not head then

@@ -21,13 +21,5 @@ local ms = tonumber(ARGV[2])
 if ms <= 0 then
   return freed
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if type(redis.pcall('ZSCORE', KEYS[2], ARGV[1])) == 'table' then
-  return freed
-end
-redis.call('ZADD', KEYS[2], now + ms, ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
-local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
-redis.call('PEXPIREAT', KEYS[2], last[2])
+entomb(KEYS[2], ARGV[1], ms)
 return freed

@@ -15,8 +15,7 @@
 --          type.
 -- Leases that ended are dropped first (which wakes the waiters that track
 -- the key).
-local t = redis.call('TIME')
-local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local us = now_us()
 local now = math.floor(us / 1000)
 local dead = redis.call('ZSCORE', KEYS[2], ARGV[1])
 if dead and tonumber(dead) > now then
@@ -34,6 +33,5 @@ if held >= tonumber(ARGV[3]) then
 end
 -- The lease ends hold after now, rounded up to the ms: never sooner.
 redis.call('ZADD', KEYS[1], math.ceil(us / 1000) + tonumber(ARGV[2]), ARGV[1])
-local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
-redis.call('PEXPIREAT', KEYS[1], last[2])
+expire_with_last(KEYS[1])
 return {1, held + 1}

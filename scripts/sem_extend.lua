@@ -10,8 +10,7 @@ local d = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not d then
   return 0
 end
-local t = redis.call('TIME')
-local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local us = now_us()
 local now = math.floor(us / 1000)
 if tonumber(d) <= now then
   redis.call('ZREM', KEYS[1], ARGV[1])
@@ -19,6 +18,5 @@ if tonumber(d) <= now then
 end
 -- The lease ends hold after now, rounded up to the ms: never sooner.
 redis.call('ZADD', KEYS[1], math.ceil(us / 1000) + tonumber(ARGV[2]), ARGV[1])
-local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
-redis.call('PEXPIREAT', KEYS[1], last[2])
+expire_with_last(KEYS[1])
 return 1

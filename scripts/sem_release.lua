@@ -10,8 +10,7 @@ if not d then
   return 0
 end
 redis.call('ZREM', KEYS[1], ARGV[1])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 if tonumber(d) <= now then
   return 0
 end

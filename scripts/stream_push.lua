@@ -18,16 +18,15 @@
 --          no trailing zeros)}; a WRONGTYPE error, changing nothing, when
 --          KEYS[1] is not a sorted set (no TYPE check: the first ZADD, the
 --          first write, refuses it)
--- secs spells ms (unix milliseconds, >= 0) as seconds the way Go's
+-- short_secs spells ms (unix milliseconds, >= 0) as seconds the way Go's
 -- strconv.FormatFloat(x, 'f', -1, 64) does: 1733130000.12, 1733130000.
-local function secs(ms)
+local function short_secs(ms)
   local s = string.format('%d.%03d', math.floor(ms / 1000), ms % 1000)
   return (string.gsub(string.gsub(s, '0+$', ''), '%.$', ''))
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local ts = secs(now)
-local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local us = now_us()
+local now = math.floor(us / 1000)
+local ts = short_secs(now)
 -- ZADD in chunks: unpack is bounded by the Lua C stack.
 local chunk, args = 512, {}
 local wrap = ARGV[3] == '1'
@@ -48,7 +47,7 @@ for i = 4, #ARGV, step do
 end
 local age = tonumber(ARGV[2])
 if age > 0 and now - age > 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. secs(now - age))
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. short_secs(now - age))
 end
 local max = tonumber(ARGV[1])
 if max > 0 then

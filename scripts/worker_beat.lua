@@ -14,6 +14,6 @@
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return 0
 end
-redis.call('HSET', KEYS[2], 'state', ARGV[1], 'last_seen', redis.call('TIME')[1])
+redis.call('HSET', KEYS[2], 'state', ARGV[1], 'last_seen', string.format('%d', math.floor(now_us() / 1000000)))
 redis.call('SET', KEYS[3], ARGV[2])
 return 1

@@ -27,7 +27,7 @@ if not gen then
   gen = ARGV[3]
   redis.call('SET', KEYS[3], gen)
 end
-redis.call('HSET', KEYS[4], 'state', ARGV[4], 'last_seen', redis.call('TIME')[1])
+redis.call('HSET', KEYS[4], 'state', ARGV[4], 'last_seen', string.format('%d', math.floor(now_us() / 1000000)))
 redis.call('HSETNX', KEYS[4], 'last_error', '')
 if ARGV[5] ~= '' then
   redis.call('HSET', KEYS[4], 'applied_gen', ARGV[5])

@@ -1,7 +1,8 @@
--- pool_lib: helpers that fleet prepends to every pool script that touches
--- the pool hash (pool_put, pool_claim, pool_delete, pool_markbad,
--- pool_release, pool_abandon, pool_index, pool_check, pool_clean,
--- pool_prune, sync_pool_exp). Not a script by itself.
+-- lib_pool: helpers of the pool scripts that touch the pool hash
+-- (pool_put, pool_claim, pool_delete, pool_markbad, pool_release,
+-- pool_abandon, pool_index, pool_check, pool_clean, pool_prune,
+-- sync_pool_exp; scripts.go links in the blocks a script calls, and the
+-- block of P, which every helper uses). Not a script by itself.
 --
 -- Those scripts share KEYS[1..11]:
 -- KEYS[1]  fleet:pool:<name>           hash: item id -> {"p","t","x"}
@@ -47,12 +48,6 @@ do
   local ok, f = pcall(cjson.decode, s)
   if not ok or type(f) ~= 'table' then f = {} end
   FIELDS = f
-end
-
--- the server's clock in unix milliseconds
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
 -- an error reply when the pool hash is some other type
