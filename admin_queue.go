@@ -234,14 +234,6 @@ func (f *Fleet) Overview(ctx context.Context) (Overview, error) {
 	return ov, nil
 }
 
-func setOf(names []string) map[string]bool {
-	m := make(map[string]bool, len(names))
-	for _, n := range names {
-		m[n] = true
-	}
-	return m
-}
-
 // LookupTask finds task id of queue name and returns its record
 // (Queue.Lookup, by name). May return ErrTaskNotFound, ErrInvalidName,
 // ErrInvalidArgument, ErrUnavailable.

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"time"
 	"unicode/utf8"
 
@@ -312,16 +311,6 @@ func (kv *KV) TTL(ctx context.Context, key string) (ttl time.Duration, ok bool, 
 		return 0, true, nil
 	}
 	return time.Duration(ms) * time.Millisecond, true, nil
-}
-
-// millis spells d in whole milliseconds for Redis, rounding a positive d up
-// so that a sub-millisecond TTL never turns into "no TTL".
-func millis(d time.Duration) string {
-	ms := d.Milliseconds()
-	if d > 0 && time.Duration(ms)*time.Millisecond < d {
-		ms++
-	}
-	return strconv.FormatInt(ms, 10)
 }
 
 // Err returns the error every call of the KV would return for its name

@@ -2,8 +2,6 @@ package fleet
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"sync"
@@ -117,12 +115,6 @@ func (l *Lease) lose() {
 		l.deadline = now
 	}
 	l.mu.Unlock()
-}
-
-func newToken() string {
-	var b [18]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
-	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
 func (l *Lock) check(ctx context.Context, hold time.Duration) error {

@@ -260,14 +260,6 @@ func (f *Fleet) observeSubmitOneSlow(ctx context.Context, queue, id string, body
 	return done
 }
 
-// boolInt is 1 for true, 0 for false.
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
-
 // submitDone reports a submit's outcome to the Observer; nil does nothing.
 type submitDone func(written int, err error)
 

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"reflect"
@@ -180,7 +179,6 @@ var (
 	poolAbandonScript = newScript("pool_abandon.lua")
 	poolCheckScript   = newScript("pool_check.lua")
 )
-
 
 // std returns the KEYS[1..11] and ARGV[1..3] that every pool_lib script
 // takes, with room for more.
@@ -369,22 +367,6 @@ func (p *Pool[P, T]) Get(ctx context.Context, id string) (item Item[P, T], ok bo
 		return Item[P, T]{}, false, nil
 	}
 	return item, true, nil
-}
-
-func timeReply(r rueidis.RedisResult) (time.Time, error) {
-	t, err := r.AsStrSlice()
-	if err != nil {
-		return time.Time{}, err
-	}
-	if len(t) != 2 {
-		return time.Time{}, errors.New("TIME: unexpected reply")
-	}
-	s, err1 := strconv.ParseInt(t[0], 10, 64)
-	us, err2 := strconv.ParseInt(t[1], 10, 64)
-	if err1 != nil || err2 != nil {
-		return time.Time{}, fmt.Errorf("TIME: unexpected reply %q", t)
-	}
-	return time.Unix(s, us*1000), nil
 }
 
 // Delete removes the item id, its index entries and any claim on it. It

@@ -331,10 +331,3 @@ func (q *Queue[T]) abandonReserve(prefix string) {
 		return err
 	})
 }
-
-func boolArg(b bool) string {
-	if b {
-		return "1"
-	}
-	return "0"
-}

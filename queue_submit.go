@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/fleet-go/fleet/internal/keys"
@@ -164,16 +163,6 @@ func (q *Queue[T]) SubmitWith(ctx context.Context, payload T, opts SubmitOptions
 		s.look.soon()
 	}
 	return got, nil
-}
-
-func isText(s string) bool {
-	return strings.ToValidUTF8(s, "\uFFFD") == s && strings.IndexFunc(s, func(r rune) bool { return r < ' ' || r == 0x7f }) < 0
-}
-
-// secondsString spells t as unix seconds with milliseconds, the unit of the
-// :processing and :scheduled scores.
-func secondsString(t time.Time) string {
-	return strconv.FormatFloat(unixSeconds(t), 'f', 3, 64)
 }
 
 // SubmitJSON decodes raw strictly into the payload type of the queue named

@@ -177,9 +177,6 @@ func (e *StreamEntry[T]) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// unixSeconds is t in unix seconds, to the millisecond.
-func unixSeconds(t time.Time) float64 { return float64(t.UnixMilli()) / 1000 }
-
 // fromUnixSeconds reads a score (unix seconds, to the microsecond at most).
 func fromUnixSeconds(s float64) time.Time {
 	return time.UnixMicro(int64(math.Round(s * 1e6)))

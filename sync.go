@@ -351,15 +351,6 @@ func (s *syncer) register(ctx context.Context, registry string, kind keys.Kind, 
 	return sortedKeys(set), len(add), nil
 }
 
-func sortedKeys(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
-}
-
 // pool rebuilds one pool's indexes, as poolCore.rebuild does, counting.
 func (s *syncer) pool(ctx context.Context, name string) error {
 	o, _ := (&PoolOptions{}).withDefaults()

@@ -2,7 +2,6 @@ package fleet
 
 import (
 	"context"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -252,27 +251,4 @@ func (f *Fleet) track(ctx context.Context, key string) (*string, error) {
 		return nil, err
 	}
 	return &s, nil
-}
-
-// backoff is a capped exponential backoff with full jitter.
-type backoff struct {
-	min, max time.Duration
-	n        int
-}
-
-func (b *backoff) next() time.Duration {
-	d := b.min << min(b.n, 16)
-	if d > b.max || d <= 0 {
-		d = b.max
-	}
-	b.n++
-	return d/2 + randDuration(d/2)
-}
-
-// randDuration returns a random duration in [0, d].
-func randDuration(d time.Duration) time.Duration {
-	if d <= 0 {
-		return 0
-	}
-	return rand.N(d + 1)
 }

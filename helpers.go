@@ -1,0 +1,124 @@
+package fleet
+
+import (
+	crand "crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// Small helpers that many files share: durations and times as the scripts
+// spell them, tokens, backoff, sets of names.
+
+// millis spells d in whole milliseconds for Redis, rounding a positive d up
+// so that a sub-millisecond TTL never turns into "no TTL".
+func millis(d time.Duration) string {
+	ms := d.Milliseconds()
+	if d > 0 && time.Duration(ms)*time.Millisecond < d {
+		ms++
+	}
+	return strconv.FormatInt(ms, 10)
+}
+
+// newToken returns a random token of 24 URL-safe characters (144 bits).
+func newToken() string {
+	var b [18]byte
+	_, _ = crand.Read(b[:]) // crypto/rand.Read never fails
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// backoff is a capped exponential backoff with full jitter.
+type backoff struct {
+	min, max time.Duration
+	n        int
+}
+
+func (b *backoff) next() time.Duration {
+	d := b.min << min(b.n, 16)
+	if d > b.max || d <= 0 {
+		d = b.max
+	}
+	b.n++
+	return d/2 + randDuration(d/2)
+}
+
+// randDuration returns a random duration in [0, d].
+func randDuration(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return rand.N(d + 1)
+}
+
+// timeReply reads the reply of TIME as a time.
+func timeReply(r rueidis.RedisResult) (time.Time, error) {
+	t, err := r.AsStrSlice()
+	if err != nil {
+		return time.Time{}, err
+	}
+	if len(t) != 2 {
+		return time.Time{}, errors.New("TIME: unexpected reply")
+	}
+	s, err1 := strconv.ParseInt(t[0], 10, 64)
+	us, err2 := strconv.ParseInt(t[1], 10, 64)
+	if err1 != nil || err2 != nil {
+		return time.Time{}, fmt.Errorf("TIME: unexpected reply %q", t)
+	}
+	return time.Unix(s, us*1000), nil
+}
+
+// sortedKeys returns the keys of m, sorted.
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// setOf returns names as a set.
+func setOf(names []string) map[string]bool {
+	m := make(map[string]bool, len(names))
+	for _, n := range names {
+		m[n] = true
+	}
+	return m
+}
+
+// boolArg spells b as a script's flag: "1" or "0".
+func boolArg(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+// boolInt is 1 for true, 0 for false.
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// isText reports whether s is valid UTF-8 without control characters.
+func isText(s string) bool {
+	return strings.ToValidUTF8(s, "\uFFFD") == s && strings.IndexFunc(s, func(r rune) bool { return r < ' ' || r == 0x7f }) < 0
+}
+
+// secondsString spells t as unix seconds with milliseconds, the unit of the
+// :processing and :scheduled scores.
+func secondsString(t time.Time) string {
+	return strconv.FormatFloat(unixSeconds(t), 'f', 3, 64)
+}
+
+// unixSeconds is t in unix seconds, to the millisecond.
+func unixSeconds(t time.Time) float64 { return float64(t.UnixMilli()) / 1000 }
