@@ -68,7 +68,7 @@ func TestErrorMessages(t *testing.T) {
 		}
 		checkMessage(t, "a lock", lease.Release(ctx(t)), fleet.ErrLeaseLost, `fleet: lock release "l": lease lost`)
 
-		permit, err := e.F.Semaphore("s", 2).Acquire(ctx(t), fleet.SemOptions{Hold: time.Minute})
+		permit, err := e.F.Semaphore("s", 2).Acquire(ctx(t), fleet.SemaphoreOptions{Hold: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}

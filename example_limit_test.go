@@ -51,7 +51,7 @@ func ExampleSemaphore() {
 	// At most 2 sessions of account 42 at once, fleet-wide: one semaphore
 	// per account.
 	sessions := f.Semaphore("sessions:account-42", 2)
-	opts := fleet.SemOptions{Hold: 30 * time.Second}
+	opts := fleet.SemaphoreOptions{Hold: 30 * time.Second}
 	a, _ := sessions.Acquire(ctx, opts)
 	b, _ := sessions.Acquire(ctx, opts)
 	_, err := sessions.Acquire(ctx, opts) // zero Wait: fails at once
@@ -60,7 +60,7 @@ func ExampleSemaphore() {
 	// A release wakes a waiter (of any process) at once.
 	got := make(chan error)
 	go func() {
-		p, err := sessions.Acquire(ctx, fleet.SemOptions{Hold: 30 * time.Second, Wait: 10 * time.Second})
+		p, err := sessions.Acquire(ctx, fleet.SemaphoreOptions{Hold: 30 * time.Second, Wait: 10 * time.Second})
 		if err == nil {
 			err = p.Release(ctx)
 		}

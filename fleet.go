@@ -409,26 +409,6 @@ func (f *Fleet) spawn(fn func()) bool {
 	return true
 }
 
-// monoEpoch anchors monoNow.
-var monoEpoch = time.Now()
-
-// monoNow is the time on this process's monotonic clock, in nanoseconds
-// since monoEpoch: what lease deadlines are measured with, immune to wall
-// clock steps.
-func monoNow() int64 { return int64(time.Since(monoEpoch)) }
-
-// monoTime spells a monoNow reading as a time.Time (with its monotonic
-// reading, so time.Until and Before compare on the monotonic clock).
-func monoTime(ns int64) time.Time { return monoEpoch.Add(time.Duration(ns)) }
-
-// leaseMargin is how long before the end of a lease that this process can
-// prove (Task.Deadline, Lease.Deadline) the lease counts as over, and the
-// work under it is cancelled: room for the work to notice, and for clocks
-// that run at slightly different rates.
-func leaseMargin(lease time.Duration) time.Duration {
-	return min(max(lease/10, 5*time.Millisecond), time.Second)
-}
-
 // abandonEvery paces the tries of an abandon; abandonTry bounds one.
 const (
 	abandonEvery = 150 * time.Millisecond

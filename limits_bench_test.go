@@ -132,7 +132,7 @@ func BenchmarkSemaphorePair(b *testing.B) {
 		var ds, dl time.Duration
 		for pb.Next() {
 			t0 := time.Now()
-			p, err := sem.Acquire(ctx, fleet.SemOptions{Hold: 10 * time.Second})
+			p, err := sem.Acquire(ctx, fleet.SemaphoreOptions{Hold: 10 * time.Second})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -210,7 +210,7 @@ func BenchmarkSemaphoreHandoff(b *testing.B) {
 	}
 	b.Run("semaphore", func(b *testing.B) {
 		run(b, func(f *fleet.Fleet) (permit, error) {
-			return f.Semaphore("handoff", 1).Acquire(context.Background(), fleet.SemOptions{Hold: 10 * time.Second, Wait: time.Minute})
+			return f.Semaphore("handoff", 1).Acquire(context.Background(), fleet.SemaphoreOptions{Hold: 10 * time.Second, Wait: time.Minute})
 		})
 	})
 	b.Run("lock", func(b *testing.B) {

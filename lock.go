@@ -2,9 +2,7 @@ package fleet
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/fleet-go/fleet/internal/keys"
@@ -73,13 +71,14 @@ type Lease struct {
 	sem   *Semaphore // a permit's semaphore (semaphore.go); lock is nil then
 	token string
 	fence int64
-
-	mu       sync.Mutex
-	deadline time.Time
+	clock leaseClock
 }
 
-func newLease(l *Lock, token string, fence int64, deadline time.Time) *Lease {
-	return &Lease{lock: l, token: token, fence: fence, deadline: deadline}
+// newLease is a lease of l taken by a call sent at sent (monoNow) for hold.
+func newLease(l *Lock, token string, fence, sent int64, hold time.Duration) *Lease {
+	lease := &Lease{lock: l, token: token, fence: fence}
+	lease.clock.prove(sent, hold)
+	return lease
 }
 
 // Token returns the random token stored in the lock key (or, for a
@@ -96,26 +95,7 @@ func (l *Lease) Fence() int64 { return l.fence }
 // the acquire (or the last successful Extend) was sent, so no later than the
 // server lets the key expire. A lease that Extend found lost ends at once.
 // Past the deadline another may hold the lock.
-func (l *Lease) Deadline() time.Time {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.deadline
-}
-
-func (l *Lease) setDeadline(d time.Time) {
-	l.mu.Lock()
-	l.deadline = d
-	l.mu.Unlock()
-}
-
-// lose ends the lease now: Redis said it is not held.
-func (l *Lease) lose() {
-	l.mu.Lock()
-	if now := time.Now(); l.deadline.After(now) {
-		l.deadline = now
-	}
-	l.mu.Unlock()
-}
+func (l *Lease) Deadline() time.Time { return l.clock.deadline() }
 
 func (l *Lock) check(ctx context.Context, hold time.Duration) error {
 	if l.err != nil {
@@ -145,38 +125,9 @@ func (l *Lock) Acquire(ctx context.Context, opts LockOptions) (*Lease, error) {
 		return nil, opErr("lock acquire", l.name, fmt.Errorf("%w: wait %v is negative", ErrInvalidArgument, opts.Wait))
 	}
 	start := l.f.obsStart()
-	lease, err := l.acquire(ctx, opts)
+	lease, err := acquireLease(ctx, l, opts.Hold, opts.Wait)
 	l.f.lockWaited(ctx, l.name, start, lease != nil, err)
 	return lease, opErr("lock acquire", l.name, err)
-}
-
-func (l *Lock) acquire(ctx context.Context, opts LockOptions) (*Lease, error) {
-	until := time.Now().Add(opts.Wait)
-	for {
-		token := newToken()
-		lease, pttl, err := l.try(ctx, token, opts.Hold)
-		if lease == nil && err == nil {
-			if opts.Wait == 0 {
-				return nil, ErrNotObtained
-			}
-			lease, err = l.wait(ctx, token, opts.Hold, until, pttl)
-		}
-		if err != nil {
-			return nil, err
-		}
-		if time.Until(lease.Deadline()) > leaseMargin(opts.Hold) {
-			return lease, nil
-		}
-		// Expired on arrival: the reply came back too late to use the
-		// lease. Free the lock (another may hold it already, which the
-		// release leaves alone) and try again within the wait.
-		if err := lease.Release(ctx); err != nil && !errors.Is(err, ErrLeaseLost) {
-			l.abandon(lease.token, opts.Hold, false)
-		}
-		if !time.Now().Before(until) {
-			return nil, ErrNotObtained
-		}
-	}
 }
 
 // abandon undoes, in the background, a call of token whose outcome is
@@ -202,7 +153,7 @@ func (l *Lock) abandon(token string, hold time.Duration, tomb bool) {
 // script's outcome is unknown (ctx ended or the connection broke while it
 // was in flight), it abandons token.
 func (l *Lock) try(ctx context.Context, token string, hold time.Duration) (*Lease, time.Duration, error) {
-	sent := time.Now()
+	sent := monoNow()
 	res, err := lockAcquireScript.Exec(ctx, l.f.client, []string{l.key, l.fence, l.tomb},
 		[]string{token, millis(hold), millis(max(hold, fenceLife))}).ToArray()
 	if err != nil {
@@ -225,7 +176,7 @@ func (l *Lock) try(ctx context.Context, token string, hold time.Duration) (*Leas
 		}
 		return nil, time.Duration(n) * time.Millisecond, nil
 	}
-	return newLease(l, token, n, sent.Add(hold)), 0, nil
+	return newLease(l, token, n, sent, hold), 0, nil
 }
 
 // Release frees the lock (or gives the permit back). It returns
@@ -276,16 +227,16 @@ func (l *Lease) Extend(ctx context.Context, hold time.Duration) error {
 	if err := lk.check(ctx, hold); err != nil {
 		return opErr("lock extend", lk.name, err)
 	}
-	sent := time.Now()
+	sent := monoNow()
 	n, err := lockExtendScript.Exec(ctx, lk.f.client, []string{lk.key}, []string{l.token, millis(hold)}).AsInt64()
 	if err != nil {
 		return opErr("lock extend", lk.name, err)
 	}
 	if n != 1 {
-		l.lose()
+		l.clock.lose()
 		return opErr("lock extend", lk.name, ErrLeaseLost)
 	}
-	l.setDeadline(sent.Add(hold))
+	l.clock.prove(sent, hold)
 	return nil
 }
 
@@ -298,88 +249,28 @@ func (l *Lease) Extend(ctx context.Context, hold time.Duration) error {
 // extended every Hold/3 while fn runs, each extension bounded by the
 // deadline, so fn's context ends only when extensions fail for a whole
 // lease (Redis unreachable) or one finds the lock taken.
-func (l *Lock) Do(ctx context.Context, opts LockOptions, fn func(ctx context.Context, lease *Lease) error) (err error) {
+func (l *Lock) Do(ctx context.Context, opts LockOptions, fn func(ctx context.Context, lease *Lease) error) error {
 	lease, err := l.Acquire(ctx, opts)
 	if err != nil {
 		return err
 	}
-	fctx, cancel := context.WithCancelCause(ctx)
-	margin := leaseMargin(opts.Hold)
-	var mu sync.Mutex
-	var timer *time.Timer
-	expire := func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if d := time.Until(lease.Deadline()) - margin; d > 0 {
-			timer.Reset(d) // extended meanwhile
-			return
-		}
-		cancel(ErrLeaseLost)
-	}
-	mu.Lock()
-	timer = time.AfterFunc(time.Until(lease.Deadline())-margin, expire)
-	mu.Unlock()
-	stop := make(chan struct{})
-	kept := make(chan struct{})
-	if opts.KeepAlive {
-		go lease.keepAlive(fctx, cancel, opts.Hold, margin, stop, kept)
-	} else {
-		close(kept)
-	}
-	defer func() {
-		mu.Lock()
-		timer.Stop()
-		mu.Unlock()
-		close(stop)
-		<-kept
-		lost := errors.Is(context.Cause(fctx), ErrLeaseLost)
-		cancel(nil)
-		if lost {
-			// The lease is over as far as fn knows; free the lock should
-			// the server still hold it for us, in the background: the
-			// connection may be what failed.
-			l.abandon(lease.token, opts.Hold, false)
-			err = errors.Join(err, opErr("lock do", l.name, ErrLeaseLost))
-			return
-		}
-		// Release with a context of its own: ctx may be the reason fn ended.
-		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), opts.Hold)
-		defer rcancel()
-		if rerr := lease.Release(rctx); rerr != nil {
-			if outcomeUnknown(rerr) {
-				l.abandon(lease.token, opts.Hold, false)
-			}
-			err = errors.Join(err, rerr)
-		}
-	}()
-	return fn(fctx, lease)
+	return runLeased(ctx, lease.leased("lock do", l.name, opts.Hold, opts.KeepAlive),
+		func(ctx context.Context) error { return fn(ctx, lease) })
 }
 
-// keepAlive extends the lease every hold/3 until stop closes. Each
-// extension is bounded by the lease's deadline less margin, so that a
-// frozen connection cannot hold one past it; Do's timer ends fn's context
-// at that deadline. ErrLeaseLost ends it at once.
-func (l *Lease) keepAlive(ctx context.Context, cancel context.CancelCauseFunc, hold, margin time.Duration, stop, kept chan struct{}) {
-	defer close(kept)
-	every := max(hold/3, time.Millisecond)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		ectx, ecancel := context.WithDeadline(ctx, l.Deadline().Add(-margin))
-		err := l.Extend(ectx, hold)
-		ecancel()
-		if errors.Is(err, ErrLeaseLost) {
-			cancel(ErrLeaseLost)
-			return
-		}
+// leased is what runLeased needs to run work under the lease (a lock's,
+// or a semaphore permit's), extended every hold/3 with keepAlive.
+func (l *Lease) leased(op, name string, hold time.Duration, keepAlive bool) leased {
+	keep := leaseKeep{clock: &l.clock, margin: leaseMargin(hold),
+		extend: func(ctx context.Context) error { return l.Extend(ctx, hold) }}
+	if keepAlive {
+		keep.every = max(hold/3, time.Millisecond)
 	}
+	abandon := func() { l.lock.abandon(l.token, hold, false) }
+	if l.sem != nil {
+		abandon = func() { l.sem.abandon(l.token, hold, false) }
+	}
+	return leased{op: op, name: name, keep: keep, hold: hold, end: l.Release, abandon: abandon}
 }
 
 // Err returns the error every call of the Lock would return for its name

@@ -86,7 +86,7 @@ func (w *watcher) pickWaiter(key string) *lockWaiter {
 // outcome to lw. It reports whether the lock was passed.
 func (l *Lease) handover(ctx context.Context, lw *lockWaiter) (bool, error) {
 	lk := l.lock
-	sent := time.Now() // the waiter's lease counts from here
+	sent := monoNow() // the waiter's lease counts from here
 	s, err := lockHandoverScript.Exec(ctx, lk.f.client, []string{lk.key, lk.fence},
 		[]string{l.token, lw.token, millis(lw.hold), millis(max(lw.hold, fenceLife))}).ToString()
 	if err != nil {
@@ -101,7 +101,7 @@ func (l *Lease) handover(ctx context.Context, lw *lockWaiter) (bool, error) {
 		lw.got <- nil
 		return false, err
 	}
-	lw.got <- newLease(lk, lw.token, fence, sent.Add(lw.hold))
+	lw.got <- newLease(lk, lw.token, fence, sent, lw.hold)
 	return true, nil
 }
 

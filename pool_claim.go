@@ -35,6 +35,10 @@ type ClaimOptions struct {
 	// wait runs out, the last look checks the whole hash if another client
 	// wrote the pool lately, so that "none" means none is free.
 	Wait time.Duration
+	// KeepAlive makes Do extend the claim's lease every Hold/3 while its
+	// function runs. Without it, the lease ends at its deadline and so
+	// does the function's context.
+	KeepAlive bool
 }
 
 // Claim is an exclusive lease on one item. It ends by Release, by MarkBad,
@@ -45,7 +49,15 @@ type Claim[P, T any] struct {
 	core  *poolCore
 	token string
 	ended atomic.Bool
+	clock leaseClock // the lease: from the send of the claim or last extend (lease.go)
 }
+
+// Deadline returns the end of the claim's lease that this process can
+// prove: Hold after the claim (or the last successful Extend) was sent, on
+// this process's monotonic clock, so no later than the server lets the
+// claim expire. A claim that ended (Release, MarkBad, an Extend that found
+// it lost) ends at once. Past the deadline another may hold the item.
+func (c *Claim[P, T]) Deadline() time.Time { return c.clock.deadline() }
 
 // Token returns the claim's random token, kept in the derived owner key
 // fleet:pidx:<name>:own:<id> while the claim lasts.
@@ -112,6 +124,7 @@ func (q *Query[P, T]) try(ctx context.Context, hold time.Duration, full bool) (*
 	cursor, set, badSeen := "", "0", 0
 	checkCursor, checked := "0", false
 	for {
+		sent := monoNow()
 		k, a := c.std(extra...)
 		a = append(a, token, millis(hold), millis(hold+poolTombMargin), cursor, set,
 			strconv.Itoa(poolClaimBudget), strconv.Itoa(len(extra)))
@@ -137,7 +150,9 @@ func (q *Query[P, T]) try(ctx context.Context, hold time.Duration, full bool) (*
 			raw, _ := res[2].ToString()
 			it, err := decodeItem[P, T](id, raw)
 			if err == nil {
-				return &Claim[P, T]{Item: it, core: c, token: token}, nil
+				cl := &Claim[P, T]{Item: it, core: c, token: token}
+				cl.clock.prove(sent, hold)
+				return cl, nil
 			}
 			// Valid to the script, but not for P or T: never hand it out.
 			// The claim stays, so that the next attempts (ours and
@@ -410,6 +425,7 @@ func (c *Claim[P, T]) Release(ctx context.Context) error {
 	if err != nil {
 		return opErr("pool release", p.name, err)
 	}
+	c.clock.lose()
 	if n != 1 {
 		return opErr("pool release", p.name, fmt.Errorf("%w: item %q", ErrLeaseLost, id))
 	}
@@ -433,13 +449,16 @@ func (c *Claim[P, T]) Extend(ctx context.Context, hold time.Duration) error {
 	}
 	id := c.Item.ID
 	k, a := p.std(p.claim+id, p.owner(id))
+	sent := monoNow()
 	n, err := poolExtendScript.Exec(ctx, p.f.client, k, append(a, c.token, millis(hold), id)).AsInt64()
 	if err != nil {
 		return opErr("pool extend", p.name, err)
 	}
 	if n != 1 {
+		c.clock.lose()
 		return opErr("pool extend", p.name, fmt.Errorf("%w: item %q", ErrLeaseLost, id))
 	}
+	c.clock.prove(sent, hold)
 	return nil
 }
 
@@ -461,6 +480,7 @@ func (c *Claim[P, T]) MarkBad(ctx context.Context, reason string) error {
 	if err != nil {
 		return opErr("pool mark bad", p.name, err)
 	}
+	c.clock.lose()
 	if n != 1 {
 		return opErr("pool mark bad", p.name, fmt.Errorf("%w: item %q", ErrLeaseLost, id))
 	}
@@ -471,27 +491,37 @@ func (c *Claim[P, T]) MarkBad(ctx context.Context, reason string) error {
 // Do claims an item as Claim does, runs fn with it, and always ends the
 // claim afterwards (Release, unless fn already released it or marked it
 // bad), even when fn panics: Go's form of the
-// `async with pool.where(...).claim(...) as item` of fleet's own design. It reports whether an
-// item was claimed; when none was, fn does not run and the error is nil.
-// The error is fn's, joined with a failed release's (ErrLeaseLost when
-// the lease ran out while fn ran).
+// `async with pool.where(...).claim(...) as item` of fleet's own design.
+// fn's context ends, with cause ErrLeaseLost, a small margin (Hold/10, at
+// most 1 s) before the claim's Deadline, as Lock.Do's does; with
+// opts.KeepAlive the claim is extended every Hold/3 while fn runs, so the
+// context ends only when extensions fail for a whole lease (Redis
+// unreachable) or one finds the claim lost. It reports whether an item was
+// claimed; when none was, fn does not run and the error is nil. The error
+// is fn's, joined with a failed release's, or with ErrLeaseLost when the
+// lease was lost while fn ran.
 func (q *Query[P, T]) Do(ctx context.Context, opts ClaimOptions, fn func(ctx context.Context, c *Claim[P, T]) error) (claimed bool, err error) {
 	c, err := q.Claim(ctx, opts)
 	if c == nil || err != nil {
 		return false, err
 	}
-	defer func() {
-		if c.ended.Load() {
-			return
-		}
-		// Release with a context of its own: ctx may be why fn ended.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opts.Hold)
-		defer cancel()
-		if rerr := c.Release(rctx); rerr != nil {
-			err = errors.Join(err, rerr)
-		}
-	}()
-	return true, fn(ctx, c)
+	keep := leaseKeep{clock: &c.clock, margin: leaseMargin(opts.Hold),
+		extend: func(ctx context.Context) error { return c.Extend(ctx, opts.Hold) }}
+	if opts.KeepAlive {
+		keep.every = max(opts.Hold/3, time.Millisecond)
+	}
+	return true, runLeased(ctx, leased{op: "pool do", name: c.core.name, keep: keep, hold: opts.Hold,
+		end: func(ctx context.Context) error {
+			if c.ended.Load() {
+				return nil
+			}
+			return c.Release(ctx)
+		},
+		abandon: func() {
+			if !c.ended.Load() {
+				c.core.abandon(c.token, opts.Hold)
+			}
+		}}, func(ctx context.Context) error { return fn(ctx, c) })
 }
 
 // Do claims any item of the pool and runs fn with it: Where().Do.

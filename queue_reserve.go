@@ -284,7 +284,7 @@ func (q *Queue[T]) reserveShardAs(ctx context.Context, n int, wantLeft bool, own
 		token, _ := res[i+1].ToString()
 		body, _ := res[i+2].ToString()
 		t := &Task[T]{ID: id, q: q, token: token, body: body}
-		t.proven.Store(sent + int64(q.opts.Lease))
+		t.clock.prove(sent, q.opts.Lease)
 		w, err := parseBody(body)
 		if err == nil && w.ID != id {
 			err = errors.New("body id changed") // cannot happen: the script read it

@@ -31,7 +31,7 @@ type Task[T any] struct {
 	unique int64                  // the body's "unique_ms": SubmitOptions.UniqueFor
 	body   string                 // as stored in :processing:body
 	trace  json.RawMessage        // the body's "trace", for TaskInfo.Trace
-	proven atomic.Int64           // monoNow when the lease may run out: send time of the reserve or last extend, plus the lease
+	clock  leaseClock             // the lease: from the send of the reserve or last extend (lease.go)
 	result atomic.Pointer[[]byte] // SetResult's, as JSON
 }
 
@@ -45,7 +45,7 @@ func (t *Task[T]) Token() string { return t.token }
 // from when its script ran, a little later, so until Deadline no sweeper
 // can have re-queued the task; after it, another worker may be running it.
 // Stop working on the task before then, or Extend it.
-func (t *Task[T]) Deadline() time.Time { return monoTime(t.proven.Load()) }
+func (t *Task[T]) Deadline() time.Time { return t.clock.deadline() }
 
 // Body returns the task's body as stored in Redis.
 func (t *Task[T]) Body() string { return t.body }
@@ -245,7 +245,7 @@ func (t *Task[T]) Extend(ctx context.Context, lease time.Duration) error {
 	if err != nil {
 		return opErr("extend", q.name, err)
 	}
-	t.proven.Store(sent + int64(lease))
+	t.clock.prove(sent, lease)
 	if d < 0 {
 		return opErr("extend", q.name, fmt.Errorf("%w: task %s was cancelled (Queue.Cancel); its lease was extended", ErrCanceled, t.ID))
 	}

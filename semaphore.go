@@ -2,7 +2,6 @@ package fleet
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -33,8 +32,8 @@ type Semaphore struct {
 	err   error
 }
 
-// SemOptions says how to take a permit.
-type SemOptions struct {
+// SemaphoreOptions says how to take a permit.
+type SemaphoreOptions struct {
 	// Hold is the lease: a crashed holder's permit comes back after Hold.
 	// Required, > 0. The lease is counted from just before the acquire was
 	// sent (see Lease.Deadline).
@@ -44,6 +43,10 @@ type SemOptions struct {
 	// caching invalidation), when the first lease ends, or on a capped,
 	// jittered backoff as the fallback. ctx bounds the wait too.
 	Wait time.Duration
+	// KeepAlive makes Do extend the permit's lease every Hold/3 while its
+	// function runs. Without it, the lease ends at its deadline and so
+	// does the function's context.
+	KeepAlive bool
 }
 
 // Semaphore returns the semaphore name with limit permits. A bad name or
@@ -87,7 +90,7 @@ func (s *Semaphore) check(ctx context.Context, hold time.Duration) error {
 // ErrInvalidArgument for Hold <= 0 or Wait < 0 (or a bad name or limit),
 // ErrWrongType when a key holds something else (nothing changes), and
 // ctx's error when ctx ends first.
-func (s *Semaphore) Acquire(ctx context.Context, opts SemOptions) (*Lease, error) {
+func (s *Semaphore) Acquire(ctx context.Context, opts SemaphoreOptions) (*Lease, error) {
 	if err := s.check(ctx, opts.Hold); err != nil {
 		return nil, opErr("semaphore acquire", s.name, err)
 	}
@@ -95,35 +98,26 @@ func (s *Semaphore) Acquire(ctx context.Context, opts SemOptions) (*Lease, error
 		return nil, opErr("semaphore acquire", s.name, fmt.Errorf("%w: wait %v is negative", ErrInvalidArgument, opts.Wait))
 	}
 	start := s.f.obsStart()
-	lease, err := s.acquire(ctx, opts)
+	lease, err := acquireLease(ctx, s, opts.Hold, opts.Wait)
 	s.f.semaphoreWaited(ctx, s.name, start, lease != nil, err)
 	return lease, opErr("semaphore acquire", s.name, err)
 }
 
-func (s *Semaphore) acquire(ctx context.Context, opts SemOptions) (*Lease, error) {
-	until := time.Now().Add(opts.Wait)
-	for {
-		lease, next, err := s.try(ctx, newToken(), opts.Hold)
-		if lease == nil && err == nil {
-			if opts.Wait == 0 {
-				return nil, ErrNotObtained
-			}
-			lease, err = s.wait(ctx, opts.Hold, until, next)
-		}
-		if err != nil {
-			return nil, err
-		}
-		if time.Until(lease.Deadline()) > leaseMargin(opts.Hold) {
-			return lease, nil
-		}
-		// Expired on arrival: give the permit back and try again.
-		if err := lease.Release(ctx); err != nil && !errors.Is(err, ErrLeaseLost) {
-			s.abandon(lease.token, opts.Hold, false)
-		}
-		if !time.Now().Before(until) {
-			return nil, ErrNotObtained
-		}
+// Do takes a permit as Acquire does, runs fn, and always gives the permit
+// back, even when fn panics (the panic goes on after the release), as
+// Lock.Do does with a lock: fn's context ends, with cause ErrLeaseLost, a
+// small margin (Hold/10, at most 1 s) before the lease's Deadline, and Do
+// then returns ErrLeaseLost too; with opts.KeepAlive the lease is
+// extended every Hold/3 while fn runs. It returns ErrNotObtained when no
+// permit came within opts.Wait, else fn's error joined with a failed
+// release's.
+func (s *Semaphore) Do(ctx context.Context, opts SemaphoreOptions, fn func(ctx context.Context, lease *Lease) error) error {
+	lease, err := s.Acquire(ctx, opts)
+	if err != nil {
+		return err
 	}
+	return runLeased(ctx, lease.leased("semaphore do", s.name, opts.Hold, opts.KeepAlive),
+		func(ctx context.Context) error { return fn(ctx, lease) })
 }
 
 // try runs the acquire script once. It returns the lease (its deadline
@@ -131,7 +125,7 @@ func (s *Semaphore) acquire(ctx context.Context, opts SemOptions) (*Lease, error
 // ends (-1 when unknown). When the script's outcome is unknown it abandons
 // token.
 func (s *Semaphore) try(ctx context.Context, token string, hold time.Duration) (*Lease, time.Duration, error) {
-	sent := time.Now()
+	sent := monoNow()
 	res, err := semAcquireScript.Exec(ctx, s.f.client, []string{s.key, s.tomb},
 		[]string{token, millis(hold), strconv.Itoa(s.limit)}).AsIntSlice()
 	if err != nil {
@@ -153,14 +147,16 @@ func (s *Semaphore) try(ctx context.Context, token string, hold time.Duration) (
 		// Permits are left: pass a wake-up on to another local waiter.
 		s.f.watch.wakeOne(s.key)
 	}
-	return &Lease{sem: s, token: token, deadline: sent.Add(hold)}, 0, nil
+	lease := &Lease{sem: s, token: token}
+	lease.clock.prove(sent, hold)
+	return lease, 0, nil
 }
 
 // wait blocks until a permit is taken, until comes, ctx ends or the Fleet
 // closes. Waiters wake on the invalidation of the key (a release or an
 // acquire anywhere), on a release of this process, when the first lease
 // ends, or on a capped, jittered backoff as the fallback.
-func (s *Semaphore) wait(ctx context.Context, hold time.Duration, until time.Time, next time.Duration) (lease *Lease, err error) {
+func (s *Semaphore) wait(ctx context.Context, _ string, hold time.Duration, until time.Time, next time.Duration) (lease *Lease, err error) {
 	deadline := time.NewTimer(time.Until(until))
 	defer deadline.Stop()
 	watch := s.f.watch
@@ -219,7 +215,7 @@ func (s *Semaphore) release(ctx context.Context, l *Lease) error {
 	if err != nil {
 		return opErr("semaphore release", s.name, err)
 	}
-	l.lose()
+	l.clock.lose()
 	if n != 1 {
 		return opErr("semaphore release", s.name, ErrLeaseLost)
 	}
@@ -234,15 +230,15 @@ func (s *Semaphore) extend(ctx context.Context, l *Lease, hold time.Duration) er
 	if err := s.check(ctx, hold); err != nil {
 		return opErr("semaphore extend", s.name, err)
 	}
-	sent := time.Now()
+	sent := monoNow()
 	n, err := semExtendScript.Exec(ctx, s.f.client, []string{s.key}, []string{l.token, millis(hold)}).AsInt64()
 	if err != nil {
 		return opErr("semaphore extend", s.name, err)
 	}
 	if n != 1 {
-		l.lose()
+		l.clock.lose()
 		return opErr("semaphore extend", s.name, ErrLeaseLost)
 	}
-	l.setDeadline(sent.Add(hold))
+	l.clock.prove(sent, hold)
 	return nil
 }

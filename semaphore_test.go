@@ -44,16 +44,16 @@ func TestSemaphoreAcquireRelease(t *testing.T) {
 		s := e.F.Semaphore("acct:1", 2)
 		const hold = 10 * time.Second
 		before := e.serverNow(t)
-		a, err := s.Acquire(c, fleet.SemOptions{Hold: hold})
+		a, err := s.Acquire(c, fleet.SemaphoreOptions{Hold: hold})
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := s.Acquire(c, fleet.SemOptions{Hold: hold})
+		b, err := s.Acquire(c, fleet.SemaphoreOptions{Hold: hold})
 		if err != nil {
 			t.Fatal(err)
 		}
 		after := e.serverNow(t)
-		if _, err := s.Acquire(c, fleet.SemOptions{Hold: hold}); !errors.Is(err, fleet.ErrNotObtained) {
+		if _, err := s.Acquire(c, fleet.SemaphoreOptions{Hold: hold}); !errors.Is(err, fleet.ErrNotObtained) {
 			t.Fatalf("third acquire of 2 = %v, want ErrNotObtained", err)
 		}
 		want := []string{a.Token(), b.Token()}
@@ -134,13 +134,13 @@ func semaphoreWaitAndExpiry(t *testing.T, tg redistest.Target, cache bool) {
 		other := openOn(t, tg, e.Prefix, mod)
 		c := ctx(t)
 		s := e.F.Semaphore("session", 1)
-		held, err := s.Acquire(c, fleet.SemOptions{Hold: time.Minute})
+		held, err := s.Acquire(c, fleet.SemaphoreOptions{Hold: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
 		got := make(chan *fleet.Lease, 1)
 		go func() {
-			l, err := other.Semaphore("session", 1).Acquire(c, fleet.SemOptions{Hold: 3 * time.Second, Wait: 30 * time.Second})
+			l, err := other.Semaphore("session", 1).Acquire(c, fleet.SemaphoreOptions{Hold: 3 * time.Second, Wait: 30 * time.Second})
 			if err != nil {
 				t.Error(err)
 			}
@@ -162,7 +162,7 @@ func semaphoreWaitAndExpiry(t *testing.T, tg redistest.Target, cache bool) {
 		}
 		// The waiter never releases: its permit comes back after its hold.
 		start := time.Now()
-		n, err := s.Acquire(c, fleet.SemOptions{Hold: time.Second, Wait: 10 * time.Second})
+		n, err := s.Acquire(c, fleet.SemaphoreOptions{Hold: time.Second, Wait: 10 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -190,17 +190,17 @@ func TestSemaphoreBadInput(t *testing.T) {
 		cases := []struct {
 			name  string
 			limit int
-			opts  fleet.SemOptions
+			opts  fleet.SemaphoreOptions
 			field string
 		}{
-			{"s", 0, fleet.SemOptions{Hold: time.Second}, "limit"},
-			{"s", -3, fleet.SemOptions{Hold: time.Second}, "limit"},
-			{"s", 1, fleet.SemOptions{}, "hold"},
-			{"s", 1, fleet.SemOptions{Hold: -time.Second}, "hold"},
-			{"s", 1, fleet.SemOptions{Hold: time.Second, Wait: -1}, "wait"},
-			{"a b", 1, fleet.SemOptions{Hold: time.Second}, "name"},
-			{"a}", 1, fleet.SemOptions{Hold: time.Second}, "name"},
-			{"", 1, fleet.SemOptions{Hold: time.Second}, "name"},
+			{"s", 0, fleet.SemaphoreOptions{Hold: time.Second}, "limit"},
+			{"s", -3, fleet.SemaphoreOptions{Hold: time.Second}, "limit"},
+			{"s", 1, fleet.SemaphoreOptions{}, "hold"},
+			{"s", 1, fleet.SemaphoreOptions{Hold: -time.Second}, "hold"},
+			{"s", 1, fleet.SemaphoreOptions{Hold: time.Second, Wait: -1}, "wait"},
+			{"a b", 1, fleet.SemaphoreOptions{Hold: time.Second}, "name"},
+			{"a}", 1, fleet.SemaphoreOptions{Hold: time.Second}, "name"},
+			{"", 1, fleet.SemaphoreOptions{Hold: time.Second}, "name"},
 		}
 		for _, tc := range cases {
 			_, err := e.F.Semaphore(tc.name, tc.limit).Acquire(c, tc.opts)
@@ -212,7 +212,7 @@ func TestSemaphoreBadInput(t *testing.T) {
 			t.Fatalf("bad input stored %v", got)
 		}
 		// A lease that Extend is asked to give a bad hold changes nothing.
-		l, err := e.F.Semaphore("s", 1).Acquire(c, fleet.SemOptions{Hold: time.Minute})
+		l, err := e.F.Semaphore("s", 1).Acquire(c, fleet.SemaphoreOptions{Hold: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -228,7 +228,7 @@ func TestSemaphoreBadInput(t *testing.T) {
 		}
 
 		e.do(t, e.Raw.B().Set().Key(e.semKey("str")).Value("x").Build())
-		if _, err := e.F.Semaphore("str", 1).Acquire(c, fleet.SemOptions{Hold: time.Second}); !errors.Is(err, fleet.ErrWrongType) {
+		if _, err := e.F.Semaphore("str", 1).Acquire(c, fleet.SemaphoreOptions{Hold: time.Second}); !errors.Is(err, fleet.ErrWrongType) {
 			t.Fatalf("acquire on a string = %v, want ErrWrongType", err)
 		}
 		if v, _ := e.get(t, e.semKey("str")); v != "x" {
@@ -287,7 +287,7 @@ func TestSemaphoreFleetwide(t *testing.T) {
 			s := fleets[g%3].Semaphore("acct:42", 3)
 			wg.Go(func() {
 				for time.Now().Before(end) {
-					l, err := s.Acquire(c, fleet.SemOptions{Hold: hold, Wait: 10 * time.Second})
+					l, err := s.Acquire(c, fleet.SemaphoreOptions{Hold: hold, Wait: 10 * time.Second})
 					if err != nil {
 						t.Error(err)
 						return
@@ -334,11 +334,11 @@ func TestSemaphoreFleetwide(t *testing.T) {
 		waitFor(t, hold+5*time.Second, func() bool { return len(e.keys(t)) == 0 }, "keys left: %v", e.keys(t))
 		s := e.F.Semaphore("acct:42", 3)
 		for i := range 3 {
-			if _, err := s.Acquire(c, fleet.SemOptions{Hold: time.Minute}); err != nil {
+			if _, err := s.Acquire(c, fleet.SemaphoreOptions{Hold: time.Minute}); err != nil {
 				t.Fatalf("permit %d: %v", i, err)
 			}
 		}
-		if _, err := s.Acquire(c, fleet.SemOptions{Hold: time.Minute}); !errors.Is(err, fleet.ErrNotObtained) {
+		if _, err := s.Acquire(c, fleet.SemaphoreOptions{Hold: time.Minute}); !errors.Is(err, fleet.ErrNotObtained) {
 			t.Fatalf("a fourth permit: %v", err)
 		}
 	})
@@ -353,7 +353,7 @@ func TestSemaphoreAcquireInFlightLeavesNothing(t *testing.T) {
 	c := ctx(t)
 	sem := f.Semaphore("paused", 2)
 	const hold = 2 * time.Second
-	warm, err := sem.Acquire(c, fleet.SemOptions{Hold: hold}) // scripts loaded
+	warm, err := sem.Acquire(c, fleet.SemaphoreOptions{Hold: hold}) // scripts loaded
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -365,7 +365,7 @@ func TestSemaphoreAcquireInFlightLeavesNothing(t *testing.T) {
 	}
 	paused := time.Now()
 	sctx, cancel := context.WithTimeout(c, 100*time.Millisecond)
-	_, err = sem.Acquire(sctx, fleet.SemOptions{Hold: hold})
+	_, err = sem.Acquire(sctx, fleet.SemaphoreOptions{Hold: hold})
 	cancel()
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Acquire on a paused server = %v, want DeadlineExceeded", err)
@@ -395,7 +395,7 @@ func TestSemaphoreAcquireInFlightLeavesNothing(t *testing.T) {
 	}
 	// Both permits are there for everyone else; the tombstone expires.
 	for range 2 {
-		l, err := sem.Acquire(c, fleet.SemOptions{Hold: hold})
+		l, err := sem.Acquire(c, fleet.SemaphoreOptions{Hold: hold})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -422,7 +422,7 @@ func TestSemaphoreDelayedReply(t *testing.T) {
 			c := ctx(t)
 			sem := f.Semaphore("slow", 1)
 			const hold = 300 * time.Millisecond
-			warm, err := sem.Acquire(c, fleet.SemOptions{Hold: hold})
+			warm, err := sem.Acquire(c, fleet.SemaphoreOptions{Hold: hold})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -447,7 +447,7 @@ func TestSemaphoreDelayedReply(t *testing.T) {
 			}
 			done := make(chan result, 1)
 			go func() {
-				l, err := sem.Acquire(c, fleet.SemOptions{Hold: hold, Wait: wait})
+				l, err := sem.Acquire(c, fleet.SemaphoreOptions{Hold: hold, Wait: wait})
 				done <- result{l, err, time.Now()}
 			}()
 			// The script ran (the server holds the permit), and its hold ran

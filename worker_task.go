@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -90,19 +89,18 @@ func (b *batch[C, O, P]) handleTask(run, soft context.Context, s *Slot[C, O], t 
 	}
 	s.st.busy.Store(true)
 	defer s.st.busy.Store(false)
-	tctx, cancel := context.WithCancelCause(run)
-	defer cancel(nil)
-	defer b.cancels.start(t.ID, cancel)()
-	var hctx context.Context = tctx
+	kept := keepLease(run, b.leaseKeep(t, margin))
+	defer kept.cancel(nil)
+	defer b.cancels.start(t.ID, kept.cancel)()
+	var hctx context.Context = kept.ctx
 	if to := w.opts.TaskTimeout; to > 0 {
 		var hcancel context.CancelFunc
-		hctx, hcancel = context.WithTimeoutCause(tctx, to, w.timeoutCause)
+		hctx, hcancel = context.WithTimeoutCause(kept.ctx, to, w.timeoutCause)
 		defer hcancel()
 	}
-	hctx = &leaseCtx{Context: hctx, end: t.proven.Load, margin: margin, cancel: cancel} // outermost: its Err is the one called
-	k := b.keep(tctx, t, cancel)
+	hctx = kept.wrap(hctx) // outermost: its Err is the one called
 	err := protect(func() error { return b.runHandler(hctx, s, t) })
-	k.stop()
+	kept.stop()
 	cause := context.Cause(hctx)
 
 	ectx, ecancel := context.WithTimeout(context.Background(), endTimeout)
@@ -192,111 +190,19 @@ func (b *batch[C, O, P]) failed(s *Slot[C, O], err error) {
 	b.w.fail(err, true)
 }
 
-// leaseCtx is a handler's ctx whose Err also looks at the clock: a lease
-// that ran out (less the margin) cancels it at once, with ErrLeaseLost, even
-// before keep's timer fired. A process resumed after a pause (SIGSTOP, a
-// frozen VM) runs its goroutines before its timers; without this, the
-// handler's next ctx.Err() could still say nil past the lease.
-type leaseCtx struct {
-	context.Context
-	end    func() int64 // the proven deadline, as monoNow
-	margin time.Duration
-	cancel context.CancelCauseFunc
-}
-
-func (c *leaseCtx) Err() error {
-	if err := c.Context.Err(); err != nil {
-		return err
-	}
-	if monoNow() > c.end()-int64(c.margin) {
-		c.cancel(fmt.Errorf("%w: the lease ran out before an extension was confirmed", ErrLeaseLost))
-	}
-	return c.Context.Err()
-}
-
-// keeper keeps one task's lease alive while its handler runs, from a timer:
-// no goroutine of its own while nothing is due. Every LeaseExtend (a third
-// of the lease by default) it extends the lease. It cancels the handler's
-// ctx with ErrLeaseLost when Redis says the lease is lost, and also when
-// the lease it can prove runs out (Task.Deadline, less leaseMargin) before
-// an extension was confirmed: Redis unreachable, or too slow to answer.
-// From then on a sweeper may give the task to another worker, so the
-// handler must stop: a task never runs on two workers at once, beyond the
-// margin.
-type keeper[C, O, P any] struct {
-	b      *batch[C, O, P]
-	ctx    context.Context
-	t      *Task[P]
-	cancel context.CancelCauseFunc
-	every  time.Duration
-	margin time.Duration
-
-	mu      sync.Mutex // held while a tick runs, so that stop waits for it
-	stopped bool
-	timer   *time.Timer
-	extend  int64 // monoNow at which the next extension is due
-}
-
-// keep starts the keeper of t.
-func (b *batch[C, O, P]) keep(ctx context.Context, t *Task[P], cancel context.CancelCauseFunc) *keeper[C, O, P] {
+// leaseKeep is how a slot keeps t's lease while its handler runs
+// (keepLease): extended every WorkerOptions.LeaseExtend (a third of the
+// lease by default), the handler's ctx ending when the lease can no longer
+// be proven, when Redis says it is lost, or when an extension says
+// Queue.Cancel asked the task to stop (a cancel whose message this worker
+// missed). A task never runs on two workers at once, beyond the margin.
+func (b *batch[C, O, P]) leaseKeep(t *Task[P], margin time.Duration) leaseKeep {
 	lease := t.q.opts.Lease
-	k := &keeper[C, O, P]{b: b, ctx: ctx, t: t, cancel: cancel, every: b.w.opts.LeaseExtend, margin: leaseMargin(lease)}
-	if k.every == 0 {
-		k.every = lease / 3
+	every := b.w.opts.LeaseExtend
+	if every == 0 {
+		every = lease / 3
 	}
-	k.every = max(k.every, time.Millisecond)
-	k.extend = monoNow() + int64(k.every)
-	k.mu.Lock()
-	k.timer = time.AfterFunc(k.wait(), k.tick)
-	k.mu.Unlock()
-	return k
-}
-
-// wait is how long until the next tick: the next extension, or the end of
-// the proven lease, whichever comes first.
-func (k *keeper[C, O, P]) wait() time.Duration {
-	end := k.t.proven.Load() - int64(k.margin)
-	return time.Duration(min(k.extend, end) - monoNow())
-}
-
-func (k *keeper[C, O, P]) tick() {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.stopped || k.ctx.Err() != nil {
-		return
-	}
-	now := monoNow()
-	if now >= k.t.proven.Load()-int64(k.margin) {
-		k.cancel(fmt.Errorf("%w: no extension confirmed before the lease ran out", ErrLeaseLost))
-		return
-	}
-	if now >= k.extend {
-		k.extend = now + int64(k.every)
-		ectx, ecancel := context.WithDeadline(k.ctx, k.t.Deadline().Add(-k.margin))
-		err := k.t.Extend(ectx, k.t.q.opts.Lease)
-		ecancel()
-		switch {
-		case errors.Is(err, ErrLeaseLost):
-			k.cancel(err)
-			return
-		case errors.Is(err, ErrCanceled):
-			// A cancel whose message this worker missed (Queue.Cancel).
-			k.cancel(ErrCanceled)
-			return
-		case err != nil && k.ctx.Err() == nil:
-			k.b.w.log.Warn("fleet: worker could not extend a lease", "task", k.t.ID, "err", err)
-		}
-	}
-	if !k.stopped {
-		k.timer.Reset(k.wait())
-	}
-}
-
-// stop ends the keeper; it waits for a tick in progress (an extension in
-// flight) to end.
-func (k *keeper[C, O, P]) stop() {
-	k.mu.Lock()
-	k.stopped = true
-	k.timer.Stop()
-	k.mu.Unlock()
+	return leaseKeep{clock: &t.clock, margin: margin, every: max(every, time.Millisecond),
+		extend: func(ctx context.Context) error { return t.Extend(ctx, lease) },
+		failed: func(err error) { b.w.log.Warn("fleet: worker could not extend a lease", "task", t.ID, "err", err) }}
 }

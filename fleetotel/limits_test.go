@@ -34,10 +34,10 @@ func TestLimitsMetrics(t *testing.T) {
 		}
 		stop()
 		sem := f.Semaphore("acct", 1)
-		if _, err := sem.Acquire(ctx, fleet.SemOptions{Hold: time.Minute}); err != nil {
+		if _, err := sem.Acquire(ctx, fleet.SemaphoreOptions{Hold: time.Minute}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := sem.Acquire(ctx, fleet.SemOptions{Hold: time.Minute, Wait: 20 * time.Millisecond}); !errors.Is(err, fleet.ErrNotObtained) {
+		if _, err := sem.Acquire(ctx, fleet.SemaphoreOptions{Hold: time.Minute, Wait: 20 * time.Millisecond}); !errors.Is(err, fleet.ErrNotObtained) {
 			t.Fatalf("second acquire: %v", err)
 		}
 		// A queue limited to 1 an hour with a burst of 1: the first reserve
@@ -86,7 +86,7 @@ func TestLimitsMetrics(t *testing.T) {
 		if _, err := f2.Limiter("other", fleet.LimitOptions{Rate: 10}).Allow(ctx, 1); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := f2.Semaphore("other", 1).Acquire(ctx, fleet.SemOptions{Hold: time.Minute}); err != nil {
+		if _, err := f2.Semaphore("other", 1).Acquire(ctx, fleet.SemaphoreOptions{Hold: time.Minute}); err != nil {
 			t.Fatal(err)
 		}
 		got = k2.metricsOf(t)

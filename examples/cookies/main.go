@@ -269,7 +269,7 @@ func harvest(ctx context.Context, f *fleet.Fleet, harvestLimit int, base string,
 		}
 		for _, t := range tasks {
 			site := t.Payload.Site
-			permit, err := f.Semaphore("harvest:"+site, harvestLimit).Acquire(ctx, fleet.SemOptions{Hold: 10 * time.Second, Wait: 5 * time.Second})
+			permit, err := f.Semaphore("harvest:"+site, harvestLimit).Acquire(ctx, fleet.SemaphoreOptions{Hold: 10 * time.Second, Wait: 5 * time.Second})
 			if err != nil {
 				_ = t.Release(context.WithoutCancel(ctx))
 				return stopped(ctx, err)

@@ -7,18 +7,20 @@ import (
 	"time"
 )
 
-// A handler's ctx.Err reports a lease that ran out at once, with cause
-// ErrLeaseLost, though no timer has fired: a process resumed from a pause
-// (SIGSTOP, a frozen VM) runs its goroutines before its timers.
+// The ctx of work under a lease (a handler's, Lock.Do's) reports a lease
+// that ran out at once, with cause ErrLeaseLost, though no timer has
+// fired: a process resumed from a pause (SIGSTOP, a frozen VM) runs its
+// goroutines before its timers.
 func TestLeaseCtxErrLooksAtTheClock(t *testing.T) {
-	end := monoNow() + int64(time.Hour)
+	var clock leaseClock
+	clock.prove(monoNow(), time.Hour)
 	base, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
-	c := &leaseCtx{Context: base, end: func() int64 { return end }, margin: time.Second, cancel: cancel}
+	c := &leaseCtx{Context: base, clock: &clock, margin: time.Second, cancel: cancel}
 	if err := c.Err(); err != nil {
 		t.Fatalf("Err with an hour left = %v", err)
 	}
-	end = monoNow() + int64(500*time.Millisecond) // within the margin
+	clock.prove(monoNow(), 500*time.Millisecond) // within the margin
 	if err := c.Err(); !errors.Is(err, context.Canceled) || !errors.Is(context.Cause(c), ErrLeaseLost) {
 		t.Fatalf("Err within the margin = %v, cause %v", err, context.Cause(c))
 	}
