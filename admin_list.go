@@ -53,32 +53,26 @@ func checkPage(offset, count int) error {
 	return nil
 }
 
-// PendingTasks lists up to count pending tasks of queue name from offset,
-// in the order reserves take them (the head of fleet:queue:<name> first),
-// in one LRANGE (of a sharded queue: shard by shard, shard 0 first, in
-// two round trips). A queue that does not exist lists none. May return
+// Pending lists up to count pending tasks of the queue from offset, in
+// the order reserves take them (the head of fleet:queue:<name> first), in
+// one LRANGE (of a sharded queue: shard by shard, shard 0 first, in two
+// round trips). A queue that does not exist lists none. May return
 // ErrInvalidName, ErrInvalidArgument, ErrWrongType, ErrUnavailable.
-func (f *Fleet) PendingTasks(ctx context.Context, name string, offset, count int) ([]WaitingTask, error) {
-	if err := keys.Join(keys.Check(keys.KindQueue, name), checkPage(offset, count)); err != nil {
-		return nil, opErr("pending tasks", name, err)
-	}
-	if err := f.alive(ctx); err != nil {
-		return nil, opErr("pending tasks", name, err)
+func (q *queueCore) Pending(ctx context.Context, offset, count int) ([]WaitingTask, error) {
+	if err := keys.Join(q.ready(ctx), checkPage(offset, count)); err != nil {
+		return nil, opErr("pending tasks", q.name, err)
 	}
 	if count == 0 {
 		return nil, nil
 	}
-	span, err := f.queueSpan(ctx, name)
-	if err != nil {
-		return nil, opErr("pending tasks", name, err)
+	shards := q.shardsOf(ctx)
+	lists := make([]string, len(shards))
+	for i, s := range shards {
+		lists[i] = s.k.Pending
 	}
-	lists := make([]string, span)
-	for i, k := range f.shardKeys(name, span) {
-		lists[i] = k.Pending
-	}
-	raws, err := f.concatRange(ctx, lists, offset, offset+count-1)
+	raws, err := q.f.concatRange(ctx, lists, offset, offset+count-1)
 	if err != nil {
-		return nil, opErr("pending tasks", name, err)
+		return nil, opErr("pending tasks", q.name, err)
 	}
 	out := make([]WaitingTask, len(raws))
 	for i, r := range raws {
@@ -87,41 +81,35 @@ func (f *Fleet) PendingTasks(ctx context.Context, name string, offset, count int
 	return out, nil
 }
 
-// ScheduledTasks lists up to count scheduled tasks of queue name from
-// offset, the soonest due first (fleet:queue:<name>:scheduled by rank), in
-// one ZRANGE (of a sharded queue: the first offset+count of each shard,
+// Scheduled lists up to count scheduled tasks of the queue from offset,
+// the soonest due first (fleet:queue:<name>:scheduled by rank), in one
+// ZRANGE (of a sharded queue: the first offset+count of each shard,
 // merged). A queue that does not exist lists none. May return
 // ErrInvalidName, ErrInvalidArgument, ErrWrongType, ErrUnavailable.
-func (f *Fleet) ScheduledTasks(ctx context.Context, name string, offset, count int) ([]WaitingTask, error) {
-	if err := keys.Join(keys.Check(keys.KindQueue, name), checkPage(offset, count)); err != nil {
-		return nil, opErr("scheduled tasks", name, err)
-	}
-	if err := f.alive(ctx); err != nil {
-		return nil, opErr("scheduled tasks", name, err)
+func (q *queueCore) Scheduled(ctx context.Context, offset, count int) ([]WaitingTask, error) {
+	if err := keys.Join(q.ready(ctx), checkPage(offset, count)); err != nil {
+		return nil, opErr("scheduled tasks", q.name, err)
 	}
 	if count == 0 {
 		return nil, nil
 	}
-	c := f.client
-	span, err := f.queueSpan(ctx, name)
-	if err != nil {
-		return nil, opErr("scheduled tasks", name, err)
-	}
+	c := q.f.client
 	// A sharded queue: the first offset+count of each shard, merged by
 	// when they are due.
-	cmds := make(rueidis.Commands, span)
-	for i, k := range f.shardKeys(name, span) {
-		cmds[i] = c.B().Zrange().Key(k.Scheduled).Min("0").Max(strconv.Itoa(offset + count - 1)).Withscores().Build()
+	shards := q.shardsOf(ctx)
+	cmds := make(rueidis.Commands, len(shards))
+	for i, s := range shards {
+		cmds[i] = c.B().Zrange().Key(s.k.Scheduled).Min("0").Max(strconv.Itoa(offset + count - 1)).Withscores().Build()
 	}
 	var zs []rueidis.ZScore
 	for _, r := range c.DoMulti(ctx, cmds...) {
 		z, err := r.AsZScores()
 		if err != nil {
-			return nil, opErr("scheduled tasks", name, err)
+			return nil, opErr("scheduled tasks", q.name, err)
 		}
 		zs = append(zs, z...)
 	}
-	if span > 1 {
+	if len(shards) > 1 {
 		slices.SortStableFunc(zs, func(a, b rueidis.ZScore) int { return cmp.Compare(a.Score, b.Score) })
 	}
 	zs = zs[min(offset, len(zs)):min(offset+count, len(zs))]

@@ -33,7 +33,7 @@ func TestAdminPendingAndScheduledTasks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := e.F.PendingTasks(c, "jobs", 1, 3)
+		got, err := e.F.Queue("jobs").Pending(c, 1, 3)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -47,28 +47,28 @@ func TestAdminPendingAndScheduledTasks(t *testing.T) {
 		if !slices.Equal(gotIDs, ids[1:4]) {
 			t.Fatalf("pending ids %q, want %q", gotIDs, ids[1:4])
 		}
-		if got, err := e.F.PendingTasks(c, "jobs", 5, 10); err != nil || len(got) != 0 {
+		if got, err := e.F.Queue("jobs").Pending(c, 5, 10); err != nil || len(got) != 0 {
 			t.Fatalf("past the end: %v %v", got, err)
 		}
-		sch, err := e.F.ScheduledTasks(c, "jobs", 0, 10)
+		sch, err := e.F.Queue("jobs").Scheduled(c, 0, 10)
 		if err != nil || len(sch) != 1 {
 			t.Fatalf("scheduled: %+v %v", sch, err)
 		}
 		if sch[0].ID != sid || string(sch[0].Payload) != `{"n":9}` || sch[0].ReadyAt.UnixMilli() != later.UnixMilli() {
 			t.Fatalf("scheduled: %+v (want ready at %v)", sch[0], later)
 		}
-		if got, err := e.F.PendingTasks(c, "nope", 0, 10); err != nil || len(got) != 0 {
+		if got, err := e.F.Queue("nope").Pending(c, 0, 10); err != nil || len(got) != 0 {
 			t.Fatalf("unknown queue: %v %v", got, err)
 		}
-		if _, err := e.F.PendingTasks(c, "jobs", -1, 10); !errors.Is(err, fleet.ErrInvalidArgument) {
+		if _, err := e.F.Queue("jobs").Pending(c, -1, 10); !errors.Is(err, fleet.ErrInvalidArgument) {
 			t.Fatalf("negative offset: %v", err)
 		}
-		if _, err := e.F.ScheduledTasks(c, "a{b}", 0, 10); !errors.Is(err, fleet.ErrInvalidName) {
+		if _, err := e.F.Queue("a{b}").Scheduled(c, 0, 10); !errors.Is(err, fleet.ErrInvalidName) {
 			t.Fatalf("bad name: %v", err)
 		}
 		// A poison body lists with no id and its raw text.
 		e.do(t, e.Raw.B().Rpush().Key(e.key("fleet:queue:jobs", "fleet:queue:{jobs}")).Element("not json").Build())
-		got, err = e.F.PendingTasks(c, "jobs", 5, 1)
+		got, err = e.F.Queue("jobs").Pending(c, 5, 1)
 		if err != nil || len(got) != 1 || got[0].ID != "" || got[0].Raw != "not json" {
 			t.Fatalf("poison: %+v %v", got, err)
 		}

@@ -10,50 +10,31 @@ import (
 	"github.com/fleet-go/fleet/internal/keys"
 )
 
-// adminQueue returns an untyped handle on queue name for the operator
-// calls below: the typed Queue code over json.RawMessage, with the options
-// of the Queue this process made for the name (else the defaults). Unlike
-// NewQueue it records nothing in this process, so it never replaces the
-// payload type that SubmitJSON decodes into.
-func (f *Fleet) adminQueue(name string) *Queue[json.RawMessage] {
-	q := &Queue[json.RawMessage]{f: f, name: name, k: f.keys.Queue(name)}
-	q.opts, _ = QueueOptions{}.withDefaults()
+// Queue returns an untyped handle on queue name, for the calls an
+// operator makes by name (a dashboard, fleetctl): Stats, Lookup, Cancel,
+// DeadLetters, RequeueDead, RequeueAllDead, PurgeDead, Pause, Resume,
+// Paused, Pending and Scheduled are Queue's own, on json.RawMessage
+// payloads. It is the handle of the NewQueue that this process made for
+// the name, when there is one; else a handle with the default options,
+// whose Pause and Resume refuse (with ErrQueueNotFound, writing nothing) a
+// name that the registry fleet:queues does not know. Unlike NewQueue it
+// records nothing in this process, so Fleet.SubmitJSON keeps decoding into
+// the type that NewQueue gave. A bad name is kept and returned by every
+// call (see Queue.Err).
+func (f *Fleet) Queue(name string) *Queue[json.RawMessage] {
+	return &Queue[json.RawMessage]{queueCore: f.coreOf(name, QueueOptions{})}
+}
+
+// coreOf returns the core of queue name: the one of the NewQueue that
+// this process made for the name, else a core of its own with opts,
+// marked byName.
+func (f *Fleet) coreOf(name string, opts QueueOptions) *queueCore {
 	if e, ok := f.queues.Load(name); ok {
-		q.opts = e.(queueEntry).options()
+		return e.(queueEntry).core()
 	}
-	q.err = keys.Check(keys.KindQueue, name)
-	return q
-}
-
-// QueueStats counts the tasks of queue name by state (Queue.Stats, by
-// name). A queue that does not exist counts zeros. May return
-// ErrInvalidName, ErrWrongType, ErrUnavailable.
-func (f *Fleet) QueueStats(ctx context.Context, name string) (QueueStats, error) {
-	return f.adminQueue(name).Stats(ctx)
-}
-
-// DeadLetters lists up to count dead letters of queue name from offset,
-// oldest first (Queue.DeadLetters, by name).
-func (f *Fleet) DeadLetters(ctx context.Context, name string, offset, count int) ([]DeadLetter, error) {
-	return f.adminQueue(name).DeadLetters(ctx, offset, count)
-}
-
-// RequeueDead puts the dead letter of task id of queue name back on the
-// queue (Queue.RequeueDead, by name). May return ErrDeadLetterNotFound.
-func (f *Fleet) RequeueDead(ctx context.Context, name, id string) error {
-	return f.adminQueue(name).RequeueDead(ctx, id)
-}
-
-// RequeueAllDead puts every dead letter of queue name that is a task back
-// on the queue and returns how many moved (Queue.RequeueAllDead, by name).
-func (f *Fleet) RequeueAllDead(ctx context.Context, name string) (int, error) {
-	return f.adminQueue(name).RequeueAllDead(ctx)
-}
-
-// PurgeDead deletes the dead letters of queue name and returns how many
-// there were (Queue.PurgeDead, by name).
-func (f *Fleet) PurgeDead(ctx context.Context, name string) (int64, error) {
-	return f.adminQueue(name).PurgeDead(ctx)
+	c := newQueueCore(f, name, opts)
+	c.byName = true
+	return c
 }
 
 // QueueCounts is one queue's line of an Overview.
@@ -232,18 +213,4 @@ func (f *Fleet) Overview(ctx context.Context) (Overview, error) {
 		}
 	}
 	return ov, nil
-}
-
-// LookupTask finds task id of queue name and returns its record
-// (Queue.Lookup, by name). May return ErrTaskNotFound, ErrInvalidName,
-// ErrInvalidArgument, ErrUnavailable.
-func (f *Fleet) LookupTask(ctx context.Context, name, id string) (TaskRecord, error) {
-	return f.adminQueue(name).Lookup(ctx, id)
-}
-
-// CancelTask cancels task id of queue name (Queue.Cancel, by name): a
-// waiting task is removed, a running one is cancelled on its worker. May
-// return ErrTaskNotFound, ErrTaskFinished, ErrInvalidName, ErrUnavailable.
-func (f *Fleet) CancelTask(ctx context.Context, name, id string) error {
-	return f.adminQueue(name).Cancel(ctx, id)
 }

@@ -205,7 +205,7 @@ func TestAdminQueueOpsAndOverview(t *testing.T) {
 		e := open(t, tg)
 		c := ctx(t)
 		newFixture(t, e)
-		st, err := e.F.QueueStats(c, "crawl")
+		st, err := e.F.Queue("crawl").Stats(c)
 		if err != nil || st != (fleet.QueueStats{Pending: 2, InFlight: 1, Scheduled: 1, Dead: 1}) {
 			t.Fatalf("stats %+v %v", st, err)
 		}
@@ -219,33 +219,33 @@ func TestAdminQueueOpsAndOverview(t *testing.T) {
 		if len(ov.Pools) != 1 || ov.Pools[0] != (fleet.PoolCounts{Name: "cookies", Items: 3, Claimed: 1}) {
 			t.Fatalf("overview pools %+v", ov.Pools)
 		}
-		dl, err := e.F.DeadLetters(c, "crawl", 0, 10)
+		dl, err := e.F.Queue("crawl").DeadLetters(c, 0, 10)
 		if err != nil || len(dl) != 1 || dl[0].ID != "dead1" || dl[0].Error != "boom" {
 			t.Fatalf("dead letters %+v %v", dl, err)
 		}
-		if err := e.F.RequeueDead(c, "crawl", "nope"); !errors.Is(err, fleet.ErrDeadLetterNotFound) {
+		if err := e.F.Queue("crawl").RequeueDead(c, "nope"); !errors.Is(err, fleet.ErrDeadLetterNotFound) {
 			t.Fatalf("requeue missing: %v", err)
 		}
-		if err := e.F.RequeueDead(c, "crawl", "dead1"); err != nil {
+		if err := e.F.Queue("crawl").RequeueDead(c, "dead1"); err != nil {
 			t.Fatal(err)
 		}
-		if st, _ := e.F.QueueStats(c, "crawl"); st.Pending != 3 || st.Dead != 0 {
+		if st, _ := e.F.Queue("crawl").Stats(c); st.Pending != 3 || st.Dead != 0 {
 			t.Fatalf("after requeue %+v", st)
 		}
 		e.do(t, e.Raw.B().Rpush().Key(e.qk("crawl").Dead).Element(`{"id":"d2","payload":1}`, `not json`).Build())
-		if n, err := e.F.RequeueAllDead(c, "crawl"); err != nil || n != 1 {
+		if n, err := e.F.Queue("crawl").RequeueAllDead(c); err != nil || n != 1 {
 			t.Fatalf("requeue all: %d %v", n, err)
 		}
-		if n, err := e.F.PurgeDead(c, "crawl"); err != nil || n != 1 {
+		if n, err := e.F.Queue("crawl").PurgeDead(c); err != nil || n != 1 {
 			t.Fatalf("purge: %d %v", n, err)
 		}
-		if st, err := e.F.QueueStats(c, "nothing"); err != nil || st != (fleet.QueueStats{}) {
+		if st, err := e.F.Queue("nothing").Stats(c); err != nil || st != (fleet.QueueStats{}) {
 			t.Fatalf("missing queue: %+v %v", st, err)
 		}
-		if _, err := e.F.QueueStats(c, "a:b"); !errors.Is(err, fleet.ErrInvalidName) {
+		if _, err := e.F.Queue("a:b").Stats(c); !errors.Is(err, fleet.ErrInvalidName) {
 			t.Fatalf("bad name: %v", err)
 		}
-		if _, err := e.F.PurgeDead(c, "a{b}"); !errors.Is(err, fleet.ErrInvalidName) {
+		if _, err := e.F.Queue("a{b}").PurgeDead(c); !errors.Is(err, fleet.ErrInvalidName) {
 			t.Fatalf("bad name: %v", err)
 		}
 	})

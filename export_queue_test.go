@@ -4,14 +4,14 @@ import "context"
 
 // AckAndTake runs the reserve script as a worker slot does when it finishes
 // a task while the queue has more: it acks t and takes up to n tasks in one
-// call. acked is 1 (done), 0 (the lease was lost) or -1.
+// call. acked is 1 (done), 0 (the lease was lost) or -1 (no reply).
 func AckAndTake[T any](ctx context.Context, q *Queue[T], t *Task[T], n int) (acked int, tasks []*Task[T], err error) {
-	tasks, st, err := t.q.reserveShardAs(ctx, n, false, "", []*Task[T]{t}) // t's shard, as the worker's group commit
+	acks, tasks, err := AckManyAndTake(ctx, q, []*Task[T]{t}, n)
 	acked = -1
-	if st.acks != "" {
-		acked = int(st.acks[0] - '0')
+	if acks != "" {
+		acked = int(acks[0] - '0')
 	}
-	return acked, tasks, opErr("ack", q.name, err)
+	return acked, tasks, err
 }
 
 // AckManyAndTake runs the reserve script as a worker's group commit does:
@@ -20,15 +20,26 @@ func AckAndTake[T any](ctx context.Context, q *Queue[T], t *Task[T], n int) (ack
 // group commit call do). acks has a digit per task, in order: '1' done,
 // '0' lease lost.
 func AckManyAndTake[T any](ctx context.Context, q *Queue[T], ts []*Task[T], n int) (acks string, tasks []*Task[T], err error) {
-	tasks, st, err := ts[0].q.reserveShardAs(ctx, n, false, "", ts)
-	return st.acks, tasks, opErr("ack", q.name, err) // as the worker's group commit reports it
+	rs := make([]*reservation, len(ts))
+	for i, t := range ts {
+		rs[i] = t.reservation
+	}
+	res, err := ts[0].c.reserve(ctx, reserveReq{n: n, acks: rs}) // t's shard, as the worker's group commit
+	for _, c := range res.acks {
+		acks += string(rune('0' + c))
+	}
+	if len(res.tasks) > 0 {
+		tasks, _ = q.decodeAll(ctx, res.tasks)
+	}
+	return acks, tasks, opErr("ack", q.name, err) // as the worker's group commit reports it
 }
 
 // StaleTask returns a handle on t's task that holds token instead of t's
 // lease token: a holder whose reservation is not the one that exists.
 func StaleTask[T any](t *Task[T], token string) *Task[T] {
-	return &Task[T]{ID: t.ID, q: t.q, token: token, body: t.body, dedup: t.dedup}
+	r := &reservation{c: t.c, id: t.ID, token: token, body: t.body, dedup: t.dedup}
+	return &Task[T]{ID: t.ID, reservation: r}
 }
 
 // TaskShard is the shard of a sharded queue that holds t (0 unsharded).
-func TaskShard[T any](t *Task[T]) int { return t.q.k.Shard }
+func TaskShard[T any](t *Task[T]) int { return t.c.k.Shard }

@@ -62,7 +62,7 @@ func (b *batch[C, O, P]) runHandler(ctx context.Context, s *Slot[C, O], t *Task[
 		return b.a.Handle(ctx, s, t)
 	}
 	inner := func(ctx context.Context, _ TaskInfo) error { return b.a.Handle(ctx, s, t) }
-	info := TaskInfo{Queue: t.q.name, ID: t.ID, Attempts: t.Attempts, Type: b.w.opts.Type, Worker: b.w.opts.ID,
+	info := TaskInfo{Queue: t.c.name, ID: t.ID, Attempts: t.Attempts, Type: b.w.opts.Type, Worker: b.w.opts.ID,
 		Slot: s.st.index, Deadline: t.Deadline(), Payload: t.Payload, Trace: decodeTrace(t.trace)}
 	return chain(inner, mws)(ctx, info)
 }

@@ -277,15 +277,6 @@ func (f *Fleet) taskEnded(ctx context.Context, queue, id string, outcome TaskOut
 	}
 }
 
-// nackOutcome is the outcome that queue_nack.lua's delay reply spells: -1
-// when the task went to the dead letters.
-func nackOutcome(delay int64) TaskOutcome {
-	if delay < 0 {
-		return TaskDeadLettered
-	}
-	return TaskRetried
-}
-
 // lockWaited tells the Observer how an acquire of lock that began at start
 // (obsStart) went.
 func (f *Fleet) lockWaited(ctx context.Context, lock string, start int64, obtained bool, err error) {

@@ -8,8 +8,6 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-playground/validator/v10"
@@ -19,14 +17,7 @@ import (
 	"github.com/fleet-go/fleet/internal/keys"
 )
 
-var (
-	queueSubmitScript  = newScript("queue_submit.lua")
-	queueReserveScript = newScript("queue_reserve.lua")
-	queueAckScript     = newScript("queue_ack.lua")
-	queueNackScript    = newScript("queue_nack.lua")
-	queueExtendScript  = newScript("queue_extend.lua")
-	queueAbandonScript = newScript("queue_abandon.lua")
-)
+var queueSubmitScript = newScript("queue_submit.lua")
 
 // Defaults of QueueOptions.
 const (
@@ -223,53 +214,21 @@ func (f *Fleet) storedPolicy(ctx context.Context, k string) (QueuePolicy, bool, 
 	return p, true, nil
 }
 
-// Policy returns the policy stored for the queue, which every process
-// applies, and whether one is stored (none until a handle of the queue
-// first reached Redis). May return ErrUnavailable.
-func (q *Queue[T]) Policy(ctx context.Context) (QueuePolicy, bool, error) {
-	if err := q.ready(ctx); err != nil {
-		return QueuePolicy{}, false, opErr("policy", q.name, err)
-	}
-	p, ok, err := q.f.storedPolicy(ctx, q.k.Policy)
-	return p, ok, opErr("policy", q.name, err)
-}
-
 // Queue is a typed task queue (fleet:queue:<name> and its :processing,
 // :processing:body, :scheduled and :dead keys; SCHEMA.md). Delivery is at
 // least once: a task comes back when its worker nacks it or lets its lease
 // run out, until MaxAttempts, and then goes to the dead letters. A Queue is
 // safe for concurrent use.
 type Queue[T any] struct {
-	f     *Fleet
-	name  string
-	k     keys.Queue
-	opts  QueueOptions
-	err   error
-	check bool // T is a struct (or a pointer to one): validate it
-
-	policy     string       // the stored policy these options spell (policyJSON)
-	published  atomic.Bool  // this handle's policy was written once
-	registered atomic.Int64 // unix ms of the last registration (register)
-	look       *schedLook   // when reserves look at :scheduled (shared per name)
-	booked     limitBooking // a rate-limit token booked ahead (queue_limit.go)
-
-	// Sharding (queue_shard.go).
-	root   *Queue[T]     // the handle a shard handle belongs to; nil for a queue's own handle
-	subs   sync.Map      // shard index -> *Queue[T], the shard handles made so far
-	rr     atomic.Uint64 // round-robin counter of submits
-	turn   atomic.Uint64 // rotation counter of reserves
-	last   atomic.Int64  // the shard that gave the last reserve tasks
-	lmu    sync.Mutex
-	lsn    map[*shardListener]struct{} // listenPending's listeners, grown with the shard count
-	span   atomic.Int64                // the stored shard high-water mark last read (0: none read)
-	spanAt atomic.Int64                // monoNow of that read
+	*queueCore      // the untyped queue: keys, options, reserve, the end of reservations
+	check      bool // T is a struct (or a pointer to one): validate it
 }
 
 // queueEntry is what f.queues holds for a queue name: the untyped side of
 // the latest Queue[T] this process made for it.
 type queueEntry interface {
 	submitJSON(ctx context.Context, raw []byte, opts SubmitOptions) (string, error)
-	options() QueueOptions
+	core() *queueCore
 }
 
 // NewQueue returns the queue name of payload type T. A bad name or options
@@ -279,53 +238,22 @@ type queueEntry interface {
 // its options. It does not touch Redis: the queue joins the fleet-wide
 // registry (fleet:queues) on its first submit.
 func NewQueue[T any](f *Fleet, name string, opts QueueOptions) *Queue[T] {
-	q := &Queue[T]{f: f, name: name}
 	if f == nil {
-		q.err = fmt.Errorf("%w: NewQueue needs a Fleet", ErrInvalidArgument)
-		return q
+		return &Queue[T]{queueCore: &queueCore{name: name, err: fmt.Errorf("%w: NewQueue needs a Fleet", ErrInvalidArgument)}}
 	}
-	q.k = f.keys.Queue(name)
-	q.look = f.schedLook(name)
-	q.opts, q.err = opts.withDefaults()
-	if err := keys.Check(keys.KindQueue, name); err != nil {
-		q.err = err
-	}
-	if q.err == nil && q.opts.Shards > 1 && !f.keys.Tagged() {
-		q.err = fmt.Errorf("%w: QueueOptions.Shards %d needs the tagged layout: the compat layout's keys carry no hash tag, so its shards could not spread over a cluster (open the Fleet with Layout: LayoutTagged)", ErrInvalidOptions, q.opts.Shards)
-	}
-	if err := q.opts.rateLimit(f); err != nil && q.err == nil {
-		q.err = err
-	}
+	q := &Queue[T]{queueCore: newQueueCore(f, name, opts)}
 	rt := reflect.TypeFor[T]()
 	if rt.Kind() == reflect.Pointer {
 		rt = rt.Elem()
 	}
 	q.check = rt.Kind() == reflect.Struct
-	q.policy = q.opts.policyJSON()
 	if q.err == nil {
 		f.queues.Store(name, queueEntry(q))
 	}
 	return q
 }
 
-// Name returns the queue's name.
-func (q *Queue[T]) Name() string { return q.name }
-
-// Err returns the error every call of the Queue would return for its name
-// or options (ErrInvalidName, ErrInvalidArgument), or nil.
-func (q *Queue[T]) Err() error { return q.err }
-
-// Options returns the options in force, defaults filled in.
-func (q *Queue[T]) Options() QueueOptions { return q.opts }
-
-func (q *Queue[T]) options() QueueOptions { return q.opts }
-
-func (q *Queue[T]) ready(ctx context.Context) error {
-	if q.err != nil {
-		return q.err
-	}
-	return q.f.alive(ctx)
-}
+func (q *Queue[T]) core() *queueCore { return q.queueCore }
 
 // payloadValidator checks payloads; it caches each type's rules, and is safe
 // for concurrent use. Failing fields are named by their JSON names.
@@ -423,45 +351,4 @@ func newBody(id string, payload []byte, dedup string) string {
 	}
 	b.WriteByte('}')
 	return b.String()
-}
-
-// register adds the queue to the fleet-wide registry (fleet:queues), so
-// that a sweeper finds it even after the registry was lost, and stores the
-// queue's policy (fleet:queue:<name>:policy): the first time a handle
-// reaches Redis (a submit or a reserve) it writes its own options over what
-// is stored (the newest process wins), and later, from submits, only where
-// none is stored (after a loss). It runs at most about once a second per
-// handle, in one round trip. On a
-// cluster the registry lives in another slot than the queue: these are
-// commands of their own, never part of a queue script.
-func (q *Queue[T]) register(ctx context.Context) error {
-	if q.root != nil {
-		return q.root.register(ctx) // a shard's handle: its queue's
-	}
-	now := time.Now().UnixMilli()
-	last := q.registered.Load()
-	if now-last < 1000 || !q.registered.CompareAndSwap(last, now) {
-		return nil
-	}
-	c := q.f.client
-	var pol rueidis.Completed
-	if q.published.Load() {
-		pol = c.B().Set().Key(q.k.Policy).Value(q.policy).Nx().Build()
-	} else {
-		pol = c.B().Set().Key(q.k.Policy).Value(q.policy).Build()
-	}
-	for _, r := range c.DoMulti(ctx, c.B().Sadd().Key(q.f.keys.Queues()).Member(q.name).Build(), pol) {
-		if err := r.Error(); err != nil && !rueidis.IsRedisNil(err) {
-			q.registered.Store(0)
-			return err
-		}
-	}
-	if q.opts.Shards > 1 {
-		if err := q.shardRegister(ctx, q.published.Load()); err != nil {
-			q.registered.Store(0)
-			return err
-		}
-	}
-	q.published.Store(true)
-	return nil
 }

@@ -1,10 +1,17 @@
 package fleet
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/fleet-go/fleet/internal/keys"
+	"github.com/redis/rueidis"
 )
 
 // queueScriptKeys are the keys of a queue (or of one shard of it) in the
@@ -12,17 +19,17 @@ import (
 // the scripts know them by (linked in from here: queueKeyBlock). A script's
 // own keys (a call's tombstone, a task's unique or result key) come after.
 var queueScriptKeys = [...]struct {
-	lua string
-	key func(k *keys.Queue) string
+	lua, typ string // the script's name for it; its Redis type
+	key      func(k *keys.Queue) string
 }{
-	{"PENDING", func(k *keys.Queue) string { return k.Pending }},       // list: pending bodies
-	{"PROCESSING", func(k *keys.Queue) string { return k.Processing }}, // zset: id -> deadline (unix s)
-	{"BODY", func(k *keys.Queue) string { return k.Body }},             // hash: id -> body
-	{"LEASE", func(k *keys.Queue) string { return k.Lease }},           // hash: id -> "token deadline_ms[ c]" (derived)
-	{"SCHEDULED", func(k *keys.Queue) string { return k.Scheduled }},   // zset: body -> ready_at (unix s)
-	{"DEAD", func(k *keys.Queue) string { return k.Dead }},             // list: dead letters
-	{"DEDUP", func(k *keys.Queue) string { return k.Dedup }},           // hash: dedup key -> id (derived)
-	{"POLICY", func(k *keys.Queue) string { return k.Policy }},         // string: the stored policy (derived)
+	{"PENDING", "list", func(k *keys.Queue) string { return k.Pending }},       // pending bodies
+	{"PROCESSING", "zset", func(k *keys.Queue) string { return k.Processing }}, // id -> deadline (unix s)
+	{"BODY", "hash", func(k *keys.Queue) string { return k.Body }},             // id -> body
+	{"LEASE", "hash", func(k *keys.Queue) string { return k.Lease }},           // id -> "token deadline_ms[ c]" (derived)
+	{"SCHEDULED", "zset", func(k *keys.Queue) string { return k.Scheduled }},   // body -> ready_at (unix s)
+	{"DEAD", "list", func(k *keys.Queue) string { return k.Dead }},             // dead letters
+	{"DEDUP", "hash", func(k *keys.Queue) string { return k.Dedup }},           // dedup key -> id (derived)
+	{"POLICY", "string", func(k *keys.Queue) string { return k.Policy }},       // the stored policy (derived)
 }
 
 // scriptKeys returns k's keys in queueScriptKeys' order, then extra.
@@ -34,15 +41,18 @@ func scriptKeys(k *keys.Queue, extra ...string) []string {
 	return append(out, extra...)
 }
 
-// queueKeyBlock is the library block that names KEYS[1..8] of a queue
-// script.
+// queueKeyBlock is the library blocks that name KEYS[1..8] of a queue
+// script, and their types (for wrong_types).
 func queueKeyBlock() string {
-	names, refs := make([]string, len(queueScriptKeys)), make([]string, len(queueScriptKeys))
+	n := len(queueScriptKeys)
+	names, refs, types := make([]string, n), make([]string, n), make([]string, n)
 	for i, s := range queueScriptKeys {
-		names[i], refs[i] = s.lua, "KEYS["+strconv.Itoa(i+1)+"]"
+		names[i], refs[i], types[i] = s.lua, "KEYS["+strconv.Itoa(i+1)+"]", "'"+s.typ+"'"
 	}
 	return "-- The queue's keys, KEYS[1..8] of every queue script (queue_core.go).\n" +
-		"local " + strings.Join(names, ", ") + " = " + strings.Join(refs, ", ")
+		"local " + strings.Join(names, ", ") + " = " + strings.Join(refs, ", ") + "\n\n" +
+		"-- The types of KEYS[1..8], for wrong_types (lib_types.lua).\n" +
+		"local QUEUE_TYPES = {" + strings.Join(types, ", ") + "}"
 }
 
 // endCode is what an end-of-reservation step answers (lib_queue.lua): its
@@ -76,3 +86,360 @@ func endCodeBlock() string {
 	return "-- What the end-of-reservation steps answer (endCode, queue_core.go).\n" +
 		"local " + strings.Join(endCodeNames[:], ", ") + " = " + strings.Join(vals, ", ")
 }
+
+// queueCore is the untyped part of a queue, or of one shard of it: its
+// name, keys and options, the policy it stores, its shard state, and the
+// one reserve (here) and the one end-of-reservation family (ack, nack,
+// dead letter, release, snooze, extend: queue_end.go) that every caller
+// goes through: Queue[T] (which is a queueCore and a codec), the worker,
+// the sweeper, Sync and the admin calls (Fleet.Queue). Its exported
+// methods are Queue's. Read with scripts/queue_reserve.lua,
+// scripts/queue_end.lua and scripts/lib_queue.lua, it is the whole queue;
+// the other queue_*.go files add its features (submit, shards, limits,
+// cancel, lookup, pause, the dead letters).
+type queueCore struct {
+	f    *Fleet
+	name string
+	k    keys.Queue
+	opts QueueOptions
+	err  error
+	// byName: made by Fleet.Queue for an operator's call, not by NewQueue:
+	// Pause and Resume refuse a queue the registry does not know.
+	byName bool
+
+	policy     string       // the stored policy these options spell (policyJSON)
+	published  atomic.Bool  // this handle's policy was written once
+	registered atomic.Int64 // unix ms of the last registration (register)
+	look       *schedLook   // when reserves look at :scheduled (shared per name)
+	booked     limitBooking // a rate-limit token booked ahead (queue_limit.go)
+
+	// Sharding (queue_shard.go).
+	root   *queueCore    // the core a shard's core belongs to; nil for a queue's own
+	subs   sync.Map      // shard index -> *queueCore, the shards' cores made so far
+	rr     atomic.Uint64 // round-robin counter of submits
+	turn   atomic.Uint64 // rotation counter of reserves
+	last   atomic.Int64  // the shard that gave the last reserve tasks
+	lmu    sync.Mutex
+	lsn    map[*shardListener]struct{} // listenPending's listeners, grown with the shard count
+	span   atomic.Int64                // the stored shard high-water mark last read (0: none read)
+	spanAt atomic.Int64                // monoNow of that read
+}
+
+// newQueueCore returns the core of queue name with opts (defaults not yet
+// filled in): a bad name or options is kept in err.
+func newQueueCore(f *Fleet, name string, opts QueueOptions) *queueCore {
+	c := &queueCore{f: f, name: name, k: f.keys.Queue(name), look: f.schedLook(name)}
+	c.opts, c.err = opts.withDefaults()
+	if err := keys.Check(keys.KindQueue, name); err != nil {
+		c.err = err
+	}
+	if c.err == nil && c.opts.Shards > 1 && !f.keys.Tagged() {
+		c.err = fmt.Errorf("%w: QueueOptions.Shards %d needs the tagged layout: the compat layout's keys carry no hash tag, so its shards could not spread over a cluster (open the Fleet with Layout: LayoutTagged)", ErrInvalidOptions, c.opts.Shards)
+	}
+	if err := c.opts.rateLimit(f); err != nil && c.err == nil {
+		c.err = err
+	}
+	c.policy = c.opts.policyJSON()
+	return c
+}
+
+// Name returns the queue's name.
+func (q *queueCore) Name() string { return q.name }
+
+// Err returns the error every call of the Queue would return for its name
+// or options (ErrInvalidName, ErrInvalidArgument), or nil.
+func (q *queueCore) Err() error { return q.err }
+
+// Options returns the options in force, defaults filled in.
+func (q *queueCore) Options() QueueOptions { return q.opts }
+
+func (q *queueCore) ready(ctx context.Context) error {
+	if q.err != nil {
+		return q.err
+	}
+	return q.f.alive(ctx)
+}
+
+// Policy returns the policy stored for the queue, which every process
+// applies, and whether one is stored (none until a handle of the queue
+// first reached Redis). May return ErrUnavailable.
+func (q *queueCore) Policy(ctx context.Context) (QueuePolicy, bool, error) {
+	if err := q.ready(ctx); err != nil {
+		return QueuePolicy{}, false, opErr("policy", q.name, err)
+	}
+	p, ok, err := q.f.storedPolicy(ctx, q.k.Policy)
+	return p, ok, opErr("policy", q.name, err)
+}
+
+// register adds the queue to the fleet-wide registry (fleet:queues), so
+// that a sweeper finds it even after the registry was lost, and stores the
+// queue's policy (fleet:queue:<name>:policy): the first time a handle
+// reaches Redis (a submit or a reserve) it writes its own options over what
+// is stored (the newest process wins), and later, from submits, only where
+// none is stored (after a loss). It runs at most about once a second per
+// handle, in one round trip. On a cluster the registry lives in another
+// slot than the queue: these are commands of their own, never part of a
+// queue script.
+func (q *queueCore) register(ctx context.Context) error {
+	q = q.top() // a shard's core: its queue's
+	now := time.Now().UnixMilli()
+	last := q.registered.Load()
+	if now-last < 1000 || !q.registered.CompareAndSwap(last, now) {
+		return nil
+	}
+	c := q.f.client
+	var pol rueidis.Completed
+	if q.published.Load() {
+		pol = c.B().Set().Key(q.k.Policy).Value(q.policy).Nx().Build()
+	} else {
+		pol = c.B().Set().Key(q.k.Policy).Value(q.policy).Build()
+	}
+	for _, r := range c.DoMulti(ctx, c.B().Sadd().Key(q.f.keys.Queues()).Member(q.name).Build(), pol) {
+		if err := r.Error(); err != nil && !rueidis.IsRedisNil(err) {
+			q.registered.Store(0)
+			return err
+		}
+	}
+	if q.opts.Shards > 1 {
+		if err := q.shardRegister(ctx, q.published.Load()); err != nil {
+			q.registered.Store(0)
+			return err
+		}
+	}
+	q.published.Store(true)
+	return nil
+}
+
+// reserveReq is what one reserve asks for.
+type reserveReq struct {
+	n        int            // tasks to take at most; 0 with acks: only ack
+	wantLeft bool           // learn whether tasks are left pending (reserved.drained)
+	owner    string         // the worker ("type|id") whose name goes before the tokens; "" for none
+	acks     []*reservation // acked first, in the same call: tasks of this core's shard
+}
+
+// reserved is what one reserve did and learned.
+type reserved struct {
+	tasks     []*reservation
+	drained   bool          // nothing was left pending (asked for with wantLeft)
+	nextReady time.Duration // until the next scheduled task is due; -1: none, or not looked at
+	acks      []endCode     // each ack's code, in order: endDone, or endLost (nil: the call failed)
+	limited   time.Duration // the rate limit has no token until then (queue_limit.go); 0: none
+}
+
+// reserve is the queue's one reserve. It acks req.acks and takes up to
+// req.n tasks, in one script call per shard (take): from the queue's
+// shards in turn when the queue is sharded (spread, queue_shard.go), and
+// under the queue's rate limit (QueueOptions.RateLimit) when it has one:
+// it first takes the limiter's tokens (limitTake, queue_limit.go), takes
+// that many tasks at most, and gives back the tokens of the tasks it did
+// not find, so an empty queue costs the limiter nothing. With no token to
+// use yet it takes nothing, and says in reserved.limited how long until it
+// may: the fetcher and Reserve sleep that long instead of spinning (the
+// token it booked meanwhile counts as taken, so a reserve that comes late
+// loses no rate). A call with acks takes from a queue without either
+// (takesWithAcks).
+func (q *queueCore) reserve(ctx context.Context, req reserveReq) (reserved, error) {
+	lim := q.opts.RateLimit
+	if lim == nil || req.n == 0 || len(req.acks) > 0 {
+		if len(req.acks) == 0 && q.root == nil && req.n > 0 && q.spanOf(ctx) > 1 {
+			return q.spread(ctx, req)
+		}
+		return q.take(ctx, req)
+	}
+	got, wait, err := q.limitTake(ctx, req.n)
+	if err != nil || got == 0 {
+		return reserved{nextReady: -1, limited: wait}, err
+	}
+	req.n = got
+	var res reserved
+	if q.root == nil && q.spanOf(ctx) > 1 {
+		res, err = q.spread(ctx, req)
+	} else {
+		res, err = q.take(ctx, req)
+	}
+	if unused := got - len(res.tasks); unused > 0 {
+		// A refund that fails only slows the limiter down for a moment.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), refundTimeout)
+		_ = lim.refund(rctx, unused)
+		cancel()
+	}
+	return res, err
+}
+
+// takesWithAcks reports whether a call that acks this queue's tasks may
+// take its next tasks too: not on a sharded queue, whose reserves spread
+// over the shards, nor on a rate-limited one, whose takes need tokens.
+func (q *queueCore) takesWithAcks(ctx context.Context) bool {
+	return q.root == nil && q.opts.RateLimit == nil && q.spanOf(ctx) <= 1
+}
+
+// take runs queue_reserve.lua once on q's shard: it acks req.acks, then
+// moves the due scheduled tasks and takes up to req.n tasks, for owner
+// (whose name goes before the lease tokens, owner/<random>.<i>, so that
+// Lookup can say which worker holds a task). Tasks whose reply came too
+// late to use their lease (less the margin: held back, a stalled server, a
+// paused process) are handed back uncounted and not returned. When the
+// call ends without a reply (ctx ended, the connection broke), the script
+// may still run, or have run: abandonReserve hands back what it took.
+func (q *queueCore) take(ctx context.Context, req reserveReq) (reserved, error) {
+	res := reserved{nextReady: -1}
+	if !q.top().published.Load() {
+		// A consumer stores its policy once; after that only submits keep
+		// the registration (so a reserve never waits on another round trip).
+		if err := q.register(ctx); err != nil {
+			return res, err
+		}
+	}
+	prefix := newToken() + "."
+	if req.owner != "" {
+		prefix = req.owner + "/" + prefix
+	}
+	sent := monoNow()
+	look := req.n > 0 && q.look.now(sent) // an ack alone looks at nothing
+	move := "0"
+	if look {
+		move = "1000"
+	}
+	ks, args, order := q.reserveArgs(req, prefix, move)
+	reply, err := queueReserveScript.Exec(ctx, q.f.client, ks, args).ToArray()
+	if err != nil {
+		if outcomeUnknown(err) && req.n > 0 {
+			q.abandonReserve(prefix)
+		}
+		return res, err
+	}
+	if len(reply) < 5 {
+		return res, unexpectedReply("reserve", len(reply))
+	}
+	acked, _ := reply[4].ToString()
+	if len(acked) == len(order) {
+		res.acks = make([]endCode, len(order))
+		for i, j := range order {
+			res.acks[j] = endCode(acked[i] - '0')
+		}
+	}
+	if (len(reply)-5)%3 == 1 {
+		// The acks were done, and then the take failed.
+		msg, _ := reply[len(reply)-1].ToString()
+		if strings.HasPrefix(msg, "WRONGTYPE") {
+			return res, fmt.Errorf("%w: %s", ErrWrongType, msg)
+		}
+		return res, errors.New(msg)
+	}
+	if (len(reply)-5)%3 != 0 {
+		return res, unexpectedReply("reserve", len(reply))
+	}
+	nowStr, _ := reply[0].ToString()
+	now, _ := strconv.ParseInt(nowStr, 10, 64)
+	left, _ := reply[1].AsInt64()
+	res.drained = left == 0
+	switch next, _ := reply[2].ToString(); next {
+	case "-": // not looked at: what the last look saw still holds
+		if due := q.look.due.Load(); due != 0 {
+			res.nextReady = max(time.Duration(due-sent), 0)
+		}
+	case "":
+		q.look.looked(sent, -1)
+	default:
+		if s, err := strconv.ParseFloat(next, 64); err == nil {
+			res.nextReady = max(time.Duration(s*1000-float64(now))*time.Millisecond, 0)
+		}
+		q.look.looked(sent, res.nextReady)
+	}
+	if len(reply) == 5 {
+		return res, nil
+	}
+	var clock leaseClock
+	clock.prove(sent, q.opts.Lease)
+	if !clock.usable(leaseMargin(q.opts.Lease)) {
+		// The reply came too late: another may get these tasks any moment.
+		// Never hand them out; give them back uncounted if still ours.
+		q.abandonReserve(prefix)
+		return res, nil
+	}
+	res.tasks = make([]*reservation, 0, (len(reply)-5)/3)
+	var buryErr error
+	for i := 5; i < len(reply); i += 3 {
+		r := &reservation{c: q}
+		r.id, _ = reply[i].ToString()
+		r.token, _ = reply[i+1].ToString()
+		r.body, _ = reply[i+2].ToString()
+		r.clock.prove(sent, q.opts.Lease)
+		w, err := parseBody(r.body)
+		if err == nil && w.ID != r.id {
+			err = errors.New("body id changed") // cannot happen: the script read it
+		}
+		if err != nil {
+			// Poison: bury it under this very lease, so it never loops.
+			if berr := r.bury(ctx, err.Error()); berr != nil {
+				buryErr = berr
+			}
+			continue
+		}
+		r.payload, r.attempts, r.dedup, r.unique, r.trace = w.Payload, w.Attempts, w.Dedup, w.UniqueMS, w.Trace
+		res.tasks = append(res.tasks, r)
+	}
+	if len(res.tasks) == 0 && buryErr != nil {
+		return res, buryErr
+	}
+	return res, nil
+}
+
+// reserveArgs spells a take's KEYS and ARGV (queue_reserve.lua): the plain
+// acks first, as triples, then those that keep something, each with its
+// unique and result keys. order maps each ack of the reply to its place in
+// req.acks.
+func (q *queueCore) reserveArgs(req reserveReq, prefix, move string) (ks, args []string, order []int) {
+	ks = scriptKeys(&q.k, q.k.Call+prefix)
+	args = make([]string, 7, 7+3*len(req.acks))
+	args[0], args[1], args[2], args[3], args[4], args[5] = strconv.Itoa(req.n), millis(q.opts.Lease), prefix, move, strconv.Itoa(q.opts.DeadMax), boolArg(req.wantLeft)
+	order = make([]int, 0, len(req.acks))
+	plain := 0
+	for i, r := range req.acks {
+		if !r.keeps() {
+			args = append(args, r.id, r.token, r.dedup)
+			order = append(order, i)
+			plain++
+		}
+	}
+	args[6] = strconv.Itoa(plain)
+	for i, r := range req.acks {
+		if !r.keeps() {
+			continue
+		}
+		unique := "0"
+		if r.dedup != "" && r.unique > 0 {
+			unique = strconv.FormatInt(r.unique, 10)
+		}
+		result := ""
+		if p := r.result.Load(); p != nil {
+			result = string(*p)
+		}
+		args = append(args, r.id, r.token, r.dedup, unique, millis(r.c.opts.Retention), result, strconv.Itoa(r.attempts))
+		ks = append(ks, q.k.Unique+r.dedup, q.k.Result+r.id)
+		order = append(order, i)
+	}
+	return ks, args, order
+}
+
+// abandonReserve hands back, in the background, what the reserve call with
+// token prefix took, or tombstones the call so that it takes nothing if it
+// runs later (queue_abandon.lua), for as long as a lease (after that the
+// sweeper has the tasks anyway); see Fleet.abandon.
+func (q *queueCore) abandonReserve(prefix string) {
+	ks := scriptKeys(&q.k, q.k.Call+prefix)
+	args := []string{prefix, millis(q.opts.Lease + time.Minute)}
+	q.f.abandon("reserve "+q.name, q.opts.Lease, func(ctx context.Context) error {
+		n, err := queueAbandonScript.Exec(ctx, q.f.client, ks, args).AsInt64()
+		if err == nil && n > 0 {
+			q.wakeLocal()
+		}
+		return err
+	})
+}
+
+var (
+	queueReserveScript = newScript("queue_reserve.lua")
+	queueAbandonScript = newScript("queue_abandon.lua")
+)

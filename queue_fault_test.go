@@ -317,3 +317,61 @@ func TestQueueReserveCtxEndsInFlight(t *testing.T) {
 		})
 	}
 }
+
+// A Reserve whose reply comes back after its lease (less the margin) ran
+// out on this process's clock returns no task: another consumer may get
+// the task any moment. The task goes back to the queue uncounted, and
+// nothing stays held under the late call's tokens.
+func TestQueueReserveLateReply(t *testing.T) {
+	px := startProxied(t, fleet.Options{})
+	const lease = time.Second
+	opts := fleet.QueueOptions{Lease: lease, MaxAttempts: 1}
+	direct := fleet.NewQueue[job](px.Direct, "late", opts)
+	through := fleet.NewQueue[job](px.Through, "late", opts)
+	k := px.E.qk("late")
+	if got, err := through.Reserve(ctx(t), 1, 0); err != nil || len(got) != 0 {
+		t.Fatalf("the first Reserve (which stores the policy) = %v, %v", got, err)
+	}
+	id, err := direct.Submit(ctx(t), jobN(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	px.P.HoldReplies()
+	start := time.Now()
+	type result struct {
+		tasks []*fleet.Task[job]
+		err   error
+	}
+	done := make(chan result, 1)
+	go func() {
+		tasks, err := through.Reserve(ctx(t), 1, 0)
+		done <- result{tasks, err}
+	}()
+	// The script ran (the task is reserved on the server); its reply waits
+	// in the proxy until the lease is over on this process's clock.
+	waitFor(t, 10*time.Second, func() bool { return len(px.E.zscores(t, k.Processing)) == 1 }, "the reserve never ran")
+	waitFor(t, 10*time.Second, func() bool { return time.Since(start) > lease }, "")
+	px.P.Thaw()
+	r := <-done
+	if r.err != nil || len(r.tasks) != 0 {
+		t.Fatalf("a Reserve whose reply came after its lease = %v, %v; want no task", r.tasks, r.err)
+	}
+	waitFor(t, 10*time.Second, func() bool { return px.E.llen(t, k.Pending) == 1 }, "the task did not come back: %v", px.E.dump(t))
+	if n := len(px.E.zscores(t, k.Processing)); n != 0 {
+		t.Fatalf("processing holds %d", n)
+	}
+	if m := px.E.hgetall(t, k.Lease); len(m) != 0 {
+		t.Fatalf("lease entries left %v", m)
+	}
+	// Uncounted: with MaxAttempts 1 it still runs once.
+	got, err := direct.Reserve(ctx(t), 1, 0)
+	if err != nil || len(got) != 1 || got[0].ID != id || got[0].Attempts != 0 {
+		t.Fatalf("Reserve after = %v, %v", got, err)
+	}
+	if err := got[0].Ack(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if dead := px.E.lrange(t, k.Dead); len(dead) != 0 {
+		t.Fatalf("dead letters %v", dead)
+	}
+}

@@ -12,61 +12,7 @@ import (
 	"github.com/redis/rueidis"
 )
 
-var (
-	queueAckKeepScript = newScript("queue_ack_keep.lua")
-	queueLookupScript  = newScript("queue_lookup.lua", readOnly)
-)
-
-// SetResult sets the task's result, kept with its record when it is acked
-// on a queue with QueueOptions.Retention (without it, nothing is kept). v
-// is encoded as JSON now; a later call replaces it. May return
-// ErrInvalidArgument (v does not encode, or is over MaxPayloadBytes).
-func (t *Task[T]) SetResult(v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return opErr("set result", t.q.name, fmt.Errorf("%w: cannot encode %T as JSON: %w", ErrInvalidArgument, v, err))
-	}
-	if len(b) > t.q.opts.MaxPayloadBytes {
-		return opErr("set result", t.q.name, fmt.Errorf("%w: result of %d bytes, more than MaxPayloadBytes %d", ErrInvalidArgument, len(b), t.q.opts.MaxPayloadBytes))
-	}
-	t.result.Store(&b)
-	return nil
-}
-
-// BatchResultFunc adapts a function that returns a typed result to a
-// BatchAutomation: on success its result is set with Task.SetResult (and
-// kept when the queue has QueueOptions.Retention).
-type BatchResultFunc[C, O, P, R any] func(ctx context.Context, s *Slot[C, O], t *Task[P]) (R, error)
-
-// Handle calls fn and sets its result.
-func (fn BatchResultFunc[C, O, P, R]) Handle(ctx context.Context, s *Slot[C, O], t *Task[P]) error {
-	r, err := fn(ctx, s, t)
-	if err != nil {
-		return err
-	}
-	return t.SetResult(r)
-}
-
-// ackKeep acks a task that leaves something behind: its dedup key held
-// for its unique window, and/or its record (queue_ack_keep.lua).
-func (t *Task[T]) ackKeep(ctx context.Context) error {
-	q := t.q
-	unique := "0"
-	if t.dedup != "" && t.unique > 0 {
-		unique = strconv.FormatInt(t.unique, 10)
-	}
-	result := ""
-	if p := t.result.Load(); p != nil {
-		result = string(*p)
-	}
-	n, err := queueAckKeepScript.Exec(ctx, q.f.client,
-		[]string{q.k.Processing, q.k.Body, q.k.Lease, q.k.Dedup, q.k.Unique + t.dedup, q.k.Result + t.ID},
-		[]string{t.ID, t.token, t.dedup, unique, millis(q.opts.Retention), result, strconv.Itoa(t.Attempts)}).AsInt64()
-	if err == nil && n != 1 {
-		err = fmt.Errorf("%w: task %s", ErrLeaseLost, t.ID)
-	}
-	return err
-}
+var queueLookupScript = newScript("queue_lookup.lua", readOnly)
 
 // TaskStatus is where a task is in its life.
 type TaskStatus string
@@ -131,7 +77,7 @@ type TaskRecord struct {
 // read-only script, O(N) in the tasks waiting and dead: a call for
 // operators and status pages, not for every task. May return
 // ErrTaskNotFound, ErrInvalidArgument (an empty id), ErrUnavailable.
-func (q *Queue[T]) Lookup(ctx context.Context, id string) (TaskRecord, error) {
+func (q *queueCore) Lookup(ctx context.Context, id string) (TaskRecord, error) {
 	const op = "lookup"
 	r := TaskRecord{ID: id}
 	if err := q.ready(ctx); err != nil {
@@ -145,8 +91,7 @@ func (q *Queue[T]) Lookup(ctx context.Context, id string) (TaskRecord, error) {
 	shards := q.shardsOf(ctx)
 	execs := make([]rueidis.LuaExec, len(shards))
 	for i, s := range shards {
-		execs[i] = rueidis.LuaExec{Keys: []string{s.k.Pending, s.k.Scheduled, s.k.Processing, s.k.Body, s.k.Lease, s.k.Dead, s.k.Result + id},
-			Args: []string{id}}
+		execs[i] = rueidis.LuaExec{Keys: scriptKeys(&s.k, s.k.Result+id), Args: []string{id}}
 	}
 	var res []string
 	for _, rr := range queueLookupScript.ExecMulti(ctx, q.f.client, execs...) {

@@ -36,7 +36,7 @@ type QueueStats struct {
 // layout, plus a read of the queue's shard count at most once a second per
 // handle; a sharded queue's counts are the sums over its shards). May
 // return ErrWrongType, ErrUnavailable.
-func (q *Queue[T]) Stats(ctx context.Context) (QueueStats, error) {
+func (q *queueCore) Stats(ctx context.Context) (QueueStats, error) {
 	var s QueueStats
 	if err := q.ready(ctx); err != nil {
 		return s, opErr("stats", q.name, err)
@@ -124,7 +124,7 @@ func parseDead(raw string) DeadLetter {
 // DeadLetters lists up to count dead letters from offset, oldest first (of
 // a sharded queue: shard by shard, shard 0 first, oldest first in each).
 // May return ErrInvalidArgument, ErrWrongType, ErrUnavailable.
-func (q *Queue[T]) DeadLetters(ctx context.Context, offset, count int) ([]DeadLetter, error) {
+func (q *queueCore) DeadLetters(ctx context.Context, offset, count int) ([]DeadLetter, error) {
 	if err := q.ready(ctx); err != nil {
 		return nil, opErr("dead letters", q.name, err)
 	}
@@ -147,7 +147,7 @@ func (q *Queue[T]) DeadLetters(ctx context.Context, offset, count int) ([]DeadLe
 
 // deadRange lists the dead letters from index from to index to (-1: the
 // last), of a sharded queue in shard order (shard 0's first).
-func (q *Queue[T]) deadRange(ctx context.Context, from, to int) ([]string, error) {
+func (q *queueCore) deadRange(ctx context.Context, from, to int) ([]string, error) {
 	n := q.spanOf(ctx)
 	if n == 1 {
 		return q.deadRangeOne(ctx, from, to)
@@ -161,7 +161,7 @@ func (q *Queue[T]) deadRange(ctx context.Context, from, to int) ([]string, error
 }
 
 // deadRangeOne is deadRange on the shard of q's keys only.
-func (q *Queue[T]) deadRangeOne(ctx context.Context, from, to int) ([]string, error) {
+func (q *queueCore) deadRangeOne(ctx context.Context, from, to int) ([]string, error) {
 	c := q.f.client
 	return c.Do(ctx, c.B().Lrange().Key(q.k.Dead).Start(int64(from)).Stop(int64(to)).Build()).AsStrSlice()
 }
@@ -225,8 +225,8 @@ func revived(d DeadLetter) ([]string, bool) {
 // requeueDead runs queue_dead_requeue on quads of revived args. It returns
 // how many moved, and the dead letters left because a live task holds
 // their dedup key (id -> the holder's id).
-func (q *Queue[T]) requeueDead(ctx context.Context, args []string) (int, map[string]string, error) {
-	res, err := queueDeadRequeueScript.Exec(ctx, q.f.client, []string{q.k.Dead, q.k.Pending, q.k.Dedup}, args).ToArray()
+func (q *queueCore) requeueDead(ctx context.Context, args []string) (int, map[string]string, error) {
+	res, err := queueDeadRequeueScript.Exec(ctx, q.f.client, scriptKeys(&q.k), args).ToArray()
 	if err != nil {
 		return 0, nil, err
 	}
@@ -256,7 +256,7 @@ func (q *Queue[T]) requeueDead(ctx context.Context, args []string) (int, map[str
 // RequeueDead returns ErrDuplicate, naming the holder. May return
 // ErrDeadLetterNotFound (no such dead letter, or poison that cannot be re-queued),
 // ErrDuplicate, ErrWrongType, ErrUnavailable.
-func (q *Queue[T]) RequeueDead(ctx context.Context, id string) error {
+func (q *queueCore) RequeueDead(ctx context.Context, id string) error {
 	if err := q.ready(ctx); err != nil {
 		return opErr("requeue dead", q.name, err)
 	}
@@ -271,7 +271,7 @@ func (q *Queue[T]) RequeueDead(ctx context.Context, id string) error {
 }
 
 // requeueDeadOne is RequeueDead on the shard of q's keys.
-func (q *Queue[T]) requeueDeadOne(ctx context.Context, id string) error {
+func (q *queueCore) requeueDeadOne(ctx context.Context, id string) error {
 	raws, err := q.deadRangeOne(ctx, 0, -1)
 	if err != nil {
 		return opErr("requeue dead", q.name, err)
@@ -304,7 +304,7 @@ func (q *Queue[T]) requeueDeadOne(ctx context.Context, id string) error {
 // poison, and tasks whose dedup key another live task holds, stay. It
 // returns how many moved.
 // May return ErrWrongType, ErrUnavailable.
-func (q *Queue[T]) RequeueAllDead(ctx context.Context) (int, error) {
+func (q *queueCore) RequeueAllDead(ctx context.Context) (int, error) {
 	if err := q.ready(ctx); err != nil {
 		return 0, opErr("requeue dead", q.name, err)
 	}
@@ -320,7 +320,7 @@ func (q *Queue[T]) RequeueAllDead(ctx context.Context) (int, error) {
 }
 
 // requeueAllDeadOne is RequeueAllDead on the shard of q's keys.
-func (q *Queue[T]) requeueAllDeadOne(ctx context.Context) (int, error) {
+func (q *queueCore) requeueAllDeadOne(ctx context.Context) (int, error) {
 	raws, err := q.deadRangeOne(ctx, 0, -1)
 	if err != nil {
 		return 0, opErr("requeue dead", q.name, err)
@@ -354,13 +354,13 @@ func (q *Queue[T]) requeueAllDeadOne(ctx context.Context) (int, error) {
 
 // PurgeDead deletes every dead letter and returns how many there were. May
 // return ErrWrongType, ErrUnavailable.
-func (q *Queue[T]) PurgeDead(ctx context.Context) (int64, error) {
+func (q *queueCore) PurgeDead(ctx context.Context) (int64, error) {
 	if err := q.ready(ctx); err != nil {
 		return 0, opErr("purge dead", q.name, err)
 	}
 	var total int64
 	for _, s := range q.shardsOf(ctx) {
-		n, err := queueDeadPurgeScript.Exec(ctx, q.f.client, []string{s.k.Dead}, nil).AsInt64()
+		n, err := queueDeadPurgeScript.Exec(ctx, q.f.client, scriptKeys(&s.k), nil).AsInt64()
 		total += n
 		if err != nil {
 			return total, opErr("purge dead", q.name, err)

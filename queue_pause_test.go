@@ -30,7 +30,7 @@ func TestQueuePause(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitFor(t, 5*time.Second, func() bool { return w1.Stats().Done == 1 }, "first task not done")
-		if err := e.F.PauseQueue(c, "pq"); err != nil {
+		if err := e.F.Queue("pq").Pause(c); err != nil {
 			t.Fatal(err)
 		}
 		if got, _ := e.get(t, qk.Pending+":paused"); got != "1" {
@@ -92,9 +92,9 @@ func TestQueuePauseBadInput(t *testing.T) {
 			want error
 			text string
 		}{
-			{e.F.PauseQueue(c, "nosuch"), fleet.ErrQueueNotFound, `"nosuch"`},
-			{e.F.ResumeQueue(c, "nosuch"), fleet.ErrQueueNotFound, `"nosuch"`},
-			{e.F.PauseQueue(c, "a:b"), fleet.ErrInvalidName, `"a:b"`},
+			{e.F.Queue("nosuch").Pause(c), fleet.ErrQueueNotFound, `"nosuch"`},
+			{e.F.Queue("nosuch").Resume(c), fleet.ErrQueueNotFound, `"nosuch"`},
+			{e.F.Queue("a:b").Pause(c), fleet.ErrInvalidName, `"a:b"`},
 		} {
 			if !errors.Is(tc.err, tc.want) || !strings.Contains(tc.err.Error(), tc.text) {
 				t.Errorf("%v, want %v naming %s", tc.err, tc.want, tc.text)
@@ -104,7 +104,7 @@ func TestQueuePauseBadInput(t *testing.T) {
 			t.Fatalf("changed:\n%v\n%v", before, after)
 		}
 		// A queue another process registered is known here too.
-		if err := openOn(t, tg, e.Prefix).PauseQueue(c, "known"); err != nil {
+		if err := openOn(t, tg, e.Prefix).Queue("known").Pause(c); err != nil {
 			t.Fatal(err)
 		}
 	})

@@ -2,11 +2,7 @@ package fleet
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -21,6 +17,14 @@ import (
 // It returns no tasks and a nil error when the wait ran out. On a queue
 // with QueueOptions.RateLimit it takes no more tasks than the limiter has
 // tokens, and waits (within wait) for the next token rather than spin.
+//
+// Reserve never returns a task whose lease it cannot prove: when the reply
+// comes back after the lease, less a small margin (Lease/10, at most 1 s),
+// ran out on this process's clock (counted from the send: a reply held
+// back, a stalled server, a paused process), another consumer may get the
+// task any moment, so the tasks go back to the head of the queue,
+// uncounted, and Reserve returns none (or waits on, within wait), as a
+// worker does.
 //
 // A body that is not a JSON object with a string id, or whose payload no
 // longer decodes into T or validates, is poison: it goes to the dead letters
@@ -41,7 +45,7 @@ func (q *Queue[T]) Reserve(ctx context.Context, n int, wait time.Duration) ([]*T
 	if wait < 0 {
 		return nil, opErr(op, q.name, fmt.Errorf("%w: wait %v is negative", ErrInvalidArgument, wait))
 	}
-	tasks, st, err := q.reserve(ctx, n, false)
+	tasks, st, err := q.reserveTasks(ctx, reserveReq{n: n})
 	if len(tasks) > 0 || wait == 0 || (err != nil && !transient(err)) {
 		return tasks, opErr(op, q.name, err)
 	}
@@ -51,12 +55,14 @@ func (q *Queue[T]) Reserve(ctx context.Context, n int, wait time.Duration) ([]*T
 	return tasks, opErr(op, q.name, err)
 }
 
-// reserveState is what a reserve call learned about the queue.
-type reserveState struct {
-	drained   bool          // nothing was left pending (asked for with wantLeft)
-	nextReady time.Duration // until the next scheduled task is due; -1: none, or not looked at
-	acks      string        // a digit per ack done first, in order: '1' done, '0' lease lost
-	limited   time.Duration // the rate limit has no token until then (queue_limit.go); 0: none
+// reserveTasks is one reserve (queueCore.reserve), its tasks decoded.
+func (q *Queue[T]) reserveTasks(ctx context.Context, req reserveReq) ([]*Task[T], reserved, error) {
+	res, err := q.reserve(ctx, req)
+	if len(res.tasks) == 0 {
+		return nil, res, err
+	}
+	tasks, berr := q.decodeAll(ctx, res.tasks)
+	return tasks, res, berr
 }
 
 // schedLookEvery is how often a process's reserves of one queue look at
@@ -111,7 +117,7 @@ type pendingWait struct {
 // listen returns the wait point of the queue's pending list: for a sharded
 // queue, every shard's (one channel for all: listenPending, which grows
 // with the shard count), read in one pipelined look at the local cache.
-func (q *Queue[T]) listen(ctx context.Context) pendingWait {
+func (q *queueCore) listen(ctx context.Context) pendingWait {
 	f := q.f
 	if q.knownSpan() > 1 {
 		ch, stop := q.listenPending(ctx)
@@ -129,7 +135,7 @@ func (q *Queue[T]) listen(ctx context.Context) pendingWait {
 }
 
 // await waits for tasks on w; see Reserve.
-func (q *Queue[T]) await(ctx context.Context, n int, wait time.Duration, st reserveState, lastErr error, w pendingWait) ([]*Task[T], error) {
+func (q *Queue[T]) await(ctx context.Context, n int, wait time.Duration, st reserved, lastErr error, w pendingWait) ([]*Task[T], error) {
 	f := q.f
 	end := time.NewTimer(wait)
 	defer end.Stop()
@@ -137,7 +143,7 @@ func (q *Queue[T]) await(ctx context.Context, n int, wait time.Duration, st rese
 	tryNow, retried := false, false
 	for {
 		if tryNow {
-			tasks, s, err := q.reserve(ctx, n, false)
+			tasks, s, err := q.reserveTasks(ctx, reserveReq{n: n})
 			if len(tasks) > 0 {
 				w.taken()
 				return tasks, nil
@@ -187,147 +193,4 @@ func (q *Queue[T]) await(ctx context.Context, n int, wait time.Duration, st rese
 		}
 		t.Stop()
 	}
-}
-
-// reserve is reserveAs with no owner.
-func (q *Queue[T]) reserve(ctx context.Context, n int, wantLeft bool) ([]*Task[T], reserveState, error) {
-	return q.reserveAs(ctx, n, wantLeft, "")
-}
-
-// reserveOnceAs runs the reserve script once and decodes what it returns
-// (reserveAs in queue_limit.go applies the rate limit around it), for a
-// worker named owner ("type|id"; "" for none), whose name goes before the
-// lease tokens (owner/<random>.<i>), so that Lookup can say which worker
-// holds a task. When the call ends without a reply (ctx ended, or the connection
-// broke) the script may still run, or have run: abandonReserve then hands
-// back what it took.
-func (q *Queue[T]) reserveOnceAs(ctx context.Context, n int, wantLeft bool, owner string) ([]*Task[T], reserveState, error) {
-	if q.root == nil && q.spanOf(ctx) > 1 {
-		return q.reserveSpread(ctx, n, wantLeft, owner)
-	}
-	return q.reserveShardAs(ctx, n, wantLeft, owner, nil)
-}
-
-// reserveShardAs is reserveOnceAs on the shard of q's keys, acking acks
-// first (tasks of this shard, with a plain ack: a worker's group commit,
-// worker_commit.go): st.acks says how each went. n may be 0 when there are
-// acks.
-func (q *Queue[T]) reserveShardAs(ctx context.Context, n int, wantLeft bool, owner string, acks []*Task[T]) ([]*Task[T], reserveState, error) {
-	st := reserveState{nextReady: -1}
-	if !q.top().published.Load() {
-		// A consumer stores its policy once; after that only submits keep
-		// the registration (so a reserve never waits on another round trip).
-		if err := q.register(ctx); err != nil {
-			return nil, st, err
-		}
-	}
-	prefix := newToken() + "."
-	if owner != "" {
-		prefix = owner + "/" + prefix
-	}
-	sent := monoNow()
-	look := n > 0 && q.look.now(sent) // an ack alone (n = 0) looks at nothing
-	move := "0"
-	if look {
-		move = "1000"
-	}
-	args := make([]string, 6, 6+3*len(acks))
-	args[0], args[1], args[2], args[3], args[4], args[5] = strconv.Itoa(n), millis(q.opts.Lease), prefix, move, strconv.Itoa(q.opts.DeadMax), boolArg(wantLeft)
-	for _, t := range acks {
-		args = append(args, t.ID, t.token, t.dedup)
-	}
-	res, err := queueReserveScript.Exec(ctx, q.f.client,
-		[]string{q.k.Pending, q.k.Processing, q.k.Body, q.k.Lease, q.k.Scheduled, q.k.Dead, q.k.Call + prefix, q.k.Policy, q.k.Dedup},
-		args).ToArray()
-	if err != nil {
-		if outcomeUnknown(err) {
-			q.abandonReserve(prefix)
-		}
-		return nil, st, err
-	}
-	if len(res) < 5 {
-		return nil, st, unexpectedReply("reserve", len(res))
-	}
-	st.acks, _ = res[4].ToString()
-	if (len(res)-5)%3 == 1 {
-		// The ack was done, and then the reserve failed.
-		msg, _ := res[len(res)-1].ToString()
-		if strings.HasPrefix(msg, "WRONGTYPE") {
-			return nil, st, fmt.Errorf("%w: %s", ErrWrongType, msg)
-		}
-		return nil, st, errors.New(msg)
-	}
-	if (len(res)-5)%3 != 0 {
-		return nil, st, unexpectedReply("reserve", len(res))
-	}
-	nowStr, _ := res[0].ToString()
-	now, _ := strconv.ParseInt(nowStr, 10, 64)
-	left, _ := res[1].AsInt64()
-	st.drained = left == 0
-	switch next, _ := res[2].ToString(); next {
-	case "-": // not looked at: what the last look saw still holds
-		if due := q.look.due.Load(); due != 0 {
-			st.nextReady = max(time.Duration(due-sent), 0)
-		}
-	case "":
-		q.look.looked(sent, -1)
-	default:
-		if s, err := strconv.ParseFloat(next, 64); err == nil {
-			st.nextReady = max(time.Duration(s*1000-float64(now))*time.Millisecond, 0)
-		}
-		q.look.looked(sent, st.nextReady)
-	}
-	tasks := make([]*Task[T], 0, (len(res)-5)/3)
-	var buryErr error
-	for i := 5; i < len(res); i += 3 {
-		id, _ := res[i].ToString()
-		token, _ := res[i+1].ToString()
-		body, _ := res[i+2].ToString()
-		t := &Task[T]{ID: id, q: q, token: token, body: body}
-		t.clock.prove(sent, q.opts.Lease)
-		w, err := parseBody(body)
-		if err == nil && w.ID != id {
-			err = errors.New("body id changed") // cannot happen: the script read it
-		}
-		if err == nil {
-			t.Attempts, t.dedup, t.unique, t.trace = w.Attempts, w.Dedup, w.UniqueMS, w.Trace
-			payload := w.Payload
-			if len(payload) == 0 {
-				payload = json.RawMessage("null")
-			}
-			if err = json.Unmarshal(payload, &t.Payload); err != nil {
-				err = fmt.Errorf("payload does not decode into %T: %w", t.Payload, err)
-			} else if err = q.validate(t.Payload); err != nil {
-				err = fmt.Errorf("payload no longer validates: %w", err)
-			}
-		}
-		if err != nil {
-			// Poison: bury it under this very lease, so it never loops.
-			if berr := t.end(ctx, "dead-letter", w.Attempts, err.Error(), true); berr != nil {
-				buryErr = berr
-			}
-			continue
-		}
-		tasks = append(tasks, t)
-	}
-	if len(tasks) == 0 && buryErr != nil {
-		return nil, st, buryErr
-	}
-	return tasks, st, nil
-}
-
-// abandonReserve hands back, in the background, what the reserve call with
-// token prefix took, or tombstones the call so that it takes nothing if it
-// runs later (queue_abandon.lua), for as long as a lease (after that the
-// sweeper has the tasks anyway); see Fleet.abandon.
-func (q *Queue[T]) abandonReserve(prefix string) {
-	keys := []string{q.k.Pending, q.k.Processing, q.k.Body, q.k.Lease, q.k.Call + prefix}
-	args := []string{prefix, millis(q.opts.Lease + time.Minute)}
-	q.f.abandon("reserve "+q.name, q.opts.Lease, func(ctx context.Context) error {
-		n, err := queueAbandonScript.Exec(ctx, q.f.client, keys, args).AsInt64()
-		if err == nil && n > 0 {
-			q.wakeLocal()
-		}
-		return err
-	})
 }

@@ -20,10 +20,10 @@ import (
 // over the masters. Each shard is a plain queue of its own: every script
 // runs on one shard, and a task lives in one shard from its submit to its
 // end (a retry, a re-queue by the sweeper, a dead letter and its re-queue
-// stay in its shard). A shard has a handle of its own (sub), a Queue[T]
-// with the shard's keys whose root is the queue's handle; a reserved
-// task's q is its shard's handle, so Ack, Nack, Extend, Snooze and the
-// rest reach its shard with no more work.
+// stay in its shard). A shard has a core of its own (sub), a queueCore
+// with the shard's keys whose root is the queue's core; a reserved task's
+// core is its shard's, so Ack, Nack, Extend, Snooze and the rest reach its
+// shard with no more work.
 //
 // Task ids stay plain UUIDv7s: a call by id (Lookup, Cancel, RequeueDead)
 // asks every shard in one pipelined round trip (K <= 1024, and each shard
@@ -46,7 +46,7 @@ const spanEvery = time.Second
 var queueShardsScript = newScript("queue_shards.lua")
 
 // sub returns the handle of shard i (q itself for shard 0).
-func (q *Queue[T]) sub(i int) *Queue[T] {
+func (q *queueCore) sub(i int) *queueCore {
 	if q.root != nil {
 		return q.root.sub(i)
 	}
@@ -54,18 +54,18 @@ func (q *Queue[T]) sub(i int) *Queue[T] {
 		return q
 	}
 	if s, ok := q.subs.Load(i); ok {
-		return s.(*Queue[T])
+		return s.(*queueCore)
 	}
-	s := &Queue[T]{f: q.f, name: q.name, k: q.f.keys.QueueShard(q.name, i), opts: q.opts, err: q.err,
-		check: q.check, policy: q.policy, root: q}
+	s := &queueCore{f: q.f, name: q.name, k: q.f.keys.QueueShard(q.name, i), opts: q.opts, err: q.err,
+		policy: q.policy, root: q}
 	s.k.Paused = q.k.Paused                                // the queue's one pause flag
 	s.look = q.f.schedLook(q.name + ":" + strconv.Itoa(i)) // ':' is no queue name's
 	got, _ := q.subs.LoadOrStore(i, s)
-	return got.(*Queue[T])
+	return got.(*queueCore)
 }
 
 // top returns the queue's own handle.
-func (q *Queue[T]) top() *Queue[T] {
+func (q *queueCore) top() *queueCore {
 	if q.root != nil {
 		return q.root
 	}
@@ -76,7 +76,7 @@ func (q *Queue[T]) top() *Queue[T] {
 // handle's own count or the stored mark, whichever is higher, re-read at
 // most once per spanEvery (a failed read keeps the last one). Always 1 in
 // the compat layout.
-func (q *Queue[T]) spanOf(ctx context.Context) int {
+func (q *queueCore) spanOf(ctx context.Context) int {
 	q = q.top()
 	if !q.f.keys.Tagged() {
 		return 1
@@ -99,7 +99,7 @@ func (q *Queue[T]) spanOf(ctx context.Context) int {
 }
 
 // knownSpan is spanOf without a read: what the handle knows now.
-func (q *Queue[T]) knownSpan() int {
+func (q *queueCore) knownSpan() int {
 	q = q.top()
 	return max(q.opts.Shards, int(q.span.Load()), 1)
 }
@@ -131,9 +131,9 @@ func (f *Fleet) queueSpan(ctx context.Context, name string) (int, error) {
 }
 
 // shardsOf returns the handles of every shard the queue's reserves look at.
-func (q *Queue[T]) shardsOf(ctx context.Context) []*Queue[T] {
+func (q *queueCore) shardsOf(ctx context.Context) []*queueCore {
 	n := q.spanOf(ctx)
-	out := make([]*Queue[T], n)
+	out := make([]*queueCore, n)
 	for i := range out {
 		out[i] = q.sub(i)
 	}
@@ -142,7 +142,7 @@ func (q *Queue[T]) shardsOf(ctx context.Context) []*Queue[T] {
 
 // pick returns the shard handle a submit goes to: by key (hashed) when
 // one is given, else round-robin.
-func (q *Queue[T]) pick(key string) *Queue[T] {
+func (q *queueCore) pick(key string) *queueCore {
 	k := q.opts.Shards
 	if k <= 1 || q.root != nil {
 		return q
@@ -163,7 +163,7 @@ func shardOf(key string, k int) int {
 // shardRegister is register's part for a sharded queue: the shard count
 // is stamped (and the mark raised), and the policy goes to every shard of
 // the handle past shard 0.
-func (q *Queue[T]) shardRegister(ctx context.Context, nx bool) error {
+func (q *queueCore) shardRegister(ctx context.Context, nx bool) error {
 	c := q.f.client
 	m, err := queueShardsScript.Exec(ctx, c, []string{q.k.Shards}, []string{"reg", strconv.Itoa(q.opts.Shards)}).AsInt64()
 	if err != nil {
@@ -194,7 +194,7 @@ func (q *Queue[T]) shardRegister(ctx context.Context, nx bool) error {
 // the function that stops it. When the queue's shard count grows later
 // (spanOf reads a higher mark), the listener joins the new shards, and is
 // poked once.
-func (q *Queue[T]) listenPending(ctx context.Context) (<-chan struct{}, func()) {
+func (q *queueCore) listenPending(ctx context.Context) (<-chan struct{}, func()) {
 	if !q.f.keys.Tagged() {
 		return q.f.watch.listen(q.k.Pending)
 	}
@@ -233,7 +233,7 @@ type shardListener struct {
 
 // growListeners makes every listener of the queue listen to its first n
 // shards.
-func (q *Queue[T]) growListeners(n int) {
+func (q *queueCore) growListeners(n int) {
 	w := q.f.watch
 	q.lmu.Lock()
 	defer q.lmu.Unlock()
@@ -262,7 +262,7 @@ func (q *Queue[T]) growListeners(n int) {
 // cachedPending returns the pending tasks of every shard the reserves look
 // at, read through the client-side cache (which arms each list's
 // invalidation), and the lengths per shard.
-func (q *Queue[T]) cachedPending(ctx context.Context) (int64, []int64, error) {
+func (q *queueCore) cachedPending(ctx context.Context) (int64, []int64, error) {
 	f := q.f
 	n := q.spanOf(ctx)
 	if n == 1 {
@@ -286,7 +286,7 @@ func (q *Queue[T]) cachedPending(ctx context.Context) (int64, []int64, error) {
 	return sum, lens, nil
 }
 
-// reserveSpread is reserveOnceAs on a sharded queue: it tries the shards
+// spread is reserve on a sharded queue: it tries the shards
 // in turn from a starting shard that rotates with every call (so each
 // shard is drained as often as the others), and stops at the first shard
 // that gives tasks. The starting shard is tried blind (a busy queue costs
@@ -296,7 +296,7 @@ func (q *Queue[T]) cachedPending(ctx context.Context) (int64, []int64, error) {
 // reserve starts from the shard that gave this handle's last reserve its
 // tasks, the fourth from the next in turn: fewer probes of empty shards,
 // and no shard waits long.
-func (q *Queue[T]) reserveSpread(ctx context.Context, n int, wantLeft bool, owner string) ([]*Task[T], reserveState, error) {
+func (q *queueCore) spread(ctx context.Context, req reserveReq) (reserved, error) {
 	shards := q.shardsOf(ctx)
 	k := len(shards)
 	start := int(q.turn.Add(1) % uint64(k))
@@ -307,7 +307,7 @@ func (q *Queue[T]) reserveSpread(ctx context.Context, n int, wantLeft bool, owne
 			start = last
 		}
 	}
-	st := reserveState{nextReady: -1}
+	st := reserved{nextReady: -1}
 	// The starting shard first, blind: on a busy queue it has tasks, and
 	// the call costs one round trip. Then the others, skipping those that
 	// the local cache says are empty (when the Fleet caches).
@@ -325,7 +325,7 @@ func (q *Queue[T]) reserveSpread(ctx context.Context, n int, wantLeft bool, owne
 		if j > 0 && lens != nil && lens[i] == 0 && !s.look.now(now) {
 			continue
 		}
-		tasks, ss, err := s.reserveShardAs(ctx, n, wantLeft, owner, nil)
+		ss, err := s.take(ctx, req)
 		if ss.nextReady >= 0 && (st.nextReady < 0 || ss.nextReady < st.nextReady) {
 			st.nextReady = ss.nextReady
 		}
@@ -335,13 +335,14 @@ func (q *Queue[T]) reserveSpread(ctx context.Context, n int, wantLeft bool, owne
 			}
 			continue
 		}
-		if len(tasks) > 0 {
+		if len(ss.tasks) > 0 {
 			q.last.Store(int64(i))
-			return tasks, st, nil // st.drained false: others may hold tasks
+			st.tasks = ss.tasks
+			return st, nil // st.drained false: others may hold tasks
 		}
 	}
 	st.drained = firstErr == nil
-	return nil, st, firstErr
+	return st, firstErr
 }
 
 // shardState reads a queue's shard high-water mark and the highest shard

@@ -172,7 +172,7 @@ func TestQueueShardsAdmin(t *testing.T) {
 				t.Fatalf("shard %d holds %d; want 2", i, n)
 			}
 		}
-		st, err := other.QueueStats(c, "adm")
+		st, err := other.Queue("adm").Stats(c)
 		if err != nil || st != (fleet.QueueStats{Pending: 8}) {
 			t.Fatalf("QueueStats = %+v, %v; want 8 pending", st, err)
 		}
@@ -180,7 +180,7 @@ func TestQueueShardsAdmin(t *testing.T) {
 		if err != nil || len(ov.Queues) != 1 || ov.Queues[0].Pending != 8 {
 			t.Fatalf("Overview = %+v, %v", ov, err)
 		}
-		listed, err := other.PendingTasks(c, "adm", 0, 100)
+		listed, err := other.Queue("adm").Pending(c, 0, 100)
 		if err != nil || len(listed) != 8 {
 			t.Fatalf("PendingTasks = %d, %v", len(listed), err)
 		}
@@ -191,12 +191,12 @@ func TestQueueShardsAdmin(t *testing.T) {
 		if !sameSet(got, ids) {
 			t.Fatalf("PendingTasks ids %v; want %v", got, ids)
 		}
-		page, err := other.PendingTasks(c, "adm", 3, 3)
+		page, err := other.Queue("adm").Pending(c, 3, 3)
 		if err != nil || len(page) != 3 || page[0].ID != listed[3].ID || page[2].ID != listed[5].ID {
 			t.Fatalf("PendingTasks(3, 3) = %v, %v", page, err)
 		}
 		for _, id := range ids {
-			r, err := other.LookupTask(c, "adm", id)
+			r, err := other.Queue("adm").Lookup(c, id)
 			if err != nil || r.Status != fleet.TaskPending {
 				t.Fatalf("LookupTask %s = %+v, %v", id, r, err)
 			}
@@ -219,7 +219,7 @@ func TestQueueShardsAdmin(t *testing.T) {
 				t.Fatalf("shard %d has %d dead; want 2", i, n)
 			}
 		}
-		dead, err := other.DeadLetters(c, "adm", 0, 100)
+		dead, err := other.Queue("adm").DeadLetters(c, 0, 100)
 		if err != nil || len(dead) != 8 {
 			t.Fatalf("DeadLetters = %d, %v", len(dead), err)
 		}
@@ -242,28 +242,28 @@ func TestQueueShardsAdmin(t *testing.T) {
 				back = d.ID
 			}
 		}
-		if err := other.RequeueDead(c, "adm", back); err != nil {
+		if err := other.Queue("adm").RequeueDead(c, back); err != nil {
 			t.Fatalf("RequeueDead: %v", err)
 		}
 		if n := e.llen(t, e.shard("adm", 3).Pending); n != 1 {
 			t.Fatalf("shard 3 pending = %d after RequeueDead; want 1", n)
 		}
-		if r, err := other.LookupTask(c, "adm", back); err != nil || r.Status != fleet.TaskPending {
+		if r, err := other.Queue("adm").Lookup(c, back); err != nil || r.Status != fleet.TaskPending {
 			t.Fatalf("lookup of the re-queued task: %+v, %v", r, err)
 		}
-		if err := other.CancelTask(c, "adm", back); err != nil {
+		if err := other.Queue("adm").Cancel(c, back); err != nil {
 			t.Fatalf("CancelTask: %v", err)
 		}
 		if n := e.llen(t, e.shard("adm", 3).Pending); n != 0 {
 			t.Fatalf("shard 3 pending = %d after Cancel", n)
 		}
-		if err := other.CancelTask(c, "adm", "0190aaaa-0000-7000-8000-000000000000"); !errors.Is(err, fleet.ErrTaskNotFound) {
+		if err := other.Queue("adm").Cancel(c, "0190aaaa-0000-7000-8000-000000000000"); !errors.Is(err, fleet.ErrTaskNotFound) {
 			t.Fatalf("cancel of an unknown id: %v", err)
 		}
 		if err := q.RequeueDead(c, "0190aaaa-0000-7000-8000-000000000000"); !errors.Is(err, fleet.ErrDeadLetterNotFound) {
 			t.Fatalf("requeue of an unknown id: %v", err)
 		}
-		n, err := other.PurgeDead(c, "adm")
+		n, err := other.Queue("adm").PurgeDead(c)
 		if err != nil || n != 7 {
 			t.Fatalf("PurgeDead = %d, %v; want 7", n, err)
 		}
@@ -277,11 +277,11 @@ func TestQueueShardsAdmin(t *testing.T) {
 			}
 			want = append(want, id)
 		}
-		sch, err := other.ScheduledTasks(c, "adm", 0, 10)
+		sch, err := other.Queue("adm").Scheduled(c, 0, 10)
 		if err != nil || len(sch) != 4 || sch[0].ID != want[1] || sch[1].ID != want[3] || sch[2].ID != want[2] || sch[3].ID != want[0] {
 			t.Fatalf("ScheduledTasks = %+v, %v; want soonest first", sch, err)
 		}
-		if sch, err := other.ScheduledTasks(c, "adm", 1, 2); err != nil || len(sch) != 2 || sch[0].ID != want[3] || sch[1].ID != want[2] {
+		if sch, err := other.Queue("adm").Scheduled(c, 1, 2); err != nil || len(sch) != 2 || sch[0].ID != want[3] || sch[1].ID != want[2] {
 			t.Fatalf("ScheduledTasks(1, 2) = %+v, %v", sch, err)
 		}
 		if st, err := q.Stats(c); err != nil || st != (fleet.QueueStats{Scheduled: 4}) {
@@ -524,7 +524,7 @@ func TestQueueShardsMigrate(t *testing.T) {
 	if err != nil {
 		t.Fatalf("migrate: %v (%+v)", err, rep.Mismatches)
 	}
-	st, err := dst.F.QueueStats(c, "mig")
+	st, err := dst.F.Queue("mig").Stats(c)
 	if err != nil || st != (fleet.QueueStats{Pending: 13}) {
 		t.Fatalf("target stats = %+v, %v; want 13 pending", st, err)
 	}

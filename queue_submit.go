@@ -15,7 +15,7 @@ import (
 // Submitting tasks: Submit, SubmitMany, SubmitWith, SubmitJSON.
 
 // wakeLocal wakes a local waiter after a push when invalidations are off.
-func (q *Queue[T]) wakeLocal() {
+func (q *queueCore) wakeLocal() {
 	if !q.f.cache {
 		if q.knownSpan() > 1 {
 			q.f.watch.pokeAll(q.k.Pending) // sharded waiters listen (listenPending)
@@ -111,25 +111,16 @@ type SubmitOptions struct {
 }
 
 // SubmitWith is Submit with a delay and/or a dedup key. It returns the new
-// task's id, or the id of the live task that holds opts.DedupKey.
+// task's id, or the id of the live task that holds opts.DedupKey (with
+// UniqueFor: the holder's id and a *DuplicateError). May return
+// ErrInvalidArgument for options out of range, and Submit's errors.
 func (q *Queue[T]) SubmitWith(ctx context.Context, payload T, opts SubmitOptions) (string, error) {
 	const op = "submit"
 	if err := q.ready(ctx); err != nil {
 		return "", opErr(op, q.name, err)
 	}
-	if opts.DedupKey != "" && (len(opts.DedupKey) > keys.MaxNameLen || !isText(opts.DedupKey)) {
-		return "", opErr(op, q.name, fmt.Errorf("%w: dedup key of %d bytes must be valid text of at most %d bytes", ErrInvalidArgument, len(opts.DedupKey), keys.MaxNameLen))
-	}
-	if opts.ShardKey != "" && opts.DedupKey != "" && opts.ShardKey != opts.DedupKey && q.opts.Shards > 1 {
-		return "", opErr(op, q.name, fmt.Errorf("%w: ShardKey %q and DedupKey %q differ: a task with a dedup key goes to its dedup key's shard (leave ShardKey empty, or make them equal)", ErrInvalidArgument, opts.ShardKey, opts.DedupKey))
-	}
-	route := opts.DedupKey
-	if route == "" {
-		route = opts.ShardKey
-	}
-	s := q.pick(route)
-	if opts.UniqueFor != 0 {
-		return s.submitUnique(ctx, payload, opts)
+	if err := q.checkSubmit(opts); err != nil {
+		return "", opErr(op, q.name, err)
 	}
 	b, err := q.encodePayload(payload)
 	if err != nil {
@@ -139,21 +130,64 @@ func (q *Queue[T]) SubmitWith(ctx context.Context, payload T, opts SubmitOptions
 	if err != nil {
 		return "", opErr(op, q.name, err)
 	}
+	body := newBody(id, b, opts.DedupKey)
+	if opts.UniqueFor > 0 {
+		body = body[:len(body)-1] + `,"unique_ms":` + strconv.FormatInt(opts.UniqueFor.Milliseconds(), 10) + "}"
+	}
+	got, err := q.push(ctx, id, body, opts)
+	if err != nil {
+		return "", opErr(op, q.name, err)
+	}
+	if got != id && opts.UniqueFor > 0 {
+		return got, opErr(op, q.name, &DuplicateError{Key: opts.DedupKey, ID: got})
+	}
+	return got, nil
+}
+
+// checkSubmit checks SubmitWith's options.
+func (q *queueCore) checkSubmit(opts SubmitOptions) error {
+	switch {
+	case opts.DedupKey != "" && (len(opts.DedupKey) > keys.MaxNameLen || !isText(opts.DedupKey)):
+		return fmt.Errorf("%w: dedup key of %d bytes must be valid text of at most %d bytes", ErrInvalidArgument, len(opts.DedupKey), keys.MaxNameLen)
+	case opts.ShardKey != "" && opts.DedupKey != "" && opts.ShardKey != opts.DedupKey && q.opts.Shards > 1:
+		return fmt.Errorf("%w: ShardKey %q and DedupKey %q differ: a task with a dedup key goes to its dedup key's shard (leave ShardKey empty, or make them equal)", ErrInvalidArgument, opts.ShardKey, opts.DedupKey)
+	case opts.UniqueFor < 0:
+		return fmt.Errorf("%w: SubmitOptions.UniqueFor %v is negative", ErrInvalidArgument, opts.UniqueFor)
+	case opts.UniqueFor != 0 && opts.DedupKey == "":
+		return fmt.Errorf("%w: SubmitOptions.UniqueFor needs a DedupKey", ErrInvalidArgument)
+	case opts.UniqueFor != 0 && opts.UniqueFor.Milliseconds() < 1:
+		return fmt.Errorf("%w: SubmitOptions.UniqueFor %v is under a millisecond", ErrInvalidArgument, opts.UniqueFor)
+	}
+	return nil
+}
+
+// push pushes one task, body, to its shard (by its dedup key, else its
+// shard key, else round-robin) with the options of SubmitWith
+// (queue_submit.lua). It returns id, or the id of the task that holds
+// opts.DedupKey (then nothing was written).
+func (q *queueCore) push(ctx context.Context, id, body string, opts SubmitOptions) (string, error) {
+	route := opts.DedupKey
+	if route == "" {
+		route = opts.ShardKey
+	}
+	s := q.pick(route)
 	readyAt := ""
 	if !opts.NotBefore.IsZero() {
 		readyAt = secondsString(opts.NotBefore)
 	}
-	body := newBody(id, b, opts.DedupKey)
 	done := q.f.observeSubmitOne(ctx, q.name, id, &body, opts.NotBefore, opts.DedupKey)
 	if err := q.register(ctx); err != nil {
 		done.call(0, err)
-		return "", opErr(op, q.name, err)
+		return "", err
 	}
-	got, err := queueSubmitScript.Exec(ctx, q.f.client, []string{s.k.Pending, s.k.Scheduled, s.k.Dedup},
-		[]string{id, body, opts.DedupKey, readyAt}).ToString()
+	ks := scriptKeys(&s.k)
+	if opts.UniqueFor > 0 {
+		ks = append(ks, s.k.Unique+opts.DedupKey)
+	}
+	got, err := queueSubmitScript.Exec(ctx, q.f.client, ks, []string{id, body, opts.DedupKey, readyAt}).ToString()
 	done.call(boolInt(err == nil && got == id), err)
 	if err != nil {
-		return "", opErr(op, q.name, err)
+		return "", err
 	}
 	switch {
 	case got != id:

@@ -6,16 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"strconv"
 	"strings"
-	"sync/atomic"
-	"time"
 )
 
 // Task is a reserved task: the payload and the lease that only its holder
-// can end. End it with exactly one of Ack, Nack or DeadLetter before Deadline, or
-// Extend the lease. Its methods are safe for concurrent use.
+// can end. End it with exactly one of Ack, Nack, DeadLetter, Release or
+// Snooze before Deadline, or Extend the lease. Reserve and the workers make
+// Tasks; the zero Task is not one. Its methods are safe for concurrent use.
 type Task[T any] struct {
 	// ID is the task's id, stable across retries.
 	ID string
@@ -25,30 +22,50 @@ type Task[T any] struct {
 	// leases that ran out): 0 on the first delivery.
 	Attempts int
 
-	q      *Queue[T]
-	token  string
-	dedup  string
-	unique int64                  // the body's "unique_ms": SubmitOptions.UniqueFor
-	body   string                 // as stored in :processing:body
-	trace  json.RawMessage        // the body's "trace", for TaskInfo.Trace
-	clock  leaseClock             // the lease: from the send of the reserve or last extend (lease.go)
-	result atomic.Pointer[[]byte] // SetResult's, as JSON
+	*reservation // the lease, and the end of the reservation (queue_core.go)
 }
 
-// Token returns the lease token of this reservation, stored in
-// fleet:queue:<name>:processing:lease while it holds.
-func (t *Task[T]) Token() string { return t.token }
+// decode makes the typed task of r: its payload decoded into T and
+// validated. A payload that does not is poison, which decode buries under
+// r's lease, uncounted (so that it never loops), returning nil and what
+// the burial returned.
+func (q *Queue[T]) decode(ctx context.Context, r *reservation) (*Task[T], error) {
+	t := &Task[T]{ID: r.id, Attempts: r.attempts, reservation: r}
+	payload := r.payload
+	if len(payload) == 0 {
+		payload = json.RawMessage("null")
+	}
+	err := json.Unmarshal(payload, &t.Payload)
+	if err != nil {
+		err = fmt.Errorf("payload does not decode into %T: %w", t.Payload, err)
+	} else if err = q.validate(t.Payload); err != nil {
+		err = within("payload no longer validates", err)
+	}
+	r.payload = nil
+	if err != nil {
+		return nil, r.bury(ctx, err.Error())
+	}
+	return t, nil
+}
 
-// Deadline returns the end of the lease that this process can prove: the
-// time the reserve (or the last successful Extend) was sent, plus the
-// lease, on this process's monotonic clock. The server counts the lease
-// from when its script ran, a little later, so until Deadline no sweeper
-// can have re-queued the task; after it, another worker may be running it.
-// Stop working on the task before then, or Extend it.
-func (t *Task[T]) Deadline() time.Time { return t.clock.deadline() }
-
-// Body returns the task's body as stored in Redis.
-func (t *Task[T]) Body() string { return t.body }
+// decodeAll decodes rs (decode): the tasks, and the last burial's error
+// when none was left.
+func (q *Queue[T]) decodeAll(ctx context.Context, rs []*reservation) ([]*Task[T], error) {
+	tasks := make([]*Task[T], 0, len(rs))
+	var buryErr error
+	for _, r := range rs {
+		t, err := q.decode(ctx, r)
+		if t != nil {
+			tasks = append(tasks, t)
+		} else if err != nil {
+			buryErr = err
+		}
+	}
+	if len(tasks) > 0 {
+		buryErr = nil
+	}
+	return tasks, buryErr
+}
 
 // wireBody is the part of a body that fleet reads.
 type wireBody struct {
@@ -113,141 +130,4 @@ func deadEntry(body string, attempts int, cause string) string {
 		return string(b)
 	}
 	return s
-}
-
-// Ack ends the reservation: the task is done and leaves Redis (its body, its
-// lease and its dedup key). May return ErrLeaseLost (the deadline passed
-// and the task was re-queued; nothing changes), ErrUnavailable.
-func (t *Task[T]) Ack(ctx context.Context) error {
-	q := t.q
-	if err := q.ready(ctx); err != nil {
-		return opErr("ack", q.name, err)
-	}
-	if !q.plainAck(t) {
-		err := t.ackKeep(ctx)
-		q.f.taskEnded(ctx, q.name, t.ID, TaskProcessed, err == nil)
-		return opErr("ack", q.name, err)
-	}
-	n, err := queueAckScript.Exec(ctx, q.f.client, []string{q.k.Processing, q.k.Body, q.k.Lease, q.k.Dedup},
-		[]string{t.ID, t.token, t.dedup}).AsInt64()
-	if err == nil && n != 1 {
-		err = fmt.Errorf("%w: task %s", ErrLeaseLost, t.ID)
-	}
-	q.f.taskEnded(ctx, q.name, t.ID, TaskProcessed, err == nil)
-	return opErr("ack", q.name, err)
-}
-
-// plainAck reports whether t's ack is the plain one (queue_ack.lua, also
-// run by a worker slot's ack-and-take): not when its dedup key is held for
-// a window after it, nor when the queue retains done tasks.
-func (q *Queue[T]) plainAck(t *Task[T]) bool {
-	return (t.unique == 0 || t.dedup == "") && q.opts.Retention <= 0
-}
-
-// Nack ends the reservation as failed with cause: the attempt is counted
-// and the task is retried after the backoff (through :scheduled), or goes
-// to the dead letters with cause once it has failed MaxAttempts times. The
-// attempts and the backoff follow the queue's stored policy (see
-// QueuePolicy), the same in every process. A task that Queue.Cancel asked
-// to stop goes to the dead letters at once, as cancelled (ErrCanceled's
-// text, then cause), never retried. May return ErrLeaseLost
-// (nothing changes), ErrUnavailable.
-func (t *Task[T]) Nack(ctx context.Context, cause error) error {
-	msg := "nacked"
-	if cause != nil {
-		msg = cause.Error()
-	}
-	return opErr("nack", t.q.name, t.end(ctx, "nack", t.Attempts+1, msg, false))
-}
-
-// DeadLetter ends the reservation and moves the task to the dead letters at
-// once, with cause: for failures that no retry can fix. A dead letter can be
-// re-queued (Fleet.RequeueDead), unlike a pool item marked bad. May return
-// ErrLeaseLost (nothing changes), ErrUnavailable.
-func (t *Task[T]) DeadLetter(ctx context.Context, cause error) error {
-	msg := "dead-lettered"
-	if cause != nil {
-		msg = cause.Error()
-	}
-	return opErr("dead-letter", t.q.name, t.end(ctx, "dead-letter", t.Attempts+1, msg, true))
-}
-
-func (t *Task[T]) end(ctx context.Context, op string, attempts int, cause string, bury bool) error {
-	q := t.q
-	if err := q.ready(ctx); err != nil {
-		return err
-	}
-	body, err := rewriteBody(t.body, map[string]any{"attempts": attempts, "error": cause, "dead_at": nil})
-	if err != nil || body == "{}" {
-		body = deadEntry(t.body, attempts, cause) // not a task: it can only be buried
-		bury = true
-	}
-	flag := "0"
-	if bury {
-		flag = "1"
-	}
-	// The dead letter should Queue.Cancel have asked the task to stop: its
-	// error says so first (Lookup: canceled). body already does when the
-	// cause is a cancel ("-"); else the script asks for it ({2, 0}), and
-	// only then is it made.
-	already := strings.HasPrefix(cause, ErrCanceled.Error())
-	o := q.opts
-	keys := []string{q.k.Processing, q.k.Body, q.k.Lease, q.k.Scheduled, q.k.Dead, q.k.Dedup, q.k.Policy}
-	args := []string{t.ID, t.token, body, strconv.Itoa(attempts), flag, t.dedup,
-		strconv.Itoa(o.MaxAttempts), millis(o.BackoffBase), millis(o.BackoffMax), strconv.Itoa(o.DeadMax),
-		strconv.FormatFloat(rand.Float64(), 'f', 6, 64), ""}
-	res, err := withCanceledEntry(func(entry string) ([]int64, error) {
-		if entry == "" && already {
-			entry = "-"
-		}
-		args[len(args)-1] = entry
-		return queueNackScript.Exec(ctx, q.f.client, keys, args).AsIntSlice()
-	}, func(res []int64) bool { return len(res) == 2 && res[0] == 2 },
-		func() string { return deadEntry(t.body, attempts, ErrCanceled.Error()+": "+cause) })
-	if err != nil {
-		return err
-	}
-	if len(res) != 2 {
-		return unexpectedReply(op, len(res))
-	}
-	if res[0] != 1 {
-		return fmt.Errorf("%w: task %s", ErrLeaseLost, t.ID)
-	}
-	q.f.taskEnded(ctx, q.name, t.ID, nackOutcome(res[1]), true)
-	if res[1] >= 0 {
-		q.look.soon() // a retry waits in :scheduled now
-	}
-	return nil
-}
-
-// Extend sets the lease to run out lease from now (server clock), and moves
-// Deadline to lease after the call was sent. A lease whose deadline passed
-// can still be extended while the sweeper has not re-queued the task.
-//
-// May return ErrInvalidArgument for lease <= 0, ErrLeaseLost (nothing
-// changes), ErrUnavailable, and ErrCanceled when Queue.Cancel asked for the
-// task to stop: the lease was extended all the same, so that the holder
-// can wind down, and the task should end (a worker dead-letters it).
-func (t *Task[T]) Extend(ctx context.Context, lease time.Duration) error {
-	q := t.q
-	if err := q.ready(ctx); err != nil {
-		return opErr("extend", q.name, err)
-	}
-	if lease <= 0 {
-		return opErr("extend", q.name, fmt.Errorf("%w: lease %v must be > 0", ErrInvalidArgument, lease))
-	}
-	sent := monoNow()
-	d, err := queueExtendScript.Exec(ctx, q.f.client, []string{q.k.Processing, q.k.Lease},
-		[]string{t.ID, t.token, millis(lease)}).AsInt64()
-	if err == nil && d == 0 {
-		err = fmt.Errorf("%w: task %s", ErrLeaseLost, t.ID)
-	}
-	if err != nil {
-		return opErr("extend", q.name, err)
-	}
-	t.clock.prove(sent, lease)
-	if d < 0 {
-		return opErr("extend", q.name, fmt.Errorf("%w: task %s was cancelled (Queue.Cancel); its lease was extended", ErrCanceled, t.ID))
-	}
-	return nil
 }

@@ -410,7 +410,7 @@ func TestQueuePoison(t *testing.T) {
 			t.Fatalf("DeadLetters = %v, %v", dead, err)
 		}
 		wantReason := []string{"body is not JSON", "body has no usable id", "body has no usable id", "body has no usable id",
-			"payload does not decode into fleet_test.job", "payload no longer validates: fleet: invalid task payload: url (fails url)"}
+			"payload does not decode into fleet_test.job", "payload no longer validates: invalid task payload: url (fails url)"}
 		for i, d := range dead {
 			if !strings.HasPrefix(d.Error, wantReason[i]) {
 				t.Errorf("dead[%d].Error = %q, want prefix %q", i, d.Error, wantReason[i])

@@ -289,11 +289,7 @@ func sweep(ctx context.Context, f *Fleet, opts SweeperOptions) (SweepStats, erro
 		if keys.Check(keys.KindQueue, name) != nil {
 			continue // not a queue fleet could have made
 		}
-		qo := opts.Queue
-		if e, ok := f.queues.Load(name); ok {
-			qo = e.(queueEntry).options()
-		}
-		if err := sweepQueue(ctx, f, name, qo, opts, &st); err != nil && first == nil {
+		if err := f.coreOf(name, opts.Queue).sweep(ctx, opts, &st); err != nil && first == nil {
 			first = opErr("sweep", name, err)
 		}
 		st.Queues++
@@ -304,47 +300,49 @@ func sweep(ctx context.Context, f *Fleet, opts SweeperOptions) (SweepStats, erro
 	return st, first
 }
 
-// sweepQueue sweeps one queue: moves due scheduled tasks, re-queues or
-// buries expired reservations, trims the dead letters.
-func sweepQueue(ctx context.Context, f *Fleet, name string, qo QueueOptions, opts SweeperOptions, st *SweepStats) error {
-	batch := opts.Batch
-	k := f.keys.Queue(name)
-	if p, ok, err := f.storedPolicy(ctx, k.Policy); err != nil {
+// sweep sweeps the queue: moves due scheduled tasks, re-queues or buries
+// expired reservations, trims the dead letters, on each of its shards
+// (lowering its shard count's high-water mark when it can); by its stored
+// policy, else its options.
+func (q *queueCore) sweep(ctx context.Context, opts SweeperOptions, st *SweepStats) error {
+	f, qo := q.f, q.opts
+	if p, ok, err := f.storedPolicy(ctx, q.k.Policy); err != nil {
 		return err
 	} else if ok {
 		qo = qo.withPolicy(p)
 	}
 	before := *st
 	defer func() {
-		f.swept(ctx, SweepEvent{Queue: name, Requeued: st.Requeued - before.Requeued, DeadLettered: st.DeadLettered - before.DeadLettered,
+		f.swept(ctx, SweepEvent{Queue: q.name, Requeued: st.Requeued - before.Requeued, DeadLettered: st.DeadLettered - before.DeadLettered,
 			Moved: st.Moved - before.Moved, Trimmed: st.Trimmed - before.Trimmed})
 	}()
 	if !f.keys.Tagged() {
-		return sweepShard(ctx, f, k, qo, batch, st)
+		return q.sweepShard(ctx, qo, opts.Batch, st)
 	}
 	// A sharded queue (queue_shard.go): each shard in turn, then the
 	// shard count's high-water mark lowered when it can be.
-	span, used, err := f.shardState(ctx, k, opts.ShardGrace)
+	span, used, err := f.shardState(ctx, q.k, opts.ShardGrace)
 	if err != nil {
 		return err
 	}
 	var first error
-	for _, s := range f.shardKeys(name, span) {
-		if err := sweepShard(ctx, f, s, qo, batch, st); err != nil && first == nil {
+	for i := range span {
+		if err := q.sub(i).sweepShard(ctx, qo, opts.Batch, st); err != nil && first == nil {
 			first = err
 		}
 	}
 	if first == nil && used < span {
-		first = f.lowerShards(ctx, name, span, used, opts.ShardGrace)
+		first = f.lowerShards(ctx, q.name, span, used, opts.ShardGrace)
 	}
 	return first
 }
 
-// sweepShard sweeps one shard of a queue (the queue itself when unsharded).
-func sweepShard(ctx context.Context, f *Fleet, k keys.Queue, qo QueueOptions, batch int, st *SweepStats) error {
+// sweepShard sweeps q's shard (the queue itself when unsharded), by qo.
+func (q *queueCore) sweepShard(ctx context.Context, qo QueueOptions, batch int, st *SweepStats) error {
+	f, k := q.f, &q.k
+	ks := scriptKeys(k)
 	for range 100 { // bounds one sweep of one queue
-		res, err := queueSweepScript.Exec(ctx, f.client, []string{k.Pending, k.Processing, k.Body, k.Lease, k.Scheduled},
-			[]string{"1000", strconv.Itoa(batch)}).ToArray()
+		res, err := queueSweepScript.Exec(ctx, f.client, ks, []string{"1000", strconv.Itoa(batch)}).ToArray()
 		if err != nil {
 			return err
 		}
@@ -379,7 +377,7 @@ func sweepShard(ctx context.Context, f *Fleet, k keys.Queue, qo QueueOptions, ba
 			args = append(args, id, token, body, next, bury, w.Dedup)
 		}
 		if len(args) > 1 {
-			r, err := queueRequeueScript.Exec(ctx, f.client, []string{k.Pending, k.Processing, k.Body, k.Lease, k.Dead, k.Dedup}, args).AsIntSlice()
+			r, err := queueRequeueScript.Exec(ctx, f.client, ks, args).AsIntSlice()
 			if err != nil {
 				return err
 			}
@@ -400,8 +398,7 @@ func sweepShard(ctx context.Context, f *Fleet, k keys.Queue, qo QueueOptions, ba
 			break
 		}
 	}
-	n, err := queueTrimScript.Exec(ctx, f.client, []string{k.Dead},
-		[]string{strconv.Itoa(qo.DeadMax), millis(qo.DeadMaxAge), "1000"}).AsInt64()
+	n, err := queueTrimScript.Exec(ctx, f.client, ks, []string{strconv.Itoa(qo.DeadMax), millis(qo.DeadMaxAge), "1000"}).AsInt64()
 	if err != nil {
 		return err
 	}

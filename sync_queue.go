@@ -6,8 +6,6 @@ import (
 	"strconv"
 
 	"github.com/redis/rueidis"
-
-	"github.com/fleet-go/fleet/internal/keys"
 )
 
 // A queue's part of Sync: its lease hash checked and its dedup hash
@@ -32,8 +30,9 @@ func (s *syncer) queue(ctx context.Context, name string) error {
 	}
 	// A sharded queue (QueueOptions.Shards): each shard is a queue of its
 	// own here.
-	for _, k := range s.f.shardKeys(name, span) {
-		if err := s.queueShard(ctx, k); err != nil {
+	q := s.f.coreOf(name, QueueOptions{})
+	for i := range span {
+		if err := s.queueShard(ctx, q.sub(i)); err != nil {
 			return err
 		}
 	}
@@ -41,10 +40,11 @@ func (s *syncer) queue(ctx context.Context, name string) error {
 }
 
 // queueShard is queue on one shard of a queue.
-func (s *syncer) queueShard(ctx context.Context, k keys.Queue) error {
+func (s *syncer) queueShard(ctx context.Context, q *queueCore) error {
+	ks := scriptKeys(&q.k)
 	for _, mode := range []string{"stale", "missing"} {
 		n, err := s.steps(ctx, func(cursor string) rueidis.RedisResult {
-			return syncQueueLeasesScript.Exec(ctx, s.f.client, []string{k.Processing, k.Lease}, []string{mode, cursor, strconv.Itoa(syncQueueStep)})
+			return syncQueueLeasesScript.Exec(ctx, s.f.client, ks, []string{mode, cursor, strconv.Itoa(syncQueueStep)})
 		})
 		if mode == "stale" {
 			s.r.LeasesRemoved += n
@@ -55,7 +55,7 @@ func (s *syncer) queueShard(ctx context.Context, k keys.Queue) error {
 			return err
 		}
 	}
-	return s.syncDedup(ctx, k)
+	return s.syncDedup(ctx, q)
 }
 
 // syncDedup makes a queue's :dedup hash name, for each dedup key, a live
@@ -79,7 +79,8 @@ func (s *syncer) queueShard(ctx context.Context, k keys.Queue) error {
 //
 // An entry made after step 1 (by a submit) is never a candidate: no live
 // task's entry is removed because its task was submitted during Sync.
-func (s *syncer) syncDedup(ctx context.Context, k keys.Queue) error {
+func (s *syncer) syncDedup(ctx context.Context, q *queueCore) error {
+	k, ks := &q.k, scriptKeys(&q.k)
 	c := s.f.client
 	seed := maphash.MakeSeed()
 	h := func(s string) uint64 { return maphash.String(seed, s) }
@@ -113,7 +114,7 @@ func (s *syncer) syncDedup(ctx context.Context, k keys.Queue) error {
 		}
 	}
 	for pass := 0; pass < 2 && (pass == 0 || len(cand) > 0); pass++ {
-		if err := s.walkQueue(ctx, k, seen); err != nil {
+		if err := s.walkQueue(ctx, ks, seen); err != nil {
 			return err
 		}
 	}
@@ -127,7 +128,7 @@ func (s *syncer) syncDedup(ctx context.Context, k keys.Queue) error {
 		if len(batch) == 0 {
 			return nil
 		}
-		r, err := syncQueueDropScript.Exec(ctx, c, []string{k.Dedup, k.Body}, batch).AsIntSlice()
+		r, err := syncQueueDropScript.Exec(ctx, c, ks, batch).AsIntSlice()
 		batch = batch[:0]
 		if err != nil {
 			return err
@@ -170,8 +171,7 @@ func (s *syncer) syncDedup(ctx context.Context, k keys.Queue) error {
 // in-flight tasks, in that order, and calls seen with the dedup key and id
 // of every task it reads that carries a key (a task may come more than
 // once).
-func (s *syncer) walkQueue(ctx context.Context, k keys.Queue, seen func(key, id string)) error {
-	ks := []string{k.Pending, k.Scheduled, k.Body, k.Dedup}
+func (s *syncer) walkQueue(ctx context.Context, ks []string, seen func(key, id string)) error {
 	for _, region := range []string{"sched", "pending", "proc"} {
 		state := []string{"0", "", ""}
 		for {

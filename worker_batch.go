@@ -99,9 +99,9 @@ func (b *batch[C, O, P]) fetch(run, soft context.Context) {
 		var sleep time.Duration
 		err := q.ready(run)
 		var tasks []*Task[P]
-		st := reserveState{nextReady: -1}
+		st := reserved{nextReady: -1}
 		if err == nil {
-			tasks, st, err = q.reserveAs(run, n, f.cache, b.w.name())
+			tasks, st, err = q.reserveTasks(run, reserveReq{n: n, wantLeft: f.cache, owner: b.w.name()})
 		}
 		readyAt = time.Time{}
 		if st.nextReady >= 0 {
@@ -151,7 +151,7 @@ func (b *batch[C, O, P]) slot(run, soft context.Context, s *Slot[C, O]) {
 		for t != nil {
 			if run.Err() != nil {
 				err := run.Err()
-				if cerr := b.release(t); cerr != nil {
+				if cerr := b.release(t.reservation); cerr != nil {
 					err = cerr
 				}
 				if b.w.opts.OnTaskEnd != nil {
@@ -169,7 +169,7 @@ func (b *batch[C, O, P]) slot(run, soft context.Context, s *Slot[C, O]) {
 }
 
 // release puts an interrupted task back without counting an attempt.
-func (b *batch[C, O, P]) release(t *Task[P]) error {
+func (b *batch[C, O, P]) release(t *reservation) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	err := t.Release(ctx)
@@ -177,7 +177,7 @@ func (b *batch[C, O, P]) release(t *Task[P]) error {
 		return err // Queue.Cancel asked it to stop: buried instead, as it should be
 	}
 	if err != nil {
-		b.w.log.Warn("fleet: worker could not release a task", "task", t.ID, "err", err)
+		b.w.log.Warn("fleet: worker could not release a task", "task", t.id, "err", err)
 	}
 	return nil
 }

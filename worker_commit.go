@@ -46,7 +46,7 @@ type ackReq[P any] struct {
 	t     *Task[P]
 	take  *Queue[P] // the queue the slot's next task comes from; nil: none
 	next  *Task[P]  // the task taken for it, if any
-	acked int       // 1 acked, 0 lease lost, -1 not known (err)
+	acked endCode   // endDone, endLost, or endNeedEntry when no reply came (err)
 	err   error     // the call's error
 	lead  bool      // set before ready closes: this slot makes the next call
 	ready chan struct{}
@@ -97,108 +97,102 @@ func (a *acker[P]) commit(r *ackReq[P], call func([]*ackReq[P])) {
 	a.mu.Unlock()
 }
 
-// grouped reports whether t's ack goes through the acker: a plain ack (a
-// unique window or a retained result has a script of its own).
-func (b *batch[C, O, P]) grouped(t *Task[P]) bool {
-	return b.acks != nil && t.q.plainAck(t)
-}
-
-// takesInGroup reports whether a grouped call may take q's next tasks: not
-// from a sharded queue, nor a rate-limited one (those take through their
-// own paths: the fetcher's).
-func (b *batch[C, O, P]) takesInGroup(ctx context.Context, q *Queue[P]) bool {
-	return q.root == nil && q.opts.RateLimit == nil && q.spanOf(ctx) <= 1
-}
-
 // commitCall is the acker's call: for each queue (or shard) of reqs, one
-// queue_reserve.lua call acks the tasks of that queue and takes a task for
-// each request that takes from it; it fills in each request's outcome.
+// reserve (queue_reserve.lua) acks the tasks of that queue and takes a task
+// for each request that takes from it; it fills in each request's outcome.
 // The calls of several queues (a priority worker's, a sharded queue's
 // shards) go at once, and commitCall returns when all have.
 func (b *batch[C, O, P]) commitCall(ctx context.Context, reqs []*ackReq[P]) {
 	type group struct {
-		q     *Queue[P]
+		c     *queueCore
+		q     *Queue[P] // the queue the takes decode with
 		acks  []*ackReq[P]
 		takes []*ackReq[P]
 	}
 	var groups []*group
-	of := func(q *Queue[P]) *group {
+	of := func(c *queueCore) *group {
 		for _, g := range groups {
-			if g.q == q {
+			if g.c == c {
 				return g
 			}
 		}
-		g := &group{q: q}
+		g := &group{c: c}
 		groups = append(groups, g)
 		return g
 	}
 	for _, r := range reqs {
-		g := of(r.t.q)
+		g := of(r.t.c)
 		g.acks = append(g.acks, r)
 		if r.take != nil {
-			g := of(r.take)
+			g := of(r.take.queueCore)
+			g.q = r.take
 			g.takes = append(g.takes, r)
 		}
 	}
 	var wg sync.WaitGroup
 	for _, g := range groups[1:] {
-		wg.Go(func() { b.commitQueue(ctx, g.q, g.acks, g.takes) })
+		wg.Go(func() { b.commitQueue(ctx, g.c, g.q, g.acks, g.takes) })
 	}
-	b.commitQueue(ctx, groups[0].q, groups[0].acks, groups[0].takes)
+	b.commitQueue(ctx, groups[0].c, groups[0].q, groups[0].acks, groups[0].takes)
 	wg.Wait()
 }
 
-// commitQueue is commitCall for q: it acks the tasks of acks and takes a
-// task for each request of takes.
-func (b *batch[C, O, P]) commitQueue(ctx context.Context, q *Queue[P], acks, takes []*ackReq[P]) {
-	ts := make([]*Task[P], len(acks))
+// commitQueue is commitCall for core c: it acks the tasks of acks and takes
+// a task for each request of takes (decoded with q).
+func (b *batch[C, O, P]) commitQueue(ctx context.Context, c *queueCore, q *Queue[P], acks, takes []*ackReq[P]) {
+	rs := make([]*reservation, len(acks))
 	for i, r := range acks {
-		ts[i] = r.t
+		rs[i] = r.t.reservation
 	}
 	n := len(takes)
-	tasks, st, err := q.reserveShardAs(ctx, n, false, b.w.name(), ts)
-	got := len(tasks)
+	res, err := c.reserve(ctx, reserveReq{n: n, owner: b.w.name(), acks: rs})
+	got := len(res.tasks)
 	for i, r := range acks {
-		r.acked, r.err = -1, err
-		if i < len(st.acks) {
-			r.acked = int(st.acks[i] - '0')
+		r.acked, r.err = endNeedEntry, err // not a reply an ack gets: none came
+		if i < len(res.acks) {
+			r.acked = res.acks[i]
 		}
 	}
+	tasks := res.tasks
 	for _, r := range takes {
 		if len(tasks) == 0 {
 			break
 		}
-		r.next, tasks = tasks[0], tasks[1:]
+		next, _ := q.decode(ctx, tasks[0]) // a poison payload is buried: no next task
+		r.next, tasks = next, tasks[1:]
 	}
 	switch {
-	case err != nil && n > 0 && (len(acks) == 0 || st.acks != ""):
+	case err != nil && n > 0 && (len(acks) == 0 || res.acks != nil):
 		// The acks are done (or there were none); only the take failed:
 		// the fetcher takes over.
-		b.w.log.Warn("fleet: worker reserve failed", "queue", q.name, "err", err)
+		b.w.log.Warn("fleet: worker reserve failed", "queue", c.name, "err", err)
 		b.more.Store(false)
 	case err == nil && got < n:
 		// Fewer tasks than asked for: the queue is empty now.
 		b.more.Store(false)
 		b.drained.Store(true)
 		if b.takes != nil {
-			b.takes.tookNone(ctx, q.name)
+			b.takes.tookNone(ctx, c.name)
 		}
 	}
-	for _, t := range tasks {
-		_ = b.release(t) // cannot happen: the script took at most n
+	for _, r := range tasks {
+		_ = b.release(r) // cannot happen: the script took at most n
 	}
 }
 
-// finishGrouped is finish through the acker.
-func (b *batch[C, O, P]) finishGrouped(ctx, soft context.Context, t *Task[P]) (*Task[P], error) {
-	q := t.q
+// finish acks a task that succeeded, through the worker's acker, which
+// puts the acks of the slots that finish together, and their next tasks,
+// in one call. While the queue has more, it takes the slot's next task in
+// that call (takeQueue), so that a busy slot never waits on the fetcher.
+func (b *batch[C, O, P]) finish(ctx, soft context.Context, t *Task[P]) (*Task[P], error) {
+	q := t.c
 	r := &ackReq[P]{t: t, take: b.takeQueue(ctx, soft, t)}
 	b.acks.commit(r, func(reqs []*ackReq[P]) { b.commitCall(ctx, reqs) })
-	q.f.taskEnded(ctx, q.name, t.ID, TaskProcessed, r.acked == 1)
+	q.f.taskEnded(ctx, q.name, t.ID, TaskProcessed, r.acked == endDone)
 	var err error
 	switch r.acked {
-	case 1: // acked (a failed take was logged by the call's maker)
-	case 0:
+	case endDone: // acked (a failed take was logged by the call's maker)
+	case endLost:
 		err = fmt.Errorf("%w: task %s", ErrLeaseLost, t.ID)
 	default:
 		err = r.err

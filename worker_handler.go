@@ -26,3 +26,17 @@ type payloadFunc[P any] func(ctx context.Context, payload P) error
 func (fn payloadFunc[P]) Handle(ctx context.Context, _ *Slot[struct{}, struct{}], t *Task[P]) error {
 	return fn(ctx, t.Payload)
 }
+
+// BatchResultFunc adapts a function that returns a typed result to a
+// BatchAutomation: on success its result is set with Task.SetResult (and
+// kept when the queue has QueueOptions.Retention).
+type BatchResultFunc[C, O, P, R any] func(ctx context.Context, s *Slot[C, O], t *Task[P]) (R, error)
+
+// Handle calls fn and sets its result.
+func (fn BatchResultFunc[C, O, P, R]) Handle(ctx context.Context, s *Slot[C, O], t *Task[P]) error {
+	r, err := fn(ctx, s, t)
+	if err != nil {
+		return err
+	}
+	return t.SetResult(r)
+}

@@ -295,7 +295,7 @@ func (p *prio[C, O, P]) fetch(run, soft context.Context) {
 				continue
 			}
 			q := p.qs[i]
-			tasks, st, err := q.reserveAs(run, k, true, owner)
+			tasks, st, err := q.reserveTasks(run, reserveReq{n: k, wantLeft: true, owner: owner})
 			readyAt[i] = time.Time{}
 			if st.nextReady >= 0 {
 				readyAt[i] = time.Now().Add(st.nextReady)

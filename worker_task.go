@@ -23,38 +23,25 @@ func (b *batch[C, O, P]) handle(run, soft context.Context, s *Slot[C, O], t *Tas
 	return next
 }
 
-// finish acks a task that succeeded. While the queue has more, it takes the
-// next task in the same call (queue_reserve.lua acks first), so that a busy
-// slot never waits on the fetcher. The acks go through the worker's acker
-// (worker_commit.go), which puts the acks of the slots that finish
-// together, and their next tasks, in one call. It takes nothing when the
-// task's ack is not the plain one (a unique window, result retention),
-// when the queue is paused, or when caching is off (the pause flag could
-// not be read for free).
-func (b *batch[C, O, P]) finish(ctx, soft context.Context, t *Task[P]) (*Task[P], error) {
-	if !t.q.plainAck(t) {
-		return nil, t.Ack(ctx) // a unique window or a retained result: a script of its own
-	}
-	return b.finishGrouped(ctx, soft, t)
-}
-
 // takeQueue says which queue the call that acks t takes the slot's next
 // task from, nil for none: t's own queue while it has more (a priority
 // worker: the queue its priorities pick), unless another slot is free too
-// (then the fetcher reserves for all of them in one call), the worker is
-// stopping, or t's ack is not the plain one. Only a queue that a group
-// call may take from (takesInGroup) and that is not paused qualifies.
+// (then the fetcher reserves for all of them in one call) or the worker is
+// stopping. Only a queue that a call with acks may take from
+// (takesWithAcks) and that is not paused qualifies; a paused queue, or
+// caching off (the pause flag could not be read for free), leaves the
+// take to the fetcher.
 func (b *batch[C, O, P]) takeQueue(ctx, soft context.Context, t *Task[P]) *Queue[P] {
-	if soft.Err() != nil || !t.q.plainAck(t) || len(b.free) > 0 {
+	if soft.Err() != nil || len(b.free) > 0 {
 		return nil
 	}
-	q := t.q
+	q := b.q
 	if b.takes != nil {
 		q = b.takes.takeNext()
-	} else if !b.more.Load() || q.top() != b.q {
+	} else if !b.more.Load() || t.c.top() != b.q.queueCore {
 		return nil
 	}
-	if q == nil || !b.takesInGroup(ctx, q) || b.paused(ctx, q.k.Paused) {
+	if q == nil || !q.takesWithAcks(ctx) || b.paused(ctx, q.k.Paused) {
 		return nil
 	}
 	return q
@@ -77,12 +64,12 @@ func (b *batch[C, O, P]) paused(ctx context.Context, key string) bool {
 
 func (b *batch[C, O, P]) handleTask(run, soft context.Context, s *Slot[C, O], t *Task[P]) (*Task[P], error) {
 	w := b.w
-	margin := leaseMargin(t.q.opts.Lease)
+	margin := leaseMargin(t.c.opts.Lease)
 	if time.Until(t.Deadline()) < margin {
 		// The reserve's reply came too late (held back, a stalled server, a
 		// paused process): another worker may get the task any moment.
 		// Never start it; hand it back uncounted if it is still ours.
-		if cerr := b.release(t); cerr != nil {
+		if cerr := b.release(t.reservation); cerr != nil {
 			return nil, cerr
 		}
 		return nil, fmt.Errorf("task %s: %w: its lease ran out before it could start", t.ID, ErrLeaseLost)
@@ -126,7 +113,7 @@ func (b *batch[C, O, P]) handleTask(run, soft context.Context, s *Slot[C, O], t 
 		// The handler was stopped because the lease could no longer be
 		// proven: not the task's fault. Hand it back uncounted if it is
 		// still ours (else the sweeper has it, or already gave it away).
-		if cerr := b.release(t); cerr != nil {
+		if cerr := b.release(t.reservation); cerr != nil {
 			return nil, cerr
 		}
 		err = within("task "+t.ID, cause)
@@ -136,7 +123,7 @@ func (b *batch[C, O, P]) handleTask(run, soft context.Context, s *Slot[C, O], t 
 		err = fmt.Errorf("%w: %w", cause, err)
 	case run.Err() != nil:
 		// Stop's deadline cut it off: interrupted, not failed.
-		if cerr := b.release(t); cerr != nil {
+		if cerr := b.release(t.reservation); cerr != nil {
 			return nil, cerr
 		}
 		return nil, err
@@ -197,7 +184,7 @@ func (b *batch[C, O, P]) failed(s *Slot[C, O], err error) {
 // Queue.Cancel asked the task to stop (a cancel whose message this worker
 // missed). A task never runs on two workers at once, beyond the margin.
 func (b *batch[C, O, P]) leaseKeep(t *Task[P], margin time.Duration) leaseKeep {
-	lease := t.q.opts.Lease
+	lease := t.c.opts.Lease
 	every := b.w.opts.LeaseExtend
 	if every == 0 {
 		every = lease / 3

@@ -527,7 +527,7 @@ func (t *Telemetry) ObserveQueues(f *fleet.Fleet, opts GaugeOptions) (metric.Reg
 		}
 		var errs []error
 		for _, name := range qs {
-			st, err := f.QueueStats(ctx, name)
+			st, err := f.Queue(name).Stats(ctx)
 			if err != nil {
 				errs = append(errs, err)
 				continue

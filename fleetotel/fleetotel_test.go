@@ -226,7 +226,7 @@ func worker(t *testing.T, f *fleet.Fleet, q *fleet.Queue[page], mw fleet.Middlew
 func attrs(kvs []attribute.KeyValue) map[string]string {
 	m := map[string]string{}
 	for _, kv := range kvs {
-		m[string(kv.Key)] = kv.Value.Emit()
+		m[string(kv.Key)] = kv.Value.String()
 	}
 	return m
 }
@@ -335,7 +335,7 @@ func TestTraceOptional(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		body, err := plain.PendingTasks(ctx, "mixed", 0, 10)
+		body, err := plain.Queue("mixed").Pending(ctx, 0, 10)
 		if err != nil || len(body) != 1 {
 			t.Fatalf("pending %v %v", body, err)
 		}
@@ -395,7 +395,7 @@ func points(t *testing.T, m metricdata.Metrics) []string {
 	line := func(set attribute.Set, v string) {
 		var kv []string
 		for _, a := range set.ToSlice() {
-			kv = append(kv, string(a.Key)+"="+a.Value.Emit())
+			kv = append(kv, string(a.Key)+"="+a.Value.String())
 		}
 		out = append(out, strings.Join(kv, ",")+": "+v)
 	}

@@ -67,7 +67,7 @@ func TestSweepCounted(t *testing.T) {
 		want["fleet.tasks.failed"] = []string{q1 + "4"}
 		want["fleet.tasks.dead_lettered"] = []string{q1 + "2"}
 		k.checkMetrics(t, want)
-		if st, err := f.QueueStats(ctx, "sweep"); err != nil || st.Dead != 2 || st.Pending != 0 || st.InFlight != 0 {
+		if st, err := f.Queue("sweep").Stats(ctx); err != nil || st.Dead != 2 || st.Pending != 0 || st.InFlight != 0 {
 			t.Fatalf("stats %+v, %v", st, err)
 		}
 	})
@@ -112,7 +112,7 @@ func TestScheduleTraced(t *testing.T) {
 		stop()
 		wg.Wait()
 		waitFor(t, 10*time.Second, func() bool {
-			st, err := f1.QueueStats(ctx, "ticks")
+			st, err := f1.Queue("ticks").Stats(ctx)
 			return err == nil && st.Pending == 0 && st.InFlight == 0
 		}, "the ticks' tasks were not all run")
 		// The handler's span ends after its task's ack: wait for it.

@@ -223,11 +223,11 @@ func TestBrowser(t *testing.T) {
 	do("confirm", chromedp.Click(chromedp.CSS(`#confirm-yes`)), chromedp.WaitVisible(chromedp.CSS(`#flash`)))
 	waitJS("the dead letter leaves the list", `document.querySelector('tr[data-id="`+plainID+`"]') === null && document.querySelector('tr[data-id="`+xssID+`"]') !== null`)
 	shot("queue")
-	dead, err := b.F.DeadLetters(c, "jobs", 0, 10)
+	dead, err := b.F.Queue("jobs").DeadLetters(c, 0, 10)
 	if err != nil || len(dead) != 1 || dead[0].ID != xssID {
 		t.Fatalf("dead letters after the re-queue: %+v %v", dead, err)
 	}
-	pending, err := b.F.PendingTasks(c, "jobs", 0, 10)
+	pending, err := b.F.Queue("jobs").Pending(c, 0, 10)
 	if err != nil || len(pending) != 4 || !slices.ContainsFunc(pending, func(ti fleet.WaitingTask) bool { return ti.ID == plainID }) {
 		t.Fatalf("pending after the re-queue: %+v %v", pending, err)
 	}

@@ -124,7 +124,7 @@ func (b *bed) bury(t *testing.T, note, cause string) string {
 
 func (b *bed) stats(t *testing.T) fleet.QueueStats {
 	t.Helper()
-	st, err := b.F.QueueStats(ctxFor(t), "jobs")
+	st, err := b.F.Queue("jobs").Stats(ctxFor(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -199,23 +199,23 @@ func (h *handler) queue(w http.ResponseWriter, r *http.Request) {
 	if !h.known(w, r, fleet.RegistryQueue, name, "queue") {
 		return
 	}
-	st, err := h.f.QueueStats(ctx, name)
+	st, err := h.f.Queue(name).Stats(ctx)
 	if err != nil {
 		h.redisErr(w, r, err)
 		return
 	}
 	size := h.o.PageSize
-	pending, err := h.f.PendingTasks(ctx, name, (pages[0]-1)*size, size)
+	pending, err := h.f.Queue(name).Pending(ctx, (pages[0]-1)*size, size)
 	if err != nil {
 		h.redisErr(w, r, err)
 		return
 	}
-	scheduled, err := h.f.ScheduledTasks(ctx, name, (pages[1]-1)*size, size)
+	scheduled, err := h.f.Queue(name).Scheduled(ctx, (pages[1]-1)*size, size)
 	if err != nil {
 		h.redisErr(w, r, err)
 		return
 	}
-	dead, err := h.f.DeadLetters(ctx, name, (pages[2]-1)*size, size)
+	dead, err := h.f.Queue(name).DeadLetters(ctx, (pages[2]-1)*size, size)
 	if err != nil {
 		h.redisErr(w, r, err)
 		return
@@ -263,7 +263,7 @@ func (h *handler) requeue(w http.ResponseWriter, r *http.Request, name string) {
 		h.fail(w, r, http.StatusBadRequest, "requeue needs the id of a dead letter")
 		return
 	}
-	if err := h.f.RequeueDead(r.Context(), name, id); err != nil {
+	if err := h.f.Queue(name).RequeueDead(r.Context(), id); err != nil {
 		h.redisErr(w, r, err)
 		return
 	}
@@ -271,7 +271,7 @@ func (h *handler) requeue(w http.ResponseWriter, r *http.Request, name string) {
 }
 
 func (h *handler) requeueAll(w http.ResponseWriter, r *http.Request, name string) {
-	n, err := h.f.RequeueAllDead(r.Context(), name)
+	n, err := h.f.Queue(name).RequeueAllDead(r.Context())
 	if err != nil {
 		h.redisErr(w, r, err)
 		return
@@ -280,7 +280,7 @@ func (h *handler) requeueAll(w http.ResponseWriter, r *http.Request, name string
 }
 
 func (h *handler) purge(w http.ResponseWriter, r *http.Request, name string) {
-	n, err := h.f.PurgeDead(r.Context(), name)
+	n, err := h.f.Queue(name).PurgeDead(r.Context())
 	if err != nil {
 		h.redisErr(w, r, err)
 		return

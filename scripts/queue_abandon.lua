@@ -6,38 +6,35 @@
 -- stays reserved, for the sweeper to bury as cancelled once its lease runs
 -- out. When the call's script has not run yet, a tombstone in its place
 -- makes it take nothing when it does.
--- KEYS[1]  fleet:queue:<name>                   list: pending bodies
--- KEYS[2]  fleet:queue:<name>:processing        zset: id -> deadline
--- KEYS[3]  fleet:queue:<name>:processing:body   hash: id -> body
--- KEYS[4]  fleet:queue:<name>:processing:lease  hash: id -> "token deadline_ms[ c]" (derived)
--- KEYS[5]  fleet:queue:<name>:call:<prefix>     string: the call's tombstone (derived)
+-- KEYS[1..8] the queue's keys (PENDING ... POLICY: queue_core.go)
+-- KEYS[9]  fleet:queue:<name>:call:<prefix>     string: the call's tombstone (derived)
 -- ARGV[1]  the call's token prefix
 -- ARGV[2]  how long the tombstone lives, in milliseconds
 -- returns  how many tasks went back; -1 when the call had not run (tombstoned)
-local err = wrong_types({'list', 'zset', 'hash', 'hash'})
+local err = wrong_types(QUEUE_TYPES)
 if err then return err end
-local rec = redis.call('HGET', KEYS[4], record(ARGV[1]))
+local rec = redis.call('HGET', LEASE, record(ARGV[1]))
 if not rec then
   -- Not run yet, or run and already ended (its tasks acked): either way a
   -- tombstone is right.
-  redis.call('SET', KEYS[5], '', 'PX', ARGV[2])
+  redis.call('SET', KEYS[9], '', 'PX', ARGV[2])
   return -1
 end
-redis.call('HDEL', KEYS[4], record(ARGV[1]))
+redis.call('HDEL', LEASE, record(ARGV[1]))
 local back = 0
 local ok, ids = pcall(cjson.decode, rec)
 if not ok or type(ids) ~= 'table' then ids = {} end
 for i = #ids, 1, -1 do -- back to the head in their order
   local id = ids[i]
-  local v = redis.call('HGET', KEYS[4], id)
+  local v = redis.call('HGET', LEASE, id)
   local tok = v and string.match(v, '^(%S+)')
-  if tok and string.sub(tok, 1, #ARGV[1]) == ARGV[1] and not canceled(v) and owns(KEYS[2], KEYS[4], id, tok) then
-    local body = redis.call('HGET', KEYS[3], id)
-    redis.call('ZREM', KEYS[2], id)
-    redis.call('HDEL', KEYS[3], id)
-    redis.call('HDEL', KEYS[4], id)
+  if tok and string.sub(tok, 1, #ARGV[1]) == ARGV[1] and not canceled(v) and owns(id, tok) then
+    local body = redis.call('HGET', BODY, id)
+    redis.call('ZREM', PROCESSING, id)
+    redis.call('HDEL', BODY, id)
+    redis.call('HDEL', LEASE, id)
     if body then
-      redis.call('LPUSH', KEYS[1], body)
+      redis.call('LPUSH', PENDING, body)
       back = back + 1
     end
   end

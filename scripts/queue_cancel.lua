@@ -2,13 +2,8 @@
 -- scheduled (freeing its dedup key); say when it is running or dead. The
 -- search reads the lists in chunks: O(N) in the tasks waiting, for an
 -- operator's call, never for the hot path.
--- KEYS[1]  fleet:queue:<name>             list: pending bodies
--- KEYS[2]  fleet:queue:<name>:scheduled   zset: body -> ready_at (unix s)
--- KEYS[3]  fleet:queue:<name>:processing  zset: id -> deadline (unix s)
--- KEYS[4]  fleet:queue:<name>:dedup       hash: dedup key -> id (derived)
--- KEYS[5]  fleet:queue:<name>:dead        list: dead letters
--- KEYS[6]  fleet:queue:<name>:result:<id>  string: the record of a task done (optional)
--- KEYS[7]  fleet:queue:<name>:processing:lease  hash: id -> "token deadline_ms[ c]" (derived)
+-- KEYS[1..8] the queue's keys (PENDING ... POLICY: queue_core.go)
+-- KEYS[9]  fleet:queue:<name>:result:<id>       string: the record of a task done (optional)
 -- ARGV[1]  task id
 -- returns  1 removed (pending or scheduled); 2 running: its lease entry,
 --          when fleet made the reservation, gets the flag " c", which its
@@ -24,52 +19,52 @@ local function holds(body)
   local ok, v = pcall(cjson.decode, body)
   return ok and type(v) == 'table' and v.id == id, v
 end
-local function free_dedup(v)
-  if type(v.dedup) == 'string' and v.dedup ~= '' and redis.call('HGET', KEYS[4], v.dedup) == id then
-    redis.call('HDEL', KEYS[4], v.dedup)
-  end
+-- dedup_of is body v's dedup key, '' for none.
+local function dedup_of(v)
+  if type(v.dedup) == 'string' then return v.dedup end
+  return ''
 end
-local score = redis.call('ZSCORE', KEYS[3], id)
+local score = redis.call('ZSCORE', PROCESSING, id)
 if score then
   -- Flag fleet's entry when it is the live reservation's (its deadline is
   -- the :processing score; a stale one, left by a client of the documented
   -- schema that re-reserved the task, is not flagged).
-  local v = redis.call('HGET', KEYS[7], id)
+  local v = redis.call('HGET', LEASE, id)
   local dl = v and string.match(v, '^%S+ (%d+)$')
   if dl and math.floor(tonumber(score) * 1000 + 0.5) == tonumber(dl) then
-    redis.call('HSET', KEYS[7], id, v .. ' c')
+    redis.call('HSET', LEASE, id, v .. ' c')
   end
   return 2
 end
-if redis.call('EXISTS', KEYS[6]) == 1 then
+if redis.call('EXISTS', KEYS[9]) == 1 then
   return 4
 end
 local chunk = 1000
-local n = redis.call('LLEN', KEYS[1])
+local n = redis.call('LLEN', PENDING)
 for i = 0, n - 1, chunk do
-  for _, body in ipairs(redis.call('LRANGE', KEYS[1], i, i + chunk - 1)) do
+  for _, body in ipairs(redis.call('LRANGE', PENDING, i, i + chunk - 1)) do
     local ok, v = holds(body)
     if ok then
-      redis.call('LREM', KEYS[1], 1, body)
-      free_dedup(v)
+      redis.call('LREM', PENDING, 1, body)
+      free_dedup(dedup_of(v), id)
       return 1
     end
   end
 end
-n = redis.call('ZCARD', KEYS[2])
+n = redis.call('ZCARD', SCHEDULED)
 for i = 0, n - 1, chunk do
-  for _, body in ipairs(redis.call('ZRANGE', KEYS[2], i, i + chunk - 1)) do
+  for _, body in ipairs(redis.call('ZRANGE', SCHEDULED, i, i + chunk - 1)) do
     local ok, v = holds(body)
     if ok then
-      redis.call('ZREM', KEYS[2], body)
-      free_dedup(v)
+      redis.call('ZREM', SCHEDULED, body)
+      free_dedup(dedup_of(v), id)
       return 1
     end
   end
 end
-n = redis.call('LLEN', KEYS[5])
+n = redis.call('LLEN', DEAD)
 for i = 0, n - 1, chunk do
-  for _, body in ipairs(redis.call('LRANGE', KEYS[5], i, i + chunk - 1)) do
+  for _, body in ipairs(redis.call('LRANGE', DEAD, i, i + chunk - 1)) do
     if holds(body) then return 3 end
   end
 end

@@ -4,26 +4,24 @@
 -- its key back; when another live task holds that key now, the dead letter
 -- stays where it is (re-queueing it would make the duplicate that the key
 -- exists to prevent).
--- KEYS[1]  fleet:queue:<name>:dead   list: dead letters
--- KEYS[2]  fleet:queue:<name>        list: pending bodies
--- KEYS[3]  fleet:queue:<name>:dedup  hash: dedup key -> id (derived)
+-- KEYS[1..8] the queue's keys (PENDING ... POLICY: queue_core.go)
 -- ARGV     quads: the dead entry exactly as stored, the body to push, the
 --          task's id, its dedup key or ''
 -- returns  {moved, held1, holder1, ...}: how many were moved, and for each
 --          one left because its key is held, its id and the holder's id
-local err = wrong_types({'list', 'list', 'hash'})
+local err = wrong_types(QUEUE_TYPES)
 if err then return err end
 local out = {0}
 for i = 1, #ARGV, 4 do
   local raw, body, id, dedup = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
-  local holder = dedup ~= '' and redis.call('HGET', KEYS[3], dedup)
+  local holder = dedup ~= '' and redis.call('HGET', DEDUP, dedup)
   if holder and holder ~= id then
     out[#out + 1] = id
     out[#out + 1] = holder
-  elseif redis.call('LREM', KEYS[1], 1, raw) == 1 then
-    redis.call('RPUSH', KEYS[2], body)
+  elseif redis.call('LREM', DEAD, 1, raw) == 1 then
+    redis.call('RPUSH', PENDING, body)
     if dedup ~= '' then
-      redis.call('HSET', KEYS[3], dedup, id)
+      redis.call('HSET', DEDUP, dedup, id)
     end
     out[1] = out[1] + 1
   end

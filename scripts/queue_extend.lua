@@ -5,23 +5,23 @@
 -- whose message it missed (pub/sub keeps nothing) at its next extension.
 -- No TYPE checks: HGET and ZSCORE read both keys first, refusing a wrong
 -- type.
--- KEYS[1]  fleet:queue:<name>:processing        zset: id -> deadline (unix s)
--- KEYS[2]  fleet:queue:<name>:processing:lease  hash: id -> "token deadline_ms[ c]" (derived)
+-- KEYS[1..8] the queue's keys (PENDING ... POLICY: queue_core.go)
 -- ARGV[1]  task id
 -- ARGV[2]  the caller's lease token
 -- ARGV[3]  lease in milliseconds
--- returns  the new deadline in unix milliseconds; minus it when the task
---          was cancelled (extended all the same, so that the holder can
---          wind down); 0 when the lease is lost (then nothing changes)
-local v = redis.call('HGET', KEYS[2], ARGV[1])
-if not owned(v, v and redis.call('ZSCORE', KEYS[1], ARGV[1]), ARGV[2]) then
-  return 0
+-- returns  {DONE, the new deadline in unix ms}; {CANCELED, the new
+--          deadline} when the task was cancelled (extended all the same,
+--          so that the holder can wind down); {LOST, 0} when the lease is
+--          lost (then nothing changes)
+local v = redis.call('HGET', LEASE, ARGV[1])
+if not owned(v, v and redis.call('ZSCORE', PROCESSING, ARGV[1]), ARGV[2]) then
+  return {LOST, 0}
 end
 local deadline = now_ms() + tonumber(ARGV[3])
 local entry = lease_entry(ARGV[2], deadline)
 local flagged = canceled(v)
 if flagged then entry = entry .. ' c' end
-redis.call('ZADD', KEYS[1], 'XX', secs(deadline), ARGV[1])
-redis.call('HSET', KEYS[2], ARGV[1], entry)
-if flagged then return -deadline end
-return deadline
+redis.call('ZADD', PROCESSING, 'XX', secs(deadline), ARGV[1])
+redis.call('HSET', LEASE, ARGV[1], entry)
+if flagged then return {CANCELED, deadline} end
+return {DONE, deadline}

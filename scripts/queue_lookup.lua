@@ -1,12 +1,7 @@
 -- queue_lookup: find a task by id, wherever it is. Reads the waiting lists
 -- in chunks: O(N) in the tasks waiting and dead, for an operator's call.
--- KEYS[1]  fleet:queue:<name>                   list: pending bodies
--- KEYS[2]  fleet:queue:<name>:scheduled         zset: body -> ready_at (unix s)
--- KEYS[3]  fleet:queue:<name>:processing        zset: id -> deadline (unix s)
--- KEYS[4]  fleet:queue:<name>:processing:body   hash: id -> body
--- KEYS[5]  fleet:queue:<name>:processing:lease  hash: id -> "token deadline_ms" (derived)
--- KEYS[6]  fleet:queue:<name>:dead              list: dead letters
--- KEYS[7]  fleet:queue:<name>:result:<id>       string: the record of a task done (optional)
+-- KEYS[1..8] the queue's keys (PENDING ... POLICY: queue_core.go)
+-- KEYS[9]  fleet:queue:<name>:result:<id>       string: the record of a task done (optional)
 -- ARGV[1]  task id
 -- returns  {'active', body, lease entry or '', deadline (unix s)},
 --          {'done', record}, {'pending', body}, {'scheduled', body, ready_at},
@@ -17,32 +12,32 @@ local function holds(body)
   local ok, v = pcall(cjson.decode, body)
   return ok and type(v) == 'table' and v.id == id
 end
-local deadline = redis.call('ZSCORE', KEYS[3], id)
+local deadline = redis.call('ZSCORE', PROCESSING, id)
 if deadline then
-  return {'active', redis.call('HGET', KEYS[4], id) or '', redis.call('HGET', KEYS[5], id) or '', deadline}
+  return {'active', redis.call('HGET', BODY, id) or '', redis.call('HGET', LEASE, id) or '', deadline}
 end
-local done = redis.call('GET', KEYS[7])
+local done = redis.call('GET', KEYS[9])
 if done then
   return {'done', done}
 end
 local chunk = 1000
-local n = redis.call('LLEN', KEYS[1])
+local n = redis.call('LLEN', PENDING)
 for i = 0, n - 1, chunk do
-  for _, body in ipairs(redis.call('LRANGE', KEYS[1], i, i + chunk - 1)) do
+  for _, body in ipairs(redis.call('LRANGE', PENDING, i, i + chunk - 1)) do
     if holds(body) then return {'pending', body} end
   end
 end
-n = redis.call('ZCARD', KEYS[2])
+n = redis.call('ZCARD', SCHEDULED)
 for i = 0, n - 1, chunk do
-  local page = redis.call('ZRANGE', KEYS[2], i, i + chunk - 1, 'WITHSCORES')
+  local page = redis.call('ZRANGE', SCHEDULED, i, i + chunk - 1, 'WITHSCORES')
   for j = 1, #page, 2 do
     if holds(page[j]) then return {'scheduled', page[j], page[j + 1]} end
   end
 end
-n = redis.call('LLEN', KEYS[6])
+n = redis.call('LLEN', DEAD)
 for i = n - 1, 0, -chunk do
   local from = math.max(i - chunk + 1, 0)
-  local page = redis.call('LRANGE', KEYS[6], from, i)
+  local page = redis.call('LRANGE', DEAD, from, i)
   for j = #page, 1, -1 do
     if holds(page[j]) then return {'dead', page[j]} end
   end

@@ -1,9 +1,9 @@
--- queue_reserve: optionally end tasks the caller holds (ack), then move the
--- due scheduled tasks onto the queue and reserve up to N tasks from its
--- head, in one atomic step (a crash cannot lose a task between the pop and
--- the registration; racing reservers never get the same task). A worker
--- acks the tasks its slots finished and takes their next ones in this one
--- call.
+-- queue_reserve: optionally ack tasks the caller holds, then move the due
+-- scheduled tasks onto the queue and reserve up to N tasks from its head,
+-- in one atomic step (a crash cannot lose a task between the pop and the
+-- registration; racing reservers never get the same task). Every ack goes
+-- through here: a worker acks the tasks its slots finished and takes their
+-- next ones in one call, and Task.Ack is a call with N = 0.
 -- A body that is not a JSON object with a non-empty string "id" is
 -- poison: it goes to the dead letters, wrapped as
 -- {"body": <raw body>, "error": <reason>, "dead_at": <unix s>}.
@@ -11,43 +11,39 @@
 -- record(prefix) (lib_queue.lua), written by the same HSET as the lease
 -- entries; ack, nack, release and the sweeper delete it. A caller that
 -- gave up while the script was in flight hands them back with
--- queue_abandon.lua, which leaves a tombstone (KEYS[7]) when the script had
+-- queue_abandon.lua, which leaves a tombstone (KEYS[9]) when the script had
 -- not run yet: then it takes nothing (the acks, checked by their own
 -- tokens, still apply).
 -- The commands do not grow with N or with the acks: the reserved tasks are
--- registered by one ZADD and two HSETs, the acks checked and ended by
--- ack_many's five (a lone ack by ack's).
+-- registered by one ZADD and two HSETs, the plain acks checked and ended
+-- by ack_all's five.
 -- No TYPE checks: every key is read or written by a command that refuses a
 -- wrong type before a write it would spoil, or the writes are undone
 -- (see undo), so a wrong-type key changes nothing.
--- KEYS[1]  fleet:queue:<name>                   list: pending bodies
--- KEYS[2]  fleet:queue:<name>:processing        zset: id -> deadline (unix s)
--- KEYS[3]  fleet:queue:<name>:processing:body   hash: id -> body
--- KEYS[4]  fleet:queue:<name>:processing:lease  hash: id -> "token deadline_ms" (derived)
--- KEYS[5]  fleet:queue:<name>:scheduled         zset: body -> ready_at (unix s)
--- KEYS[6]  fleet:queue:<name>:dead              list: dead letters
--- KEYS[7]  fleet:queue:<name>:call:<prefix>     string: the call's tombstone (derived)
--- KEYS[8]  fleet:queue:<name>:policy            string: the stored policy (derived)
--- KEYS[9]  fleet:queue:<name>:dedup             hash: dedup key -> id (derived)
+-- KEYS[1..8] the queue's keys (PENDING ... POLICY: queue_core.go)
+-- KEYS[9]  fleet:queue:<name>:call:<prefix>     string: the call's tombstone (derived)
+-- KEYS[10..] the unique key and the result key of each ack that keeps
+--          something (see ack_all in lib_queue.lua)
 -- ARGV[1]  N, how many tasks to reserve at most (>= 0; 0 only acks)
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  token prefix (random per call; the i-th task's token is prefix..i)
 -- ARGV[4]  how many due scheduled tasks to move at most; 0 skips the look
---          at :scheduled (the caller looked recently; the sweeper and the
+--          at SCHEDULED (the caller looked recently; the sweeper and the
 --          next look move what falls due meanwhile)
 -- ARGV[5]  bound on the dead letters' count when no policy is stored (0: none)
 -- ARGV[6]  '1' to learn whether tasks are left pending, else '0'
--- ARGV[7..]  the tasks to ack first, as triples: id, its lease token, its
---          dedup key or '' (none: no ack)
+-- ARGV[7..] the tasks to ack first (ack_all): how many plain acks, then
+--          the plain acks as triples, then the acks that keep something
+--          as 7-tuples
 -- returns  {now_ms, left, next_ready, poisoned, acked, id1, token1, body1, ...},
 --          or {'0', 1, '-', 0, acked, error} when the acks were done and
 --          the reserve then failed (a wrong-type key: it changed nothing);
 --          left is 0 when nothing is left pending, 1 when something is or
 --          may be (always 1 unless ARGV[6] asked); next_ready is the
 --          earliest scheduled ready_at (unix s) when none was due, '' when
---          none is scheduled, '-' when :scheduled was not looked at; acked
---          has a digit per ack, in order: '1' done, '0' the lease was lost
---          ('' without acks)
+--          none is scheduled, '-' when SCHEDULED was not looked at; acked
+--          has a code per ack, in order: DONE, or LOST when the lease was
+--          lost ('' without acks)
 
 -- undo hands back what take did when a write fails on a wrong-type key:
 -- the tasks it registered (when registered: their ids are out[6], out[9],
@@ -56,12 +52,12 @@
 local function undo(popped, out, dead, e, registered)
   for i = 6, registered and #out or 0, 3 do
     local id = out[i]
-    redis.pcall('ZREM', KEYS[2], id)
-    redis.pcall('HDEL', KEYS[3], id)
-    redis.pcall('HDEL', KEYS[4], id)
+    redis.pcall('ZREM', PROCESSING, id)
+    redis.pcall('HDEL', BODY, id)
+    redis.pcall('HDEL', LEASE, id)
   end
-  for _ = 1, dead do redis.pcall('RPOP', KEYS[6]) end
-  for i = #popped, 1, -1 do redis.call('LPUSH', KEYS[1], popped[i]) end
+  for _ = 1, dead do redis.pcall('RPOP', DEAD) end
+  for i = #popped, 1, -1 do redis.call('LPUSH', PENDING, popped[i]) end
   return redis.error_reply(e.err or tostring(e))
 end
 
@@ -73,20 +69,20 @@ local function take(acked)
   if n == 0 then
     return {'0', 1, '-', 0, acked}
   end
-  if redis.call('EXISTS', KEYS[7]) == 1 then
+  if redis.call('EXISTS', KEYS[9]) == 1 then
     return {'0', 1, '-', 0, acked}
   end
   local now = now_ms()
   local out = {tostring(now), 1, '-', 0, acked}
   if ARGV[4] ~= '0' then
     out[3] = ''
-    local first = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')
+    local first = redis.call('ZRANGE', SCHEDULED, 0, 0, 'WITHSCORES')
     if #first > 0 then
       if tonumber(first[2]) * 1000 <= now then
-        local due = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', secs(now), 'LIMIT', 0, tonumber(ARGV[4]))
+        local due = redis.call('ZRANGEBYSCORE', SCHEDULED, '-inf', secs(now), 'LIMIT', 0, tonumber(ARGV[4]))
         if #due > 0 then
-          redis.call('RPUSH', KEYS[1], unpack(due)) -- first: a wrong-type list refuses it
-          redis.call('ZREM', KEYS[5], unpack(due))
+          redis.call('RPUSH', PENDING, unpack(due)) -- first: a wrong-type list refuses it
+          redis.call('ZREM', SCHEDULED, unpack(due))
         end
       else
         out[3] = first[2]
@@ -94,7 +90,7 @@ local function take(acked)
     end
   end
   local poisoned = 0
-  local popped = redis.call('LPOP', KEYS[1], n)
+  local popped = redis.call('LPOP', PENDING, n)
   if popped then
     local deadline = now + tonumber(ARGV[2])
     local score = secs(deadline)
@@ -122,7 +118,7 @@ local function take(acked)
         elseif type(v) ~= 'table' then
           why = 'body is not a JSON object'
         end
-        local r = redis.pcall('RPUSH', KEYS[6], cjson.encode({body = body, error = why, dead_at = now / 1000}))
+        local r = redis.pcall('RPUSH', DEAD, cjson.encode({body = body, error = why, dead_at = now / 1000}))
         if type(r) == 'table' then return undo(popped, out, poisoned, r, false) end
         poisoned = poisoned + 1
       end
@@ -130,23 +126,23 @@ local function take(acked)
     if #ids > 0 then
       leases[#leases + 1] = record(prefix)
       leases[#leases + 1] = cjson.encode(ids)
-      local r = redis.pcall('ZADD', KEYS[2], unpack(scored))
+      local r = redis.pcall('ZADD', PROCESSING, unpack(scored))
       if type(r) == 'table' then return undo(popped, out, poisoned, r, false) end
-      r = redis.pcall('HSET', KEYS[3], unpack(bodies))
-      if type(r) ~= 'table' then r = redis.pcall('HSET', KEYS[4], unpack(leases)) end
+      r = redis.pcall('HSET', BODY, unpack(bodies))
+      if type(r) ~= 'table' then r = redis.pcall('HSET', LEASE, unpack(leases)) end
       if type(r) == 'table' then return undo(popped, out, poisoned, r, true) end
     end
     if poisoned > 0 then
-      local bound = policy(KEYS[8], {dead_max = tonumber(ARGV[5])}).dead_max
+      local bound = policy({dead_max = tonumber(ARGV[5])}).dead_max
       if bound > 0 then
-        redis.call('LTRIM', KEYS[6], -bound, -1)
+        redis.call('LTRIM', DEAD, -bound, -1)
       end
     end
   end
   if ARGV[6] == '1' then
     if not popped or #popped < n then
       out[2] = 0
-    elseif redis.call('LLEN', KEYS[1]) == 0 then
+    elseif redis.call('LLEN', PENDING) == 0 then
       out[2] = 0
     end
   end
@@ -154,14 +150,9 @@ local function take(acked)
   return out
 end
 
-if #ARGV < 9 then
-  return take('')
-end
-local acked
-if #ARGV == 9 then
-  acked = tostring(ack(KEYS[2], KEYS[3], KEYS[4], KEYS[9], ARGV[7], ARGV[8], ARGV[9]))
-else
-  acked = ack_many(KEYS[2], KEYS[3], KEYS[4], KEYS[9], 7)
+local acked = ''
+if tonumber(ARGV[7]) > 0 or #ARGV > 7 then
+  acked = ack_all(7, 10)
 end
 local ok, res = pcall(take, acked)
 if ok and not (type(res) == 'table' and res.err) then

@@ -9,18 +9,17 @@
 --    without a lease entry. They are not repaired: no worker holds a token
 --    for them, so they end through the sweeper when their deadline passes,
 --    as another client's reservation does.
--- KEYS[1]  fleet:queue:<name>:processing        zset: id -> deadline
--- KEYS[2]  fleet:queue:<name>:processing:lease  hash: id -> "token deadline_ms" (derived)
+-- KEYS[1..8] the queue's keys (PENDING ... POLICY: queue_core.go)
 -- ARGV[1]  'stale' or 'missing'
 -- ARGV[2]  the scan cursor ('0' to start)
 -- ARGV[3]  the scan's COUNT
 -- returns  {next cursor ('0' when done), entries removed or reservations
 --          counted in this step}
-local err = wrong_types({'zset', 'hash'})
+local err = wrong_types(QUEUE_TYPES)
 if err then return err end
 local n = 0
 if ARGV[1] == 'stale' then
-  local r = redis.call('HSCAN', KEYS[2], ARGV[2], 'COUNT', ARGV[3])
+  local r = redis.call('HSCAN', LEASE, ARGV[2], 'COUNT', ARGV[3])
   local kv = r[2]
   for i = 1, #kv, 2 do
     local live
@@ -31,23 +30,23 @@ if ARGV[1] == 'stale' then
       live = false
       if ok and type(ids) == 'table' then
         for _, id in ipairs(ids) do
-          if type(id) == 'string' and redis.call('ZSCORE', KEYS[1], id) then live = true break end
+          if type(id) == 'string' and redis.call('ZSCORE', PROCESSING, id) then live = true break end
         end
       end
     else
-      live = redis.call('ZSCORE', KEYS[1], kv[i])
+      live = redis.call('ZSCORE', PROCESSING, kv[i])
     end
     if not live then
-      redis.call('HDEL', KEYS[2], kv[i])
+      redis.call('HDEL', LEASE, kv[i])
       n = n + 1
     end
   end
   return {r[1], n}
 end
-local r = redis.call('ZSCAN', KEYS[1], ARGV[2], 'COUNT', ARGV[3])
+local r = redis.call('ZSCAN', PROCESSING, ARGV[2], 'COUNT', ARGV[3])
 local ms = r[2]
 for i = 1, #ms, 2 do
-  if redis.call('HEXISTS', KEYS[2], ms[i]) == 0 then
+  if redis.call('HEXISTS', LEASE, ms[i]) == 0 then
     n = n + 1
   end
 end

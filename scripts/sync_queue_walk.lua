@@ -16,10 +16,7 @@
 --    that was the tail when the last pass began (the marker), to see what
 --    was pushed meanwhile. The walk is done when a pass finds its marker in
 --    its first window: at that instant every element in the list was seen.
--- KEYS[1]  fleet:queue:<name>                   list: pending bodies
--- KEYS[2]  fleet:queue:<name>:scheduled         zset: body -> ready_at
--- KEYS[3]  fleet:queue:<name>:processing:body   hash: id -> body
--- KEYS[4]  fleet:queue:<name>:dedup             hash: dedup key -> id (derived)
+-- KEYS[1..8] the queue's keys (PENDING ... POLICY: queue_core.go)
 -- ARGV[1]  'sched', 'proc' or 'pending'
 -- ARGV[2]  how many elements to read at most
 -- ARGV[3]  sched, proc: the scan cursor ('0' to start)
@@ -28,7 +25,7 @@
 -- ARGV[5]  pending: the tail when this pass began ('' at a pass's start)
 -- returns  {done ('1' or '0'), ARGV[3..5] for the next step, added,
 --           key1, id1, key2, id2, ...}
-local err = wrong_types({'list', 'zset', 'hash', 'hash'})
+local err = wrong_types(QUEUE_TYPES)
 if err then return err end
 local out = {'0', '0', '', '', 0}
 local function note(body)
@@ -37,8 +34,8 @@ local function note(body)
   if not ok or type(v) ~= 'table' or type(v.dedup) ~= 'string' or v.dedup == '' or type(v.id) ~= 'string' or v.id == '' then
     return
   end
-  if not redis.call('HGET', KEYS[4], v.dedup) then
-    redis.call('HSET', KEYS[4], v.dedup, v.id)
+  if not redis.call('HGET', DEDUP, v.dedup) then
+    redis.call('HSET', DEDUP, v.dedup, v.id)
     out[5] = out[5] + 1
   end
   out[#out + 1] = v.dedup
@@ -48,10 +45,10 @@ local n = tonumber(ARGV[2])
 if ARGV[1] == 'sched' or ARGV[1] == 'proc' then
   local r
   if ARGV[1] == 'sched' then
-    r = redis.call('ZSCAN', KEYS[2], ARGV[3], 'COUNT', n)
+    r = redis.call('ZSCAN', SCHEDULED, ARGV[3], 'COUNT', n)
     for i = 1, #r[2], 2 do note(r[2][i]) end
   else
-    r = redis.call('HSCAN', KEYS[3], ARGV[3], 'COUNT', n)
+    r = redis.call('HSCAN', BODY, ARGV[3], 'COUNT', n)
     for i = 2, #r[2], 2 do note(r[2][i]) end
   end
   out[2] = r[1]
@@ -61,13 +58,13 @@ end
 local off, marker, began = tonumber(ARGV[3]), ARGV[4], ARGV[5]
 local first = off == 0
 if first then
-  began = redis.call('LINDEX', KEYS[1], -1)
+  began = redis.call('LINDEX', PENDING, -1)
   if not began or began == marker then
     out[1] = '1'
     return out
   end
 end
-local win = redis.call('LRANGE', KEYS[1], -(off + n), -(off + 1))
+local win = redis.call('LRANGE', PENDING, -(off + n), -(off + 1))
 local found = false
 for i = #win, 1, -1 do
   if marker ~= '' and win[i] == marker then

@@ -13,8 +13,8 @@ func init() {
 		name, summary string
 		do            func(f *fleet.Fleet, ctx context.Context, name string) error
 	}{
-		{"pause", "pause a queue: workers reserve nothing from it, submits are still accepted", (*fleet.Fleet).PauseQueue},
-		{"resume", "resume a paused queue", (*fleet.Fleet).ResumeQueue},
+		{"pause", "pause a queue: workers reserve nothing from it, submits are still accepted", func(f *fleet.Fleet, ctx context.Context, name string) error { return f.Queue(name).Pause(ctx) }},
+		{"resume", "resume a paused queue", func(f *fleet.Fleet, ctx context.Context, name string) error { return f.Queue(name).Resume(ctx) }},
 	} {
 		register(&command{
 			name:    c.name,
@@ -27,7 +27,7 @@ func init() {
 				if err := c.do(a.f, ctx, args[0]); err != nil {
 					return a.fail(err)
 				}
-				st, err := a.f.QueueStats(ctx, args[0])
+				st, err := a.f.Queue(args[0]).Stats(ctx)
 				if err != nil {
 					return a.fail(err)
 				}

@@ -27,7 +27,7 @@ func init() {
 			action, queue := args[0], args[1]
 			switch {
 			case action == "list" && len(args) == 2:
-				ds, err := a.f.DeadLetters(ctx, queue, offset, count)
+				ds, err := a.f.Queue(queue).DeadLetters(ctx, offset, count)
 				if err != nil {
 					return a.fail(err)
 				}
@@ -62,20 +62,20 @@ func init() {
 				})
 				return exitOK
 			case action == "requeue" && len(args) == 3 && !all:
-				if err := a.f.RequeueDead(ctx, queue, args[2]); err != nil {
+				if err := a.f.Queue(queue).RequeueDead(ctx, args[2]); err != nil {
 					return a.fail(err)
 				}
 				a.emit(map[string]int{"requeued": 1}, func(w *tabwriter.Writer) { fmt.Fprintln(w, "requeued 1") })
 				return exitOK
 			case action == "requeue" && len(args) == 2 && all:
-				n, err := a.f.RequeueAllDead(ctx, queue)
+				n, err := a.f.Queue(queue).RequeueAllDead(ctx)
 				if err != nil {
 					return a.fail(err)
 				}
 				a.emit(map[string]int{"requeued": n}, func(w *tabwriter.Writer) { fmt.Fprintf(w, "requeued %d\n", n) })
 				return exitOK
 			case action == "purge" && len(args) == 2:
-				n, err := a.f.PurgeDead(ctx, queue)
+				n, err := a.f.Queue(queue).PurgeDead(ctx)
 				if err != nil {
 					return a.fail(err)
 				}

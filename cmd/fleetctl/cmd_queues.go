@@ -24,7 +24,7 @@ func init() {
 				}
 				qs = ov.Queues
 			case 1:
-				st, err := a.f.QueueStats(ctx, args[0])
+				st, err := a.f.Queue(args[0]).Stats(ctx)
 				if err != nil {
 					return a.fail(err)
 				}

@@ -19,7 +19,7 @@ func init() {
 			action, queue, id := args[0], args[1], args[2]
 			switch action {
 			case "get":
-				r, err := a.f.LookupTask(ctx, queue, id)
+				r, err := a.f.Queue(queue).Lookup(ctx, id)
 				if err != nil {
 					return a.fail(err)
 				}
@@ -44,7 +44,7 @@ func init() {
 				})
 				return exitOK
 			case "cancel":
-				if err := a.f.CancelTask(ctx, queue, id); err != nil {
+				if err := a.f.Queue(queue).Cancel(ctx, id); err != nil {
 					return a.fail(err)
 				}
 				a.emit(map[string]string{"canceled": id}, func(w *tabwriter.Writer) { fmt.Fprintf(w, "canceled %s\n", id) })

@@ -36,7 +36,7 @@ func TestFleetctlControl(t *testing.T) {
 			t.Fatalf("resume: %d %q %q", code, out, errOut)
 		}
 		_, errOut, code = fctl(t, append(conn, "pause", "nosuch")...)
-		if code != exitNotFound || !strings.Contains(errOut, "unknown queue") {
+		if code != exitNotFound || !strings.Contains(errOut, "no such queue") {
 			t.Fatalf("pause unknown: %d %q", code, errOut)
 		}
 		out, _, code = fctl(t, append(conn, "schedules")...)

@@ -136,7 +136,7 @@ func (a *app) fail(err error) int {
 	switch {
 	case errors.Is(err, fleet.ErrInvalidName), errors.Is(err, fleet.ErrInvalidArgument), errors.Is(err, fleet.ErrInvalidConfig):
 		code = exitUsage
-	case errors.Is(err, fleet.ErrDeadLetterNotFound), errors.Is(err, fleet.ErrQueueNotFound), errors.Is(err, fleet.ErrScheduleNotFound), errors.Is(err, fleet.ErrTaskNotFound):
+	case errors.Is(err, fleet.ErrNotFound):
 		code = exitNotFound
 	}
 	return a.problem(code, err.Error())

@@ -1,0 +1,287 @@
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// The end of a reservation: a reserved task (reservation, which Task[T]
+// is with its payload), and the one end-of-reservation family that every
+// holder goes through: Ack (the reserve script with nothing to take,
+// queue_core.go), Nack, DeadLetter, Release and Snooze (queue_end.lua),
+// and Extend (queue_extend.lua).
+
+// reservation is a reserved task, untyped: what the holder needs to end
+// it (its shard's core, id, lease token and clock), and what fleet reads
+// of its body. Task[T] is a reservation and its decoded payload; the
+// worker's group commit works on reservations.
+type reservation struct {
+	c       *queueCore // the core of the task's shard
+	id      string
+	token   string
+	body    string          // as stored in :processing:body
+	payload json.RawMessage // the body's payload, until decoded
+	// attempts, dedup, unique and trace are the body's "attempts",
+	// "dedup", "unique_ms" (SubmitOptions.UniqueFor) and "trace".
+	attempts int
+	dedup    string
+	unique   int64
+	trace    json.RawMessage
+	clock    leaseClock             // the lease: from the send of the reserve or last extend (lease.go)
+	result   atomic.Pointer[[]byte] // SetResult's, as JSON
+}
+
+// Token returns the lease token of this reservation, stored in
+// fleet:queue:<name>:processing:lease while it holds.
+func (r *reservation) Token() string { return r.token }
+
+// Deadline returns the end of the lease that this process can prove: the
+// time the reserve (or the last successful Extend) was sent, plus the
+// lease, on this process's monotonic clock. The server counts the lease
+// from when its script ran, a little later, so until Deadline no sweeper
+// can have re-queued the task; after it, another worker may be running it.
+// Stop working on the task before then, or Extend it.
+func (r *reservation) Deadline() time.Time { return r.clock.deadline() }
+
+// Body returns the task's body as stored in Redis.
+func (r *reservation) Body() string { return r.body }
+
+// keeps reports whether r's ack leaves something behind: its dedup key held
+// for a unique window, or its record (QueueOptions.Retention).
+func (r *reservation) keeps() bool {
+	return (r.unique > 0 && r.dedup != "") || r.c.opts.Retention > 0
+}
+
+// Ack ends the reservation: the task is done and leaves Redis (its body,
+// its lease and its dedup key; its dedup key stays held for its unique
+// window, SubmitOptions.UniqueFor, and its record for
+// QueueOptions.Retention). An ack is the reserve script with nothing to
+// take (queue_reserve.lua), the one path of every ack. May return
+// ErrLeaseLost (the deadline passed and the task was re-queued; nothing
+// changes), ErrUnavailable.
+func (r *reservation) Ack(ctx context.Context) error {
+	q := r.c
+	err := q.ready(ctx)
+	if err == nil {
+		var res reserved
+		res, err = q.take(ctx, reserveReq{acks: []*reservation{r}})
+		if err == nil && (len(res.acks) != 1 || res.acks[0] != endDone) {
+			err = fmt.Errorf("%w: task %s", ErrLeaseLost, r.id)
+		}
+		q.f.taskEnded(ctx, q.name, r.id, TaskProcessed, err == nil)
+	}
+	return opErr("ack", q.name, err)
+}
+
+// Nack ends the reservation as failed with cause: the attempt is counted
+// and the task is retried after the backoff (through :scheduled), or goes
+// to the dead letters with cause once it has failed MaxAttempts times. The
+// attempts and the backoff follow the queue's stored policy (see
+// QueuePolicy), the same in every process. A task that Queue.Cancel asked
+// to stop goes to the dead letters at once, as cancelled (ErrCanceled's
+// text, then cause), never retried. May return ErrLeaseLost (nothing
+// changes), ErrUnavailable.
+func (r *reservation) Nack(ctx context.Context, cause error) error {
+	msg := "nacked"
+	if cause != nil {
+		msg = cause.Error()
+	}
+	return opErr("nack", r.c.name, r.finish(ctx, "nack", msg, 0, true))
+}
+
+// DeadLetter ends the reservation and moves the task to the dead letters at
+// once, with cause: for failures that no retry can fix. A dead letter can be
+// re-queued (Queue.RequeueDead), unlike a pool item marked bad. May return
+// ErrLeaseLost (nothing changes), ErrUnavailable.
+func (r *reservation) DeadLetter(ctx context.Context, cause error) error {
+	msg := "dead-lettered"
+	if cause != nil {
+		msg = cause.Error()
+	}
+	return opErr("dead-letter", r.c.name, r.finish(ctx, "bury", msg, 0, true))
+}
+
+// bury dead-letters the reservation with cause, now, counting no attempt:
+// poison, which never ran (a body that is not a task, a payload that does
+// not decode).
+func (r *reservation) bury(ctx context.Context, cause string) error {
+	return r.finish(ctx, "bury", cause, 0, false)
+}
+
+// Release ends the reservation without counting an attempt: the task goes
+// back, unchanged, to the head of the queue, where the next Reserve takes
+// it. It is for work that was interrupted rather than failed (a worker
+// shutting down); use Nack for a failure. A task that Queue.Cancel asked
+// to stop goes to the dead letters instead, as cancelled, and Release says
+// ErrCanceled: it never runs again. May return ErrLeaseLost (nothing
+// changes), ErrCanceled, ErrWrongType, ErrUnavailable.
+func (r *reservation) Release(ctx context.Context) error {
+	return opErr("release", r.c.name, r.finish(ctx, "release", "released before it ended", 0, false))
+}
+
+// Snooze ends the reservation without counting an attempt: the task goes,
+// unchanged, to :scheduled, due after (server clock; a negative after
+// counts as zero). It is what a batch worker does for a handler that
+// returned RateLimited. When the task is due (within a minute), this
+// process's workers and Reserve calls on the queue are woken to take it.
+// A task that Queue.Cancel asked to stop goes to the dead letters instead,
+// as cancelled, and Snooze says ErrCanceled. May return ErrLeaseLost
+// (nothing changes), ErrCanceled, ErrWrongType, ErrUnavailable.
+func (r *reservation) Snooze(ctx context.Context, after time.Duration) error {
+	after = max(after, 0)
+	err := r.finish(ctx, "snooze", "snoozed before it ended", after, false)
+	if err == nil && after <= snoozeWake {
+		// Wake this process's reserves when the task is due: an idle
+		// fetcher would otherwise only find it at its next poll.
+		q := r.c
+		time.AfterFunc(after+time.Millisecond, func() {
+			q.look.soon() // the next reserve looks at :scheduled
+			q.f.watch.pokeAll(q.k.Pending)
+		})
+	}
+	return opErr("snooze", r.c.name, err)
+}
+
+// finish ends the reservation by mode (queue_end.lua): "nack" (cause is
+// the failure), "bury" (cause is why), "release", or "snooze" (after the
+// delay); for those two, cause is what a cancelled task's dead letter
+// records. counted counts the run as an attempt. The cancelled dead
+// letter, a copy of the body, is made and sent only when the script says
+// the task is cancelled and needs one (endNeedEntry).
+func (r *reservation) finish(ctx context.Context, mode, cause string, after time.Duration, counted bool) error {
+	q := r.c
+	if err := q.ready(ctx); err != nil {
+		return err
+	}
+	attempts := r.attempts
+	if counted {
+		attempts++
+	}
+	var body, entry string
+	switch mode {
+	case "nack", "bury":
+		var err error
+		body, err = rewriteBody(r.body, map[string]any{"attempts": attempts, "error": cause, "dead_at": nil})
+		if err != nil || body == "{}" {
+			body, mode = deadEntry(r.body, attempts, cause), "bury" // not a task: it can only be buried
+		}
+		if strings.HasPrefix(cause, ErrCanceled.Error()) {
+			entry = "-" // body says it: the cause is a cancel
+		} else {
+			cause = ErrCanceled.Error() + ": " + cause
+		}
+	case "snooze":
+		body = millis(after)
+		cause = ErrCanceled.Error() + ": " + cause
+	default:
+		cause = ErrCanceled.Error() + ": " + cause
+	}
+	o := q.opts
+	ks := scriptKeys(&q.k)
+	args := []string{mode, r.id, r.token, r.dedup, entry, body, strconv.Itoa(attempts),
+		strconv.Itoa(o.MaxAttempts), millis(o.BackoffBase), millis(o.BackoffMax), strconv.Itoa(o.DeadMax),
+		strconv.FormatFloat(rand.Float64(), 'f', 6, 64)}
+	code, err := q.runEnd(ctx, ks, args)
+	if err == nil && code == endNeedEntry {
+		args[4] = deadEntry(r.body, attempts, cause)
+		code, err = q.runEnd(ctx, ks, args)
+	}
+	if err != nil {
+		return err
+	}
+	switch code {
+	case endLost:
+		return fmt.Errorf("%w: task %s", ErrLeaseLost, r.id)
+	case endCanceled:
+		q.f.taskEnded(ctx, q.name, r.id, TaskDeadLettered, true)
+		if mode == "release" || mode == "snooze" {
+			return fmt.Errorf("%w: task %s went to the dead letters instead (Queue.Cancel asked it to stop)", ErrCanceled, r.id)
+		}
+	case endBuried:
+		q.f.taskEnded(ctx, q.name, r.id, TaskDeadLettered, true)
+	case endDone:
+		switch mode {
+		case "nack":
+			q.f.taskEnded(ctx, q.name, r.id, TaskRetried, true)
+			q.look.soon() // a retry waits in :scheduled now
+		case "release":
+			q.wakeLocal()
+		}
+	default:
+		return unexpectedReply(mode, int(code))
+	}
+	return nil
+}
+
+// runEnd runs queue_end.lua and reads its code.
+func (q *queueCore) runEnd(ctx context.Context, ks, args []string) (endCode, error) {
+	res, err := queueEndScript.Exec(ctx, q.f.client, ks, args).AsIntSlice()
+	if err != nil {
+		return 0, err
+	}
+	if len(res) != 2 {
+		return 0, unexpectedReply(args[0], len(res))
+	}
+	return endCode(res[0]), nil
+}
+
+// Extend sets the lease to run out lease from now (server clock), and moves
+// Deadline to lease after the call was sent. A lease whose deadline passed
+// can still be extended while the sweeper has not re-queued the task.
+//
+// May return ErrInvalidArgument for lease <= 0, ErrLeaseLost (nothing
+// changes), ErrUnavailable, and ErrCanceled when Queue.Cancel asked for the
+// task to stop: the lease was extended all the same, so that the holder
+// can wind down, and the task should end (a worker dead-letters it).
+func (r *reservation) Extend(ctx context.Context, lease time.Duration) error {
+	q := r.c
+	if err := q.ready(ctx); err != nil {
+		return opErr("extend", q.name, err)
+	}
+	if lease <= 0 {
+		return opErr("extend", q.name, fmt.Errorf("%w: lease %v must be > 0", ErrInvalidArgument, lease))
+	}
+	sent := monoNow()
+	res, err := queueExtendScript.Exec(ctx, q.f.client, scriptKeys(&q.k), []string{r.id, r.token, millis(lease)}).AsIntSlice()
+	switch {
+	case err != nil:
+	case len(res) != 2:
+		err = unexpectedReply("extend", len(res))
+	case endCode(res[0]) == endLost:
+		r.clock.lose()
+		err = fmt.Errorf("%w: task %s", ErrLeaseLost, r.id)
+	default:
+		r.clock.prove(sent, lease)
+		if endCode(res[0]) == endCanceled {
+			err = fmt.Errorf("%w: task %s was cancelled (Queue.Cancel); its lease was extended", ErrCanceled, r.id)
+		}
+	}
+	return opErr("extend", q.name, err)
+}
+
+// SetResult sets the task's result, kept with its record when it is acked
+// on a queue with QueueOptions.Retention (without it, nothing is kept). v
+// is encoded as JSON now; a later call replaces it. May return
+// ErrInvalidArgument (v does not encode, or is over MaxPayloadBytes).
+func (r *reservation) SetResult(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return opErr("set result", r.c.name, fmt.Errorf("%w: cannot encode %T as JSON: %w", ErrInvalidArgument, v, err))
+	}
+	if len(b) > r.c.opts.MaxPayloadBytes {
+		return opErr("set result", r.c.name, fmt.Errorf("%w: result of %d bytes, more than MaxPayloadBytes %d", ErrInvalidArgument, len(b), r.c.opts.MaxPayloadBytes))
+	}
+	r.result.Store(&b)
+	return nil
+}
+
+var (
+	queueEndScript    = newScript("queue_end.lua")
+	queueExtendScript = newScript("queue_extend.lua")
+)

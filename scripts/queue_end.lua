@@ -1,0 +1,80 @@
+-- queue_end: end a reservation other than by an ack, if the reservation
+-- that exists now is the caller's (owns in lib_queue.lua):
+--   nack     an attempt failed: the task is retried after the backoff
+--            (through SCHEDULED), or buried once it has failed
+--            max_attempts times;
+--   bury     dead-lettered at once (Task.DeadLetter, a payload that no
+--            longer decodes);
+--   release  back to the head of PENDING, unchanged, no attempt counted;
+--   snooze   to SCHEDULED, unchanged, due after a delay (server clock), no
+--            attempt counted.
+-- A task that Queue.Cancel flagged (canceled) is buried as cancelled
+-- whatever the mode: it never runs again. A buried task frees its dedup
+-- key, and the dead letters are bounded to dead_max.
+-- KEYS[1..8] the queue's keys (PENDING ... POLICY: queue_core.go)
+-- ARGV[1]  'nack', 'bury', 'release' or 'snooze'
+-- ARGV[2]  task id
+-- ARGV[3]  the caller's lease token
+-- ARGV[4]  the task's dedup key, or ''
+-- ARGV[5]  the task's dead letter should it be cancelled (no "dead_at"):
+--          '' when the caller has not made it (the usual case: a cancelled
+--          task answers NEED_ENTRY, and the caller calls again with it),
+--          '-' for ARGV[6] itself (a nack or bury whose cause is a cancel)
+-- ARGV[6]  nack, bury: the new body, attempts counted, "error" set, no
+--          "dead_at"; snooze: the delay in milliseconds (>= 0); release: ''
+-- ARGV[7]  nack: the attempts as counted in the new body
+-- ARGV[8..11] the caller's max_attempts, backoff_base_ms, backoff_max_ms
+--          and dead_max (0: none), for a queue with no stored policy
+-- ARGV[12] nack: a random number in [0, 1) for the jitter
+-- returns  {DONE, n}: retried after n ms (nack), released (n = 0), or
+--          snoozed until n (unix ms); {BURIED, 0}; {CANCELED, 0}: buried
+--          as cancelled; {NEED_ENTRY, 0}: cancelled, but ARGV[5] is '';
+--          {LOST, 0}: the lease is lost. On LOST and NEED_ENTRY nothing
+--          changes.
+local err = wrong_types(QUEUE_TYPES)
+if err then return err end
+local mode, id, token, dk = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local v = redis.call('HGET', LEASE, id)
+if not owned(v, v and redis.call('ZSCORE', PROCESSING, id), token) then
+  return {LOST, 0}
+end
+local flagged = canceled(v)
+if flagged and ARGV[5] == '' then
+  return {NEED_ENTRY, 0}
+end
+local p = policy({max_attempts = tonumber(ARGV[8]), backoff_base_ms = tonumber(ARGV[9]),
+  backoff_max_ms = tonumber(ARGV[10]), dead_max = tonumber(ARGV[11])})
+local body = redis.call('HGET', BODY, id)
+leave(id, token)
+local now = now_ms()
+local dead = nil
+if flagged then
+  dead = ARGV[5]
+  if dead == '-' then dead = ARGV[6] end
+elseif mode == 'bury' or (mode == 'nack' and tonumber(ARGV[7]) >= p.max_attempts) then
+  dead = ARGV[6]
+end
+if dead then
+  bury(dead, now, p.dead_max)
+  free_dedup(dk, id)
+  if flagged then return {CANCELED, 0} end
+  return {BURIED, 0}
+end
+if mode == 'nack' then
+  local attempts = tonumber(ARGV[7])
+  local d = p.backoff_base_ms * 2 ^ math.min(math.max(attempts - 1, 0), 40)
+  if d > p.backoff_max_ms then d = p.backoff_max_ms end
+  d = math.floor(d / 2 + tonumber(ARGV[12]) * d / 2)
+  redis.call('ZADD', SCHEDULED, secs(now + d), ARGV[6])
+  return {DONE, d}
+end
+if not body then
+  return {DONE, 0} -- nothing to hand back (the body hash lost it)
+end
+if mode == 'snooze' then
+  local at = now + tonumber(ARGV[6])
+  redis.call('ZADD', SCHEDULED, secs(at), body)
+  return {DONE, at}
+end
+redis.call('LPUSH', PENDING, body)
+return {DONE, 0}
