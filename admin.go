@@ -421,3 +421,20 @@ func (f *Fleet) Workers(ctx context.Context, filter WorkersFilter) ([]WorkerInfo
 	}
 	return out, nil
 }
+
+// QueueNames returns the names of the queues in the fleet-wide registry
+// (fleet:queues), sorted; names that fleet could not have made are left
+// out. May return ErrWrongType, ErrUnavailable.
+func (f *Fleet) QueueNames(ctx context.Context) ([]string, error) {
+	if err := f.alive(ctx); err != nil {
+		return nil, opErr("queue names", "", err)
+	}
+	c := f.client
+	names, err := c.Do(ctx, c.B().Smembers().Key(f.keys.Queues()).Build()).AsStrSlice()
+	if err != nil {
+		return nil, opErr("queue names", f.keys.Queues(), err)
+	}
+	names = slices.DeleteFunc(names, func(n string) bool { return keys.Check(keys.KindQueue, n) != nil })
+	slices.Sort(names)
+	return names, nil
+}

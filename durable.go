@@ -10,8 +10,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fleet-go/fleet/internal/keys"
 	"github.com/redis/rueidis"
+
+	"github.com/fleet-go/fleet/internal/keys"
 )
 
 // DefaultReplicaTimeout bounds how long a write waits for

@@ -51,7 +51,7 @@ func ExampleFleet_RunSweeper() {
 	f, done := exampleFleet("sweeper")
 	defer done()
 	ctx, cancel := context.WithCancel(context.Background())
-	q := fleet.NewQueue[Harvest](f, "crawl", fleet.QueueOptions{Lease: 100 * time.Millisecond})
+	q := fleet.NewQueue[Harvest](f, "crawl", fleet.QueueOptions{Lease: 500 * time.Millisecond})
 
 	// The host runs one sweeper (or several: they never duplicate a task).
 	swept := make(chan error)

@@ -122,3 +122,15 @@ func secondsString(t time.Time) string {
 
 // unixSeconds is t in unix seconds, to the millisecond.
 func unixSeconds(t time.Time) float64 { return float64(t.UnixMilli()) / 1000 }
+
+// monoEpoch anchors monoNow.
+var monoEpoch = time.Now()
+
+// monoNow is the time on this process's monotonic clock, in nanoseconds
+// since monoEpoch: what lease deadlines are measured with, immune to wall
+// clock steps.
+func monoNow() int64 { return int64(time.Since(monoEpoch)) }
+
+// monoTime spells a monoNow reading as a time.Time (with its monotonic
+// reading, so time.Until and Before compare on the monotonic clock).
+func monoTime(ns int64) time.Time { return monoEpoch.Add(time.Duration(ns)) }

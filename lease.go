@@ -20,18 +20,6 @@ import (
 	"time"
 )
 
-// monoEpoch anchors monoNow.
-var monoEpoch = time.Now()
-
-// monoNow is the time on this process's monotonic clock, in nanoseconds
-// since monoEpoch: what lease deadlines are measured with, immune to wall
-// clock steps.
-func monoNow() int64 { return int64(time.Since(monoEpoch)) }
-
-// monoTime spells a monoNow reading as a time.Time (with its monotonic
-// reading, so time.Until and Before compare on the monotonic clock).
-func monoTime(ns int64) time.Time { return monoEpoch.Add(time.Duration(ns)) }
-
 // leaseMargin is how long before the end of a lease that this process can
 // prove (Task.Deadline, Lease.Deadline, Claim.Deadline) the lease counts as
 // over, and the work under it is cancelled: room for the work to notice,

@@ -239,3 +239,7 @@ func (f *Fleet) sleep(ctx context.Context, d time.Duration) error {
 		return nil
 	}
 }
+
+// refundTimeout bounds giving back the tokens a limited reserve took and
+// did not use.
+const refundTimeout = time.Second

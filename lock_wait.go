@@ -38,9 +38,9 @@ func (w *watcher) enqueue(g *gate, lw *lockWaiter, front bool) {
 	}
 	lw.queued, lw.assigned = true, false
 	if front {
-		g.lockq = append([]*lockWaiter{lw}, g.lockq...)
+		g.handoff = append([]any{lw}, g.handoff...)
 	} else {
-		g.lockq = append(g.lockq, lw)
+		g.handoff = append(g.handoff, lw)
 	}
 }
 
@@ -50,9 +50,9 @@ func (w *watcher) dequeue(g *gate, lw *lockWaiter) (assigned bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if lw.queued {
-		for i, x := range g.lockq {
-			if x == lw {
-				g.lockq = append(g.lockq[:i], g.lockq[i+1:]...)
+		for i, x := range g.handoff {
+			if x == any(lw) {
+				g.handoff = append(g.handoff[:i], g.handoff[i+1:]...)
 				break
 			}
 		}
@@ -68,7 +68,7 @@ func (w *watcher) pickWaiter(key string) *lockWaiter {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	g := w.gates[key]
-	if g == nil || len(g.lockq) == 0 {
+	if g == nil || len(g.handoff) == 0 {
 		return nil
 	}
 	if g.handovers >= maxHandovers {
@@ -76,8 +76,8 @@ func (w *watcher) pickWaiter(key string) *lockWaiter {
 		return nil
 	}
 	g.handovers++
-	lw := g.lockq[0]
-	g.lockq = g.lockq[1:]
+	lw := g.handoff[0].(*lockWaiter)
+	g.handoff = g.handoff[1:]
 	lw.queued, lw.assigned = false, true
 	return lw
 }

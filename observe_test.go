@@ -68,10 +68,7 @@ func TestObserverSwept(t *testing.T) {
 		if _, err := q.SubmitMany(c, []job{jobN(1), jobN(2), jobN(3)}); err != nil {
 			t.Fatal(err)
 		}
-		tasks, err := q.Reserve(c, 2, 0)
-		if err != nil || len(tasks) != 2 {
-			t.Fatalf("reserve %d %v", len(tasks), err)
-		}
+		tasks := reserveAll(t, q, 2)
 		time.Sleep(time.Until(tasks[1].Deadline()) + 50*time.Millisecond)
 		r.take()
 		waitFor(t, 10*time.Second, func() bool {

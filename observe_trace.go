@@ -11,14 +11,6 @@ import (
 // object (SCHEMA.md): written at submit when an Observer returns one, read
 // back at reserve for TaskInfo.Trace and Task.TraceContext.
 
-// TraceContext returns the trace context that the task's body carries
-// (its optional "trace" field, written at submit by an Observer such as
-// fleetotel's; SCHEMA.md), such as {"traceparent": "00-..."}: what a
-// handler needs to link work it hands on to the submit's trace. It returns
-// nil when the body has none, or when the field is not an object of
-// strings. Each call returns a new map.
-func (t *Task[T]) TraceContext() map[string]string { return decodeTrace(t.trace) }
-
 // traceField spells the body field `,"trace":{...}` for a trace context,
 // or "" for none. Keys are sorted, as encoding/json sorts them.
 func traceField(tr map[string]string) string {

@@ -285,3 +285,11 @@ var (
 	queueEndScript    = newScript("queue_end.lua")
 	queueExtendScript = newScript("queue_extend.lua")
 )
+
+// TraceContext returns the trace context that the task's body carries
+// (its optional "trace" field, written at submit by an Observer such as
+// fleetotel's; SCHEMA.md), such as {"traceparent": "00-..."}: what a
+// handler needs to link work it hands on to the submit's trace. It returns
+// nil when the body has none, or when the field is not an object of
+// strings. Each call returns a new map.
+func (r *reservation) TraceContext() map[string]string { return decodeTrace(r.trace) }

@@ -88,10 +88,7 @@ func TestQueueStoredPolicy(t *testing.T) {
 		if p, ok, err := qa.Policy(ctx(t)); err != nil || !ok || p.MaxAttempts != 1 {
 			t.Fatalf("Policy = %+v %v %v", p, ok, err)
 		}
-		got, err := qa.Reserve(ctx(t), 1, 0)
-		if err != nil || len(got) != 1 {
-			t.Fatal(got, err)
-		}
+		got := reserveAll(t, qa, 1)
 
 		// A sweeper in a process with no handle of the queue, and default
 		// options (10 attempts), buries the expired task by the stored 1.
@@ -119,10 +116,7 @@ func TestQueueStoredPolicy(t *testing.T) {
 		if p, _, _ := qa.Policy(ctx(t)); p.MaxAttempts != 3 {
 			t.Fatalf("stored policy %+v after the later open", p)
 		}
-		got, err = qa.Reserve(ctx(t), 1, 0)
-		if err != nil || len(got) != 1 {
-			t.Fatal(got, err)
-		}
+		got = reserveAll(t, qa, 1)
 		if err := got[0].Nack(ctx(t), errors.New("flaky")); err != nil {
 			t.Fatal(err)
 		}
@@ -228,10 +222,7 @@ func TestQueueDeadAtServerClock(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		got, err := q.Reserve(ctx(t), 2, 0)
-		if err != nil || len(got) != 2 {
-			t.Fatal(got, err)
-		}
+		got := reserveAll(t, q, 2)
 		if err := got[0].DeadLetter(ctx(t), errors.New("bad")); err != nil {
 			t.Fatal(err)
 		}

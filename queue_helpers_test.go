@@ -139,3 +139,23 @@ func fastQueue(f *fleet.Fleet, name string, lease time.Duration) *fleet.Queue[jo
 }
 
 func jobN(i int) job { return job{URL: fmt.Sprintf("https://example.com/%d", i), N: i % 1000} }
+
+// reserveAll reserves n tasks of q, calling Reserve again while it took
+// fewer: a Reserve whose reply came too late to use its lease (a loaded
+// machine, a short test lease) hands its tasks back and returns none.
+func reserveAll[T any](t *testing.T, q *fleet.Queue[T], n int) []*fleet.Task[T] {
+	t.Helper()
+	var got []*fleet.Task[T]
+	deadline := time.Now().Add(30 * time.Second)
+	for len(got) < n {
+		ts, err := q.Reserve(ctx(t), n-len(got), time.Second)
+		if err != nil {
+			t.Fatalf("reserve: %v", err)
+		}
+		got = append(got, ts...)
+		if time.Now().After(deadline) {
+			t.Fatalf("reserved %d of %d tasks in 30 s", len(got), n)
+		}
+	}
+	return got
+}

@@ -13,10 +13,6 @@ import (
 // reserves' polls.
 const snoozeWake = time.Minute
 
-// refundTimeout bounds giving back the tokens a limited reserve took and
-// did not use.
-const refundTimeout = time.Second
-
 // snoozeLimited snoozes t for the retry-after of err, a RateLimitedError.
 func (r *reservation) snoozeLimited(ctx context.Context, err error) error {
 	var rl *RateLimitedError

@@ -313,7 +313,8 @@ func TestSweepersSideBySide(t *testing.T) {
 		t.Parallel()
 		e := open(t, tg)
 		const n = 300
-		q := fastQueue(e.F, "swept", 50*time.Millisecond)
+		const lease = 300 * time.Millisecond
+		q := fastQueue(e.F, "swept", lease)
 		payloads := make([]job, n)
 		for i := range payloads {
 			payloads[i] = jobN(i)
@@ -321,10 +322,8 @@ func TestSweepersSideBySide(t *testing.T) {
 		if _, err := q.SubmitMany(ctx(t), payloads); err != nil {
 			t.Fatal(err)
 		}
-		if got, err := q.Reserve(ctx(t), n, 0); err != nil || len(got) != n {
-			t.Fatal(len(got), err)
-		}
-		time.Sleep(100 * time.Millisecond)
+		got := reserveAll(t, q, n)
+		time.Sleep(time.Until(got[n-1].Deadline()) + lease/2) // every lease ran out
 		fleets := []*fleet.Fleet{e.F, openOn(t, tg, e.Prefix), openOn(t, tg, e.Prefix)}
 		var mu sync.Mutex
 		var total fleet.SweepStats
@@ -347,10 +346,7 @@ func TestSweepersSideBySide(t *testing.T) {
 		if total.Requeued != n || total.DeadLettered != 0 {
 			t.Fatalf("sweepers requeued %d, buried %d; want %d, 0", total.Requeued, total.DeadLettered, n)
 		}
-		got, err := q.Reserve(ctx(t), fleet.MaxReserve, 0)
-		if err != nil || len(got) != n {
-			t.Fatalf("after sweeping: %d tasks, %v", len(got), err)
-		}
+		got = reserveAll(t, q, n)
 		seen := map[string]bool{}
 		for _, task := range got {
 			if seen[task.ID] || task.Attempts != 1 {

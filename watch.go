@@ -121,8 +121,12 @@ type gate struct {
 	refs      int
 	one       chan struct{}
 	listeners map[chan struct{}]struct{}
-	lockq     []*lockWaiter // lock waiters a holder may hand over to (lock_wait.go)
-	handovers int           // hand-overs in a row
+	// handoff holds the waiters of this process that a releaser may hand
+	// what it releases to, first come first served (a Lock's waiters,
+	// *lockWaiter: lock_wait.go), and handovers how many hand-overs came in
+	// a row. Guarded by watcher.mu.
+	handoff   []any
+	handovers int
 }
 
 func newWatcher() *watcher { return &watcher{gates: make(map[string]*gate)} }
@@ -236,19 +240,4 @@ func (w *watcher) closeAll() {
 	for _, g := range w.gates {
 		g.wake()
 	}
-}
-
-// track reads key through the client-side cache so that the server sends an
-// invalidation when it next changes. It returns the cached or fresh value
-// (nil when the key does not exist).
-func (f *Fleet) track(ctx context.Context, key string) (*string, error) {
-	res := f.client.DoCache(ctx, f.client.B().Get().Key(key).Cache(), f.cacheTTL)
-	s, err := res.ToString()
-	if rueidis.IsRedisNil(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	return &s, nil
 }

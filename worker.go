@@ -175,8 +175,6 @@ type Worker struct {
 	decode func([]byte) (any, error)            // stored config -> C, validated
 	spawn  func(run, soft context.Context) bool // starts the slot goroutines
 
-	newFetcher func(b any) func() // a batch worker's fetcher other than batch.fetch (NewPriorityWorker)
-
 	cfgMu   sync.Mutex
 	cfg     atomic.Pointer[configSnap]
 	seenGen atomic.Int64
@@ -377,6 +375,14 @@ func (w *Worker) softStop() {
 			cancel()
 		}
 	})
+}
+
+// stopForClose stops the worker as Fleet.Close does: Stop with a deadline
+// of its StopGrace.
+func (w *Worker) stopForClose() {
+	ctx, cancel := context.WithTimeout(context.Background(), w.opts.StopGrace)
+	defer cancel()
+	_ = w.Stop(ctx)
 }
 
 // Stop stops the worker gracefully: it takes no new tasks, cancels the

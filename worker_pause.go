@@ -46,26 +46,3 @@ func (g *pauseGate) check(ctx context.Context) bool {
 	g.paused, g.read = err == nil && v != "", time.Now()
 	return g.paused
 }
-
-// hold waits while the queue is paused; it returns false when soft ended
-// first.
-func (g *pauseGate) hold(run, soft context.Context) bool {
-	t := time.NewTimer(0)
-	<-t.C
-	defer t.Stop()
-	for g.check(run) {
-		t.Reset(g.every)
-		select {
-		case <-soft.Done():
-			return false
-		case <-g.ch:
-			if !t.Stop() {
-				<-t.C
-			}
-			g.read = time.Time{}
-		case <-t.C:
-			g.read = time.Time{}
-		}
-	}
-	return true
-}

@@ -186,15 +186,25 @@ func protect(fn func() error) (err error) {
 // whatever its slot count: it sleeps on the invalidation of the queue key.
 // Bad options are kept and returned by Start (see Err).
 func NewBatchWorker[C, O, P any](f *Fleet, opts WorkerOptions, q *Queue[P], a BatchAutomation[C, O, P]) *Worker {
-	w := newWorker(f, opts, "batch")
+	var err error
 	switch {
-	case w.err != nil:
 	case q == nil || a == nil:
-		w.err = fmt.Errorf("%w: NewBatchWorker needs a queue and an automation", ErrInvalidArgument)
+		err = fmt.Errorf("%w: NewBatchWorker needs a queue and an automation", ErrInvalidArgument)
 	case q.f != f:
-		w.err = fmt.Errorf("%w: the queue belongs to another Fleet", ErrInvalidArgument)
+		err = fmt.Errorf("%w: the queue belongs to another Fleet", ErrInvalidArgument)
 	case q.err != nil:
-		w.err = q.err
+		err = q.err
+	}
+	return newBatchWorker(f, opts, []*Queue[P]{q}, []int{1}, false, a, err)
+}
+
+// newBatchWorker is NewBatchWorker and NewPriorityWorker: a batch worker
+// over qs, picked by weights (strict: by rank), with err its arguments'
+// error if any.
+func newBatchWorker[C, O, P any](f *Fleet, opts WorkerOptions, qs []*Queue[P], weights []int, strict bool, a BatchAutomation[C, O, P], err error) *Worker {
+	w := newWorker(f, opts, "batch")
+	if w.err == nil {
+		w.err = err
 	}
 	if f == nil {
 		return w
@@ -205,9 +215,15 @@ func NewBatchWorker[C, O, P any](f *Fleet, opts WorkerOptions, q *Queue[P], a Ba
 	}
 	w.decode = func(raw []byte) (any, error) { return decodeConfig[C](raw) }
 	w.catalog = Describe[C, O, P](w.opts.Type)
+	if w.err != nil {
+		return w
+	}
 	w.spawn = func(run, soft context.Context) bool {
-		b := &batch[C, O, P]{w: w, q: q, a: a, free: make(chan struct{}, len(w.slots)), tasks: make(chan *Task[P], len(w.slots)), cancels: newCancelWatch(), acks: &acker[P]{}}
-		w.startCancels(run, q.name, b.cancels)
+		b := &batch[C, O, P]{w: w, q: qs[0], a: a, free: make(chan struct{}, len(w.slots)), tasks: make(chan *Task[P], len(w.slots)), cancels: newCancelWatch(), acks: &acker[P]{}}
+		b.fetch = newFetcher(b, qs, weights, strict)
+		for _, q := range qs {
+			w.startCancels(run, q.name, b.cancels)
+		}
 		for range w.slots {
 			b.free <- struct{}{}
 		}
@@ -217,11 +233,7 @@ func NewBatchWorker[C, O, P any](f *Fleet, opts WorkerOptions, q *Queue[P], a Ba
 				return false
 			}
 		}
-		fetch := func() { b.fetch(run, soft) }
-		if w.newFetcher != nil {
-			fetch = w.newFetcher(b) // NewPriorityWorker's
-		}
-		return w.goSlot(fetch)
+		return w.goSlot(func() { b.fetch.fetch(run, soft) })
 	}
 	return w
 }

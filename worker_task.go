@@ -24,8 +24,9 @@ func (b *batch[C, O, P]) handle(run, soft context.Context, s *Slot[C, O], t *Tas
 }
 
 // takeQueue says which queue the call that acks t takes the slot's next
-// task from, nil for none: t's own queue while it has more (a priority
-// worker: the queue its priorities pick), unless another slot is free too
+// task from, nil for none: the queue the fetcher's priorities pick among
+// those not known to be empty (a batch worker's one queue while it has
+// more), unless another slot is free too
 // (then the fetcher reserves for all of them in one call) or the worker is
 // stopping. Only a queue that a call with acks may take from
 // (takesWithAcks) and that is not paused qualifies; a paused queue, or
@@ -35,12 +36,7 @@ func (b *batch[C, O, P]) takeQueue(ctx, soft context.Context, t *Task[P]) *Queue
 	if soft.Err() != nil || len(b.free) > 0 {
 		return nil
 	}
-	q := b.q
-	if b.takes != nil {
-		q = b.takes.takeNext()
-	} else if !b.more.Load() || t.c.top() != b.q.queueCore {
-		return nil
-	}
+	q := b.fetch.takeNext()
 	if q == nil || !q.takesWithAcks(ctx) || b.paused(ctx, q.k.Paused) {
 		return nil
 	}

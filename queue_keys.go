@@ -1,0 +1,86 @@
+package fleet
+
+// The protocol of the queue scripts, written once for Go and Lua: the
+// order of the keys every queue script takes, and the codes the end of a
+// reservation answers. scripts.go links both into the scripts that use
+// them.
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/fleet-go/fleet/internal/keys"
+)
+
+// queueScriptKeys are the keys of a queue (or of one shard of it) in the
+// one order that every queue script takes them, KEYS[1..8], with the names
+// the scripts know them by (linked in from here: queueKeyBlock). A script's
+// own keys (a call's tombstone, a task's unique or result key) come after.
+var queueScriptKeys = [...]struct {
+	lua, typ string // the script's name for it; its Redis type
+	key      func(k *keys.Queue) string
+}{
+	{"PENDING", "list", func(k *keys.Queue) string { return k.Pending }},       // pending bodies
+	{"PROCESSING", "zset", func(k *keys.Queue) string { return k.Processing }}, // id -> deadline (unix s)
+	{"BODY", "hash", func(k *keys.Queue) string { return k.Body }},             // id -> body
+	{"LEASE", "hash", func(k *keys.Queue) string { return k.Lease }},           // id -> "token deadline_ms[ c]" (derived)
+	{"SCHEDULED", "zset", func(k *keys.Queue) string { return k.Scheduled }},   // body -> ready_at (unix s)
+	{"DEAD", "list", func(k *keys.Queue) string { return k.Dead }},             // dead letters
+	{"DEDUP", "hash", func(k *keys.Queue) string { return k.Dedup }},           // dedup key -> id (derived)
+	{"POLICY", "string", func(k *keys.Queue) string { return k.Policy }},       // the stored policy (derived)
+}
+
+// scriptKeys returns k's keys in queueScriptKeys' order, then extra.
+func scriptKeys(k *keys.Queue, extra ...string) []string {
+	out := make([]string, len(queueScriptKeys), len(queueScriptKeys)+len(extra))
+	for i, s := range queueScriptKeys {
+		out[i] = s.key(k)
+	}
+	return append(out, extra...)
+}
+
+// queueKeyBlock is the library blocks that name KEYS[1..8] of a queue
+// script, and their types (for wrong_types).
+func queueKeyBlock() string {
+	n := len(queueScriptKeys)
+	names, refs, types := make([]string, n), make([]string, n), make([]string, n)
+	for i, s := range queueScriptKeys {
+		names[i], refs[i], types[i] = s.lua, "KEYS["+strconv.Itoa(i+1)+"]", "'"+s.typ+"'"
+	}
+	return "-- The queue's keys, KEYS[1..8] of every queue script (queue_core.go).\n" +
+		"local " + strings.Join(names, ", ") + " = " + strings.Join(refs, ", ") + "\n\n" +
+		"-- The types of KEYS[1..8], for wrong_types (lib_types.lua).\n" +
+		"local QUEUE_TYPES = {" + strings.Join(types, ", ") + "}"
+}
+
+// endCode is what an end-of-reservation step answers (lib_queue.lua): its
+// name in the scripts is endCodeNames'.
+type endCode int64
+
+const (
+	// endLost: the reservation is not the caller's (its lease ran out, it
+	// was re-queued, it already ended): nothing changed.
+	endLost endCode = iota
+	// endDone: done as asked (acked, retried, released, snoozed, extended).
+	endDone
+	// endBuried: moved to the dead letters.
+	endBuried
+	// endCanceled: moved to the dead letters as cancelled (Queue.Cancel
+	// asked the task to stop); for an extension, extended all the same.
+	endCanceled
+	// endNeedEntry: the task is cancelled, and the script needs its
+	// cancelled dead letter to bury it: call again with it. Nothing changed.
+	endNeedEntry
+)
+
+var endCodeNames = [...]string{endLost: "LOST", endDone: "DONE", endBuried: "BURIED", endCanceled: "CANCELED", endNeedEntry: "NEED_ENTRY"}
+
+// endCodeBlock is the library block that names the end codes.
+func endCodeBlock() string {
+	vals := make([]string, len(endCodeNames))
+	for i := range endCodeNames {
+		vals[i] = strconv.Itoa(i)
+	}
+	return "-- What the end-of-reservation steps answer (endCode, queue_core.go).\n" +
+		"local " + strings.Join(endCodeNames[:], ", ") + " = " + strings.Join(vals, ", ")
+}
