@@ -88,7 +88,7 @@ func TestQueueStoredPolicy(t *testing.T) {
 		if p, ok, err := qa.Policy(ctx(t)); err != nil || !ok || p.MaxAttempts != 1 {
 			t.Fatalf("Policy = %+v %v %v", p, ok, err)
 		}
-		got := reserveAll(t, qa, 1)
+		reserveAll(t, qa, 1)
 
 		// A sweeper in a process with no handle of the queue, and default
 		// options (10 attempts), buries the expired task by the stored 1.
@@ -116,7 +116,7 @@ func TestQueueStoredPolicy(t *testing.T) {
 		if p, _, _ := qa.Policy(ctx(t)); p.MaxAttempts != 3 {
 			t.Fatalf("stored policy %+v after the later open", p)
 		}
-		got = reserveAll(t, qa, 1)
+		got := reserveAll(t, qa, 1)
 		if err := got[0].Nack(ctx(t), errors.New("flaky")); err != nil {
 			t.Fatal(err)
 		}
