@@ -121,7 +121,7 @@ func (f *Fleet) typeWorkers(ctx context.Context, typ string) ([]string, error) {
 	return slices.Compact(ids), nil
 }
 
-// PurgeType removes all state of automation type typ, as the documented
+// RemoveType removes all state of automation type typ, as the documented
 // manual clean-up does: every worker of the type (found in wkrs:<type> and
 // wkrs:all) with its keys and index entries, wkrs:<type>, the stream
 // stream:<type>, the queue named typ with all its keys (derived ones too)
@@ -129,20 +129,20 @@ func (f *Fleet) typeWorkers(ctx context.Context, typ string) ([]string, error) {
 // index names are not found (Sync does not index them either); stop the
 // type's workers first, or they register again. May return ErrInvalidName,
 // ErrUnavailable.
-func (f *Fleet) PurgeType(ctx context.Context, typ string) (RemoveReport, error) {
+func (f *Fleet) RemoveType(ctx context.Context, typ string) (RemoveReport, error) {
 	var r RemoveReport
 	if err := keys.Check(keys.KindType, typ); err != nil {
-		return r, opErr("purge type", typ, err)
+		return r, opErr("remove type", typ, err)
 	}
 	if err := keys.Check(keys.KindQueue, typ); err != nil {
-		return r, opErr("purge type", typ, err)
+		return r, opErr("remove type", typ, err)
 	}
 	if err := f.alive(ctx); err != nil {
-		return r, opErr("purge type", typ, err)
+		return r, opErr("remove type", typ, err)
 	}
 	ids, err := f.typeWorkers(ctx, typ)
 	if err != nil {
-		return r, opErr("purge type", typ, err)
+		return r, opErr("remove type", typ, err)
 	}
 	for _, id := range ids {
 		if keys.Check(keys.KindWorker, id) != nil {
@@ -151,13 +151,13 @@ func (f *Fleet) PurgeType(ctx context.Context, typ string) (RemoveReport, error)
 		wr, err := f.removeWorker(ctx, typ, id)
 		r.add(wr)
 		if err != nil {
-			return r, opErr("purge type", typ, err)
+			return r, opErr("remove type", typ, err)
 		}
 	}
 	c, q := f.client, f.keys.Queue(typ)
 	span, err := f.queueSpan(ctx, typ)
 	if err != nil {
-		return r, opErr("purge type", typ, err)
+		return r, opErr("remove type", typ, err)
 	}
 	dels := rueidis.Commands{
 		c.B().Del().Key(f.keys.Workers(typ)).Build(),
@@ -177,14 +177,14 @@ func (f *Fleet) PurgeType(ctx context.Context, typ string) (RemoveReport, error)
 	n, err := sumInts(res[:len(dels)])
 	r.Keys += n
 	if err != nil {
-		return r, opErr("purge type", typ, err)
+		return r, opErr("remove type", typ, err)
 	}
 	n, err = sumInts(res[len(dels):])
 	r.Entries += n
-	return r, opErr("purge type", typ, err)
+	return r, opErr("remove type", typ, err)
 }
 
-// DropPool removes pool name: its items (the hash), every claim and claim
+// RemovePool removes pool name: its items (the hash), every claim and claim
 // owner key of the items it holds or indexes, every derived index key
 // (fleet:pidx:<name>:...: the item, expiry and tag index sets, the
 // wake-up counter, the reindex cursor) and its entry in fleet:pools. Claim
@@ -193,16 +193,16 @@ func (f *Fleet) PurgeType(ctx context.Context, typ string) (RemoveReport, error)
 // from all three runs out with its hold. A Put that runs meanwhile may
 // leave its item behind. May return ErrInvalidName, ErrWrongType,
 // ErrUnavailable.
-func (f *Fleet) DropPool(ctx context.Context, name string) (RemoveReport, error) {
+func (f *Fleet) RemovePool(ctx context.Context, name string) (RemoveReport, error) {
 	var r RemoveReport
 	if err := keys.Check(keys.KindPool, name); err != nil {
-		return r, opErr("drop pool", name, err)
+		return r, opErr("remove pool", name, err)
 	}
 	if err := f.alive(ctx); err != nil {
-		return r, opErr("drop pool", name, err)
+		return r, opErr("remove pool", name, err)
 	}
 	err := f.dropPool(ctx, name, &r)
-	return r, opErr("drop pool", name, err)
+	return r, opErr("remove pool", name, err)
 }
 
 func (f *Fleet) dropPool(ctx context.Context, name string, r *RemoveReport) error {

@@ -94,7 +94,7 @@ func TestAdminPurgeType(t *testing.T) {
 		if _, err := fleet.NewQueue[job](e.F, "mailer", fleet.QueueOptions{}).Submit(c, jobN(3)); err != nil {
 			t.Fatal(err)
 		}
-		r, err := e.F.PurgeType(c, "scraper")
+		r, err := e.F.RemoveType(c, "scraper")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -114,10 +114,10 @@ func TestAdminPurgeType(t *testing.T) {
 		if m := e.hgetall(t, e.Prefix+"fleet:catalog"); len(m) != 1 || m["mailer"] != "{}" {
 			t.Fatalf("catalog %q", m)
 		}
-		if r, err := e.F.PurgeType(c, "scraper"); err != nil || r != (fleet.RemoveReport{}) {
+		if r, err := e.F.RemoveType(c, "scraper"); err != nil || r != (fleet.RemoveReport{}) {
 			t.Fatalf("purge again: %+v %v", r, err)
 		}
-		if _, err := e.F.PurgeType(c, "a|b"); !errors.Is(err, fleet.ErrInvalidName) {
+		if _, err := e.F.RemoveType(c, "a|b"); !errors.Is(err, fleet.ErrInvalidName) {
 			t.Fatalf("bad type: %v", err)
 		}
 	})
@@ -135,7 +135,7 @@ func TestAdminDropPool(t *testing.T) {
 		fx := newFixture(t, e) // pool "cookies" with a claim, queue, workers
 		_ = fx
 		other := without(e.keys(t), e.key("fleet:pool:cookies", "fleet:pool:{cookies}"), e.key("fleet:pidx:cookies:", "fleet:pidx:{cookies}:"))
-		r, err := e.F.DropPool(c, "cookies")
+		r, err := e.F.RemovePool(c, "cookies")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -148,10 +148,10 @@ func TestAdminDropPool(t *testing.T) {
 		if m := e.smembers(t, e.Prefix+"fleet:pools"); !slices.Equal(m, []string{"keep"}) {
 			t.Fatalf("fleet:pools %q", m)
 		}
-		if r, err := e.F.DropPool(c, "cookies"); err != nil || r != (fleet.RemoveReport{}) {
+		if r, err := e.F.RemovePool(c, "cookies"); err != nil || r != (fleet.RemoveReport{}) {
 			t.Fatalf("drop again: %+v %v", r, err)
 		}
-		if _, err := e.F.DropPool(c, "a:b"); !errors.Is(err, fleet.ErrInvalidName) {
+		if _, err := e.F.RemovePool(c, "a:b"); !errors.Is(err, fleet.ErrInvalidName) {
 			t.Fatalf("bad name: %v", err)
 		}
 		if n, err := keep.Size(c); err != nil || n != 1 {

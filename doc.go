@@ -67,7 +67,7 @@
 //     on its worker (cause [ErrCanceled]) and dead-lettered.
 //   - [Queue.Lookup], [QueueOptions.Retention], [Task.SetResult],
 //     [BatchResultFunc], [ResultOf]: a task's state and its result.
-//   - [Queue.Pause], [Fleet.PauseQueue]: workers reserve nothing from a
+//   - [Queue.Pause] (by name: [Fleet.Queue]): workers reserve nothing from a
 //     paused queue; submits go on.
 //   - [NewPriorityWorker]: one worker over several queues, by strict
 //     priority or by weight.
@@ -77,10 +77,10 @@
 // # Operations
 //
 // [Fleet.Health], [Fleet.Sync], the admin functions ([Fleet.RemoveWorker],
-// [Fleet.PurgeType], [Fleet.DropPool], [Fleet.Workers], [Fleet.Overview],
-// dead letters by queue name), [Fleet.MigrateTo] between layouts, and the layout
+// [Fleet.RemoveType], [Fleet.RemovePool], [Fleet.Workers], [Fleet.Overview],
+// any queue by name through [Fleet.Queue]), [Fleet.MigrateTo] between layouts, and the layout
 // marker that [Open] checks. cmd/fleetctl puts them on the command line.
-// Reads for dashboards ([Fleet.PendingTasks], [Fleet.ScheduledTasks],
+// Reads for dashboards ([Queue.Pending], [Queue.Scheduled],
 // [Fleet.Registered], [Fleet.StatsFrames], [Fleet.PoolTagCounts],
 // [Fleet.StreamTail]) serve package fleetui, a dashboard that the host
 // mounts as an http.Handler.

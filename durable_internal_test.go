@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/fleet-go/fleet/internal/costmeter"
 	"github.com/fleet-go/fleet/internal/keys"
 	"github.com/fleet-go/fleet/internal/redistest"
 )
@@ -39,16 +40,11 @@ func waitCalls(t *testing.T, c rueidis.Client) map[string]int {
 	t.Helper()
 	out := map[string]int{}
 	for addr, n := range c.Nodes() {
-		info, err := n.Do(context.Background(), n.B().Info().Section("commandstats").Build()).ToString()
+		snap, err := costmeter.Read(context.Background(), n)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for line := range strings.SplitSeq(info, "\n") {
-			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_wait:calls="); ok {
-				v, _, _ := strings.Cut(rest, ",")
-				out[addr], _ = strconv.Atoi(v)
-			}
-		}
+		out[addr] = int(snap.Calls["wait"])
 	}
 	return out
 }

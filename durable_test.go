@@ -231,21 +231,6 @@ func TestMinReplicasNotDurable(t *testing.T) {
 // failed plus rejected calls.
 func cmdstat(t *testing.T, s *fleettest.Server, name string) (calls, failed int) {
 	t.Helper()
-	for line := range strings.SplitSeq(cli(t, s, "info", "commandstats"), "\n") {
-		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+name+":")
-		if !ok {
-			continue
-		}
-		for kv := range strings.SplitSeq(rest, ",") {
-			k, v, _ := strings.Cut(kv, "=")
-			n, _ := strconv.Atoi(v)
-			switch k {
-			case "calls":
-				calls = n
-			case "failed_calls", "rejected_calls":
-				failed += n
-			}
-		}
-	}
-	return calls, failed
+	snap := ownStats(t, s)
+	return int(snap.Calls[name]), int(snap.Failed[name])
 }

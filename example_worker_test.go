@@ -102,7 +102,7 @@ func ExampleFleet_UpdateConfig() {
 	_, _ = f.UpdateConfig(ctx, "scraper", "host1", json.RawMessage(`{"proxy":{"host":"p1","port":1080},"debug":true}`))
 	// Objects merge, null deletes.
 	gen, _ := f.UpdateConfig(ctx, "scraper", "host1", json.RawMessage(`{"proxy":{"port":1081},"debug":null}`))
-	cfg, _, _ := f.ConfigOf(ctx, "scraper", "host1")
+	cfg, _, _ := f.WorkerConfig(ctx, "scraper", "host1")
 	fmt.Println(gen, string(cfg))
 
 	// A push with a gen not above the current one is refused.

@@ -72,22 +72,10 @@ func (e *env) key(compat, tagged string) string {
 
 // keys lists every key the test left in Redis, but the layout marker that
 // Open writes (TestMarker checks that one).
-func (e *env) keys(t *testing.T) []string {
-	return slices.DeleteFunc(redistest.Keys(t, e.Raw, e.Prefix), func(k string) bool { return k == e.Prefix+"fleet:meta" })
-}
+func (e *env) keys(t *testing.T) []string { return prefixedKeys(t, e.Raw, e.Prefix) }
 
 // get reads a string key raw ("" and false when missing).
-func (e *env) get(t *testing.T, key string) (string, bool) {
-	t.Helper()
-	s, err := e.Raw.Do(context.Background(), e.Raw.B().Get().Key(key).Build()).ToString()
-	if rueidis.IsRedisNil(err) {
-		return "", false
-	}
-	if err != nil {
-		t.Fatalf("get %s: %v", key, err)
-	}
-	return s, true
-}
+func (e *env) get(t *testing.T, key string) (string, bool) { return rawGet(t, e.Raw, key) }
 
 // compat is the raw client as a go-redis style client (rueidiscompat), for
 // reading back what a test left in Redis the way the documented schema
@@ -118,7 +106,11 @@ func serverCalls(t *testing.T, c rueidis.Client) map[string]int64 {
 
 // ownCalls is serverCalls for a server of the test's own, read through
 // redis-cli, so that the reading adds no client of its own (INFO only).
-func ownCalls(t *testing.T, s *fleettest.Server) map[string]int64 {
+func ownCalls(t *testing.T, s *fleettest.Server) map[string]int64 { return ownStats(t, s).Calls }
+
+// ownStats reads INFO commandstats and cpu of a server of the test's own
+// through redis-cli.
+func ownStats(t *testing.T, s *fleettest.Server) costmeter.Snapshot {
 	t.Helper()
 	out, err := s.Cli(context.Background(), "INFO", "commandstats")
 	if err != nil {
@@ -132,7 +124,7 @@ func ownCalls(t *testing.T, s *fleettest.Server) map[string]int64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return snap.Calls
+	return snap
 }
 
 // lockServer starts a server of the test's own, a Fleet on it, and a raw
@@ -199,8 +191,11 @@ func rawPTTL(t *testing.T, c rueidis.Client, key string) int64 {
 }
 
 // allKeys lists every key of the server but the layout marker, sorted.
-func allKeys(t *testing.T, c rueidis.Client) []string {
-	return slices.DeleteFunc(redistest.Keys(t, c, ""), func(k string) bool { return k == "fleet:meta" })
+func allKeys(t *testing.T, c rueidis.Client) []string { return prefixedKeys(t, c, "") }
+
+// prefixedKeys lists the keys under prefix but the layout marker, sorted.
+func prefixedKeys(t *testing.T, c rueidis.Client, prefix string) []string {
+	return slices.DeleteFunc(redistest.Keys(t, c, prefix), func(k string) bool { return k == prefix+"fleet:meta" })
 }
 
 // commandCalls sums the calls of every command the server ran, commands

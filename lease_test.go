@@ -3,10 +3,15 @@ package fleet_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/fleet-go/fleet"
+	"github.com/fleet-go/fleet/fleettest"
+	"github.com/fleet-go/fleet/internal/costmeter"
 )
 
 // Every lease ends the ctx of the work under it by one mechanism (lease.go):
@@ -145,5 +150,132 @@ func TestLeaseFrozenEveryPrimitive(t *testing.T) {
 			}
 			c.free(t, px)
 		})
+	}
+}
+
+// A reply held back until the lease's hold ran out on the server is not a
+// lease, for a lock and for a semaphore permit (acquireLease): with Wait 0
+// Acquire says ErrNotObtained and nothing stays held, with a Wait it tries
+// again and returns a lease that has time left, whose token the server
+// holds.
+func TestLeaseDelayedReply(t *testing.T) {
+	const hold = 300 * time.Millisecond
+	cases := []struct {
+		name string
+		key  string
+		// acquire takes the lease through f.
+		acquire func(c context.Context, f *fleet.Fleet, wait time.Duration) (*fleet.Lease, error)
+		// holders lists the tokens the server holds.
+		holders func(t *testing.T, raw rueidis.Client) []string
+	}{
+		{"lock", "fleet:lock:slow", func(c context.Context, f *fleet.Fleet, wait time.Duration) (*fleet.Lease, error) {
+			return f.Lock("slow").Acquire(c, fleet.LockOptions{Hold: hold, Wait: wait})
+		}, func(t *testing.T, raw rueidis.Client) []string {
+			if v, ok := rawGet(t, raw, "fleet:lock:slow"); ok {
+				return []string{v}
+			}
+			return nil
+		}},
+		{"semaphore", "fleet:sem:slow", func(c context.Context, f *fleet.Fleet, wait time.Duration) (*fleet.Lease, error) {
+			return f.Semaphore("slow", 1).Acquire(c, fleet.SemaphoreOptions{Hold: hold, Wait: wait})
+		}, func(t *testing.T, raw rueidis.Client) []string {
+			toks, err := raw.Do(context.Background(), raw.B().Zrange().Key("fleet:sem:slow").Min("0").Max("-1").Build()).AsStrSlice()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return toks
+		}},
+	}
+	for _, tc := range cases {
+		for _, wait := range []time.Duration{0, 10 * time.Second} {
+			t.Run(tc.name+"/wait="+wait.String(), func(t *testing.T) {
+				t.Parallel()
+				px := startProxied(t, fleet.Options{})
+				c := ctx(t)
+				warm, err := tc.acquire(c, px.Through, 0) // scripts loaded, the fence seeded
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := warm.Release(c); err != nil {
+					t.Fatal(err)
+				}
+				// Counted through a direct connection: cheap enough to poll
+				// on a loaded machine.
+				scripts := func() int64 {
+					snap, err := costmeter.Read(context.Background(), px.Raw)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return snap.Calls["evalsha"] + snap.Calls["eval"]
+				}
+				before := scripts()
+				px.P.HoldReplies()
+				type result struct {
+					l   *fleet.Lease
+					err error
+					at  time.Time
+				}
+				done := make(chan result, 1)
+				go func() {
+					l, err := tc.acquire(c, px.Through, wait)
+					done <- result{l, err, time.Now()}
+				}()
+				// The script ran (the count of scripts run rose: the key may
+				// be gone before a poll sees it), and its hold ran out on the
+				// server, before the reply gets through.
+				waitFor(t, 30*time.Second, func() bool { return scripts() > before }, "the acquire never reached the server")
+				waitFor(t, 30*time.Second, func() bool { return !rawExists(t, px.Raw, tc.key) }, "the lease never expired on the server")
+				px.P.Thaw()
+				var r result
+				select {
+				case r = <-done:
+				case <-time.After(15 * time.Second):
+					t.Fatal("Acquire did not return")
+				}
+				if wait == 0 {
+					if !errors.Is(r.err, fleet.ErrNotObtained) {
+						t.Fatalf("Acquire = %v, %v; want ErrNotObtained for a lease that expired on its way", r.l, r.err)
+					}
+					if h := tc.holders(t, px.Raw); len(h) != 0 {
+						t.Fatalf("held after an expired acquire: %v", h)
+					}
+					return
+				}
+				if r.err != nil {
+					t.Fatal(r.err)
+				}
+				if left := r.l.Deadline().Sub(r.at); left <= 0 || left > hold {
+					t.Fatalf("lease returned with %v left of %v", left, hold)
+				}
+				if h := tc.holders(t, px.Raw); !slices.Equal(h, []string{r.l.Token()}) {
+					t.Fatalf("the server holds %v, the lease's token is %q", h, r.l.Token())
+				}
+			})
+		}
+	}
+}
+
+// acquirePaused runs acquire with a ctx of 100 ms while server s holds
+// every client's commands (CLIENT PAUSE 700 ms ALL), so that its script
+// waits in flight: acquire must return ctx's error at once. It returns
+// once the server answers raw again.
+func acquirePaused(t *testing.T, s *fleettest.Server, raw rueidis.Client, acquire func(ctx context.Context) error) {
+	t.Helper()
+	c := ctx(t)
+	if _, err := s.Cli(c, "CLIENT", "PAUSE", "700", "ALL"); err != nil {
+		t.Fatal(err)
+	}
+	paused := time.Now()
+	sctx, cancel := context.WithTimeout(c, 100*time.Millisecond)
+	err := acquire(sctx)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Acquire on a paused server = %v, want DeadlineExceeded", err)
+	}
+	if d := time.Since(paused); d > 500*time.Millisecond {
+		t.Fatalf("Acquire returned %v after its ctx of 100ms", d)
+	}
+	if err := raw.Do(c, raw.B().Ping().Build()).Error(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -211,22 +211,10 @@ func TestLockAcquireInFlightLeavesNothing(t *testing.T) {
 	if f0%2 != 0 {
 		t.Fatalf("fence %d is odd (tombstones pending) before the test", f0)
 	}
-	if _, err := s.Cli(c, "CLIENT", "PAUSE", "700", "ALL"); err != nil {
-		t.Fatal(err)
-	}
-	paused := time.Now()
-	sctx, cancel := context.WithTimeout(c, 100*time.Millisecond)
-	_, err = lk.Acquire(sctx, fleet.LockOptions{Hold: hold})
-	cancel()
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Acquire on a paused server = %v, want DeadlineExceeded", err)
-	}
-	if d := time.Since(paused); d > 500*time.Millisecond {
-		t.Fatalf("Acquire returned %v after its ctx of 100ms", d)
-	}
-	if err := raw.Do(c, raw.B().Ping().Build()).Error(); err != nil {
-		t.Fatal(err)
-	}
+	acquirePaused(t, s, raw, func(ctx context.Context) error {
+		_, err := lk.Acquire(ctx, fleet.LockOptions{Hold: hold})
+		return err
+	})
 	resumed := time.Now()
 	// Both the late script (fence +2) and the abandon (fence made odd) ran:
 	// in either order the fence is f0+3.
@@ -347,77 +335,6 @@ func TestLockTombstoneStopsLateAcquire(t *testing.T) {
 			t.Fatalf("keys at the end %v", got)
 		}
 	})
-}
-
-// A lease whose acquire reply was held back past Hold is never handed out:
-// with Wait 0 Acquire says ErrNotObtained, with a Wait it tries again and
-// returns a lease that has time left.
-func TestLockLeaseDelayedReply(t *testing.T) {
-	for _, wait := range []time.Duration{0, 10 * time.Second} {
-		t.Run("wait="+wait.String(), func(t *testing.T) {
-			t.Parallel()
-			s, _, raw := lockServer(t)
-			p, err := fleettest.StartProxy(s.Addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(p.Close)
-			f := openURL(t, p.URL())
-			c := ctx(t)
-			lk := f.Lock("slow")
-			const hold = 300 * time.Millisecond
-			warm, err := lk.Acquire(c, fleet.LockOptions{Hold: hold})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := warm.Release(c); err != nil {
-				t.Fatal(err)
-			}
-			p.HoldReplies()
-			type result struct {
-				l   *fleet.Lease
-				err error
-				at  time.Time
-			}
-			done := make(chan result, 1)
-			go func() {
-				l, err := lk.Acquire(c, fleet.LockOptions{Hold: hold, Wait: wait})
-				done <- result{l, err, time.Now()}
-			}()
-			// The script ran (the fence rose past the warm-up's: a counter,
-			// so a busy machine cannot miss it the way it can miss the
-			// 300 ms the lock key lives), and its hold ran out on the
-			// server, before the reply gets through.
-			waitFor(t, 10*time.Second, func() bool {
-				v, _ := rawGet(t, raw, "fleet:fence:slow")
-				n, _ := strconv.ParseInt(v, 10, 64)
-				return n > warm.Fence()
-			}, "the acquire never reached the server")
-			waitFor(t, 5*time.Second, func() bool { _, ok := rawGet(t, raw, "fleet:lock:slow"); return !ok }, "the lock never expired on the server")
-			p.Thaw()
-			var r result
-			select {
-			case r = <-done:
-			case <-time.After(15 * time.Second):
-				t.Fatal("Acquire did not return")
-			}
-			if wait == 0 {
-				if !errors.Is(r.err, fleet.ErrNotObtained) {
-					t.Fatalf("Acquire = %v, %v; want ErrNotObtained for a lease that expired on its way", r.l, r.err)
-				}
-				return
-			}
-			if r.err != nil {
-				t.Fatal(r.err)
-			}
-			if left := r.l.Deadline().Sub(r.at); left <= 0 || left > hold {
-				t.Fatalf("lease returned with %v left of %v", left, hold)
-			}
-			if v, _ := rawGet(t, raw, "fleet:lock:slow"); v != r.l.Token() {
-				t.Fatalf("lock key %q, lease token %q", v, r.l.Token())
-			}
-		})
-	}
 }
 
 // With KeepAlive, a holder whose connection freezes has its function's ctx

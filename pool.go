@@ -78,7 +78,7 @@ func (o *PoolOptions) withDefaults() (PoolOptions, error) {
 // Expired items are never listed or handed out, and each Put prunes some.
 //
 // Besides the documented keys, a pool keeps derived indexes under
-// fleet:pidx:<name> (SCHEMA.md; Rebuild makes them again from the pool
+// fleet:pidx:<name> (SCHEMA.md; Sync makes them again from the pool
 // hash): the free items, the claimed items by claim deadline, and, for each
 // tag field that T marks with the struct tag fleet:"index", one set of free
 // items per value. A claim reads only free items, so its cost does not grow
@@ -86,7 +86,7 @@ func (o *PoolOptions) withDefaults() (PoolOptions, error) {
 // checked on each free item it reads (of the smallest marked filter's set,
 // or of every free item): it costs up to one read per free item, in
 // bounded script calls. Every process that writes a pool should use the
-// same tags type; after changing the marks, run Rebuild.
+// same tags type; after changing the marks, run Sync.
 //
 // Another client that writes only the documented keys (the pool hash and
 // claim keys) is supported: its items are found by List at once, and by
@@ -180,7 +180,7 @@ var (
 	poolCheckScript   = newScript("pool_check.lua")
 )
 
-// std returns the KEYS[1..11] and ARGV[1..3] that every pool_lib script
+// std returns the KEYS[1..11] and ARGV[1..3] that every lib_pool script
 // takes, with room for more.
 func (c *poolCore) std(extraKeys ...string) ([]string, []string) {
 	k := make([]string, 0, 11+len(extraKeys)+4)
@@ -414,7 +414,7 @@ func (p *Pool[P, T]) Size(ctx context.Context) (int64, error) {
 	return max(n-gone, 0), nil
 }
 
-// Rebuild makes the pool's derived indexes (fleet:pidx:<name>:...) again
+// Sync makes the pool's derived indexes (fleet:pidx:<name>:...) again
 // from the pool hash, the authoritative record, in bounded steps that never
 // stall the server: it indexes every valid item, drops expired ones, and
 // removes index entries of items that are gone or whose tags changed. Use
@@ -422,7 +422,7 @@ func (p *Pool[P, T]) Size(ctx context.Context) (int64, error) {
 // the tags type marks fleet:"index"; puts and claims index items written
 // by other clients on their own, a bounded share at a time. Claims stay
 // correct while it runs.
-func (p *Pool[P, T]) Rebuild(ctx context.Context) error {
+func (p *Pool[P, T]) Sync(ctx context.Context) error {
 	if err := p.ready(ctx); err != nil {
 		return opErr("pool rebuild", p.core.name, err)
 	}

@@ -200,12 +200,18 @@ func TestPoolPutPrunesBoundedly(t *testing.T) {
 		t.Parallel()
 		e := open(t, tg)
 		p := fleet.NewPool[cookie, cookieTags](e.F, "prune", fleet.PoolOptions{PruneBatch: 40})
-		putN(t, p, 100, 5, 200*time.Millisecond)
-		time.Sleep(300 * time.Millisecond)
 		hlen := func() int64 {
 			n, _ := e.Raw.Do(ctx(t), e.Raw.B().Hlen().Key(e.poolKey("prune", "")).Build()).AsInt64()
 			return n
 		}
+		// A TTL well past the puts' time on a loaded machine: no put prunes
+		// another's item before all 100 are in.
+		const ttl = 2 * time.Second
+		putN(t, p, 100, 5, ttl)
+		if n := hlen(); n != 100 {
+			t.Fatalf("%d items after the puts, want 100", n)
+		}
+		time.Sleep(ttl + 100*time.Millisecond) // every item has expired
 		for i, want := range []int64{61, 22, 3} { // each put adds one, prunes at most 40
 			if _, err := p.Put(ctx(t), cookie{}, cookieTags{Site: "fresh"}, 0); err != nil {
 				t.Fatal(err)

@@ -314,7 +314,7 @@ func TestPoolInterop(t *testing.T) {
 	})
 }
 
-func TestPoolRebuild(t *testing.T) {
+func TestPoolSync(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
 		t.Parallel()
 		e := open(t, tg)
@@ -336,7 +336,7 @@ func TestPoolRebuild(t *testing.T) {
 		e.do(t, e.Raw.B().Del().Key(derived...).Build())
 		e.do(t, e.Raw.B().Sadd().Key(e.idxKey("rebuild", "t:site:s0")).Member(ids[1]).Build())
 		e.do(t, e.Raw.B().Sadd().Key(e.idxKey("rebuild", "tags")).Member(e.idxKey("rebuild", "t:site:s0")).Build())
-		if err := p.Rebuild(c); err != nil {
+		if err := p.Sync(c); err != nil {
 			t.Fatal(err)
 		}
 		for k, want := range before {

@@ -119,7 +119,7 @@ func hasOpt(opts, want string) bool {
 }
 
 // canonOf checks value against field f and returns its canonical form, the
-// one pool_lib.lua's canon gives the JSON-decoded tag (internal/keys
+// one lib_pool.lua's canon gives the JSON-decoded tag (internal/keys
 // PoolTagIndex).
 func (f tagField) canonOf(value any) (string, error) {
 	bad := func(format string, args ...any) (string, error) {
@@ -204,7 +204,7 @@ func canonString(s string) string {
 	return "s" + s
 }
 
-// canonNumber mirrors pool_lib.lua: an integer below 1e15 in decimal, else
+// canonNumber mirrors lib_pool.lua: an integer below 1e15 in decimal, else
 // %.17g (Go's 'g' with 17 digits spells it as C does).
 func canonNumber(x float64) string {
 	if x == math.Trunc(x) && math.Abs(x) < 1e15 {

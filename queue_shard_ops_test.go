@@ -287,12 +287,12 @@ func TestQueueShardsAdmin(t *testing.T) {
 		if st, err := q.Stats(c); err != nil || st != (fleet.QueueStats{Scheduled: 4}) {
 			t.Fatalf("Stats = %+v, %v", st, err)
 		}
-		// PurgeType removes every shard and the count.
-		if _, err := other.PurgeType(c, "adm"); err != nil {
+		// RemoveType removes every shard and the count.
+		if _, err := other.RemoveType(c, "adm"); err != nil {
 			t.Fatal(err)
 		}
 		if ks := e.keys(t); len(ks) != 0 {
-			t.Fatalf("PurgeType left %v", ks)
+			t.Fatalf("RemoveType left %v", ks)
 		}
 	})
 }

@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"github.com/fleet-go/fleet"
-	"github.com/fleet-go/fleet/fleettest"
-	"github.com/fleet-go/fleet/internal/costmeter"
 	"github.com/fleet-go/fleet/internal/redistest"
 )
 
@@ -360,19 +358,10 @@ func TestSemaphoreAcquireInFlightLeavesNothing(t *testing.T) {
 	if err := warm.Release(c); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Cli(c, "CLIENT", "PAUSE", "700", "ALL"); err != nil {
-		t.Fatal(err)
-	}
-	paused := time.Now()
-	sctx, cancel := context.WithTimeout(c, 100*time.Millisecond)
-	_, err = sem.Acquire(sctx, fleet.SemaphoreOptions{Hold: hold})
-	cancel()
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Acquire on a paused server = %v, want DeadlineExceeded", err)
-	}
-	if d := time.Since(paused); d > 500*time.Millisecond {
-		t.Fatalf("Acquire returned %v after its ctx of 100ms", d)
-	}
+	acquirePaused(t, s, raw, func(ctx context.Context) error {
+		_, err := sem.Acquire(ctx, fleet.SemaphoreOptions{Hold: hold})
+		return err
+	})
 	// The abandon leaves its tombstone, and the late script (if it ran
 	// first) was undone: no permit is held.
 	waitFor(t, 5*time.Second, func() bool { return rawExists(t, raw, "fleet:semtomb:paused") }, "no tombstone")
@@ -403,85 +392,4 @@ func TestSemaphoreAcquireInFlightLeavesNothing(t *testing.T) {
 	}
 	waitFor(t, hold+fleet.LockTombMargin+2*time.Second, func() bool { return !rawExists(t, raw, "fleet:semtomb:paused") },
 		"tombstone still there: keys %v", allKeys(t, raw))
-}
-
-// A reply held back until the permit's hold ran out on the server is not a
-// permit: with Wait 0 Acquire says ErrNotObtained (and nothing stays held),
-// with a Wait it tries again and returns a lease that has time left.
-func TestSemaphoreDelayedReply(t *testing.T) {
-	for _, wait := range []time.Duration{0, 10 * time.Second} {
-		t.Run("wait="+wait.String(), func(t *testing.T) {
-			t.Parallel()
-			s, _, raw := lockServer(t)
-			p, err := fleettest.StartProxy(s.Addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(p.Close)
-			f := openURL(t, p.URL())
-			c := ctx(t)
-			sem := f.Semaphore("slow", 1)
-			const hold = 300 * time.Millisecond
-			warm, err := sem.Acquire(c, fleet.SemaphoreOptions{Hold: hold})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := warm.Release(c); err != nil {
-				t.Fatal(err)
-			}
-			// Counted through raw (a direct connection), not by spawning
-			// redis-cli: cheap enough to poll on a loaded machine.
-			scripts := func() int64 {
-				snap, err := costmeter.Read(context.Background(), raw)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return snap.Calls["evalsha"] + snap.Calls["eval"]
-			}
-			before := scripts()
-			p.HoldReplies()
-			type result struct {
-				l   *fleet.Lease
-				err error
-				at  time.Time
-			}
-			done := make(chan result, 1)
-			go func() {
-				l, err := sem.Acquire(c, fleet.SemaphoreOptions{Hold: hold, Wait: wait})
-				done <- result{l, err, time.Now()}
-			}()
-			// The script ran (the server holds the permit), and its hold ran
-			// out on the server (the key expired), before the reply gets
-			// through. (The count of scripts run stays; the key may be gone
-			// before a poll sees it.)
-			waitFor(t, 30*time.Second, func() bool { return scripts() > before }, "the acquire never reached the server")
-			waitFor(t, 30*time.Second, func() bool { return !rawExists(t, raw, "fleet:sem:slow") }, "the permit never expired on the server")
-			p.Thaw()
-			var r result
-			select {
-			case r = <-done:
-			case <-time.After(15 * time.Second):
-				t.Fatal("Acquire did not return")
-			}
-			if wait == 0 {
-				if !errors.Is(r.err, fleet.ErrNotObtained) {
-					t.Fatalf("Acquire = %v, %v; want ErrNotObtained for a lease that expired on its way", r.l, r.err)
-				}
-				if rawExists(t, raw, "fleet:sem:slow") {
-					t.Fatalf("a permit is held after an expired acquire: %v", allKeys(t, raw))
-				}
-				return
-			}
-			if r.err != nil {
-				t.Fatal(r.err)
-			}
-			if left := r.l.Deadline().Sub(r.at); left <= 0 || left > hold {
-				t.Fatalf("lease returned with %v left of %v", left, hold)
-			}
-			toks, err := raw.Do(c, raw.B().Zrange().Key("fleet:sem:slow").Min("0").Max("-1").Build()).AsStrSlice()
-			if err != nil || !slices.Equal(toks, []string{r.l.Token()}) {
-				t.Fatalf("permits %v (%v), want the lease's %s", toks, err, r.l.Token())
-			}
-		})
-	}
 }

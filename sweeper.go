@@ -43,19 +43,19 @@ type SweeperOptions struct {
 	// options of a NewQueue of this process. Defaults to the QueueOptions
 	// defaults.
 	Queue QueueOptions
-	// ForgetWorkersAfter, when set, makes each sweep remove the workers not
+	// RemoveWorkersAfter, when set, makes each sweep remove the workers not
 	// seen for this long (by last_seen, on the server's clock), with their
 	// keys and index entries, as RemoveWorker does: for fleets whose
 	// workers come and go under new ids (the default id is host-pid), which
 	// the documented design otherwise keeps in wkrs:<type> and wkrs:all for
 	// good. A worker that is in fact still running registers again on its
-	// next heartbeat. Each sweep looks at up to ForgetBatch workers,
+	// next heartbeat. Each sweep looks at up to RemoveBatch workers,
 	// resuming where the last one stopped (Sweep walks them all). Defaults
 	// to 0: workers are never forgotten.
-	ForgetWorkersAfter time.Duration
-	// ForgetBatch bounds how many workers one sweep looks at. Defaults to
-	// DefaultForgetBatch.
-	ForgetBatch int
+	RemoveWorkersAfter time.Duration
+	// RemoveBatch bounds how many workers one sweep looks at. Defaults to
+	// DefaultRemoveBatch.
+	RemoveBatch int
 	// ShardGrace is how long a shard count stays in use after a handle of
 	// a sharded queue with that count (QueueOptions.Shards) last
 	// registered: a sweep lowers a queue's shard count below it only after
@@ -68,19 +68,19 @@ type SweeperOptions struct {
 	Logger *slog.Logger
 }
 
-// DefaultForgetBatch is SweeperOptions.ForgetBatch's default.
-const DefaultForgetBatch = 500
+// DefaultRemoveBatch is SweeperOptions.RemoveBatch's default.
+const DefaultRemoveBatch = 500
 
 // DefaultShardGrace is SweeperOptions.ShardGrace's default.
 const DefaultShardGrace = 30 * time.Second
 
 func (o SweeperOptions) withDefaults(f *Fleet) (SweeperOptions, error) {
-	if o.Interval < 0 || o.Batch < 0 || o.ForgetWorkersAfter < 0 || o.ForgetBatch < 0 {
-		return o, fmt.Errorf("%w: SweeperOptions.Interval %v, Batch %d, ForgetWorkersAfter %v and ForgetBatch %d may not be negative",
-			ErrInvalidArgument, o.Interval, o.Batch, o.ForgetWorkersAfter, o.ForgetBatch)
+	if o.Interval < 0 || o.Batch < 0 || o.RemoveWorkersAfter < 0 || o.RemoveBatch < 0 {
+		return o, fmt.Errorf("%w: SweeperOptions.Interval %v, Batch %d, RemoveWorkersAfter %v and RemoveBatch %d may not be negative",
+			ErrInvalidArgument, o.Interval, o.Batch, o.RemoveWorkersAfter, o.RemoveBatch)
 	}
-	if o.ForgetBatch == 0 {
-		o.ForgetBatch = DefaultForgetBatch
+	if o.RemoveBatch == 0 {
+		o.RemoveBatch = DefaultRemoveBatch
 	}
 	if o.ShardGrace == 0 {
 		o.ShardGrace = DefaultShardGrace
@@ -118,8 +118,8 @@ type SweepStats struct {
 	DeadLettered int
 	// Trimmed counts dead letters dropped by the count and age bounds.
 	Trimmed int
-	// Forgotten counts the workers removed by ForgetWorkersAfter.
-	Forgotten int
+	// WorkersRemoved counts the workers removed by RemoveWorkersAfter.
+	WorkersRemoved int
 	// PoolsFixed counts pool index entries fixed, and items freed whose
 	// claim had ended, while reconciling pools with other clients' writes.
 	PoolsFixed int
@@ -156,17 +156,17 @@ func (f *Fleet) RunSweeper(ctx context.Context, opts SweeperOptions) error {
 		case <-t.C:
 		}
 		st, err := sweep(ctx, f, opts)
-		if opts.ForgetWorkersAfter > 0 && err == nil {
+		if opts.RemoveWorkersAfter > 0 && err == nil {
 			var n int
-			cursor, n, err = f.forgetWorkers(ctx, opts.ForgetWorkersAfter, cursor, opts.ForgetBatch)
-			st.Forgotten += n
+			cursor, n, err = f.removeIdleWorkers(ctx, opts.RemoveWorkersAfter, cursor, opts.RemoveBatch)
+			st.WorkersRemoved += n
 		}
 		switch {
 		case err != nil && ctx.Err() == nil && !f.closed.Load():
 			opts.Logger.Warn("fleet: sweep failed", "error", err)
-		case st.Requeued+st.DeadLettered+st.Moved+st.Trimmed+st.Forgotten+st.PoolsFixed > 0:
+		case st.Requeued+st.DeadLettered+st.Moved+st.Trimmed+st.WorkersRemoved+st.PoolsFixed > 0:
 			opts.Logger.Debug("fleet: swept", "queues", st.Queues, "moved", st.Moved, "requeued", st.Requeued, "dead_lettered", st.DeadLettered,
-				"trimmed", st.Trimmed, "forgotten", st.Forgotten, "pools_fixed", st.PoolsFixed)
+				"trimmed", st.Trimmed, "workers_removed", st.WorkersRemoved, "pools_fixed", st.PoolsFixed)
 		}
 		t.Reset(opts.Interval)
 	}
@@ -184,10 +184,10 @@ func (f *Fleet) Sweep(ctx context.Context, opts SweeperOptions) (SweepStats, err
 		return SweepStats{}, opErr("sweep", "", err)
 	}
 	st, err := sweep(ctx, f, opts)
-	for cursor := "0"; opts.ForgetWorkersAfter > 0 && err == nil; {
+	for cursor := "0"; opts.RemoveWorkersAfter > 0 && err == nil; {
 		var n int
-		cursor, n, err = f.forgetWorkers(ctx, opts.ForgetWorkersAfter, cursor, opts.ForgetBatch)
-		st.Forgotten += n
+		cursor, n, err = f.removeIdleWorkers(ctx, opts.RemoveWorkersAfter, cursor, opts.RemoveBatch)
+		st.WorkersRemoved += n
 		if cursor == "0" {
 			break
 		}
@@ -195,13 +195,13 @@ func (f *Fleet) Sweep(ctx context.Context, opts SweeperOptions) (SweepStats, err
 	return st, err
 }
 
-// forgetWorkers looks at up to batch members of wkrs:all from cursor (an
+// removeIdleWorkers looks at up to batch members of wkrs:all from cursor (an
 // SSCAN cursor), and removes the workers among them whose last_seen is
 // older than after by the server's clock, or who have none (index entries
 // whose keys are gone). It returns the next cursor ("0" at the end of a
 // pass) and how many it removed: a few round trips, whatever the number of
 // workers.
-func (f *Fleet) forgetWorkers(ctx context.Context, after time.Duration, cursor string, batch int) (string, int, error) {
+func (f *Fleet) removeIdleWorkers(ctx context.Context, after time.Duration, cursor string, batch int) (string, int, error) {
 	c := f.client
 	cur, err := strconv.ParseUint(cursor, 10, 64)
 	if err != nil {
@@ -212,11 +212,11 @@ func (f *Fleet) forgetWorkers(ctx context.Context, after time.Duration, cursor s
 		c.B().Time().Build())
 	e, err := res[0].AsScanEntry()
 	if err != nil {
-		return cursor, 0, opErr("forget workers", f.keys.AllWorkers(), err)
+		return cursor, 0, opErr("remove idle workers", f.keys.AllWorkers(), err)
 	}
 	tm, err := res[1].AsStrSlice()
 	if err != nil || len(tm) != 2 {
-		return cursor, 0, opErr("forget workers", "TIME", fmt.Errorf("TIME: %v %w", tm, err))
+		return cursor, 0, opErr("remove idle workers", "TIME", fmt.Errorf("TIME: %v %w", tm, err))
 	}
 	now, _ := strconv.ParseInt(tm[0], 10, 64)
 	cutoff := now - int64(after/time.Second)
@@ -236,7 +236,7 @@ func (f *Fleet) forgetWorkers(ctx context.Context, after time.Duration, cursor s
 		for i, r := range c.DoMulti(ctx, cmds...) {
 			s, err := r.ToString()
 			if err != nil && !rueidis.IsRedisNil(err) {
-				return cursor, forgot, opErr("forget workers", ms[i].typ+"|"+ms[i].id, err)
+				return cursor, forgot, opErr("remove idle workers", ms[i].typ+"|"+ms[i].id, err)
 			}
 			seen, perr := strconv.ParseInt(s, 10, 64)
 			if err == nil && perr == nil && seen >= cutoff {
@@ -244,7 +244,7 @@ func (f *Fleet) forgetWorkers(ctx context.Context, after time.Duration, cursor s
 			}
 			rr, err := f.removeWorker(ctx, ms[i].typ, ms[i].id)
 			if err != nil {
-				return cursor, forgot, opErr("forget workers", ms[i].typ+"|"+ms[i].id, err)
+				return cursor, forgot, opErr("remove idle workers", ms[i].typ+"|"+ms[i].id, err)
 			}
 			forgot += rr.Workers
 		}

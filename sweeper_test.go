@@ -10,7 +10,7 @@ import (
 	"github.com/fleet-go/fleet/internal/redistest"
 )
 
-// ForgetWorkersAfter removes the workers not seen for that long (server
+// RemoveWorkersAfter removes the workers not seen for that long (server
 // clock), keys and index entries, and keeps the others; without it no
 // worker is ever removed.
 func TestSweeperForgetsWorkers(t *testing.T) {
@@ -26,11 +26,11 @@ func TestSweeperForgetsWorkers(t *testing.T) {
 		before := e.keys(t)
 
 		st, err := e.F.Sweep(ctx(t), fleet.SweeperOptions{})
-		if err != nil || st.Forgotten != 0 || !slices.Equal(e.keys(t), before) {
+		if err != nil || st.WorkersRemoved != 0 || !slices.Equal(e.keys(t), before) {
 			t.Fatalf("without the option: %+v %v, keys changed: %v", st, err, !slices.Equal(e.keys(t), before))
 		}
-		st, err = e.F.Sweep(ctx(t), fleet.SweeperOptions{ForgetWorkersAfter: time.Hour, ForgetBatch: 7})
-		if err != nil || st.Forgotten != 30 {
+		st, err = e.F.Sweep(ctx(t), fleet.SweeperOptions{RemoveWorkersAfter: time.Hour, RemoveBatch: 7})
+		if err != nil || st.WorkersRemoved != 30 {
 			t.Fatalf("Sweep = %+v, %v; want 30 forgotten", st, err)
 		}
 		want := append(append(e.workerKeys("scraper", "fresh"), e.workerKeys("mailer", "fresh")...),
@@ -39,8 +39,8 @@ func TestSweeperForgetsWorkers(t *testing.T) {
 		if m := e.smembers(t, e.Prefix+"wkrs:all"); !slices.Equal(m, []string{"mailer|fresh", "scraper|fresh"}) {
 			t.Fatalf("wkrs:all %v", m)
 		}
-		if _, err := e.F.Sweep(ctx(t), fleet.SweeperOptions{ForgetWorkersAfter: -time.Second}); !errors.Is(err, fleet.ErrInvalidArgument) {
-			t.Fatalf("negative ForgetWorkersAfter: %v", err)
+		if _, err := e.F.Sweep(ctx(t), fleet.SweeperOptions{RemoveWorkersAfter: -time.Second}); !errors.Is(err, fleet.ErrInvalidArgument) {
+			t.Fatalf("negative RemoveWorkersAfter: %v", err)
 		}
 	})
 }

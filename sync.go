@@ -124,7 +124,7 @@ type SyncOptions struct {
 //     syncDedup for why no live task's entry is lost while tasks move.
 //     Reservations without a lease are counted and left to the sweeper.
 //   - Each registered pool: tag, item and expiry indexes rebuilt in bounded
-//     steps, as Pool.Rebuild does; expired items are dropped. Claim owner
+//     steps, as Pool.Sync does; expired items are dropped. Claim owner
 //     keys carry their claim's TTL and are not touched; a wake-up counter
 //     (:sig) is bumped when items were indexed; the reindex cursor (:scan)
 //     is transient.

@@ -155,10 +155,10 @@ func (f *Fleet) PushConfig(ctx context.Context, typ, id string, config any, gen 
 	return nil
 }
 
-// ConfigOf returns the stored config and gen of worker id of type typ (gen
+// WorkerConfig returns the stored config and gen of worker id of type typ (gen
 // 0 and a nil config when it has none). May return ErrInvalidName,
 // ErrWrongType, ErrUnavailable.
-func (f *Fleet) ConfigOf(ctx context.Context, typ, id string) (json.RawMessage, int64, error) {
+func (f *Fleet) WorkerConfig(ctx context.Context, typ, id string) (json.RawMessage, int64, error) {
 	name := typ + "|" + id
 	if err := workerNames(typ, id); err != nil {
 		return nil, 0, opErr("config", name, err)

@@ -211,9 +211,9 @@ func TestConfigUpdateMerge(t *testing.T) {
 		if g, _ := e.get(t, k.Gen); g != "2" {
 			t.Fatalf("gen %q", g)
 		}
-		raw, g, err := e.F.ConfigOf(c, "scraper", "w1")
+		raw, g, err := e.F.WorkerConfig(c, "scraper", "w1")
 		if err != nil || g != 2 || !strings.HasPrefix(string(raw), `{"a":`) {
-			t.Fatalf("ConfigOf = %s %d %v", raw, g, err)
+			t.Fatalf("WorkerConfig = %s %d %v", raw, g, err)
 		}
 		if got := e.keys(t); !slices.Equal(got, []string{k.Config, k.Gen}) && !slices.Equal(got, []string{k.Gen, k.Config}) {
 			t.Fatalf("keys %v", got)

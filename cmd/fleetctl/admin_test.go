@@ -85,7 +85,7 @@ func TestFleetctlAdmin(t *testing.T) {
 		if c := config("set", "scraper", "h1", `{"depth":4}`); c.Gen != 3 {
 			t.Fatalf("config set: %+v", c)
 		}
-		cfg, gen, err := f.ConfigOf(ctx, "scraper", "h1")
+		cfg, gen, err := f.WorkerConfig(ctx, "scraper", "h1")
 		if err != nil || gen != 3 || string(cfg) != `{"depth":4}` {
 			t.Fatalf("stored config %s gen %d, %v", cfg, gen, err)
 		}
@@ -150,7 +150,7 @@ func TestFleetctlAdmin(t *testing.T) {
 		if e := jsonErr(errOut); code != 4 || e.Code != 4 || !strings.Contains(e.Error, "nosuch") {
 			t.Fatalf("queues nosuch: %d %q", code, errOut)
 		}
-		for _, args := range [][]string{{"remove-worker", "scraper", "nope", "--yes"}, {"drop-pool", "nosuch", "--yes"}} {
+		for _, args := range [][]string{{"remove-worker", "scraper", "nope", "--yes"}, {"remove-pool", "nosuch", "--yes"}} {
 			if _, _, code := run(args...); code != 4 {
 				t.Fatalf("%q: exit %d, want 4", args, code)
 			}
@@ -161,7 +161,7 @@ func TestFleetctlAdmin(t *testing.T) {
 		}
 
 		// Without --yes (and no terminal), nothing is removed.
-		for _, args := range [][]string{{"remove-worker", "scraper", "h1"}, {"drop-pool", "cookies"}, {"purge-type", "scraper"}} {
+		for _, args := range [][]string{{"remove-worker", "scraper", "h1"}, {"remove-pool", "cookies"}, {"remove-type", "scraper"}} {
 			_, errOut, code := run(args...)
 			if code != 2 || !strings.Contains(errOut, "--yes") {
 				t.Fatalf("%q without --yes: %d %q", args, code, errOut)
@@ -175,10 +175,10 @@ func TestFleetctlAdmin(t *testing.T) {
 		}
 
 		// With --yes.
-		out, _, code = run("--json", "--yes", "drop-pool", "cookies")
+		out, _, code = run("--json", "--yes", "remove-pool", "cookies")
 		var r fleet.RemoveReport
 		if err := json.Unmarshal([]byte(out), &r); code != 0 || err != nil || r.Items != 1 {
-			t.Fatalf("drop-pool: %d %q %v", code, out, err)
+			t.Fatalf("remove-pool: %d %q %v", code, out, err)
 		}
 		out, _, code = run("--json", "remove-worker", "scraper", "h1", "--yes")
 		if err := json.Unmarshal([]byte(out), &r); code != 0 || err != nil || r.Workers != 1 {
@@ -187,8 +187,8 @@ func TestFleetctlAdmin(t *testing.T) {
 		if ws, _ := f.Workers(ctx, fleet.WorkersFilter{}); len(ws) != 0 {
 			t.Fatalf("workers left: %+v", ws)
 		}
-		if _, _, code = run("--yes", "purge-type", "scraper"); code != 0 {
-			t.Fatalf("purge-type: exit %d", code)
+		if _, _, code = run("--yes", "remove-type", "scraper"); code != 0 {
+			t.Fatalf("remove-type: exit %d", code)
 		}
 	})
 }

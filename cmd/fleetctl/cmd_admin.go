@@ -68,17 +68,17 @@ func init() {
 		},
 	})
 	register(&command{
-		name:    "purge-type",
+		name:    "remove-type",
 		args:    "<type>",
 		summary: "remove all state of an automation type: workers, stream, queue, catalog entry",
 		run: func(ctx context.Context, a *app, args []string) int {
 			if len(args) != 1 {
-				return a.usageErr("purge-type", "needs a type")
+				return a.usageErr("remove-type", "needs a type")
 			}
-			if ok, code := a.confirm("purge-type", fmt.Sprintf("This deletes the workers, stream, queue and catalog entry of type %s", args[0])); !ok {
+			if ok, code := a.confirm("remove-type", fmt.Sprintf("This deletes the workers, stream, queue and catalog entry of type %s", args[0])); !ok {
 				return code
 			}
-			r, err := a.f.PurgeType(ctx, args[0])
+			r, err := a.f.RemoveType(ctx, args[0])
 			if err != nil {
 				return a.fail(err)
 			}
@@ -87,12 +87,12 @@ func init() {
 		},
 	})
 	register(&command{
-		name:    "drop-pool",
+		name:    "remove-pool",
 		args:    "<pool>",
 		summary: "remove a pool: its items, claims and derived index keys",
 		run: func(ctx context.Context, a *app, args []string) int {
 			if len(args) != 1 {
-				return a.usageErr("drop-pool", "needs a pool name")
+				return a.usageErr("remove-pool", "needs a pool name")
 			}
 			ov, err := a.f.Overview(ctx)
 			if err != nil {
@@ -105,10 +105,10 @@ func init() {
 			if !found {
 				return a.notFound(fmt.Errorf("no pool %s is registered", args[0]))
 			}
-			if ok, code := a.confirm("drop-pool", fmt.Sprintf("This deletes pool %s with its items and claims", args[0])); !ok {
+			if ok, code := a.confirm("remove-pool", fmt.Sprintf("This deletes pool %s with its items and claims", args[0])); !ok {
 				return code
 			}
-			r, err := a.f.DropPool(ctx, args[0])
+			r, err := a.f.RemovePool(ctx, args[0])
 			if err != nil {
 				return a.fail(err)
 			}

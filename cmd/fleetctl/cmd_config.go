@@ -61,7 +61,7 @@ func init() {
 			}
 			switch {
 			case action == "get" && len(args) == 3:
-				cfg, gen, err := a.f.ConfigOf(ctx, typ, id)
+				cfg, gen, err := a.f.WorkerConfig(ctx, typ, id)
 				if err != nil {
 					return a.fail(err)
 				}
@@ -85,7 +85,7 @@ func init() {
 					return a.fail(err)
 				}
 				for {
-					_, gen, err := a.f.ConfigOf(ctx, typ, id)
+					_, gen, err := a.f.WorkerConfig(ctx, typ, id)
 					if err != nil {
 						return a.fail(err)
 					}

@@ -82,7 +82,7 @@ func (c *conn) bind(fs *flag.FlagSet) {
 	fs.StringVar(&c.layout, "layout", c.layout, "key layout: compat or tagged (defaults to compat on a single node, tagged on a cluster)")
 	fs.BoolVar(&c.json, "json", c.json, "print JSON instead of tables")
 	fs.DurationVar(&c.timeout, "timeout", c.timeout, "bound on the whole command")
-	fs.BoolVar(&c.yes, "yes", c.yes, "do not ask before a destructive command (remove-worker, purge-type, drop-pool)")
+	fs.BoolVar(&c.yes, "yes", c.yes, "do not ask before a destructive command (remove-worker, remove-type, remove-pool)")
 }
 
 // app is what a command runs with.

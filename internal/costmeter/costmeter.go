@@ -31,6 +31,9 @@ type Snapshot struct {
 	// Calls is the calls of each command so far, by commandstats name in
 	// lower case ("get", "client|tracking").
 	Calls map[string]int64
+	// Failed is the failed and rejected calls of each command so far (an
+	// error reply, a command refused), by the same names; 0 ones left out.
+	Failed map[string]int64
 	// CPU is used_cpu_user + used_cpu_sys so far.
 	CPU time.Duration
 }
@@ -46,7 +49,7 @@ func Read(ctx context.Context, c rueidis.Client) (Snapshot, error) {
 
 // Parse reads a snapshot out of the text of INFO commandstats cpu.
 func Parse(info string) (Snapshot, error) {
-	snap := Snapshot{Calls: make(map[string]int64)}
+	snap := Snapshot{Calls: make(map[string]int64), Failed: make(map[string]int64)}
 	var cpu float64
 	seen := 0
 	for line := range strings.SplitSeq(info, "\n") {
@@ -61,7 +64,13 @@ func Parse(info string) (Snapshot, error) {
 			if !ok {
 				return Snapshot{}, fmt.Errorf("costmeter: no calls in %q", line)
 			}
-			snap.Calls[strings.TrimPrefix(name, "cmdstat_")] = calls
+			cmd := strings.TrimPrefix(name, "cmdstat_")
+			snap.Calls[cmd] = calls
+			failed, _ := field(rest, "failed_calls")
+			rejected, _ := field(rest, "rejected_calls")
+			if failed+rejected > 0 {
+				snap.Failed[cmd] = failed + rejected
+			}
 		case name == "used_cpu_user", name == "used_cpu_sys":
 			v, err := strconv.ParseFloat(rest, 64)
 			if err != nil {

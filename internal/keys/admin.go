@@ -3,7 +3,7 @@ package keys
 import "strings"
 
 // Pools is fleet:pools (set of pool names; derived): the pool registry that
-// lets Sync, DropPool's callers and an operator find every pool without
+// lets Sync, RemovePool's callers and an operator find every pool without
 // scanning the keyspace. Like fleet:queues it is not tagged, so on a cluster
 // it lives in another slot than any pool's keys and no pool script touches
 // it. It can be rebuilt by scanning for fleet:pool:* keys.

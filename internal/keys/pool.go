@@ -11,7 +11,7 @@ func (k Keys) PoolClaimPrefix(name string) string { return k.Pool(name) + ":clai
 
 // PoolIndex holds the derived keys of one pool: indexes and claim owners
 // that fleet adds beyond the documented keys, rebuilt from the pool hash by
-// Pool.Rebuild. They live under fleet:pidx:<name> (tagged:
+// Pool.Sync. They live under fleet:pidx:<name> (tagged:
 // fleet:pidx:{<name>}), a family apart from fleet:pool:<name>:..., so that no
 // derived key can be mistaken for a documented claim key. In the tagged
 // layout each carries the pool's tag, so it shares the pool hash's slot.
