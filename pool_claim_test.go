@@ -211,7 +211,7 @@ func TestPoolPutPrunesBoundedly(t *testing.T) {
 		if n := hlen(); n != 100 {
 			t.Fatalf("%d items after the puts, want 100", n)
 		}
-		time.Sleep(ttl + 100*time.Millisecond) // every item has expired
+		time.Sleep(ttl + 100*time.Millisecond)    // every item has expired
 		for i, want := range []int64{61, 22, 3} { // each put adds one, prunes at most 40
 			if _, err := p.Put(ctx(t), cookie{}, cookieTags{Site: "fresh"}, 0); err != nil {
 				t.Fatal(err)
