@@ -110,3 +110,24 @@ func ExampleRateLimited() {
 	// attempts: 0
 	// attempts: 0
 }
+
+func ExampleSemaphore_Do() {
+	f, done := exampleFleet("semaphore-do")
+	defer done()
+	ctx := context.Background()
+
+	// One browser session of account 42 at a time. Do gives the permit
+	// back when fn returns; with KeepAlive the permit's lease is extended
+	// every Hold/3 while fn runs, and fn's ctx ends (cause ErrLeaseLost)
+	// should the lease no longer be provable.
+	sessions := f.Semaphore("sessions:account-42", 1)
+	err := sessions.Do(ctx, fleet.SemaphoreOptions{Hold: 3 * time.Second, KeepAlive: true},
+		func(ctx context.Context, permit *fleet.Lease) error {
+			fmt.Println("browsing; lease left > 2s:", time.Until(permit.Deadline()) > 2*time.Second)
+			return nil
+		})
+	fmt.Println(err)
+	// Output:
+	// browsing; lease left > 2s: true
+	// <nil>
+}

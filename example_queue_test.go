@@ -122,3 +122,25 @@ func exampleFleetTagged(name string) (*fleet.Fleet, func()) {
 	}
 	return f, func() { f.Close(); redistest.DeletePrefix(url, prefix) }
 }
+
+// Fleet.Queue is a queue by name, for an operator's calls (a dashboard, a
+// command line): the same methods as a typed queue, on raw JSON payloads.
+func ExampleFleet_Queue() {
+	f, done := exampleFleet("by-name")
+	defer done()
+	ctx := context.Background()
+	q := fleet.NewQueue[Harvest](f, "crawl", fleet.QueueOptions{})
+	id, _ := q.Submit(ctx, Harvest{URL: "https://example.com/a"})
+
+	admin := f.Queue("crawl")
+	st, _ := admin.Stats(ctx)
+	rec, _ := admin.Lookup(ctx, id)
+	fmt.Println(st.Pending, rec.Status, string(rec.Payload))
+	fmt.Println(admin.Cancel(ctx, id))
+	_, err := f.Queue("nosuch").Lookup(ctx, id)
+	fmt.Println(errors.Is(err, fleet.ErrNotFound))
+	// Output:
+	// 1 pending {"url":"https://example.com/a","depth":0}
+	// <nil>
+	// true
+}

@@ -53,7 +53,7 @@ func (q *queueCore) Cancel(ctx context.Context, id string) error {
 	shards := q.shardsOf(ctx)
 	execs := make([]rueidis.LuaExec, len(shards))
 	for i, s := range shards {
-		execs[i] = rueidis.LuaExec{Keys: scriptKeys(&s.k, s.k.Result+id), Args: []string{id}}
+		execs[i] = rueidis.LuaExec{Keys: s.keys(s.k.Result + id), Args: []string{id}}
 	}
 	var n int64
 	var err error

@@ -29,8 +29,10 @@ type queueCore struct {
 	f    *Fleet
 	name string
 	k    keys.Queue
-	opts QueueOptions
-	err  error
+	// skeys is k as every queue script takes it (KEYS[1..8], keys).
+	skeys []string
+	opts  QueueOptions
+	err   error
 	// byName: made by Fleet.Queue for an operator's call, not by NewQueue:
 	// Pause and Resume refuse a queue the registry does not know.
 	byName bool
@@ -57,6 +59,7 @@ type queueCore struct {
 // filled in): a bad name or options is kept in err.
 func newQueueCore(f *Fleet, name string, opts QueueOptions) *queueCore {
 	c := &queueCore{f: f, name: name, k: f.keys.Queue(name), look: f.schedLook(name)}
+	c.skeys = scriptKeys(&c.k)
 	c.opts, c.err = opts.withDefaults()
 	if err := keys.Check(keys.KindQueue, name); err != nil {
 		c.err = err
@@ -209,7 +212,8 @@ func (q *queueCore) takesWithAcks(ctx context.Context) bool {
 // late to use their lease (less the margin: held back, a stalled server, a
 // paused process) are handed back uncounted and not returned. When the
 // call ends without a reply (ctx ended, the connection broke), the script
-// may still run, or have run: abandonReserve hands back what it took.
+// may still run, or have run: abandonReserve hands back what it took. With
+// nothing to take it only acks (ackOnly: queue_ack.lua, the same step).
 func (q *queueCore) take(ctx context.Context, req reserveReq) (reserved, error) {
 	res := reserved{nextReady: -1}
 	if !q.top().published.Load() {
@@ -219,20 +223,22 @@ func (q *queueCore) take(ctx context.Context, req reserveReq) (reserved, error) 
 			return res, err
 		}
 	}
+	if req.n == 0 {
+		return q.ackOnly(ctx, req)
+	}
 	prefix := newToken() + "."
 	if req.owner != "" {
 		prefix = req.owner + "/" + prefix
 	}
 	sent := monoNow()
-	look := req.n > 0 && q.look.now(sent) // an ack alone looks at nothing
 	move := "0"
-	if look {
+	if q.look.now(sent) {
 		move = "1000"
 	}
 	ks, args, order := q.reserveArgs(req, prefix, move)
 	reply, err := queueReserveScript.Exec(ctx, q.f.client, ks, args).ToArray()
 	if err != nil {
-		if outcomeUnknown(err) && req.n > 0 {
+		if outcomeUnknown(err) {
 			q.abandonReserve(prefix)
 		}
 		return res, err
@@ -241,12 +247,7 @@ func (q *queueCore) take(ctx context.Context, req reserveReq) (reserved, error) 
 		return res, unexpectedReply("reserve", len(reply))
 	}
 	acked, _ := reply[4].ToString()
-	if len(acked) == len(order) {
-		res.acks = make([]endCode, len(order))
-		for i, j := range order {
-			res.acks[j] = endCode(acked[i] - '0')
-		}
-	}
+	res.acks, _ = ackCodes(acked, order) // nil when the reply has none: unknown
 	if (len(reply)-5)%3 == 1 {
 		// The acks were done, and then the take failed.
 		msg, _ := reply[len(reply)-1].ToString()
@@ -258,6 +259,27 @@ func (q *queueCore) take(ctx context.Context, req reserveReq) (reserved, error) 
 	if (len(reply)-5)%3 != 0 {
 		return res, unexpectedReply("reserve", len(reply))
 	}
+	q.readLook(reply, sent, &res)
+	if len(reply) == 5 {
+		return res, nil
+	}
+	var clock leaseClock
+	clock.prove(sent, q.opts.Lease)
+	if !clock.usable(leaseMargin(q.opts.Lease)) {
+		// The reply came too late: another may get these tasks any moment.
+		// Never hand them out; give them back uncounted if still ours.
+		q.abandonReserve(prefix)
+		return res, nil
+	}
+	res.tasks, err = q.reservations(ctx, reply[5:], sent)
+	return res, err
+}
+
+// readLook reads what a take's reply says of the queue: whether tasks are
+// left pending, and when the next scheduled task is due (recorded in the
+// queue's schedLook, so that the next reserves look at :scheduled only
+// when something may be due).
+func (q *queueCore) readLook(reply []rueidis.RedisMessage, sent int64, res *reserved) {
 	nowStr, _ := reply[0].ToString()
 	now, _ := strconv.ParseInt(nowStr, 10, 64)
 	left, _ := reply[1].AsInt64()
@@ -275,20 +297,16 @@ func (q *queueCore) take(ctx context.Context, req reserveReq) (reserved, error) 
 		}
 		q.look.looked(sent, res.nextReady)
 	}
-	if len(reply) == 5 {
-		return res, nil
-	}
-	var clock leaseClock
-	clock.prove(sent, q.opts.Lease)
-	if !clock.usable(leaseMargin(q.opts.Lease)) {
-		// The reply came too late: another may get these tasks any moment.
-		// Never hand them out; give them back uncounted if still ours.
-		q.abandonReserve(prefix)
-		return res, nil
-	}
-	res.tasks = make([]*reservation, 0, (len(reply)-5)/3)
+}
+
+// reservations makes the reservations of a take's reply (triples of id,
+// token and body), leased from sent. A body that is not a task is poison:
+// it is buried under its very lease, so it never loops; the error is the
+// last burial's when no task is left.
+func (q *queueCore) reservations(ctx context.Context, reply []rueidis.RedisMessage, sent int64) ([]*reservation, error) {
+	rs := make([]*reservation, 0, len(reply)/3)
 	var buryErr error
-	for i := 5; i < len(reply); i += 3 {
+	for i := 0; i+2 < len(reply); i += 3 {
 		r := &reservation{c: q}
 		r.id, _ = reply[i].ToString()
 		r.token, _ = reply[i+1].ToString()
@@ -299,40 +317,58 @@ func (q *queueCore) take(ctx context.Context, req reserveReq) (reserved, error) 
 			err = errors.New("body id changed") // cannot happen: the script read it
 		}
 		if err != nil {
-			// Poison: bury it under this very lease, so it never loops.
 			if berr := r.bury(ctx, err.Error()); berr != nil {
 				buryErr = berr
 			}
 			continue
 		}
 		r.payload, r.attempts, r.dedup, r.unique, r.trace = w.Payload, w.Attempts, w.Dedup, w.UniqueMS, w.Trace
-		res.tasks = append(res.tasks, r)
+		rs = append(rs, r)
 	}
-	if len(res.tasks) == 0 && buryErr != nil {
-		return res, buryErr
+	if len(rs) > 0 {
+		buryErr = nil
 	}
-	return res, nil
+	return rs, buryErr
 }
 
-// reserveArgs spells a take's KEYS and ARGV (queue_reserve.lua): the plain
-// acks first, as triples, then those that keep something, each with its
-// unique and result keys. order maps each ack of the reply to its place in
-// req.acks.
+// ackOnly is take with nothing to take: the acks of req through
+// queue_ack.lua, which runs the reserve's ack step alone.
+func (q *queueCore) ackOnly(ctx context.Context, req reserveReq) (reserved, error) {
+	res := reserved{nextReady: -1}
+	keep, args, order := ackArgs(req.acks, make([]string, 0, 1+3*len(req.acks)))
+	acked, err := queueAckScript.Exec(ctx, q.f.client, q.keys(keep...), args).ToString()
+	if err != nil {
+		return res, err
+	}
+	res.acks, err = ackCodes(acked, order)
+	return res, err
+}
+
+// reserveArgs spells a take's KEYS and ARGV (queue_reserve.lua), its acks
+// as ackArgs spells them.
 func (q *queueCore) reserveArgs(req reserveReq, prefix, move string) (ks, args []string, order []int) {
-	ks = scriptKeys(&q.k, q.k.Call+prefix)
-	args = make([]string, 7, 7+3*len(req.acks))
+	args = make([]string, 6, 7+3*len(req.acks))
 	args[0], args[1], args[2], args[3], args[4], args[5] = strconv.Itoa(req.n), millis(q.opts.Lease), prefix, move, strconv.Itoa(q.opts.DeadMax), boolArg(req.wantLeft)
-	order = make([]int, 0, len(req.acks))
-	plain := 0
-	for i, r := range req.acks {
+	keep, args, order := ackArgs(req.acks, args)
+	return q.keys(append([]string{q.k.Call + prefix}, keep...)...), args, order
+}
+
+// ackArgs appends the ARGV of acks (ack_all in lib_queue.lua) to args: how
+// many plain acks, the plain acks as triples, then those that keep
+// something, whose unique and result keys it returns (keep). order maps
+// each ack of the reply to its place in acks.
+func ackArgs(acks []*reservation, args []string) (keep, _ []string, order []int) {
+	at := len(args)
+	args = append(args, "")
+	order = make([]int, 0, len(acks))
+	for i, r := range acks {
 		if !r.keeps() {
 			args = append(args, r.id, r.token, r.dedup)
 			order = append(order, i)
-			plain++
 		}
 	}
-	args[6] = strconv.Itoa(plain)
-	for i, r := range req.acks {
+	args[at] = strconv.Itoa(len(order))
+	for i, r := range acks {
 		if !r.keeps() {
 			continue
 		}
@@ -345,10 +381,23 @@ func (q *queueCore) reserveArgs(req reserveReq, prefix, move string) (ks, args [
 			result = string(*p)
 		}
 		args = append(args, r.id, r.token, r.dedup, unique, millis(r.c.opts.Retention), result, strconv.Itoa(r.attempts))
-		ks = append(ks, q.k.Unique+r.dedup, q.k.Result+r.id)
+		keep = append(keep, r.c.k.Unique+r.dedup, r.c.k.Result+r.id)
 		order = append(order, i)
 	}
-	return ks, args, order
+	return keep, args, order
+}
+
+// ackCodes reads the acks' codes of a reply, one digit per ack in the
+// order of ackArgs, into the order of the acks.
+func ackCodes(acked string, order []int) ([]endCode, error) {
+	if len(acked) != len(order) {
+		return nil, unexpectedReply("ack", len(acked))
+	}
+	codes := make([]endCode, len(order))
+	for i, j := range order {
+		codes[j] = endCode(acked[i] - '0')
+	}
+	return codes, nil
 }
 
 // abandonReserve hands back, in the background, what the reserve call with
@@ -356,7 +405,7 @@ func (q *queueCore) reserveArgs(req reserveReq, prefix, move string) (ks, args [
 // runs later (queue_abandon.lua), for as long as a lease (after that the
 // sweeper has the tasks anyway); see Fleet.abandon.
 func (q *queueCore) abandonReserve(prefix string) {
-	ks := scriptKeys(&q.k, q.k.Call+prefix)
+	ks := q.keys(q.k.Call + prefix)
 	args := []string{prefix, millis(q.opts.Lease + time.Minute)}
 	q.f.abandon("reserve "+q.name, q.opts.Lease, func(ctx context.Context) error {
 		n, err := queueAbandonScript.Exec(ctx, q.f.client, ks, args).AsInt64()
@@ -369,5 +418,6 @@ func (q *queueCore) abandonReserve(prefix string) {
 
 var (
 	queueReserveScript = newScript("queue_reserve.lua")
+	queueAckScript     = newScript("queue_ack.lua")
 	queueAbandonScript = newScript("queue_abandon.lua")
 )

@@ -13,9 +13,10 @@ import (
 
 // The end of a reservation: a reserved task (reservation, which Task[T]
 // is with its payload), and the one end-of-reservation family that every
-// holder goes through: Ack (the reserve script with nothing to take,
-// queue_core.go), Nack, DeadLetter, Release and Snooze (queue_end.lua),
-// and Extend (queue_extend.lua).
+// holder goes through: Ack (a reserve with nothing to take, queue_core.go:
+// the ack step of queue_reserve.lua, alone in queue_ack.lua), Nack,
+// DeadLetter, Release and Snooze (queue_end.lua), and Extend
+// (queue_extend.lua).
 
 // reservation is a reserved task, untyped: what the holder needs to end
 // it (its shard's core, id, lease token and clock), and what fleet reads
@@ -61,8 +62,9 @@ func (r *reservation) keeps() bool {
 // Ack ends the reservation: the task is done and leaves Redis (its body,
 // its lease and its dedup key; its dedup key stays held for its unique
 // window, SubmitOptions.UniqueFor, and its record for
-// QueueOptions.Retention). An ack is the reserve script with nothing to
-// take (queue_reserve.lua), the one path of every ack. May return
+// QueueOptions.Retention). An ack is a reserve with nothing to take
+// (queueCore.take): the one ack step of the scripts (ack_all), which a
+// worker's acks run in the call that takes their next tasks. May return
 // ErrLeaseLost (the deadline passed and the task was re-queued; nothing
 // changes), ErrUnavailable.
 func (r *reservation) Ack(ctx context.Context) error {
@@ -183,7 +185,7 @@ func (r *reservation) finish(ctx context.Context, mode, cause string, after time
 		cause = ErrCanceled.Error() + ": " + cause
 	}
 	o := q.opts
-	ks := scriptKeys(&q.k)
+	ks := q.keys()
 	args := []string{mode, r.id, r.token, r.dedup, entry, body, strconv.Itoa(attempts),
 		strconv.Itoa(o.MaxAttempts), millis(o.BackoffBase), millis(o.BackoffMax), strconv.Itoa(o.DeadMax),
 		strconv.FormatFloat(rand.Float64(), 'f', 6, 64)}
@@ -248,7 +250,7 @@ func (r *reservation) Extend(ctx context.Context, lease time.Duration) error {
 		return opErr("extend", q.name, fmt.Errorf("%w: lease %v must be > 0", ErrInvalidArgument, lease))
 	}
 	sent := monoNow()
-	res, err := queueExtendScript.Exec(ctx, q.f.client, scriptKeys(&q.k), []string{r.id, r.token, millis(lease)}).AsIntSlice()
+	res, err := queueExtendScript.Exec(ctx, q.f.client, q.keys(), []string{r.id, r.token, millis(lease)}).AsIntSlice()
 	switch {
 	case err != nil:
 	case len(res) != 2:

@@ -39,6 +39,18 @@ func scriptKeys(k *keys.Queue, extra ...string) []string {
 	return append(out, extra...)
 }
 
+// keys returns the keys of q's shard in queueScriptKeys' order, then
+// extra. The eight are spelled once per core (skeys); callers must not
+// change the slice.
+func (q *queueCore) keys(extra ...string) []string {
+	if len(extra) == 0 {
+		return q.skeys
+	}
+	out := make([]string, len(q.skeys), len(q.skeys)+len(extra))
+	copy(out, q.skeys)
+	return append(out, extra...)
+}
+
 // queueKeyBlock is the library blocks that name KEYS[1..8] of a queue
 // script, and their types (for wrong_types).
 func queueKeyBlock() string {

@@ -91,7 +91,7 @@ func (q *queueCore) Lookup(ctx context.Context, id string) (TaskRecord, error) {
 	shards := q.shardsOf(ctx)
 	execs := make([]rueidis.LuaExec, len(shards))
 	for i, s := range shards {
-		execs[i] = rueidis.LuaExec{Keys: scriptKeys(&s.k, s.k.Result+id), Args: []string{id}}
+		execs[i] = rueidis.LuaExec{Keys: s.keys(s.k.Result + id), Args: []string{id}}
 	}
 	var res []string
 	for _, rr := range queueLookupScript.ExecMulti(ctx, q.f.client, execs...) {

@@ -226,7 +226,7 @@ func revived(d DeadLetter) ([]string, bool) {
 // how many moved, and the dead letters left because a live task holds
 // their dedup key (id -> the holder's id).
 func (q *queueCore) requeueDead(ctx context.Context, args []string) (int, map[string]string, error) {
-	res, err := queueDeadRequeueScript.Exec(ctx, q.f.client, scriptKeys(&q.k), args).ToArray()
+	res, err := queueDeadRequeueScript.Exec(ctx, q.f.client, q.keys(), args).ToArray()
 	if err != nil {
 		return 0, nil, err
 	}
@@ -360,7 +360,7 @@ func (q *queueCore) PurgeDead(ctx context.Context) (int64, error) {
 	}
 	var total int64
 	for _, s := range q.shardsOf(ctx) {
-		n, err := queueDeadPurgeScript.Exec(ctx, q.f.client, scriptKeys(&s.k), nil).AsInt64()
+		n, err := queueDeadPurgeScript.Exec(ctx, q.f.client, s.keys(), nil).AsInt64()
 		total += n
 		if err != nil {
 			return total, opErr("purge dead", q.name, err)

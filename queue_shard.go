@@ -58,7 +58,8 @@ func (q *queueCore) sub(i int) *queueCore {
 	}
 	s := &queueCore{f: q.f, name: q.name, k: q.f.keys.QueueShard(q.name, i), opts: q.opts, err: q.err,
 		policy: q.policy, root: q}
-	s.k.Paused = q.k.Paused                                // the queue's one pause flag
+	s.k.Paused = q.k.Paused // the queue's one pause flag
+	s.skeys = scriptKeys(&s.k)
 	s.look = q.f.schedLook(q.name + ":" + strconv.Itoa(i)) // ':' is no queue name's
 	got, _ := q.subs.LoadOrStore(i, s)
 	return got.(*queueCore)

@@ -180,7 +180,7 @@ func (q *queueCore) push(ctx context.Context, id, body string, opts SubmitOption
 		done.call(0, err)
 		return "", err
 	}
-	ks := scriptKeys(&s.k)
+	ks := s.keys()
 	if opts.UniqueFor > 0 {
 		ks = append(ks, s.k.Unique+opts.DedupKey)
 	}

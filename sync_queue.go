@@ -41,7 +41,7 @@ func (s *syncer) queue(ctx context.Context, name string) error {
 
 // queueShard is queue on one shard of a queue.
 func (s *syncer) queueShard(ctx context.Context, q *queueCore) error {
-	ks := scriptKeys(&q.k)
+	ks := q.keys()
 	for _, mode := range []string{"stale", "missing"} {
 		n, err := s.steps(ctx, func(cursor string) rueidis.RedisResult {
 			return syncQueueLeasesScript.Exec(ctx, s.f.client, ks, []string{mode, cursor, strconv.Itoa(syncQueueStep)})
@@ -80,7 +80,7 @@ func (s *syncer) queueShard(ctx context.Context, q *queueCore) error {
 // An entry made after step 1 (by a submit) is never a candidate: no live
 // task's entry is removed because its task was submitted during Sync.
 func (s *syncer) syncDedup(ctx context.Context, q *queueCore) error {
-	k, ks := &q.k, scriptKeys(&q.k)
+	k, ks := &q.k, q.keys()
 	c := s.f.client
 	seed := maphash.MakeSeed()
 	h := func(s string) uint64 { return maphash.String(seed, s) }

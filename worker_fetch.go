@@ -264,6 +264,13 @@ func (p *fetcher[C, O, P]) reserveFor(run context.Context, free int) (got int, f
 		if st.nextReady >= 0 {
 			p.readyAt[i] = time.Now().Add(st.nextReady)
 		}
+		if err == nil && (len(tasks) == 0 || st.drained) {
+			// Known empty before the slots get the tasks: a slot that
+			// finishes at once acks without trying a take (takeNext).
+			p.mu.Lock()
+			p.empty[i] = true
+			p.mu.Unlock()
+		}
 		for _, t := range tasks {
 			b.tasks <- t // never blocks: one buffer place per slot
 		}

@@ -1,9 +1,9 @@
 -- queue_reserve: optionally ack tasks the caller holds, then move the due
 -- scheduled tasks onto the queue and reserve up to N tasks from its head,
 -- in one atomic step (a crash cannot lose a task between the pop and the
--- registration; racing reservers never get the same task). Every ack goes
--- through here: a worker acks the tasks its slots finished and takes their
--- next ones in one call, and Task.Ack is a call with N = 0.
+-- registration; racing reservers never get the same task). A worker acks
+-- the tasks its slots finished and takes their next ones in one call;
+-- queue_ack.lua runs the same ack step (ack_all) alone, for Task.Ack.
 -- A body that is not a JSON object with a non-empty string "id" is
 -- poison: it goes to the dead letters, wrapped as
 -- {"body": <raw body>, "error": <reason>, "dead_at": <unix s>}.
