@@ -58,20 +58,33 @@
 //     an idle pickup waits up to 1.5 s, and a full cycle whose handlers
 //     catch up with the submitters stalls; go-redis's default pool (10 per
 //     GOMAXPROCS) for the client and the server.
-//   - asynq-fast: TaskCheckInterval -asynq-fast-check (1 ms): the pickup
-//     wait goes, for one dequeue script per check while idle (about
-//     2,000 commands a second on an empty queue at 1 ms); PoolSize 2×-c.
+//   - asynq-fast: 5 Servers of -c/5 workers each (-asynq-fast-servers),
+//     TaskCheckInterval 1 ms (-asynq-fast-check), PoolSize 2×-c. A Server
+//     dequeues one task at a time (one script, then a goroutine for it),
+//     so one Server tops out near one task per round trip; several, as
+//     several worker processes would, dequeue in parallel (1 → 5 Servers
+//     took the drain from about 6k/s to 8k/s here, 10 no further). The
+//     1 ms check ends the idle wait, for one dequeue script per Server
+//     per check while the queue is empty (5 Servers at 1 ms: about 10,000
+//     commands a second on an idle queue).
 //   - rmq-readme: StartConsuming(prefetch 2×-c, poll 1 s): the README's
 //     poll duration, and a prefetch limit above the consumer count, as it
-//     advises (its example's 10 would starve 50 consumers); rmq.Open-
-//     Connection's go-redis client (default pool). rmq's fetcher sleeps
+//     advises (its example's 10 would starve 50 consumers); the go-redis
+//     client rmq.OpenConnection makes (default pool). rmq's fetcher sleeps
 //     its poll duration after every batch, not only on an empty queue, so
 //     it moves at most prefetch deliveries per poll: about 100 tasks a
 //     second here, and an idle pickup waits up to a poll.
-//   - rmq-fast: prefetch -rmq-fast-prefetch, poll -rmq-fast-poll, PoolSize
-//     2×-c. A shorter poll polls an empty queue more (two commands per
-//     poll: LLEN of the unacked list, RPOPLPUSH), a bigger prefetch makes
-//     every ack's LREM walk a longer unacked list (rmq acks by value).
+//   - rmq-fast: 10 connections on the queue (-rmq-fast-conns), each with
+//     its own fetcher, unacked list and 1/10 of the consumers and of the
+//     prefetch limit 4×-c (-rmq-fast-prefetch), poll 1 ms (-rmq-fast-poll),
+//     one go-redis client with PoolSize 2×-c. A fetcher moves one
+//     delivery per round trip (RPOPLPUSH), so one connection tops out near
+//     12k/s here; 10 took the drain to about 19k/s (25 and 50, or a poll
+//     of 100 µs or 0, no further). A short poll polls an empty queue more
+//     (two commands per poll and connection: LLEN of the unacked list,
+//     RPOPLPUSH; 10 connections at 1 ms: about 20,000 commands a second
+//     on an idle queue); a bigger prefetch makes each ack's LREM walk a
+//     longer unacked list (rmq acks by value).
 //   - gocraft-readme: a WorkerPool of concurrency -c with the README's
 //     redigo pool (MaxActive 5, MaxIdle 5, Wait: true), shared by the
 //     Enqueuer, the workers and their observers, and its handler form, a
@@ -95,7 +108,9 @@
 //     (HDEL). Its submit is the floor's.
 //
 // fleet ÷ fastest peer divides fleet's rate by the fastest of the six
-// peer settings in the same round. -cpuprofile PREFIX writes a CPU
+// peer settings in the same round. To compare settings of a peer in one
+// run, name variants in -systems: rmq-fast/conns=5/poll=100us/prefetch=400,
+// asynq-fast/servers=2/check=10ms. -cpuprofile PREFIX writes a CPU
 // profile of this process for each fleet and fleet-raw window,
 // PREFIX.<system>.<measure>.r<round>.pprof; go tool pprof merges several.
 package main
@@ -126,9 +141,11 @@ type options struct {
 	cpuprofile         string
 	breakdown          bool
 
-	asynqFastCheck  time.Duration
-	rmqFastPrefetch int
-	rmqFastPoll     time.Duration
+	asynqFastCheck   time.Duration
+	asynqFastServers int
+	rmqFastPrefetch  int
+	rmqFastPoll      time.Duration
+	rmqFastConns     int
 }
 
 // system is one contender and its setting.
@@ -158,6 +175,8 @@ func main() {
 	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of each fleet window to PREFIX.<system>.<measure>.r<round>.pprof")
 	flag.BoolVar(&o.breakdown, "breakdown", true, "list the commands per task of each system and measure")
 	flag.DurationVar(&o.asynqFastCheck, "asynq-fast-check", time.Millisecond, "asynq-fast: TaskCheckInterval")
+	flag.IntVar(&o.asynqFastServers, "asynq-fast-servers", 5, "asynq-fast: Servers sharing the -c handlers")
+	flag.IntVar(&o.rmqFastConns, "rmq-fast-conns", 10, "rmq-fast: connections consuming the queue, sharing the -c consumers and the prefetch")
 	flag.IntVar(&o.rmqFastPrefetch, "rmq-fast-prefetch", 0, "rmq-fast: prefetch limit (0: 4×-c)")
 	flag.DurationVar(&o.rmqFastPoll, "rmq-fast-poll", time.Millisecond, "rmq-fast: poll duration")
 	flag.Parse()
@@ -223,37 +242,71 @@ func main() {
 	report(os.Stdout, o, info, systems, shapes, res)
 }
 
-// pickSystems returns the systems that -systems names, in the table's order.
-func pickSystems(o options) []system {
+// allSystems returns every system, in the table's order, set up by o.
+func allSystems(o options) []system {
 	c2 := func(e env) int { return 2 * e.c }
 	dflt := func(env) int { return 0 }
-	all := []system{
+	return []system{
 		{key: "fleet", title: "fleet", profiled: true, open: openFleet(false)},
 		{key: "fleet-raw", title: "fleet raw", sharesOf: "fleet", profiled: true, open: openFleet(true)},
-		{key: "asynq", title: "asynq", family: "asynq", open: openAsynq(0, dflt)},
-		{key: "asynq-fast", title: "asynq fast", family: "asynq", open: openAsynq(o.asynqFastCheck, c2)},
-		{key: "rmq-readme", title: "rmq README", family: "rmq", open: openRmq(func(w int) int64 { return int64(2 * w) }, time.Second, dflt)},
-		{key: "rmq-fast", title: "rmq fast", family: "rmq", open: openRmq(func(int) int64 { return int64(o.rmqFastPrefetch) }, o.rmqFastPoll, c2)},
+		{key: "asynq", title: "asynq", family: "asynq", open: openAsynq(0, dflt, 1)},
+		{key: "asynq-fast", title: "asynq fast", family: "asynq", open: openAsynq(o.asynqFastCheck, c2, o.asynqFastServers)},
+		{key: "rmq-readme", title: "rmq README", family: "rmq", open: openRmq(func(w int) int64 { return int64(2 * w) }, time.Second, dflt, 1)},
+		{key: "rmq-fast", title: "rmq fast", family: "rmq", open: openRmq(func(int) int64 { return int64(o.rmqFastPrefetch) }, o.rmqFastPoll, c2, o.rmqFastConns)},
 		{key: "gocraft-readme", title: "gocraft README", family: "gocraft", open: openGocraft(true)},
 		{key: "gocraft-fast", title: "gocraft fast", family: "gocraft", open: openGocraft(false)},
 		{key: "floor", title: "floor", open: openFloor(false)},
 		{key: "safe", title: "safe floor", sharesOf: "floor", open: openFloor(true)},
 	}
+}
+
+// pickSystems returns the systems that -systems names, in the table's
+// order. A name may carry settings of its own after slashes, to compare
+// settings of one peer in one run: rmq-fast/conns=5/poll=100us/prefetch=400,
+// asynq-fast/servers=2/check=10ms; such a variant keeps its whole name.
+func pickSystems(o options) []system {
 	if o.systems == "all" {
-		return all
+		return allSystems(o)
 	}
-	want := strings.Split(o.systems, ",")
 	var out []system
-	for _, s := range all {
-		if slices.Contains(want, s.key) {
-			out = append(out, s)
+	for _, name := range strings.Split(o.systems, ",") {
+		parts := strings.Split(name, "/")
+		v := o
+		for _, kv := range parts[1:] {
+			k, val, _ := strings.Cut(kv, "=")
+			var err error
+			switch {
+			case parts[0] == "rmq-fast" && k == "conns":
+				v.rmqFastConns, err = strconv.Atoi(val)
+			case parts[0] == "rmq-fast" && k == "prefetch":
+				v.rmqFastPrefetch, err = strconv.Atoi(val)
+			case parts[0] == "rmq-fast" && k == "poll":
+				v.rmqFastPoll, err = time.ParseDuration(val)
+			case parts[0] == "asynq-fast" && k == "servers":
+				v.asynqFastServers, err = strconv.Atoi(val)
+			case parts[0] == "asynq-fast" && k == "check":
+				v.asynqFastCheck, err = time.ParseDuration(val)
+			default:
+				fatalf("-systems: %q: no setting %q", name, kv)
+			}
+			if err != nil {
+				fatalf("-systems: %q: %v", name, err)
+			}
 		}
-	}
-	for _, k := range want {
-		if !slices.ContainsFunc(all, func(s system) bool { return s.key == k }) {
-			fatalf("-systems: no system %q", k)
+		i := slices.IndexFunc(allSystems(v), func(s system) bool { return s.key == parts[0] })
+		if i < 0 {
+			fatalf("-systems: no system %q", parts[0])
 		}
+		s := allSystems(v)[i]
+		if len(parts) > 1 {
+			s.key, s.title = name, name
+		}
+		out = append(out, s)
 	}
+	order := func(s system) int {
+		return slices.IndexFunc(allSystems(o), func(a system) bool { return a.key == strings.Split(s.key, "/")[0] })
+	}
+	slices.SortStableFunc(out, func(a, b system) int { return order(a) - order(b) })
 	return out
 }
 

@@ -383,14 +383,17 @@ func (t table) goals(p func(string, ...any)) {
 			r, _ := t.fastestPeer(sh, "fleet", "")
 			gs = append(gs, goal{sh + ": fleet ÷ fastest peer setting", r, 2, false})
 		}
-		for _, fam := range []string{"asynq", "gocraft"} {
-			if slices.ContainsFunc(t.systems, func(s system) bool { return s.family == fam }) {
-				r, _ := t.fastestPeer(sh, "fleet", fam)
-				target := 2.0
-				if fam == "asynq" {
-					target = 5
-				}
-				gs = append(gs, goal{sh + ": fleet ÷ " + fam + " (its fastest setting)", r, target, false})
+		for _, fam := range []struct{ name, dflt string }{{"asynq", "asynq"}, {"gocraft", "gocraft-readme"}} {
+			target := 2.0
+			if fam.name == "asynq" {
+				target = 5
+			}
+			if ok(fam.dflt) {
+				gs = append(gs, goal{sh + ": fleet ÷ " + fam.dflt, t.over(sh, "fleet", fam.dflt), target, false})
+			}
+			if slices.ContainsFunc(t.systems, func(s system) bool { return s.family == fam.name && s.key != fam.dflt }) {
+				r, _ := t.fastestPeer(sh, "fleet", fam.name)
+				gs = append(gs, goal{sh + ": fleet ÷ " + fam.name + " at its fastest setting", r, target, false})
 			}
 		}
 		if ok("floor") {
