@@ -164,7 +164,7 @@ func report(w io.Writer, o options, info runInfo, systems []system, shapes []sha
 	t := table{o: o, systems: systems, shapes: shapes, res: res}
 	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
 
-	p("`cd bench && GOWORK=off go run ./cmd/queues %s`\n\n", info.args)
+	p("`%s`\n\n", strings.TrimSpace("cd bench && GOWORK=off go run ./cmd/queues "+info.args))
 	p("redis-server %s on loopback, started by the program; GOMAXPROCS %d; %d rounds, -n %d, -c %d; %s, took %s.  \n",
 		info.version, info.procs, o.rounds, o.n, o.c, info.started.Format("2006-01-02 15:04 MST"), info.took.Round(time.Second))
 	p("Load average (1, 5, 15 min): %s before, %s after; at each round's start: %s.\n\n", info.loadPre, info.loadPost, strings.Join(info.loads, "; "))
@@ -204,10 +204,8 @@ func report(w io.Writer, o options, info runInfo, systems []system, shapes []sha
 					}
 					continue
 				}
-				mark := ""
-				if slices.ContainsFunc(ws, func(w winResult) bool { return w.capped }) {
-					mark, capped = "*", true
-				}
+				mark := capMark(ws)
+				capped = capped || mark != ""
 				p(" %s%s |", fmtRate(median(t.rates(sh.key, s.key))), mark)
 			}
 			fp, who := t.fastestPeer(sh.key, "fleet", "")
@@ -256,15 +254,15 @@ func report(w io.Writer, o options, info runInfo, systems []system, shapes []sha
 						cmds = append(cmds, c)
 					}
 					if row == "p50 / p99" {
-						p(" %s / %s |", fmtLat(latDur(median(p50))), fmtLat(latDur(median(p99))))
+						p(" %s / %s%s |", fmtLat(latDur(median(p50))), fmtLat(latDur(median(p99))), capMark(ws))
 					} else {
-						p(" %.1f |", median(cmds))
+						p(" %.1f%s |", median(cmds), capMark(ws))
 					}
 				}
 				p("\n")
 			}
 		}
-		p("\n\"never\": more than that share of the tasks was not picked up within -cap (%s) of the last submit.\n\n", o.cap)
+		p("\n\"never\": more than that share of the tasks was not picked up within -cap (%s) of the last submit (such a window is marked *).\n\n", o.cap)
 	}
 
 	// The server's side.
@@ -291,11 +289,11 @@ func report(w io.Writer, o options, info runInfo, systems []system, shapes []sha
 				c, n := w.perTask()
 				cpu, cmds, share = append(cpu, c), append(cmds, n), append(share, w.cpuShare())
 			}
-			p(" %.1f µs · %.2f · %.0f%% |", median(cpu), median(cmds), 100*median(share))
+			p(" %.1f µs · %.2f · %.0f%%%s |", median(cpu), median(cmds), 100*median(share), capMark(ws))
 		}
 		p("\n")
 	}
-	p("\n")
+	p("\n\\* a window cut short at -cap: every command and CPU µs of the window over the tasks done by then (the submits of those left over included).\n\n")
 
 	t.goals(p)
 
@@ -340,6 +338,14 @@ func report(w io.Writer, o options, info runInfo, systems []system, shapes []sha
 		}
 		p("\n")
 	}
+}
+
+// capMark is "*" when a round's window was cut short at -cap.
+func capMark(ws []winResult) string {
+	if slices.ContainsFunc(ws, func(w winResult) bool { return w.capped }) {
+		return "*"
+	}
+	return ""
 }
 
 // latVal turns a latency into a float for medians: never is +Inf.
