@@ -98,7 +98,9 @@
 //     fleet's: RPUSH to submit, a reserve script LPOP+ZADD+HSET, an ack
 //     script ZREM+HDEL, sleeping 100 µs on an empty queue; for idle@R one
 //     goroutine reserving for -c handlers, asleep on the invalidation of
-//     the list (LLEN read through DoCache). These are the root package's
+//     the list (LLEN read through DoCache), one reserve at a time while
+//     tasks come one at a time and up to -c at once (pipelined) on a
+//     backlog. These are the root package's
 //     cost benchmarks' floor and scripts (cost_queue_bench_test.go).
 //   - safe: the "safe floor" of the same file, the floor with the Redis
 //     work of fleet's guarantees and nothing else: the reserve also checks
