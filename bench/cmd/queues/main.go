@@ -8,7 +8,7 @@
 // the ratios, the server's CPU and commands per task, and the goals of
 // issue #22 checked.
 //
-//	cd bench && GOWORK=off go run ./cmd/queues                        # the whole table, ~10 min
+//	cd bench && GOWORK=off go run ./cmd/queues                        # the whole table, ~9 min
 //	cd bench && GOWORK=off go run ./cmd/queues -systems fleet,fleet-raw,floor,safe -shapes drain,cycle
 //
 // # Measures
@@ -79,8 +79,8 @@
 //     prefetch limit 4×-c (-rmq-fast-prefetch), poll 1 ms (-rmq-fast-poll),
 //     one go-redis client with PoolSize 2×-c. A fetcher moves one
 //     delivery per round trip (RPOPLPUSH), so one connection tops out near
-//     12k/s here; 10 took the drain to about 19k/s (25 and 50, or a poll
-//     of 100 µs or 0, no further). A short poll polls an empty queue more
+//     12k/s here; 10 took the drain to 19–27k/s (25 and 50, or a poll of
+//     100 µs or 0, no further). A short poll polls an empty queue more
 //     (two commands per poll and connection: LLEN of the unacked list,
 //     RPOPLPUSH; 10 connections at 1 ms: about 20,000 commands a second
 //     on an idle queue); a bigger prefetch makes each ack's LREM walk a
@@ -100,8 +100,8 @@
 //     goroutine reserving for -c handlers, asleep on the invalidation of
 //     the list (LLEN read through DoCache), one reserve at a time while
 //     tasks come one at a time and up to -c at once (pipelined) on a
-//     backlog. These are the root package's
-//     cost benchmarks' floor and scripts (cost_queue_bench_test.go).
+//     backlog. These are the root package's cost benchmarks' floor and
+//     scripts (cost_queue_bench_test.go).
 //   - safe: the "safe floor" of the same file, the floor with the Redis
 //     work of fleet's guarantees and nothing else: the reserve also checks
 //     the call's tombstone (EXISTS), reads the server's clock (TIME) and
