@@ -1,0 +1,2 @@
+// Package fleetsql is fleet's transactional outbox.
+package fleetsql

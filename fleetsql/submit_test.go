@@ -1,0 +1,224 @@
+package fleetsql_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fleet-go/fleet"
+	"github.com/fleet-go/fleet/fleetsql"
+)
+
+// forEach runs body as a parallel subtest per dialect.
+func forEach(t *testing.T, body func(t *testing.T, d fleetsql.Dialect)) {
+	for _, d := range dialects {
+		t.Run(d.String(), func(t *testing.T) {
+			t.Parallel()
+			body(t, d)
+		})
+	}
+}
+
+// A rolled-back transaction makes no task; a committed one makes exactly
+// one, with the row's id in its dedup key.
+func TestSubmitRollbackCommit(t *testing.T) {
+	forEach(t, func(t *testing.T, d fleetsql.Dialect) {
+		o, db, _ := newOutbox(t, d)
+		f, _ := openFleet(t, sharedRedis(t).URL())
+		q := fleet.NewQueue[Job](f, jobs, fleet.QueueOptions{})
+		ctx := context.Background()
+
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fleetsql.Submit(ctx, tx, o, q, Job{N: 1}, fleet.SubmitOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Rollback(); err != nil {
+			t.Fatal(err)
+		}
+		st, err := o.RelayOnce(ctx, f, fleetsql.RelayOptions{})
+		if err != nil || st != (fleetsql.RelayStats{}) {
+			t.Fatalf("relay after a rollback: %+v, %v", st, err)
+		}
+
+		tx, err = db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, err := fleetsql.Submit(ctx, tx, o, q, Job{N: 0}, fleet.SubmitOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Not committed yet: the relay sees nothing.
+		if st, err := o.RelayOnce(ctx, f, fleetsql.RelayOptions{}); err != nil || st.Taken != 0 {
+			t.Fatalf("relay before the commit: %+v, %v", st, err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		st, err = o.RelayOnce(ctx, f, fleetsql.RelayOptions{})
+		if err != nil || st != (fleetsql.RelayStats{Taken: 1, Relayed: 1}) {
+			t.Fatalf("relay after the commit: %+v, %v", st, err)
+		}
+		l := newLedger()
+		l.drain(t, q, 300*time.Millisecond)
+		l.exactlyOnce(t, 1)
+		if got, want := l.keys[0], fleetsql.KeyPrefix+id; got != want {
+			t.Errorf("dedup key %q, want %q", got, want)
+		}
+		assertEmpty(t, db, o, q)
+	})
+}
+
+// The relay wakes on the commit's NOTIFY on PostgreSQL: with the safety
+// poll an hour away, a committed row still reaches a worker at once.
+func TestRelayWakesOnNotify(t *testing.T) {
+	o, db, _ := newOutbox(t, fleetsql.PostgreSQL)
+	f, _ := openFleet(t, sharedRedis(t).URL())
+	q := fleet.NewQueue[Job](f, jobs, fleet.QueueOptions{})
+	runRelay(t, o, f, fleetsql.RelayOptions{SafetyPoll: time.Hour})
+	ctx := context.Background()
+	time.Sleep(200 * time.Millisecond) // the relay's first look and LISTEN
+	for n := range 5 {
+		start := time.Now()
+		submitRows(t, db, o, q, n, n+1, 1)
+		ts, err := q.Reserve(ctx, 1, 10*time.Second)
+		if err != nil || len(ts) != 1 {
+			t.Fatalf("row %d: no task within 10s (%v)", n, err)
+		}
+		if ts[0].Payload.N != n {
+			t.Fatalf("got task %d, want %d", ts[0].Payload.N, n)
+		}
+		if err := ts[0].Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if el := time.Since(start); el > 3*time.Second {
+			t.Fatalf("row %d took %v from commit to reserve: the relay did not wake on NOTIFY", n, el)
+		}
+	}
+	waitFor(t, 5*time.Second, "an empty outbox", func() bool { return count(t, db, o, o.Table()) == 0 })
+	assertEmpty(t, db, o, q)
+}
+
+// The relay on MySQL polls: a row committed to an idle outbox reaches the
+// queue within PollMax.
+func TestRelayPollsMySQL(t *testing.T) {
+	o, db, _ := newOutbox(t, fleetsql.MySQL)
+	f, _ := openFleet(t, sharedRedis(t).URL())
+	q := fleet.NewQueue[Job](f, jobs, fleet.QueueOptions{})
+	runRelay(t, o, f, fleetsql.RelayOptions{PollMax: 200 * time.Millisecond})
+	time.Sleep(time.Second) // idle: the backoff reaches PollMax
+	submitRows(t, db, o, q, 0, 3, 3)
+	l := newLedger()
+	waitFor(t, 10*time.Second, "3 tasks", func() bool { l.drain(t, q, 100*time.Millisecond); return l.total() == 3 })
+	l.exactlyOnce(t, 3)
+	waitFor(t, 5*time.Second, "an empty outbox", func() bool { return count(t, db, o, o.Table()) == 0 })
+	assertEmpty(t, db, o, q)
+}
+
+// Submit's options reach the task: NotBefore delays it, a DedupKey makes
+// rows with the same key one task.
+func TestSubmitOptions(t *testing.T) {
+	forEach(t, func(t *testing.T, d fleetsql.Dialect) {
+		o, db, _ := newOutbox(t, d)
+		f, _ := openFleet(t, sharedRedis(t).URL())
+		q := fleet.NewQueue[Job](f, jobs, fleet.QueueOptions{})
+		ctx := context.Background()
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		later := time.Now().Add(time.Hour)
+		for _, s := range []struct {
+			n    int
+			opts fleet.SubmitOptions
+		}{
+			{0, fleet.SubmitOptions{NotBefore: later}},
+			{1, fleet.SubmitOptions{DedupKey: "order-7"}},
+			{2, fleet.SubmitOptions{DedupKey: "order-7", UniqueFor: 48 * time.Hour}},
+			{3, fleet.SubmitOptions{DedupKey: "order-8", ShardKey: "order-8"}},
+		} {
+			if _, err := fleetsql.Submit(ctx, tx, o, q, Job{N: s.n}, s.opts); err != nil {
+				t.Fatalf("row %d: %v", s.n, err)
+			}
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		st, err := o.RelayOnce(ctx, f, fleetsql.RelayOptions{Concurrency: 1})
+		if err != nil || st != (fleetsql.RelayStats{Taken: 4, Relayed: 3, Duplicates: 1}) {
+			t.Fatalf("relay: %+v, %v", st, err)
+		}
+		qs, err := q.Stats(ctx)
+		if err != nil || qs.Scheduled != 1 || qs.Pending != 2 {
+			t.Fatalf("queue: %+v, %v (want 1 scheduled, 2 pending)", qs, err)
+		}
+		sched, err := f.ScheduledTasks(ctx, jobs, 0, 10)
+		if err != nil || len(sched) != 1 || sched[0].ReadyAt.Sub(later).Abs() > time.Second {
+			t.Fatalf("scheduled: %+v, %v (want one ready at %v)", sched, err, later)
+		}
+		l := newLedger()
+		l.drain(t, q, 200*time.Millisecond)
+		if l.seen[1] != 1 || l.seen[3] != 1 || l.total() != 2 || l.keys[1] != "order-7" {
+			t.Fatalf("tasks %v keys %v: want rows 1 and 3, row 1 under order-7", l.seen, l.keys)
+		}
+		if n := count(t, db, o, o.Table()); n != 0 {
+			t.Fatalf("%d rows left", n)
+		}
+	})
+}
+
+// A payload that fails the queue's rules fails Submit and writes nothing:
+// the caller's transaction goes on.
+func TestSubmitInvalidPayload(t *testing.T) {
+	forEach(t, func(t *testing.T, d fleetsql.Dialect) {
+		o, db, _ := newOutbox(t, d)
+		f, _ := openFleet(t, sharedRedis(t).URL())
+		q := fleet.NewQueue[Job](f, jobs, fleet.QueueOptions{MaxPayloadBytes: 50})
+		ctx := context.Background()
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		for _, c := range []struct {
+			p    Job
+			opts fleet.SubmitOptions
+			want error
+		}{
+			{Job{N: -1}, fleet.SubmitOptions{}, fleet.ErrInvalidPayload},
+			{Job{Note: strings.Repeat("x", 21)}, fleet.SubmitOptions{}, fleet.ErrInvalidPayload},
+			{Job{Note: strings.Repeat("é", 20)}, fleet.SubmitOptions{}, fleet.ErrPayloadTooLarge},
+			{Job{}, fleet.SubmitOptions{UniqueFor: time.Hour}, fleet.ErrInvalidArgument},
+			{Job{}, fleet.SubmitOptions{UniqueFor: -1}, fleet.ErrInvalidArgument},
+			{Job{}, fleet.SubmitOptions{DedupKey: "a\nb"}, fleet.ErrInvalidArgument},
+			{Job{}, fleet.SubmitOptions{DedupKey: strings.Repeat("k", 513)}, fleet.ErrInvalidArgument},
+			{Job{}, fleet.SubmitOptions{ShardKey: "s"}, fleet.ErrInvalidArgument},
+		} {
+			if _, err := fleetsql.Submit(ctx, tx, o, q, c.p, c.opts); !errors.Is(err, c.want) {
+				t.Errorf("Submit(%+v, %+v) = %v, want %v", c.p, c.opts, err, c.want)
+			}
+		}
+		bad := fleet.NewQueue[Job](f, "bad{name}", fleet.QueueOptions{})
+		if _, err := fleetsql.Submit(ctx, tx, o, bad, Job{}, fleet.SubmitOptions{}); !errors.Is(err, fleet.ErrInvalidName) {
+			t.Errorf("Submit to a bad queue name = %v, want ErrInvalidName", err)
+		}
+		if _, err := fleetsql.Submit(ctx, nil, o, q, Job{}, fleet.SubmitOptions{}); !errors.Is(err, fleet.ErrInvalidArgument) {
+			t.Errorf("Submit without a tx = %v, want ErrInvalidArgument", err)
+		}
+		// The transaction is untouched: a good row still goes in.
+		if _, err := fleetsql.Submit(ctx, tx, o, q, Job{N: 0}, fleet.SubmitOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		if n := count(t, db, o, o.Table()); n != 1 {
+			t.Fatalf("%d rows, want the one good row", n)
+		}
+	})
+}
