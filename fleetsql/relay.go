@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -447,12 +446,22 @@ func (r *relay) delete(ctx context.Context, tx *sql.Tx, ids []string) error {
 		_, err := tx.ExecContext(ctx, `DELETE FROM `+r.o.qTable+` WHERE id = ANY($1::text[]::uuid[])`, ids)
 		return err
 	}
-	args := make([]any, len(ids))
-	for i, id := range ids {
-		args[i] = id
+	// One statement per row on InnoDB: a DELETE ... WHERE id IN (...) is a
+	// range scan, which locks the record after each id too (another
+	// relay's), and two relays then deadlock (tested:
+	// TestConcurrentRelayProcesses). By the primary key, a DELETE locks
+	// only its row, which this transaction holds already.
+	st, err := tx.PrepareContext(ctx, `DELETE FROM `+r.o.qTable+` WHERE id = ?`)
+	if err != nil {
+		return err
 	}
-	_, err := tx.ExecContext(ctx, `DELETE FROM `+r.o.qTable+` WHERE id IN (?`+strings.Repeat(", ?", len(ids)-1)+`)`, args...)
-	return err
+	defer st.Close()
+	for _, id := range ids {
+		if _, err := st.ExecContext(ctx, id); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // submitAll submits rows, Concurrency at a time. After a submit that
