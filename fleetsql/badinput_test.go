@@ -49,8 +49,8 @@ func TestRelayDeadRows(t *testing.T) {
 		}
 		l := newLedger()
 		l.drain(t, q, 200*time.Millisecond)
-		if l.total() != 2 || l.seen[0] != 1 || l.seen[2] != 1 {
-			t.Fatalf("tasks %v, want rows 0 and 2", l.seen)
+		if l.total() != 2 || l.tasks(0) != 1 || l.tasks(2) != 1 {
+			t.Fatalf("tasks %v, want rows 0 and 2", l.ids)
 		}
 		if n := count(t, db, o, o.Table()); n != 0 {
 			t.Fatalf("%d rows left in the outbox", n)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -247,17 +248,19 @@ func count(tb testing.TB, db *sql.DB, o *fleetsql.Outbox, table string) int {
 	return n
 }
 
-// ledger counts the tasks taken from a queue, by Job.N, with the dedup key
-// each carried.
+// ledger counts the tasks taken from a queue by Job.N: the distinct task
+// ids each N had (a redelivery keeps its id; a second task for a row
+// would have another), and the dedup key each carried.
 type ledger struct {
 	mu   sync.Mutex
-	seen map[int]int
+	ids  map[int]map[string]bool
 	keys map[int]string
 }
 
-func newLedger() *ledger { return &ledger{seen: map[int]int{}, keys: map[int]string{}} }
+func newLedger() *ledger { return &ledger{ids: map[int]map[string]bool{}, keys: map[int]string{}} }
 
 // drain reserves and acks q's tasks into l until no task came for quiet.
+// Redis errors (a fault test's) are retried, and do not count as quiet.
 func (l *ledger) drain(tb testing.TB, q *fleet.Queue[Job], quiet time.Duration) {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -266,15 +269,27 @@ func (l *ledger) drain(tb testing.TB, q *fleet.Queue[Job], quiet time.Duration) 
 	for time.Since(last) < quiet {
 		ts, err := q.Reserve(ctx, 100, 50*time.Millisecond)
 		if err != nil {
-			tb.Fatalf("reserve: %v", err)
+			if ctx.Err() != nil {
+				tb.Fatalf("reserve: %v", err)
+			}
+			time.Sleep(50 * time.Millisecond)
+			last = time.Now()
+			continue
 		}
 		if len(ts) > 0 {
 			last = time.Now()
 		}
 		for _, t := range ts {
 			l.add(t)
-			if err := t.Ack(ctx); err != nil {
-				tb.Fatalf("ack: %v", err)
+			for {
+				err := t.Ack(ctx)
+				if err == nil || errors.Is(err, fleet.ErrLeaseLost) {
+					break
+				}
+				if ctx.Err() != nil {
+					tb.Fatalf("ack: %v", err)
+				}
+				time.Sleep(50 * time.Millisecond)
 			}
 		}
 	}
@@ -287,46 +302,77 @@ func (l *ledger) add(t *fleet.Task[Job]) {
 	_ = json.Unmarshal([]byte(t.Body()), &b)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.seen[t.Payload.N]++
+	if l.ids[t.Payload.N] == nil {
+		l.ids[t.Payload.N] = map[string]bool{}
+	}
+	l.ids[t.Payload.N][t.ID] = true
 	l.keys[t.Payload.N] = b.Dedup
 }
 
+// total returns how many distinct tasks l saw.
 func (l *ledger) total() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	n := 0
-	for _, c := range l.seen {
-		n += c
+	for _, ids := range l.ids {
+		n += len(ids)
 	}
 	return n
 }
 
-// exactlyOnce fails tb unless every n in [0, rows) was taken once, and
-// nothing else was.
+// tasks returns how many distinct tasks row n made.
+func (l *ledger) tasks(n int) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.ids[n])
+}
+
+// exactlyOnce fails tb unless every n in [0, rows) made one task, and
+// nothing else made any.
 func (l *ledger) exactlyOnce(tb testing.TB, rows int) {
+	tb.Helper()
+	all := make([]int, rows)
+	for n := range all {
+		all[n] = n
+	}
+	l.check(tb, all, nil)
+}
+
+// check fails tb unless every row of committed made exactly one task,
+// every row of maybe (a commit that failed: it may have happened) at most
+// one, and no other row any.
+func (l *ledger) check(tb testing.TB, committed, maybe []int) {
 	tb.Helper()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var missing, doubled, stray []int
-	for n := range rows {
-		switch c := l.seen[n]; {
+	known := map[int]bool{}
+	for _, n := range committed {
+		known[n] = true
+		switch c := len(l.ids[n]); {
 		case c == 0:
 			missing = append(missing, n)
 		case c > 1:
 			doubled = append(doubled, n)
 		}
-		if c := l.keys[n]; c != "" && !strings.HasPrefix(c, fleetsql.KeyPrefix) {
-			tb.Errorf("task of row %d has dedup key %q, not %s<row id>", n, c, fleetsql.KeyPrefix)
+	}
+	for _, n := range maybe {
+		known[n] = true
+		if len(l.ids[n]) > 1 {
+			doubled = append(doubled, n)
 		}
 	}
-	for n := range l.seen {
-		if n < 0 || n >= rows {
+	for n := range l.ids {
+		if !known[n] {
 			stray = append(stray, n)
+		}
+		if k := l.keys[n]; k != "" && !strings.HasPrefix(k, fleetsql.KeyPrefix) {
+			tb.Errorf("task of row %d has dedup key %q, not %s<row id>", n, k, fleetsql.KeyPrefix)
 		}
 	}
 	if len(missing)+len(doubled)+len(stray) > 0 {
-		tb.Fatalf("of %d rows: %d missing (%v), %d doubled (%v), %d stray (%v)", rows,
-			len(missing), head(missing), len(doubled), head(doubled), len(stray), head(stray))
+		tb.Fatalf("of %d committed rows (and %d that may have committed): %d missing (%v), %d doubled (%v), %d stray (%v)",
+			len(committed), len(maybe), len(missing), head(missing), len(doubled), head(doubled), len(stray), head(stray))
 	}
 }
 

@@ -47,12 +47,13 @@ func helperMain(mode string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	fmt.Fprintln(os.Stderr, `{"msg":"ready"}`) // SIGTERM is ours to handle from here on
 	if at := os.Getenv(hKillAt); at != "" {
 		after, _ := strconv.Atoi(os.Getenv(hKillAfter))
 		after = max(after, 1)
 		var mu sync.Mutex
 		seen := 0
-		fleetsql.SetStepHook(func(step string) {
+		fleetsql.SetStepHook(func(_ *fleetsql.Outbox, step string) {
 			if step != at {
 				return
 			}
@@ -108,6 +109,7 @@ type helper struct {
 	mu     sync.Mutex
 	stderr bytes.Buffer
 	sums   map[string]int // relayed, duplicates, dead: summed over the logged batches
+	ready  chan struct{}  // closed when the process handles SIGTERM
 }
 
 // startHelper starts a relay process on dsn and redis (prefix) with the
@@ -117,7 +119,7 @@ func startHelper(tb testing.TB, d fleetsql.Dialect, dsn, redis, prefix string, e
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), helperEnv+"=relay", hDialect+"="+d.String(), hDSN+"="+dsn, hRedis+"="+redis, hPrefix+"="+prefix)
 	cmd.Env = append(cmd.Env, env...)
-	h := &helper{cmd: cmd, done: make(chan struct{}), sums: map[string]int{}}
+	h := &helper{cmd: cmd, done: make(chan struct{}), ready: make(chan struct{}), sums: map[string]int{}}
 	pipe, err := cmd.StderrPipe()
 	if err != nil {
 		tb.Fatal(err)
@@ -131,6 +133,13 @@ func startHelper(tb testing.TB, d fleetsql.Dialect, dsn, redis, prefix string, e
 		_ = cmd.Wait()
 	}()
 	tb.Cleanup(func() { h.stop(tb) })
+	select {
+	case <-h.ready:
+	case <-h.done:
+		tb.Fatalf("relay process ended before it was ready: %v\n%s", cmd.ProcessState, h.log())
+	case <-time.After(time.Minute):
+		tb.Fatalf("relay process not ready after a minute:\n%s", h.log())
+	}
 	return h
 }
 
@@ -143,6 +152,9 @@ func (h *helper) read(r io.Reader) {
 		h.stderr.Write(line)
 		h.stderr.WriteByte('\n')
 		var m map[string]any
+		if json.Unmarshal(line, &m) == nil && m["msg"] == "ready" {
+			close(h.ready)
+		}
 		if json.Unmarshal(line, &m) == nil && m["msg"] == "fleetsql: relayed" {
 			for _, k := range []string{"relayed", "duplicates", "dead"} {
 				if v, ok := m[k].(float64); ok {

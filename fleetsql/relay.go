@@ -152,11 +152,11 @@ type RelayStats struct {
 // stepHook, when set (by tests), is called at each step of a batch:
 // "selected", "submit" (after each answered submit), "submitted",
 // "deleted" (before the commit) and "committed".
-var stepHook func(step string)
+var stepHook atomic.Pointer[func(o *Outbox, step string)]
 
-func step(name string) {
-	if stepHook != nil {
-		stepHook(name)
+func (r *relay) step(name string) {
+	if h := stepHook.Load(); h != nil {
+		(*h)(r.o, name)
 	}
 }
 
@@ -367,11 +367,11 @@ func (r *relay) once(ctx context.Context, probe bool) (RelayStats, error) {
 	if len(rows) == 0 {
 		return st, o.tableErr("relay: commit", tx.Commit())
 	}
-	step("selected")
+	r.step("selected")
 	sctx, scancel := context.WithDeadline(ctx, start.Add(r.opts.BatchTimeout*3/4))
 	outs := r.submitAll(sctx, rows)
 	scancel()
-	step("submitted")
+	r.step("submitted")
 	var done []string
 	var firstErr error
 	var deadRows []int
@@ -408,11 +408,11 @@ func (r *relay) once(ctx context.Context, probe bool) (RelayStats, error) {
 			return RelayStats{Taken: st.Taken, Kept: st.Taken}, o.tableErr("relay: delete", err)
 		}
 	}
-	step("deleted")
+	r.step("deleted")
 	if err := tx.Commit(); err != nil {
 		return RelayStats{Taken: st.Taken, Kept: st.Taken}, o.tableErr("relay: commit", err)
 	}
-	step("committed")
+	r.step("committed")
 	for _, i := range deadRows {
 		r.log.Warn("fleetsql: row moved to the dead rows", "id", rows[i].id, "queue", rows[i].queue, "reason", outs[i].err)
 	}
@@ -478,7 +478,7 @@ func (r *relay) submitAll(ctx context.Context, rows []row) []outcome {
 		if outs[i].kind == kept {
 			stopped.Store(true)
 		}
-		step("submit")
+		r.step("submit")
 	}
 	if r.opts.Concurrency == 1 || len(rows) == 1 {
 		for i := range rows {

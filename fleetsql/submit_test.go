@@ -163,8 +163,8 @@ func TestSubmitOptions(t *testing.T) {
 		}
 		l := newLedger()
 		l.drain(t, q, 200*time.Millisecond)
-		if l.seen[1] != 1 || l.seen[3] != 1 || l.total() != 2 || l.keys[1] != "order-7" {
-			t.Fatalf("tasks %v keys %v: want rows 1 and 3, row 1 under order-7", l.seen, l.keys)
+		if l.tasks(1) != 1 || l.tasks(3) != 1 || l.total() != 2 || l.keys[1] != "order-7" {
+			t.Fatalf("tasks %v keys %v: want rows 1 and 3, row 1 under order-7", l.ids, l.keys)
 		}
 		if n := count(t, db, o, o.Table()); n != 0 {
 			t.Fatalf("%d rows left", n)
