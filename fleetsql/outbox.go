@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -60,6 +62,9 @@ func (d Dialect) String() string {
 // DefaultTable is Options.Table's default.
 const DefaultTable = "fleet_outbox"
 
+// DefaultNotifyInterval is Options.NotifyInterval's default.
+const DefaultNotifyInterval = time.Millisecond
+
 // maxTable bounds a table name, so that its dead-row table's name (plus
 // "_dead") stays within PostgreSQL's 63-byte identifiers.
 const maxTable = 58
@@ -75,6 +80,16 @@ type Options struct {
 	// Dialect is the database's SQL. Defaults to DetectDialect: found from
 	// the driver of the *sql.DB given to New.
 	Dialect Dialect
+	// NotifyInterval (PostgreSQL) spaces the notifications of Submit: it
+	// calls pg_notify at most once per NotifyInterval per Outbox, and a
+	// Submit that skips it relies on the wake of the transaction that did
+	// notify, or on the relay's next look (see RelayOptions.PollMin). Every
+	// notifying transaction takes PostgreSQL's global NOTIFY lock through
+	// its commit, so that notifying each one serializes the commits of
+	// concurrent writers and halves their throughput (bench/cmd/outbox);
+	// one notification a millisecond keeps both the throughput and a
+	// latency of a millisecond or two. Defaults to DefaultNotifyInterval.
+	NotifyInterval time.Duration
 }
 
 // Outbox is an outbox table in one database: Submit writes tasks into it
@@ -91,7 +106,10 @@ type Outbox struct {
 	channel string // PostgreSQL NOTIFY channel: the table's name
 	listen  bool   // the driver is pgx's: the relay can LISTEN
 
-	insert string // Submit's statement
+	insert       string       // Submit's statement
+	insertNotify string       // ... with pg_notify (PostgreSQL)
+	every        int64        // NotifyInterval in nanoseconds
+	notified     atomic.Int64 // when Submit last notified, unix nanoseconds
 }
 
 // New returns the Outbox of db described by opts. It does not touch the
@@ -105,10 +123,16 @@ func New(db *sql.DB, opts Options) (*Outbox, error) {
 	if opts.Table == "" {
 		opts.Table = DefaultTable
 	}
+	if opts.NotifyInterval < 0 {
+		return nil, fmt.Errorf("fleetsql: new: %w: Options.NotifyInterval %v is negative", fleet.ErrInvalidArgument, opts.NotifyInterval)
+	}
+	if opts.NotifyInterval == 0 {
+		opts.NotifyInterval = DefaultNotifyInterval
+	}
 	if err := checkTable(opts.Table); err != nil {
 		return nil, fmt.Errorf("fleetsql: new: %w", err)
 	}
-	o := &Outbox{db: db, dialect: opts.Dialect, table: opts.Table, dead: opts.Table + "_dead", channel: opts.Table}
+	o := &Outbox{db: db, dialect: opts.Dialect, table: opts.Table, dead: opts.Table + "_dead", channel: opts.Table, every: int64(opts.NotifyInterval)}
 	drv := driverDialect(db)
 	if o.dialect == DetectDialect {
 		o.dialect = drv
@@ -123,11 +147,23 @@ func New(db *sql.DB, opts Options) (*Outbox, error) {
 	o.listen = o.dialect == PostgreSQL && drv == PostgreSQL
 	o.qTable, o.qDead = o.quote(o.table), o.quote(o.dead)
 	if o.dialect == PostgreSQL {
-		o.insert = `WITH r AS (INSERT INTO ` + o.qTable + ` (id, queue, payload, dedup_key, unique_ms, not_before_ms) VALUES ($1, $2, $3, $4, $5, $6) RETURNING 1) SELECT pg_notify($7, '') FROM r`
+		o.insert = `INSERT INTO ` + o.qTable + ` (id, queue, payload, dedup_key, unique_ms, not_before_ms) VALUES ($1, $2, $3, $4, $5, $6)`
+		o.insertNotify = `WITH r AS (INSERT INTO ` + o.qTable + ` (id, queue, payload, dedup_key, unique_ms, not_before_ms) VALUES ($1, $2, $3, $4, $5, $6) RETURNING 1) SELECT pg_notify($7, '') FROM r`
 	} else {
 		o.insert = `INSERT INTO ` + o.qTable + ` (id, queue, payload, dedup_key, unique_ms, not_before_ms) VALUES (?, ?, ?, ?, ?, ?)`
 	}
 	return o, nil
+}
+
+// notify reports whether this Submit is to notify (PostgreSQL): the first
+// in each NotifyInterval.
+func (o *Outbox) notify() bool {
+	if o.dialect != PostgreSQL {
+		return false
+	}
+	now := time.Now().UnixNano()
+	last := o.notified.Load()
+	return now-last >= o.every && o.notified.CompareAndSwap(last, now)
 }
 
 // Dialect returns the outbox's dialect (never DetectDialect).

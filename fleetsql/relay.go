@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -72,18 +74,23 @@ type RelayOptions struct {
 	// Concurrency is how many submits of a batch are in flight at once.
 	// Defaults to DefaultConcurrency.
 	Concurrency int
-	// SafetyPoll is how often a PostgreSQL relay that listens looks at
-	// the table unasked, for rows whose notification it missed (rows left
-	// by a relay that died, or committed while its connection was being
-	// replaced: it also looks each time it listens again). Defaults to
+	// SafetyPoll caps the wait of a PostgreSQL relay that listens between
+	// two looks at the table unasked: after a batch that found rows it
+	// looks again after PollMin, and each empty look doubles the wait, up
+	// to SafetyPoll. The looks find the rows whose Submit skipped
+	// pg_notify (Options.NotifyInterval) and committed after the batch
+	// that the notifying transaction woke, rows left by a relay that died,
+	// and rows committed while the relay's connection was being replaced
+	// (it also looks each time it listens again). An idle relay looks once
+	// per SafetyPoll; a notification wakes it at once. Defaults to
 	// DefaultSafetyPoll.
 	SafetyPoll time.Duration
 	// PollMin and PollMax bound the polling of a relay that cannot listen
 	// (MySQL, or PostgreSQL through another driver than pgx's): after a
 	// batch that found rows it looks again after PollMin, and each empty
 	// look doubles the wait, up to PollMax. So a row committed to an idle
-	// outbox waits up to PollMax. Default to DefaultPollMin and
-	// DefaultPollMax.
+	// outbox waits up to PollMax. A listening relay starts its looks at
+	// PollMin too. Default to DefaultPollMin and DefaultPollMax.
 	PollMin, PollMax time.Duration
 	// RetryMax caps the backoff after a failed batch (Redis or the
 	// database down), which starts at 50ms and doubles. Defaults to
@@ -169,8 +176,9 @@ type relay struct {
 
 	txOpts *sql.TxOptions
 	probe  string // any row at all? (no lock)
-	take   string // lock a batch
+	take   string // lock a batch (PostgreSQL: and delete it)
 	dead   string // copy one row to the dead-row table
+	back   string // PostgreSQL: put a taken row back
 }
 
 func (o *Outbox) newRelay(f *fleet.Fleet, opts RelayOptions) (*relay, error) {
@@ -185,9 +193,16 @@ func (o *Outbox) newRelay(f *fleet.Fleet, opts RelayOptions) (*relay, error) {
 	cols := `queue, payload, dedup_key, unique_ms, not_before_ms`
 	r.probe = `SELECT 1 FROM ` + o.qTable + ` LIMIT 1`
 	if o.dialect == PostgreSQL {
-		r.take = `SELECT id::text, ` + cols + ` FROM ` + o.qTable + ` ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`
-		r.dead = `INSERT INTO ` + o.qDead + ` (id, ` + cols + `, created_at, reason) SELECT id, ` + cols + `, created_at, $2 FROM ` + o.qTable +
-			` WHERE id = $1::uuid ON CONFLICT (id) DO UPDATE SET reason = EXCLUDED.reason, dead_at = now()`
+		// The rows are deleted as they are taken (locked: SKIP LOCKED keeps
+		// other relays off them), and the delete counts only at the commit,
+		// after the submits: one statement fewer than SELECT then DELETE. A
+		// row whose submit was not answered is put back in the same
+		// transaction.
+		r.take = `DELETE FROM ` + o.qTable + ` WHERE id IN (SELECT id FROM ` + o.qTable + ` ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED)` +
+			` RETURNING id::text, ` + cols + `, created_at`
+		r.dead = `INSERT INTO ` + o.qDead + ` (id, ` + cols + `, created_at, reason) VALUES ($1::uuid, $2, $3, $4, $5, $6, $7, $8)` +
+			` ON CONFLICT (id) DO UPDATE SET reason = EXCLUDED.reason, dead_at = now()`
+		r.back = `INSERT INTO ` + o.qTable + ` (id, ` + cols + `, created_at) VALUES ($1::uuid, $2, $3, $4, $5, $6, $7)`
 	} else {
 		// READ COMMITTED: a locking read then takes no gap locks, which
 		// would hold up the application's inserts.
@@ -282,18 +297,25 @@ func (o *Outbox) Relay(ctx context.Context, f *fleet.Fleet, opts RelayOptions) e
 		if st.Taken > 0 {
 			r.log.Debug("fleetsql: relayed", "taken", st.Taken, "relayed", st.Relayed, "duplicates", st.Duplicates, "dead", st.Dead)
 		}
+		// After a batch that found rows, look again soon (PollMin), and
+		// back off while the looks find nothing: up to PollMax when polling,
+		// up to SafetyPoll when listening. A listening relay needs the
+		// looks too: a transaction whose Submit skipped pg_notify
+		// (NotifyInterval) may commit after the batch that the notifying
+		// one woke.
 		switch {
 		case st.Taken == r.opts.Batch: // more may wait
-			probe = false
+			probe, poll = false, r.opts.PollMin
 			t.Reset(0)
-		case o.listen:
-			probe = true
-			t.Reset(r.opts.SafetyPoll)
 		case st.Taken > 0:
 			probe, poll = false, r.opts.PollMin
 			t.Reset(poll)
 		default:
-			probe, poll = true, min(2*poll, r.opts.PollMax)
+			cap := r.opts.PollMax
+			if o.listen {
+				cap = r.opts.SafetyPoll
+			}
+			probe, poll = true, min(2*poll, cap)
 			t.Reset(poll)
 		}
 	}
@@ -317,6 +339,13 @@ type row struct {
 	dedup              sql.NullString
 	uniqueMS           int64
 	notBefore          sql.NullInt64
+	created            any // PostgreSQL: created_at, to write back
+}
+
+// values returns the row's columns in the order of relay.dead and
+// relay.back (PostgreSQL).
+func (w row) values() []any {
+	return []any{w.id, w.queue, w.payload, w.dedup, w.uniqueMS, w.notBefore, w.created}
 }
 
 type outcomeKind int
@@ -372,7 +401,8 @@ func (r *relay) once(ctx context.Context, probe bool) (RelayStats, error) {
 	outs := r.submitAll(sctx, rows)
 	scancel()
 	r.step("submitted")
-	var done []string
+	pg := o.dialect == PostgreSQL
+	var done []string // MySQL: rows to delete
 	var firstErr error
 	var deadRows []int
 	for i, oc := range outs {
@@ -383,11 +413,9 @@ func (r *relay) once(ctx context.Context, probe bool) (RelayStats, error) {
 			st.Duplicates++
 		case dead:
 			reason := truncate(oc.err.Error(), 2000)
-			var args []any
-			if o.dialect == PostgreSQL {
-				args = []any{rows[i].id, reason}
-			} else {
-				args = []any{reason, rows[i].id}
+			args := []any{reason, rows[i].id}
+			if pg {
+				args = append(rows[i].values(), reason)
 			}
 			if _, err := tx.ExecContext(dbctx, r.dead, args...); err != nil {
 				return RelayStats{Taken: st.Taken, Kept: st.Taken}, o.tableErr("relay: move a dead row", err)
@@ -399,11 +427,16 @@ func (r *relay) once(ctx context.Context, probe bool) (RelayStats, error) {
 			if firstErr == nil {
 				firstErr = oc.err
 			}
+			if pg {
+				if _, err := tx.ExecContext(dbctx, r.back, rows[i].values()...); err != nil {
+					return RelayStats{Taken: st.Taken, Kept: st.Taken}, o.tableErr("relay: put a row back", err)
+				}
+			}
 			continue
 		}
 		done = append(done, rows[i].id)
 	}
-	if len(done) > 0 {
+	if !pg && len(done) > 0 {
 		if err := r.delete(dbctx, tx, done); err != nil {
 			return RelayStats{Taken: st.Taken, Kept: st.Taken}, o.tableErr("relay: delete", err)
 		}
@@ -422,7 +455,8 @@ func (r *relay) once(ctx context.Context, probe bool) (RelayStats, error) {
 	return st, nil
 }
 
-// lock takes a batch of rows, locked until the transaction ends.
+// lock takes a batch of rows, locked until the transaction ends, in id
+// order.
 func (r *relay) lock(ctx context.Context, tx *sql.Tx) ([]row, error) {
 	rs, err := tx.QueryContext(ctx, r.take, r.opts.Batch)
 	if err != nil {
@@ -432,20 +466,25 @@ func (r *relay) lock(ctx context.Context, tx *sql.Tx) ([]row, error) {
 	var out []row
 	for rs.Next() {
 		var w row
-		if err := rs.Scan(&w.id, &w.queue, &w.payload, &w.dedup, &w.uniqueMS, &w.notBefore); err != nil {
+		dst := []any{&w.id, &w.queue, &w.payload, &w.dedup, &w.uniqueMS, &w.notBefore}
+		if r.o.dialect == PostgreSQL {
+			dst = append(dst, &w.created)
+		}
+		if err := rs.Scan(dst...); err != nil {
 			return nil, err
 		}
 		out = append(out, w)
 	}
-	return out, rs.Err()
+	if err := rs.Err(); err != nil {
+		return nil, err
+	}
+	slices.SortFunc(out, func(a, b row) int { return strings.Compare(a.id, b.id) }) // RETURNING keeps no order
+	return out, nil
 }
 
-// delete removes the rows ids in tx.
+// delete removes the rows ids in tx (MySQL: on PostgreSQL, taking them
+// deleted them).
 func (r *relay) delete(ctx context.Context, tx *sql.Tx, ids []string) error {
-	if r.o.dialect == PostgreSQL {
-		_, err := tx.ExecContext(ctx, `DELETE FROM `+r.o.qTable+` WHERE id = ANY($1::text[]::uuid[])`, ids)
-		return err
-	}
 	// One statement per row on InnoDB: a DELETE ... WHERE id IN (...) is a
 	// range scan, which locks the record after each id too (another
 	// relay's), and two relays then deadlock (tested:

@@ -29,8 +29,8 @@ const KeyPrefix = "fleetsql:"
 // bad payload fails here with fleet.ErrInvalidPayload or
 // fleet.ErrPayloadTooLarge and nothing is written: the caller decides
 // whether its transaction goes on. On PostgreSQL the same statement calls
-// pg_notify, which the server delivers to the relays only at commit (and
-// never after a rollback).
+// pg_notify (at most once per Options.NotifyInterval), which the server
+// delivers to the relays only at commit, and never after a rollback.
 //
 // opts are Queue.SubmitWith's:
 //   - NotBefore delays the task: the relay submits the row at once and the
@@ -78,11 +78,11 @@ func Submit[T any](ctx context.Context, tx *sql.Tx, o *Outbox, q *fleet.Queue[T]
 	if !opts.NotBefore.IsZero() {
 		notBefore = opts.NotBefore.UnixMilli()
 	}
-	args := []any{id, q.Name(), string(raw), dedup, opts.UniqueFor.Milliseconds(), notBefore}
-	if o.dialect == PostgreSQL {
-		args = append(args, o.channel)
+	stmt, args := o.insert, []any{id, q.Name(), string(raw), dedup, opts.UniqueFor.Milliseconds(), notBefore}
+	if o.notify() {
+		stmt, args = o.insertNotify, append(args, o.channel)
 	}
-	if _, err := tx.ExecContext(ctx, o.insert, args...); err != nil {
+	if _, err := tx.ExecContext(ctx, stmt, args...); err != nil {
 		return "", o.tableErr(op, err)
 	}
 	return id, nil

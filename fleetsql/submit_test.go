@@ -2,6 +2,7 @@ package fleetsql_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"strings"
 	"testing"
@@ -221,4 +222,57 @@ func TestSubmitInvalidPayload(t *testing.T) {
 			t.Fatalf("%d rows, want the one good row", n)
 		}
 	})
+}
+
+// A Submit that skipped pg_notify (Options.NotifyInterval) in a
+// transaction that commits after the notifying one's batch ran is found by
+// the relay's looks that follow every batch, though the safety poll is an
+// hour away.
+func TestRelayFindsUnnotifiedRows(t *testing.T) {
+	db, _ := testDB(t, fleetsql.PostgreSQL)
+	o, err := fleetsql.New(db, fleetsql.Options{NotifyInterval: time.Hour}) // only the first Submit notifies
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := o.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f, _ := openFleet(t, sharedRedis(t).URL())
+	q := fleet.NewQueue[Job](f, jobs, fleet.QueueOptions{})
+	runRelay(t, o, f, fleetsql.RelayOptions{SafetyPoll: time.Hour})
+	time.Sleep(200 * time.Millisecond) // the relay listens
+	tx1, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx2, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, tx := range []*sql.Tx{tx1, tx2} {
+		if _, err := fleetsql.Submit(ctx, tx, o, q, Job{N: i}, fleet.SubmitOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx1.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	ts, err := q.Reserve(ctx, 1, 5*time.Second)
+	if err != nil || len(ts) != 1 || ts[0].Payload.N != 0 {
+		t.Fatalf("the notified row: %v, %v", ts, err)
+	}
+	time.Sleep(300 * time.Millisecond) // the relay's looks back off
+	start := time.Now()
+	if err := tx2.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	ts, err = q.Reserve(ctx, 1, 10*time.Second)
+	if err != nil || len(ts) != 1 || ts[0].Payload.N != 1 {
+		t.Fatalf("the row that did not notify: %v, %v", ts, err)
+	}
+	if el := time.Since(start); el > 3*time.Second {
+		t.Errorf("the row that did not notify took %v", el)
+	}
+	t.Logf("the row that did not notify, committed 300ms after the other's batch, reached the queue %v after its commit", time.Since(start).Round(time.Millisecond))
 }
