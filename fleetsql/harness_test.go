@@ -114,13 +114,19 @@ func withDB(tb testing.TB, d fleetsql.Dialect, admin, name string) string {
 		cfg.DBName = name
 		return cfg.FormatDSN()
 	}
+	if _, err := url.Parse(admin); err != nil {
+		tb.Fatalf("%s: %v", envPostgres, err)
+	}
+	return withDBURL(admin, name)
+}
+
+// withDBURL returns a pgx connection string pointed at database name.
+func withDBURL(admin, name string) string {
 	if strings.HasPrefix(admin, "postgres://") || strings.HasPrefix(admin, "postgresql://") {
-		u, err := url.Parse(admin)
-		if err != nil {
-			tb.Fatalf("%s: %v", envPostgres, err)
+		if u, err := url.Parse(admin); err == nil {
+			u.Path = "/" + name
+			return u.String()
 		}
-		u.Path = "/" + name
-		return u.String()
 	}
 	return admin + " dbname=" + name // keyword/value: the last one wins
 }
