@@ -191,3 +191,32 @@ func TestBadOptions(t *testing.T) {
 		t.Errorf("Relay(nil Fleet) = %v", err)
 	}
 }
+
+// A relay whose Fleet was closed under it returns nil at its next submit,
+// leaving the row for another relay.
+func TestRelayFleetClosed(t *testing.T) {
+	o, db, _ := newOutbox(t, fleetsql.PostgreSQL)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	f, err := fleet.Open(ctx, fleet.Options{URL: sharedRedis(t).URL(), Prefix: "fsql-closed-" + o.Table() + ":"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := fleet.NewQueue[Job](f, jobs, fleet.QueueOptions{})
+	done := make(chan error, 1)
+	go func() { done <- o.Relay(ctx, f, fleetsql.RelayOptions{}) }()
+	time.Sleep(100 * time.Millisecond)
+	f.Close()
+	submitRows(t, db, o, q, 0, 1, 1)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Relay after Close: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("Relay still running after its Fleet closed and a row came")
+	}
+	if n := count(t, db, o, o.Table()); n != 1 {
+		t.Fatalf("%d rows, want the one row left for another relay", n)
+	}
+}

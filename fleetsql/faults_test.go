@@ -192,8 +192,8 @@ func (s *logSums) sum(k string) (sum, warns int) {
 // in the middle of a batch, after its submits and before its DELETE. The
 // relay backs off and listens again; the batch's rows are submitted again
 // (duplicates); nothing is lost or doubled. A row committed after the
-// restarts reaches the queue through NOTIFY (the safety poll is an hour
-// away). Not parallel: it sets the package's step hook.
+// restarts reaches the queue through NOTIFY (the relay's own looks are a
+// minute apart). Not parallel: it sets the package's step hook.
 func TestPostgresRestarted(t *testing.T) {
 	pg := startPG(t)
 	db, err := sql.Open("pgx", pg.URL())
@@ -211,7 +211,10 @@ func TestPostgresRestarted(t *testing.T) {
 	f, _ := openFleet(t, sharedRedis(t).URL())
 	q := fleet.NewQueue[Job](f, jobs, fleet.QueueOptions{})
 	var logs logSums
-	runRelay(t, o, f, fleetsql.RelayOptions{SafetyPoll: time.Hour, RetryMax: 200 * time.Millisecond, Logger: logs.logger()})
+	// Looks a minute apart, the safety poll an hour: only notifications,
+	// and the look at each LISTEN, find rows in time.
+	runRelay(t, o, f, fleetsql.RelayOptions{PollMin: time.Minute, PollMax: time.Minute, SafetyPoll: time.Hour,
+		RetryMax: 200 * time.Millisecond, Logger: logs.logger()})
 	l, stop := startConsumer(t, q)
 	w := startWriter(t, db, o, q)
 	waitFor(t, time.Minute, "100 rows", func() bool { return w.count() >= 100 })

@@ -75,13 +75,14 @@ func TestSubmitRollbackCommit(t *testing.T) {
 	})
 }
 
-// The relay wakes on the commit's NOTIFY on PostgreSQL: with the safety
-// poll an hour away, a committed row still reaches a worker at once.
+// The relay wakes on the commit's NOTIFY on PostgreSQL: with its looks
+// after a batch a minute away and the safety poll an hour away, a
+// committed row still reaches a worker at once.
 func TestRelayWakesOnNotify(t *testing.T) {
 	o, db, _ := newOutbox(t, fleetsql.PostgreSQL)
 	f, _ := openFleet(t, sharedRedis(t).URL())
 	q := fleet.NewQueue[Job](f, jobs, fleet.QueueOptions{})
-	runRelay(t, o, f, fleetsql.RelayOptions{SafetyPoll: time.Hour})
+	runRelay(t, o, f, fleetsql.RelayOptions{PollMin: time.Minute, PollMax: time.Minute, SafetyPoll: time.Hour})
 	ctx := context.Background()
 	time.Sleep(200 * time.Millisecond) // the relay's first look and LISTEN
 	for n := range 5 {
