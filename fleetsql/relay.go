@@ -175,7 +175,7 @@ type relay struct {
 	log  *slog.Logger
 
 	txOpts *sql.TxOptions
-	probe  string // any row at all? (no lock)
+	probe  string // any row that no relay holds?
 	take   string // lock a batch (PostgreSQL: and delete it)
 	dead   string // copy one row to the dead-row table
 	back   string // PostgreSQL: put a taken row back
@@ -191,7 +191,9 @@ func (o *Outbox) newRelay(f *fleet.Fleet, opts RelayOptions) (*relay, error) {
 	}
 	r := &relay{o: o, f: f, opts: opts, log: opts.Logger.With("table", o.table)}
 	cols := `queue, payload, dedup_key, unique_ms, not_before_ms`
-	r.probe = `SELECT 1 FROM ` + o.qTable + ` LIMIT 1`
+	// A look for a row that no relay holds, outside a transaction (the
+	// lock ends with the statement).
+	r.probe = `SELECT 1 FROM ` + o.qTable + ` LIMIT 1 FOR UPDATE SKIP LOCKED`
 	if o.dialect == PostgreSQL {
 		// The rows are deleted as they are taken (locked: SKIP LOCKED keeps
 		// other relays off them), and the delete counts only at the commit,
@@ -244,19 +246,21 @@ func (o *Outbox) newRelay(f *fleet.Fleet, opts RelayOptions) (*relay, error) {
 // listens again after a lost connection. Otherwise it polls with a
 // bounded backoff (PollMin to PollMax).
 //
-// Cancel ctx before closing f; a relay that sees fleet.ErrClosed returns
-// nil. May return fleet.ErrInvalidArgument for bad options, and ErrNoTable
-// when the tables are missing.
+// When ctx ends in the middle of a batch, the relay still deletes the
+// rows it submitted and commits, so it returns within BatchTimeout. Cancel
+// ctx before closing f; a relay that sees fleet.ErrClosed returns nil.
+// May return fleet.ErrInvalidArgument for bad options, and ErrNoTable when
+// the tables are missing (a database that does not answer at the start is
+// retried as later).
 func (o *Outbox) Relay(ctx context.Context, f *fleet.Fleet, opts RelayOptions) error {
 	r, err := o.newRelay(f, opts)
 	if err != nil {
 		return fmt.Errorf("fleetsql: relay: %w", err)
 	}
-	if err := o.check(ctx); err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
+	if err := o.check(ctx); errors.Is(err, ErrNoTable) {
 		return err
+	} else if err != nil && ctx.Err() == nil {
+		r.log.Warn("fleetsql: relay cannot reach the database yet; retrying", "error", err)
 	}
 	lctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -308,7 +312,9 @@ func (o *Outbox) Relay(ctx context.Context, f *fleet.Fleet, opts RelayOptions) e
 			probe, poll = false, r.opts.PollMin
 			t.Reset(0)
 		case st.Taken > 0:
-			probe, poll = false, r.opts.PollMin
+			// Polling, the next look likely finds rows: no probe. Listening,
+			// it looks for stragglers: probe.
+			probe, poll = o.listen, r.opts.PollMin
 			t.Reset(poll)
 		default:
 			cap := r.opts.PollMax
