@@ -96,8 +96,9 @@ type RelayOptions struct {
 	// database down), which starts at 50ms and doubles. Defaults to
 	// DefaultRetryMax.
 	RetryMax time.Duration
-	// Logger receives failed batches, dead rows and lost LISTEN
-	// connections (Warn) and counts (Debug). Defaults to silent.
+	// Logger receives whether the relay listens or polls (Info, at its
+	// start), failed batches, dead rows and lost LISTEN connections (Warn),
+	// and counts (Debug). Defaults to silent.
 	Logger *slog.Logger
 }
 
@@ -268,6 +269,11 @@ func (o *Outbox) Relay(ctx context.Context, f *fleet.Fleet, opts RelayOptions) e
 		stop()
 		wg.Wait()
 	}()
+	if o.listen {
+		r.log.Info("fleetsql: relay listens", "channel", o.channel, "safety_poll", r.opts.SafetyPoll)
+	} else {
+		r.log.Info("fleetsql: relay polls (no LISTEN on this database)", "dialect", o.dialect.String(), "poll_min", r.opts.PollMin, "poll_max", r.opts.PollMax)
+	}
 	var wake chan struct{} // nil: never ready
 	if o.listen {
 		wake = make(chan struct{}, 1)
