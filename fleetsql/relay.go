@@ -243,12 +243,14 @@ func (o *Outbox) newRelay(f *fleet.Fleet, opts RelayOptions) (*relay, error) {
 //
 // On PostgreSQL through pgx's stdlib driver the relay holds one
 // connection of the pool to LISTEN on the channel that Submit notifies,
-// so it wakes at each commit and does not poll (but for SafetyPoll); it
-// listens again after a lost connection. Otherwise it polls with a
-// bounded backoff (PollMin to PollMax).
+// so it wakes at each commit; on its own it looks only after a batch
+// (from PollMin, backing off to SafetyPoll), and listens again after a
+// lost connection. Otherwise it polls with a bounded backoff (PollMin to
+// PollMax).
 //
-// When ctx ends in the middle of a batch, the relay still deletes the
-// rows it submitted and commits, so it returns within BatchTimeout. Cancel
+// When ctx ends in the middle of a batch, the relay still ends the batch
+// (the rows it submitted are deleted, the others kept) and commits, so it
+// returns within BatchTimeout. Cancel
 // ctx before closing f; a relay that sees fleet.ErrClosed returns nil.
 // May return fleet.ErrInvalidArgument for bad options, and ErrNoTable when
 // the tables are missing (a database that does not answer at the start is
@@ -323,11 +325,11 @@ func (o *Outbox) Relay(ctx context.Context, f *fleet.Fleet, opts RelayOptions) e
 			probe, poll = o.listen, r.opts.PollMin
 			t.Reset(poll)
 		default:
-			cap := r.opts.PollMax
+			most := r.opts.PollMax
 			if o.listen {
-				cap = r.opts.SafetyPoll
+				most = r.opts.SafetyPoll
 			}
-			probe, poll = true, min(2*poll, cap)
+			probe, poll = true, min(2*poll, most)
 			t.Reset(poll)
 		}
 	}
