@@ -363,3 +363,67 @@ func TestRedisCut(t *testing.T) {
 		}
 	})
 }
+
+// A Redis that answers nothing (a frozen connection) holds a batch's rows
+// locked for at most BatchTimeout: its submits end at three quarters of it
+// whatever SubmitTimeout says, the batch commits, and another relay could
+// take the rows. Once Redis answers, each row makes one task.
+func TestRedisStallBounded(t *testing.T) {
+	forEach(t, func(t *testing.T, d fleetsql.Dialect) {
+		const rows = 5
+		o, db, _ := newOutbox(t, d)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		srv, err := fleettest.StartServer(ctx, fleettest.Config{})
+		if err != nil {
+			t.Fatalf("redis-server: %v (apt-get install -y redis-server)", err)
+		}
+		t.Cleanup(srv.Stop)
+		p, err := fleettest.StartProxy(srv.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.Close)
+		direct, prefix := openFleet(t, srv.URL())
+		q := fleet.NewQueue[Job](direct, jobs, fleet.QueueOptions{})
+		rf, err := fleet.Open(ctx, fleet.Options{URL: p.URL(), Prefix: prefix})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { rf.Close() })
+		fleet.NewQueue[Job](rf, jobs, fleet.QueueOptions{})
+		submitRows(t, db, o, q, 0, rows, rows)
+		free := func() int { // rows no transaction holds
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback()
+			rs, err := tx.QueryContext(ctx, "SELECT id FROM "+quoted(o, o.Table())+" FOR UPDATE SKIP LOCKED")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rs.Close()
+			n := 0
+			for rs.Next() {
+				n++
+			}
+			return n
+		}
+		p.Freeze()
+		const batch = 2 * time.Second
+		runRelay(t, o, rf, fleetsql.RelayOptions{BatchTimeout: batch, SubmitTimeout: time.Minute, RetryMax: 5 * time.Second})
+		waitFor(t, 10*time.Second, "the relay to take the rows", func() bool { return free() == 0 })
+		taken := time.Now()
+		waitFor(t, 10*time.Second, "the rows to come free", func() bool { return free() == rows })
+		if held := time.Since(taken); held > batch+time.Second {
+			t.Errorf("a frozen Redis kept the rows locked %v, past BatchTimeout %v", held, batch)
+		}
+		p.Thaw()
+		waitFor(t, time.Minute, "an empty outbox", func() bool { return countOr(db, o, -1) == 0 })
+		l := newLedger()
+		l.drain(t, q, 300*time.Millisecond)
+		l.exactlyOnce(t, rows)
+		assertEmpty(t, db, o, q)
+	})
+}
