@@ -77,6 +77,7 @@ type config struct {
 	riverWorkers   int
 	redisURL       string
 	skipThroughput bool
+	rounds         int
 }
 
 func main() {
@@ -93,6 +94,7 @@ func main() {
 	flag.DurationVar(&c.riverCooldown, "river-cooldown", 0, "River's FetchCooldown (0: River's default, 100ms)")
 	flag.DurationVar(&c.riverPoll, "river-poll", 0, "River's FetchPollInterval (0: River's default, 1s)")
 	flag.IntVar(&c.riverWorkers, "river-workers", 100, "River's MaxWorkers (each fetch takes at most this many jobs)")
+	flag.IntVar(&c.rounds, "rounds", 3, "rounds of each run, alternating which system goes first")
 	flag.BoolVar(&c.skipThroughput, "latency-only", false, "skip the throughput runs")
 	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
@@ -120,21 +122,61 @@ func run(ctx context.Context, c config) error {
 	}
 	fmt.Printf("PostgreSQL %s, fleet outbox vs River %s InsertTx; %d transactions from %d goroutines; commit to start over %d transactions %v apart\n",
 		pgVersion, "v0.51.2", c.n, c.goroutines, c.latency, c.gap)
+	// Rounds alternate which system goes first, and the medians are what
+	// to compare: the machine's load moves from one run to the next.
+	var tput [2][]float64
+	var p50s, p99s [2][]time.Duration
+	settle := func() { // let earlier runs' writes settle (a checkpoint, dropped databases)
+		_ = withAdmin(ctx, c.admin, func(db *sql.DB) error { _, err := db.ExecContext(ctx, "CHECKPOINT"); return err })
+		time.Sleep(time.Second)
+	}
+	for round := range c.rounds {
+		order := []int{0, 1}
+		if round%2 == 1 {
+			order = []int{1, 0}
+		}
+		fmt.Printf("-- round %d\n", round+1)
+		for _, sys := range order {
+			if c.skipThroughput {
+				break
+			}
+			settle()
+			rate, err := [2]func(context.Context, config) (float64, error){fleetThroughput, riverThroughput}[sys](ctx, c)
+			if err != nil {
+				return fmt.Errorf("%s throughput: %w", names[sys], err)
+			}
+			tput[sys] = append(tput[sys], rate)
+		}
+		for _, sys := range order {
+			settle()
+			p50, p99, err := [2]func(context.Context, config) (time.Duration, time.Duration, error){fleetLatency, riverLatency}[sys](ctx, c)
+			if err != nil {
+				return fmt.Errorf("%s latency: %w", names[sys], err)
+			}
+			p50s[sys], p99s[sys] = append(p50s[sys], p50), append(p99s[sys], p99)
+		}
+	}
+	fmt.Printf("-- medians of %d rounds\n", c.rounds)
+	for sys := range 2 {
+		if !c.skipThroughput {
+			fmt.Printf("%-13s %8.0f tx/s   ", names[sys], median(tput[sys]))
+		} else {
+			fmt.Printf("%-13s ", names[sys])
+		}
+		fmt.Printf("commit to start p50 %v, p99 %v\n", median(p50s[sys]), median(p99s[sys]))
+	}
 	if !c.skipThroughput {
-		if err := fleetThroughput(ctx, c); err != nil {
-			return fmt.Errorf("fleet throughput: %w", err)
-		}
-		if err := riverThroughput(ctx, c); err != nil {
-			return fmt.Errorf("river throughput: %w", err)
-		}
-	}
-	if err := fleetLatency(ctx, c); err != nil {
-		return fmt.Errorf("fleet latency: %w", err)
-	}
-	if err := riverLatency(ctx, c); err != nil {
-		return fmt.Errorf("river latency: %w", err)
+		fmt.Printf("fleet/River throughput: %.2fx\n", median(tput[0])/median(tput[1]))
 	}
 	return nil
+}
+
+var names = [2]string{"fleet outbox", "River"}
+
+func median[T float64 | time.Duration](xs []T) T {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
 
 func withAdmin(ctx context.Context, admin string, fn func(*sql.DB) error) error {
@@ -174,12 +216,13 @@ func throwawayDB(ctx context.Context, admin, what string) (string, func(), error
 // fleetSetup opens a throwaway database with a counting tracer, its
 // migrated outbox, and a Fleet with the queue.
 type fleetSetup struct {
-	db    *sql.DB
-	ob    *fleetsql.Outbox
-	f     *fleet.Fleet
-	q     *fleet.Queue[tiny]
-	count *counter
-	close func()
+	db     *sql.DB
+	ob     *fleetsql.Outbox
+	f      *fleet.Fleet
+	q      *fleet.Queue[tiny]
+	count  *counter
+	prefix string
+	close  func()
 }
 
 func openFleet(ctx context.Context, c config, what string, conns int) (*fleetSetup, error) {
@@ -201,7 +244,8 @@ func openFleet(ctx context.Context, c config, what string, conns int) (*fleetSet
 		err = s.ob.Migrate(ctx)
 	}
 	if err == nil {
-		s.f, err = fleet.Open(ctx, fleet.Options{URL: c.redisURL, Prefix: fmt.Sprintf("bench-outbox-%s-%d:", what, os.Getpid())})
+		s.prefix = fmt.Sprintf("bench-outbox-%s-%d-%d:", what, os.Getpid(), dbSeq.Add(1))
+		s.f, err = fleet.Open(ctx, fleet.Options{URL: c.redisURL, Prefix: s.prefix})
 	}
 	if err != nil {
 		s.db.Close()
@@ -210,11 +254,31 @@ func openFleet(ctx context.Context, c config, what string, conns int) (*fleetSet
 	}
 	s.q = fleet.NewQueue[tiny](s.f, "bench", fleet.QueueOptions{})
 	s.close = func() {
+		deletePrefix(s.f, s.prefix)
 		s.f.Close()
 		s.db.Close()
 		drop()
 	}
 	return s, nil
+}
+
+// deletePrefix deletes the keys a run left under prefix.
+func deletePrefix(f *fleet.Fleet, prefix string) {
+	c := f.Client()
+	ctx := context.Background()
+	var cursor uint64
+	for {
+		e, err := c.Do(ctx, c.B().Scan().Cursor(cursor).Match(prefix+"*").Count(1000).Build()).AsScanEntry()
+		if err != nil {
+			return
+		}
+		if len(e.Elements) > 0 {
+			_ = c.Do(ctx, c.B().Del().Key(e.Elements...).Build()).Error()
+		}
+		if cursor = e.Cursor; cursor == 0 {
+			return
+		}
+	}
 }
 
 func (s *fleetSetup) submit(ctx context.Context, n int, before func()) error {
@@ -258,23 +322,24 @@ func spread(n, g int, fn func(i int) error) (time.Duration, error) {
 	return time.Since(start), <-errs
 }
 
-func fleetThroughput(ctx context.Context, c config) error {
+func fleetThroughput(ctx context.Context, c config) (float64, error) {
 	s, err := openFleet(ctx, c, "tput", c.goroutines+5)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer s.close()
 	if err := s.submit(ctx, -1, nil); err != nil { // warm the pool's first connection and the statement
-		return err
+		return 0, err
 	}
 	base := s.count.n.Load()
 	el, err := spread(c.n, c.goroutines, func(i int) error { return s.submit(ctx, i, nil) })
 	if err != nil {
-		return err
+		return 0, err
 	}
 	q := s.count.n.Load() - base
+	rate := float64(c.n) / el.Seconds()
 	fmt.Printf("fleet outbox  Submit in a tx:   %8.0f tx/s  (%d in %v)  %.2f statements/task (BEGIN, INSERT (+pg_notify at most once a ms), COMMIT)\n",
-		float64(c.n)/el.Seconds(), c.n, el.Round(time.Millisecond), float64(q)/float64(c.n))
+		rate, c.n, el.Round(time.Millisecond), float64(q)/float64(c.n))
 
 	// Then the relay drains it.
 	base = s.count.n.Load()
@@ -286,7 +351,7 @@ func fleetThroughput(ctx context.Context, c config) error {
 		var left int
 		if err := s.db.QueryRowContext(ctx, "SELECT count(*) FROM fleet_outbox").Scan(&left); err != nil {
 			stop()
-			return err
+			return 0, err
 		}
 		if left == 0 {
 			break
@@ -296,16 +361,16 @@ func fleetThroughput(ctx context.Context, c config) error {
 	el = time.Since(start)
 	stop()
 	if err := <-done; err != nil {
-		return err
+		return 0, err
 	}
 	q = s.count.n.Load() - base
 	st, err := s.q.Stats(ctx)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	fmt.Printf("fleet outbox  relay drain:      %8.0f rows/s (%d rows in %v, one relay)  %.3f statements/task (batches of %d)  queue now holds %d\n",
 		float64(c.n+1)/el.Seconds(), c.n+1, el.Round(time.Millisecond), float64(q)/float64(c.n+1), fleetsql.DefaultBatch, st.Pending)
-	return nil
+	return rate, nil
 }
 
 // riverSetup is a throwaway database migrated for River, with a pgx pool
@@ -364,28 +429,29 @@ func riverInsert(ctx context.Context, pool *pgxpool.Pool, client *river.Client[p
 	return tx.Commit(ctx)
 }
 
-func riverThroughput(ctx context.Context, c config) error {
+func riverThroughput(ctx context.Context, c config) (float64, error) {
 	s, err := openRiver(ctx, c, "tput", c.goroutines+5)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer s.close()
 	client, err := river.NewClient(riverpgxv5.New(s.pool), &river.Config{}) // insert-only
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if err := riverInsert(ctx, s.pool, client, -1, nil); err != nil {
-		return err
+		return 0, err
 	}
 	base := s.count.n.Load()
 	el, err := spread(c.n, c.goroutines, func(i int) error { return riverInsert(ctx, s.pool, client, i, nil) })
 	if err != nil {
-		return err
+		return 0, err
 	}
 	q := s.count.n.Load() - base
+	rate := float64(c.n) / el.Seconds()
 	fmt.Printf("River         InsertTx:         %8.0f tx/s  (%d in %v)  %.2f statements/task\n",
-		float64(c.n)/el.Seconds(), c.n, el.Round(time.Millisecond), float64(q)/float64(c.n))
-	return nil
+		rate, c.n, el.Round(time.Millisecond), float64(q)/float64(c.n))
+	return rate, nil
 }
 
 // latencies records, per task, the commit's and the handler's start times.
@@ -455,7 +521,7 @@ func (l *latencies) wait(ctx context.Context) error {
 	}
 }
 
-func (l *latencies) report(name string, statements int64, n int) {
+func (l *latencies) report(name string, statements int64, n int) (p50, p99 time.Duration) {
 	ds := make([]time.Duration, n)
 	for i := range n {
 		ds[i] = l.started[i].Sub(l.commit[i])
@@ -464,12 +530,13 @@ func (l *latencies) report(name string, statements int64, n int) {
 	p := func(q float64) time.Duration { return ds[min(n-1, int(float64(n)*q))].Round(10 * time.Microsecond) }
 	fmt.Printf("%-13s commit to start:  p50 %8v  p99 %8v  max %8v   %.2f statements/task end to end\n",
 		name, p(0.50), p(0.99), ds[n-1].Round(10*time.Microsecond), float64(statements)/float64(n))
+	return p(0.50), p(0.99)
 }
 
-func fleetLatency(ctx context.Context, c config) error {
+func fleetLatency(ctx context.Context, c config) (p50, p99 time.Duration, err error) {
 	s, err := openFleet(ctx, c, "lat", 20)
 	if err != nil {
-		return err
+		return 0, 0, err
 	}
 	defer s.close()
 	l := newLatencies(c.latency)
@@ -493,30 +560,30 @@ func fleetLatency(ctx context.Context, c config) error {
 		})
 	}
 	if err := l.warmUp(ctx, func() error { return s.submit(ctx, -1, nil) }); err != nil {
-		return err
+		return 0, 0, err
 	}
 	time.Sleep(100 * time.Millisecond) // the relay's looks after the warm-up wind down
 	base := s.count.n.Load()
 	for i := range c.latency {
 		if err := s.submit(ctx, i, func() { l.committing(i) }); err != nil {
-			return err
+			return 0, 0, err
 		}
 		time.Sleep(c.gap)
 	}
 	wctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	if err := l.wait(wctx); err != nil {
-		return err
+		return 0, 0, err
 	}
 	// Let the relay's last batches commit, then count.
 	time.Sleep(200 * time.Millisecond)
-	l.report("fleet outbox", s.count.n.Load()-base, c.latency)
+	p50, p99 = l.report("fleet outbox", s.count.n.Load()-base, c.latency)
 	select {
 	case err := <-relayErr:
-		return err
+		return 0, 0, err
 	default:
 	}
-	return nil
+	return p50, p99, nil
 }
 
 type tinyWorker struct {
@@ -529,10 +596,10 @@ func (w *tinyWorker) Work(ctx context.Context, job *river.Job[tinyArgs]) error {
 	return nil
 }
 
-func riverLatency(ctx context.Context, c config) error {
+func riverLatency(ctx context.Context, c config) (p50, p99 time.Duration, err error) {
 	s, err := openRiver(ctx, c, "lat", 20)
 	if err != nil {
-		return err
+		return 0, 0, err
 	}
 	defer s.close()
 	l := newLatencies(c.latency)
@@ -545,10 +612,10 @@ func riverLatency(ctx context.Context, c config) error {
 		FetchPollInterval: c.riverPoll,
 	})
 	if err != nil {
-		return err
+		return 0, 0, err
 	}
 	if err := client.Start(ctx); err != nil {
-		return err
+		return 0, 0, err
 	}
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -556,26 +623,26 @@ func riverLatency(ctx context.Context, c config) error {
 		_ = client.Stop(sctx)
 	}()
 	if err := l.warmUp(ctx, func() error { return riverInsert(ctx, s.pool, client, -1, nil) }); err != nil {
-		return err
+		return 0, 0, err
 	}
 	time.Sleep(100 * time.Millisecond)
 	base := s.count.n.Load()
 	for i := range c.latency {
 		if err := riverInsert(ctx, s.pool, client, i, func() { l.committing(i) }); err != nil {
-			return err
+			return 0, 0, err
 		}
 		time.Sleep(c.gap)
 	}
 	wctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	if err := l.wait(wctx); err != nil {
-		return err
+		return 0, 0, err
 	}
 	time.Sleep(200 * time.Millisecond) // River completes jobs in batches
 	name := "River"
 	if c.riverCooldown != 0 || c.riverPoll != 0 {
 		name = fmt.Sprintf("River %v/%v", c.riverCooldown, c.riverPoll)
 	}
-	l.report(name, s.count.n.Load()-base, c.latency)
-	return nil
+	p50, p99 = l.report(name, s.count.n.Load()-base, c.latency)
+	return p50, p99, nil
 }
