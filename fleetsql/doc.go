@@ -86,6 +86,9 @@
 //     cancelled. A relay that dies after its submit, while its task is
 //     dead-lettered before the row is taken again, may make the task once
 //     more.
+//   - The window is written by fleet's ack (every ack path of Queue and
+//     Worker). A worker of another language that acks by the documented
+//     schema alone ends the task without it.
 //   - A database outage longer than the window may double the tasks of
 //     the rows whose delete it stopped (at most one batch per relay).
 //   - Rows with the same SubmitOptions.DedupKey make one task while the
