@@ -225,7 +225,7 @@ type fleetSetup struct {
 	close  func()
 }
 
-func openFleet(ctx context.Context, c config, what string, conns int) (*fleetSetup, error) {
+func openFleet(ctx context.Context, c config, what string, conns int, obs *fleet.Observer) (*fleetSetup, error) {
 	dsn, drop, err := throwawayDB(ctx, c.admin, what)
 	if err != nil {
 		return nil, err
@@ -245,7 +245,7 @@ func openFleet(ctx context.Context, c config, what string, conns int) (*fleetSet
 	}
 	if err == nil {
 		s.prefix = fmt.Sprintf("bench-outbox-%s-%d-%d:", what, os.Getpid(), dbSeq.Add(1))
-		s.f, err = fleet.Open(ctx, fleet.Options{URL: c.redisURL, Prefix: s.prefix})
+		s.f, err = fleet.Open(ctx, fleet.Options{URL: c.redisURL, Prefix: s.prefix, Observer: obs})
 	}
 	if err != nil {
 		s.db.Close()
@@ -323,7 +323,7 @@ func spread(n, g int, fn func(i int) error) (time.Duration, error) {
 }
 
 func fleetThroughput(ctx context.Context, c config) (float64, error) {
-	s, err := openFleet(ctx, c, "tput", c.goroutines+5)
+	s, err := openFleet(ctx, c, "tput", c.goroutines+5, nil)
 	if err != nil {
 		return 0, err
 	}
@@ -534,12 +534,28 @@ func (l *latencies) report(name string, statements int64, n int) (p50, p99 time.
 }
 
 func fleetLatency(ctx context.Context, c config) (p50, p99 time.Duration, err error) {
-	s, err := openFleet(ctx, c, "lat", 20)
+	// The relay's submits are timed too (an Observer), to split the
+	// latency into the outbox's part (commit to the task in Redis) and the
+	// queue's (to the handler's start).
+	var smu sync.Mutex
+	submitted := map[string]time.Time{}
+	obs := &fleet.Observer{Submit: func(_ context.Context, e fleet.SubmitEvent) (map[string]string, func(int, error)) {
+		return nil, func(written int, err error) {
+			if written == 1 && err == nil {
+				now := time.Now()
+				smu.Lock()
+				submitted[e.IDs[0]] = now
+				smu.Unlock()
+			}
+		}
+	}}
+	s, err := openFleet(ctx, c, "lat", 20, obs)
 	if err != nil {
 		return 0, 0, err
 	}
 	defer s.close()
 	l := newLatencies(c.latency)
+	ids := make([]string, c.latency)
 	bg, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() { stop(); wg.Wait() }()
@@ -554,6 +570,11 @@ func fleetLatency(ctx context.Context, c config) (p50, p99 time.Duration, err er
 				}
 				for _, t := range ts {
 					l.start(t.Payload.N)
+					if t.Payload.N >= 0 {
+						smu.Lock()
+						ids[t.Payload.N] = t.ID
+						smu.Unlock()
+					}
 					_ = t.Ack(bg)
 				}
 			}
@@ -578,6 +599,19 @@ func fleetLatency(ctx context.Context, c config) (p50, p99 time.Duration, err er
 	// Let the relay's last batches commit, then count.
 	time.Sleep(200 * time.Millisecond)
 	p50, p99 = l.report("fleet outbox", s.count.n.Load()-base, c.latency)
+	smu.Lock()
+	var outbox, queue []time.Duration
+	for i, id := range ids {
+		if at, ok := submitted[id]; ok {
+			outbox = append(outbox, at.Sub(l.commit[i]))
+			queue = append(queue, l.started[i].Sub(at))
+		}
+	}
+	smu.Unlock()
+	if len(outbox) > 0 {
+		fmt.Printf("              of which commit to the task in Redis p50 %v, then to the handler's start p50 %v\n",
+			median(outbox).Round(10*time.Microsecond), median(queue).Round(10*time.Microsecond))
+	}
 	select {
 	case err := <-relayErr:
 		return 0, 0, err
