@@ -277,3 +277,35 @@ func TestRelayFindsUnnotifiedRows(t *testing.T) {
 	}
 	t.Logf("the row that did not notify, committed 300ms after the other's batch, reached the queue %v after its commit", time.Since(start).Round(time.Millisecond))
 }
+
+// A schema-qualified table name of mixed case works end to end on
+// PostgreSQL: the migration, Submit, and the relay woken by NOTIFY on the
+// channel named after it.
+func TestQualifiedTable(t *testing.T) {
+	db, _ := testDB(t, fleetsql.PostgreSQL)
+	ctx := context.Background()
+	if _, err := db.ExecContext(ctx, `CREATE SCHEMA "Shop"`); err != nil {
+		t.Fatal(err)
+	}
+	o, err := fleetsql.New(db, fleetsql.Options{Table: "Shop.Order_Tasks"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f, _ := openFleet(t, sharedRedis(t).URL())
+	q := fleet.NewQueue[Job](f, jobs, fleet.QueueOptions{})
+	runRelay(t, o, f, fleetsql.RelayOptions{PollMin: time.Minute, PollMax: time.Minute, SafetyPoll: time.Hour})
+	time.Sleep(200 * time.Millisecond) // the relay listens
+	submitRows(t, db, o, q, 0, 1, 1)
+	ts, err := q.Reserve(ctx, 1, 5*time.Second)
+	if err != nil || len(ts) != 1 {
+		t.Fatalf("no task from the qualified table: %v", err)
+	}
+	_ = ts[0].Ack(ctx)
+	var n int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM "Shop"."Order_Tasks_dead"`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("dead table: %d, %v", n, err)
+	}
+}
