@@ -1,0 +1,171 @@
+// Package fleetsql submits fleet tasks from inside the application's own
+// SQL transaction: a task is enqueued if and only if the transaction
+// commits (River's InsertTx guarantee), through an outbox table, on
+// PostgreSQL and on MariaDB or MySQL. It is a module of its own, so that
+// fleet's core needs no SQL driver.
+//
+// Redis cannot join a SQL transaction, but an outbox carries the
+// guarantee:
+//
+//  1. [Submit] writes the task as a row of the outbox table inside the
+//     caller's *sql.Tx, after validating the payload with the queue's
+//     rules (so a bad payload fails the caller, not the relay). It never
+//     touches Redis.
+//  2. [Outbox.Relay], running in the background of any number of hosts,
+//     takes committed rows in batches (FOR UPDATE SKIP LOCKED, in a
+//     transaction that stays open), and submits each to its queue with a
+//     dedup key derived from the row.
+//  3. It deletes the rows once the queue answered, "duplicate" included,
+//     and commits.
+//
+// A relay that dies between 2 and 3 loses its transaction (the database
+// aborts it, and the rows are free again); the next relay submits the
+// rows again, and the dedup key, still held, makes that a no-op.
+//
+//	ob, err := fleetsql.New(db, fleetsql.Options{}) // pgx stdlib or go-sql-driver/mysql
+//	err = ob.Migrate(ctx)                           // once: CREATE TABLE IF NOT EXISTS
+//	go ob.Relay(ctx, f, fleetsql.RelayOptions{})    // in each host, like RunSweeper
+//
+//	tx, err := db.BeginTx(ctx, nil)
+//	_, err = tx.ExecContext(ctx, `INSERT INTO orders (id, total) VALUES ($1, $2)`, id, total)
+//	_, err = fleetsql.Submit(ctx, tx, ob, shipQueue, Ship{Order: id}, fleet.SubmitOptions{})
+//	err = tx.Commit() // the task exists if and only if this succeeds
+//
+// The relay process must know every queue of its outbox (fleet.NewQueue
+// with the payload type): it decodes each row into it, through
+// fleet.Fleet.SubmitJSONWith.
+//
+// # Schema
+//
+// [Outbox.MigrationSQL] returns the SQL for the outbox's dialect and
+// table name ([Options.Table], default "fleet_outbox"), and
+// [Outbox.Migrate] runs it; both tables are created with IF NOT EXISTS.
+// SchemaVersion is 1. The outbox table:
+//
+//	id             uuid / CHAR(36)     PRIMARY KEY, a UUIDv7 made by Submit (time-ordered)
+//	queue          text / VARCHAR(512) the queue's name
+//	payload        text / LONGTEXT     the payload's JSON, as Queue.Encode made it
+//	dedup_key      text, NULL          SubmitOptions.DedupKey
+//	unique_ms      bigint              SubmitOptions.UniqueFor in milliseconds, 0 for none
+//	not_before_ms  bigint, NULL        SubmitOptions.NotBefore in unix milliseconds
+//	created_at     timestamptz / DATETIME(6), the database's clock
+//
+// The dead-row table (the same name plus "_dead") has the same columns
+// plus dead_at and reason. A row goes there, with the submit's error as
+// its reason, when the relay's submit refuses it for good: its queue is
+// unknown to the relay's process (fleet.ErrQueueNotFound), its payload no
+// longer decodes into the queue's type (fleet.ErrInvalidJSON, also for a
+// row edited by hand into garbage) or validates (fleet.ErrInvalidPayload,
+// fleet.ErrPayloadTooLarge), or its dedup key is not one (edited by hand).
+// A dead row never holds up the rows behind it. To try one again, copy it
+// back: INSERT INTO fleet_outbox SELECT id, queue, payload, dedup_key,
+// unique_ms, not_before_ms, created_at FROM fleet_outbox_dead WHERE id =
+// ..., and delete it from the dead rows. A table that does not exist
+// makes Submit, Relay and RelayOnce fail with [ErrNoTable], whose message
+// names the migration to run.
+//
+// # The window
+//
+// A relayed task's dedup key is [KeyPrefix] plus the row's id (the
+// task's body carries it as "dedup"), or the row's own
+// SubmitOptions.DedupKey. The relay submits with SubmitOptions.UniqueFor
+// set to [RelayOptions.Window] (default [DefaultWindow], 24 hours; or the
+// row's UniqueFor when that is longer): the key is held while the task
+// lives and for the window after it is acked, so a resubmit after the
+// task already ran is still a no-op. The window must be longer than any
+// row can stay undeleted after its submit: [RelayOptions.BatchTimeout]
+// (30 s by default: a Redis stall cannot keep a batch's rows locked
+// longer), plus the time the database takes to abort the transaction of a
+// vanished relay (at once for a dead process; up to the TCP keepalive for
+// a host cut off the network, over 2 hours with Linux's defaults), plus
+// any outage of the database. Limits, on purpose:
+//   - Each key held costs Redis a string key for the window
+//     (fleet:queue:<name>:unique:<key>): about the task rate times the
+//     window.
+//   - The core frees a key at once when its task is dead-lettered or
+//     cancelled. A relay that dies after its submit, while its task is
+//     dead-lettered before the row is taken again, may make the task once
+//     more.
+//   - The window is written by fleet's ack (every ack path of Queue and
+//     Worker). A worker of another language that acks by the documented
+//     schema alone ends the task without it.
+//   - A database outage longer than the window may double the tasks of
+//     the rows whose delete it stopped (at most one batch per relay).
+//   - Rows with the same SubmitOptions.DedupKey make one task while the
+//     key is held, which is for the window after the task ends, not only
+//     while it lives (as Queue.SubmitWith would do without UniqueFor).
+//   - SubmitOptions.ShardKey must be empty or the DedupKey: the task goes
+//     to its dedup key's shard. Concurrent relays keep no order among rows.
+//
+// # When Redis is down
+//
+// Submit does not touch Redis: the application goes on committing rows,
+// which wait in the outbox. The relay's submits fail or time out
+// ([RelayOptions.SubmitTimeout]); it deletes the rows whose submit was
+// answered, keeps the others, commits, and retries with a backoff (50 ms
+// doubling up to [RelayOptions.RetryMax]). A submit whose answer was lost
+// (it may have happened) is submitted again later: a duplicate if it had.
+// Rows are relayed once Redis is back. The outbox is as durable as the
+// database; the tasks are as durable as Redis (use AOF with appendfsync
+// always, as fleet's tests do): a row deleted after its task reached
+// Redis cannot bring back a task that Redis lost.
+//
+// # When the database is down
+//
+// Submit fails with the database's error, and so does the caller's
+// transaction: nothing is enqueued. A relay's batch fails, its
+// transaction is aborted (the rows it submitted stay, and are duplicates
+// when submitted again) and it retries with the same backoff. On
+// PostgreSQL the relay listens again on a new connection, and looks at
+// the table each time it does.
+//
+// # PostgreSQL and MySQL
+//
+// On PostgreSQL, Submit's INSERT calls pg_notify on the channel named
+// after the table, in the caller's transaction: the server delivers it
+// only at commit. Every notifying transaction holds PostgreSQL's global
+// NOTIFY lock through its commit, which serializes concurrent writers, so
+// Submit notifies at most once per [Options.NotifyInterval] (1 ms) per
+// Outbox; the other Submits rely on the relay's looks. A relay whose
+// database was opened through pgx's stdlib driver holds one connection of
+// the pool for LISTEN (give the pool one more), wakes on each
+// notification, and after every batch that found rows looks again after
+// [RelayOptions.PollMin] (10 ms), each empty look (one SELECT without a
+// lock) doubling the wait up to [RelayOptions.SafetyPoll] (5 s). So it
+// does not poll an idle outbox but for the safety poll; a row committed
+// after a burst whose Submit did not notify waits at most about the time
+// since the burst (and SafetyPoll); and rows left by a relay that died,
+// or committed while its LISTEN connection was being replaced, are found
+// too (it looks each time it listens again). A batch takes its rows with
+// DELETE ... WHERE id IN (SELECT ... FOR UPDATE SKIP LOCKED) RETURNING,
+// which counts only at its commit, after the submits; a row whose submit
+// was not answered is written back in the same transaction.
+//
+// MariaDB (10.6 or later) and MySQL (8.0) have no LISTEN: their relay
+// polls, with a bounded backoff. After a batch that found rows it looks
+// again after PollMin; each empty look doubles the wait up to
+// [RelayOptions.PollMax] (1 s), so a row committed to an idle outbox
+// waits up to PollMax. Its transaction is READ COMMITTED, so that its
+// locking read (SELECT ... FOR UPDATE SKIP LOCKED) takes no gap locks,
+// which would hold up the application's inserts, and it deletes row by
+// row (an IN list locks the next row too, another relay's, and two relays
+// deadlock). Set interpolateParams=true in go-sql-driver's DSN to spare
+// round trips.
+//
+// # Cost
+//
+// Submit is one statement in the caller's transaction. On PostgreSQL a
+// batch of n rows costs the relay three statements (BEGIN, DELETE ...
+// RETURNING, COMMIT) plus n submits to Redis (one round trip each,
+// Concurrency at a time); on MySQL, n+3. Under load that is 3/n
+// statements per task (0.04 in bench/cmd/outbox's drain); at a low rate,
+// one batch per row, plus a few looks after it. Each NOTIFY wakes every
+// relay: replicas that find the row taken cost a statement or two each.
+//
+// # Left out
+//
+// Submit takes a *sql.Tx: pgx's native pgx.Tx and other drivers' own
+// transaction types are not supported. Submit returns the row's id, not
+// the task's (the task's id is made by the queue at relay time; its dedup
+// key names the row).
+package fleetsql

@@ -1,0 +1,13 @@
+package fleetsql
+
+// SetStepHook sets the hook called at each step of a relay batch
+// ("selected", "submit", "submitted", "deleted", "committed") with the
+// relay's outbox, for the tests that kill a relay process or restart a
+// database at a step; nil removes it.
+func SetStepHook(f func(o *Outbox, step string)) {
+	if f == nil {
+		stepHook.Store(nil)
+		return
+	}
+	stepHook.Store(&f)
+}
