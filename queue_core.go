@@ -421,3 +421,15 @@ var (
 	queueAckScript     = newScript("queue_ack.lua")
 	queueAbandonScript = newScript("queue_abandon.lua")
 )
+
+// keys returns the keys of q's shard in queueScriptKeys' order, then
+// extra. The eight are spelled once per core (skeys); callers must not
+// change the slice.
+func (q *queueCore) keys(extra ...string) []string {
+	if len(extra) == 0 {
+		return q.skeys
+	}
+	out := make([]string, len(q.skeys), len(q.skeys)+len(extra))
+	copy(out, q.skeys)
+	return append(out, extra...)
+}

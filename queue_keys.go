@@ -20,14 +20,23 @@ var queueScriptKeys = [...]struct {
 	lua, typ string // the script's name for it; its Redis type
 	key      func(k *keys.Queue) string
 }{
-	{"PENDING", "list", func(k *keys.Queue) string { return k.Pending }},       // pending bodies
+
+	{"PENDING", "list", func(k *keys.Queue) string { return k.Pending }}, // pending bodies
+
 	{"PROCESSING", "zset", func(k *keys.Queue) string { return k.Processing }}, // id -> deadline (unix s)
-	{"BODY", "hash", func(k *keys.Queue) string { return k.Body }},             // id -> body
-	{"LEASE", "hash", func(k *keys.Queue) string { return k.Lease }},           // id -> "token deadline_ms[ c]" (derived)
-	{"SCHEDULED", "zset", func(k *keys.Queue) string { return k.Scheduled }},   // body -> ready_at (unix s)
-	{"DEAD", "list", func(k *keys.Queue) string { return k.Dead }},             // dead letters
-	{"DEDUP", "hash", func(k *keys.Queue) string { return k.Dedup }},           // dedup key -> id (derived)
-	{"POLICY", "string", func(k *keys.Queue) string { return k.Policy }},       // the stored policy (derived)
+
+	{"BODY", "hash", func(k *keys.Queue) string { return k.Body }}, // id -> body
+
+	{"LEASE", "hash", func(k *keys.Queue) string { return k.Lease }}, // id -> "token deadline_ms[ c]" (derived)
+
+	{"SCHEDULED", "zset", func(k *keys.Queue) string { return k.Scheduled }}, // body -> ready_at (unix s)
+
+	{"DEAD", "list", func(k *keys.Queue) string { return k.Dead }}, // dead letters
+
+	{"DEDUP", "hash", func(k *keys.Queue) string { return k.Dedup }}, // dedup key -> id (derived)
+
+	{"POLICY", "string", func(k *keys.Queue) string { return k.Policy }}, // the stored policy (derived)
+
 }
 
 // scriptKeys returns k's keys in queueScriptKeys' order, then extra.
@@ -36,18 +45,6 @@ func scriptKeys(k *keys.Queue, extra ...string) []string {
 	for i, s := range queueScriptKeys {
 		out[i] = s.key(k)
 	}
-	return append(out, extra...)
-}
-
-// keys returns the keys of q's shard in queueScriptKeys' order, then
-// extra. The eight are spelled once per core (skeys); callers must not
-// change the slice.
-func (q *queueCore) keys(extra ...string) []string {
-	if len(extra) == 0 {
-		return q.skeys
-	}
-	out := make([]string, len(q.skeys), len(q.skeys)+len(extra))
-	copy(out, q.skeys)
 	return append(out, extra...)
 }
 
