@@ -35,7 +35,7 @@ func TestRelayDeadRows(t *testing.T) {
 			3: {`payload = '{"n": "three"}'`, "bad task JSON"},
 			4: {`payload = '{"n": 4, "extra": 1}'`, "bad task JSON"},
 			5: {`payload = '{"n": -5}'`, "invalid task payload"},
-			6: {"queue = 'nosuch'", "unknown queue"},
+			6: {"queue = 'nosuch'", "no such queue"},
 			7: {"dedup_key = 'a\tb'", "invalid argument"},
 		}
 		for i, e := range edits {
