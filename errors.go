@@ -213,6 +213,9 @@ var (
 
 // Errors that stay inside fleet.
 var (
+	// errExpired is why a task whose SubmitOptions.ExpiresAt passed before
+	// it started is in the dead letters.
+	errExpired = errors.New("expired")
 	// errTLSHandshake marks a failed TLS handshake in the chain (connect.go).
 	errTLSHandshake = errors.New("TLS handshake failed")
 	// errSubscriptionClosed ends a subscription's wait (events.go).

@@ -3,6 +3,7 @@ package fleet
 import (
 	crand "crypto/rand"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -75,7 +76,7 @@ func timeReply(r rueidis.RedisResult) (time.Time, error) {
 }
 
 // sortedKeys returns the keys of m, sorted.
-func sortedKeys(m map[string]bool) []string {
+func sortedKeys[V any](m map[string]V) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {
 		out = append(out, k)
@@ -131,6 +132,36 @@ var monoEpoch = time.Now()
 // clock steps.
 func monoNow() int64 { return int64(time.Since(monoEpoch)) }
 
-// monoTime spells a monoNow reading as a time.Time (with its monotonic
-// reading, so time.Until and Before compare on the monotonic clock).
-func monoTime(ns int64) time.Time { return monoEpoch.Add(time.Duration(ns)) }
+// monoTime spells a monoNow reading as a time.Time: now plus the time
+// until it, so that its monotonic reading compares on the monotonic clock
+// (time.Until, Before) and its wall reading is right by the wall clock of
+// now, whatever steps that clock took since the process started.
+func monoTime(ns int64) time.Time {
+	now := time.Now()
+	return now.Add(time.Duration(ns - int64(now.Sub(monoEpoch))))
+}
+
+// writeJSONString writes s as a JSON string: as it is when it is printable
+// ASCII without quotes or backslashes (a traceparent always is), else as
+// encoding/json spells it.
+func writeJSONString(b *strings.Builder, s string) {
+	if htmlSafeASCII(s) {
+		b.WriteByte('"')
+		b.WriteString(s)
+		b.WriteByte('"')
+		return
+	}
+	q, _ := json.Marshal(s) // a string always encodes
+	b.Write(q)
+}
+
+// htmlSafeASCII reports whether s needs no escaping in a JSON string, nor
+// any in encoding/json's HTML-safe form.
+func htmlSafeASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
+}

@@ -29,6 +29,9 @@ type TaskInfo struct {
 	// such as {"traceparent": "00-..."}; nil when the body has none or
 	// it is not an object of strings.
 	Trace map[string]string
+	// Metadata is the task's metadata (SubmitOptions.Metadata); nil when it
+	// has none. Treat it as read-only.
+	Metadata map[string]string
 }
 
 // Handler runs one task; the innermost Handler of a chain calls the
@@ -63,6 +66,6 @@ func (b *batch[C, O, P]) runHandler(ctx context.Context, s *Slot[C, O], t *Task[
 	}
 	inner := func(ctx context.Context, _ TaskInfo) error { return b.a.Handle(ctx, s, t) }
 	info := TaskInfo{Queue: t.c.name, ID: t.ID, Attempts: t.Attempts, Type: b.w.opts.Type, Worker: b.w.opts.ID,
-		Slot: s.st.index, Deadline: t.Deadline(), Payload: t.Payload, Trace: decodeTrace(t.trace)}
+		Slot: s.st.index, Deadline: t.Deadline(), Payload: t.Payload, Trace: decodeTrace(t.trace), Metadata: t.meta}
 	return chain(inner, mws)(ctx, info)
 }

@@ -45,31 +45,6 @@ func traceField(tr map[string]string) string {
 	return b.String()
 }
 
-// writeJSONString writes s as a JSON string: as it is when it is printable
-// ASCII without quotes or backslashes (a traceparent always is), else as
-// encoding/json spells it.
-func writeJSONString(b *strings.Builder, s string) {
-	if htmlSafeASCII(s) {
-		b.WriteByte('"')
-		b.WriteString(s)
-		b.WriteByte('"')
-		return
-	}
-	q, _ := json.Marshal(s) // a string always encodes
-	b.Write(q)
-}
-
-// htmlSafeASCII reports whether s needs no escaping in a JSON string, nor
-// any in encoding/json's HTML-safe form.
-func htmlSafeASCII(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			return false
-		}
-	}
-	return true
-}
-
 // decodeTrace reads a body's "trace" field: nil when it is missing or is
 // not an object of strings.
 func decodeTrace(raw json.RawMessage) map[string]string {

@@ -271,7 +271,9 @@ func (q *queueCore) take(ctx context.Context, req reserveReq) (reserved, error) 
 		q.abandonReserve(prefix)
 		return res, nil
 	}
-	res.tasks, err = q.reservations(ctx, reply[5:], sent)
+	nowStr, _ := reply[0].ToString()
+	now, _ := strconv.ParseInt(nowStr, 10, 64)
+	res.tasks, err = q.reservations(ctx, reply[5:], sent, now)
 	return res, err
 }
 
@@ -300,10 +302,12 @@ func (q *queueCore) readLook(reply []rueidis.RedisMessage, sent int64, res *rese
 }
 
 // reservations makes the reservations of a take's reply (triples of id,
-// token and body), leased from sent. A body that is not a task is poison:
-// it is buried under its very lease, so it never loops; the error is the
-// last burial's when no task is left.
-func (q *queueCore) reservations(ctx context.Context, reply []rueidis.RedisMessage, sent int64) ([]*reservation, error) {
+// token and body), leased from sent; now is the server's clock in unix ms
+// when the script ran. A body that is not a task is poison, and a task
+// whose ExpiresAt passed by the server's clock expired: either is buried
+// under its very lease, uncounted, so that it never runs or loops; the
+// error is the last burial's when no task is left.
+func (q *queueCore) reservations(ctx context.Context, reply []rueidis.RedisMessage, sent, now int64) ([]*reservation, error) {
 	rs := make([]*reservation, 0, len(reply)/3)
 	var buryErr error
 	for i := 0; i+2 < len(reply); i += 3 {
@@ -316,13 +320,22 @@ func (q *queueCore) reservations(ctx context.Context, reply []rueidis.RedisMessa
 		if err == nil && w.ID != r.id {
 			err = errors.New("body id changed") // cannot happen: the script read it
 		}
+		if err == nil && w.ExpiresAt > 0 {
+			left := int64(w.ExpiresAt*1000) - now
+			if left <= 0 {
+				err = errExpired
+			}
+			r.expires = sent + left*int64(time.Millisecond)
+		}
+		r.attempts, r.dedup, r.group = w.Attempts, w.Dedup, w.Group // for the burial too
 		if err != nil {
 			if berr := r.bury(ctx, err.Error()); berr != nil {
 				buryErr = berr
 			}
 			continue
 		}
-		r.payload, r.attempts, r.dedup, r.unique, r.trace = w.Payload, w.Attempts, w.Dedup, w.UniqueMS, w.Trace
+		r.payload, r.unique, r.trace = w.Payload, w.UniqueMS, w.Trace
+		r.maxAttempts, r.timeout, r.meta = w.MaxAttempts, time.Duration(w.TimeoutMS)*time.Millisecond, w.Meta
 		rs = append(rs, r)
 	}
 	if len(rs) > 0 {

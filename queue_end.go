@@ -34,6 +34,14 @@ type reservation struct {
 	dedup    string
 	unique   int64
 	trace    json.RawMessage
+	// The per-task options of the body (SubmitOptions): maxAttempts and
+	// timeout (0: the queue's, the worker's), meta, group, and expires,
+	// monoNow past which the task must not start (0: never).
+	maxAttempts int
+	timeout     time.Duration
+	meta        map[string]string
+	group       string
+	expires     int64
 	clock    leaseClock             // the lease: from the send of the reserve or last extend (lease.go)
 	result   atomic.Pointer[[]byte] // SetResult's, as JSON
 }
@@ -52,6 +60,16 @@ func (r *reservation) Deadline() time.Time { return r.clock.deadline() }
 
 // Body returns the task's body as stored in Redis.
 func (r *reservation) Body() string { return r.body }
+
+// Metadata returns the task's metadata (SubmitOptions.Metadata), nil when
+// it has none. Treat it as read-only.
+func (r *reservation) Metadata() map[string]string { return r.meta }
+
+// Group returns the task's group (SubmitOptions.Group), "" for none.
+func (r *reservation) Group() string { return r.group }
+
+// expired reports whether the task's ExpiresAt passed: it must not start.
+func (r *reservation) expired() bool { return r.expires != 0 && monoNow() >= r.expires }
 
 // keeps reports whether r's ack leaves something behind: its dedup key held
 // for a unique window, or its record (QueueOptions.Retention).
@@ -188,7 +206,7 @@ func (r *reservation) finish(ctx context.Context, mode, cause string, after time
 	ks := q.keys()
 	args := []string{mode, r.id, r.token, r.dedup, entry, body, strconv.Itoa(attempts),
 		strconv.Itoa(o.MaxAttempts), millis(o.BackoffBase), millis(o.BackoffMax), strconv.Itoa(o.DeadMax),
-		strconv.FormatFloat(rand.Float64(), 'f', 6, 64)}
+		strconv.FormatFloat(rand.Float64(), 'f', 6, 64), strconv.Itoa(r.maxAttempts)}
 	code, err := q.runEnd(ctx, ks, args)
 	if err == nil && code == endNeedEntry {
 		args[4] = deadEntry(r.body, attempts, cause)

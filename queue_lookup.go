@@ -68,6 +68,12 @@ type TaskRecord struct {
 	DeadAt time.Time `json:"dead_at,omitzero"`
 	// Result is a done task's result (JSON); "null" when none was set.
 	Result json.RawMessage `json:"result,omitempty"`
+	// Metadata, Priority, Group and ExpiresAt are the task's options
+	// (SubmitOptions), while its body is known (not for a done task).
+	Metadata  map[string]string `json:"metadata,omitempty"`
+	Priority  int               `json:"priority,omitempty"`
+	Group     string            `json:"group,omitempty"`
+	ExpiresAt time.Time         `json:"expires_at,omitzero"`
 }
 
 // Lookup finds task id of the queue and returns its record: pending,
@@ -112,18 +118,23 @@ func (q *queueCore) Lookup(ctx context.Context, id string) (TaskRecord, error) {
 	}
 	r.Status = TaskStatus(res[0])
 	var body struct {
-		Payload  json.RawMessage `json:"payload"`
-		Attempts int             `json:"attempts"`
-		Error    string          `json:"error"`
-		DeadAt   float64         `json:"dead_at"`
-		Result   json.RawMessage `json:"result"`
-		DoneAt   float64         `json:"done_at"`
-		Worker   string          `json:"worker"`
+		Payload  json.RawMessage   `json:"payload"`
+		Attempts int               `json:"attempts"`
+		Error    string            `json:"error"`
+		DeadAt   float64           `json:"dead_at"`
+		Result   json.RawMessage   `json:"result"`
+		DoneAt   float64           `json:"done_at"`
+		Worker   string            `json:"worker"`
+		Meta     map[string]string `json:"meta"`
+		Priority int               `json:"priority"`
+		Group    string            `json:"group"`
+		Expires  float64           `json:"expires_at"`
 	}
 	if len(res) > 1 {
 		_ = json.Unmarshal([]byte(res[1]), &body) // a body of another client may hold anything
 	}
 	r.Payload, r.Attempts, r.LastError = body.Payload, body.Attempts, body.Error
+	r.Metadata, r.Priority, r.Group, r.ExpiresAt = body.Meta, body.Priority, body.Group, floatTime(body.Expires)
 	switch r.Status {
 	case TaskActive:
 		if len(res) > 3 {

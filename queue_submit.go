@@ -8,6 +8,7 @@ import (
 	"io"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/fleet-go/fleet/internal/keys"
 )
@@ -64,7 +65,7 @@ func (q *Queue[T]) submitMany(ctx context.Context, op string, payloads []T) ([]s
 		if ids[i], err = newTaskID(); err != nil {
 			return nil, opErr(op, q.name, err)
 		}
-		bodies[i] = newBody(ids[i], b, "")
+		bodies[i] = newBody(ids[i], b, SubmitOptions{})
 	}
 	done := q.f.observeSubmit(ctx, q.name, ids, bodies, time.Time{}, "")
 	if err := q.register(ctx); err != nil {
@@ -108,7 +109,57 @@ type SubmitOptions struct {
 	// place; giving both, they must be equal. Ignored by an unsharded
 	// queue. Defaults to none: round-robin.
 	ShardKey string
+
+	// Priority orders the task among the queue's pending tasks: 0 (the
+	// default) is normal, on the documented list; 1 to MaxPriority run
+	// before normal tasks, higher first, in an aged order: a task of
+	// priority p goes before the normal tasks that became ready less than
+	// p x QueueOptions.PriorityAging before it, and after older ones, so
+	// that normal tasks still run under a steady stream of urgent ones
+	// (docs/SCHEMA.md). Defaults to 0.
+	Priority int
+	// MaxAttempts, when set, is how many times this task runs before it is
+	// dead-lettered, in place of the queue's (QueuePolicy.MaxAttempts).
+	// Defaults to 0: the queue's.
+	MaxAttempts int
+	// Timeout, when set, bounds one run of this task's handler in a batch
+	// worker, in place of WorkerOptions.TaskTimeout. Defaults to 0: the
+	// worker's.
+	Timeout time.Duration
+	// ExpiresAt, when set, is when the task expires: one not started by
+	// then is dead-lettered with the error "expired" (by the reserve that
+	// finds it, or by the worker about to start it: the server's clock
+	// decides) and never runs. It must be in the future. Defaults to none.
+	ExpiresAt time.Time
+	// Metadata is a small map of strings carried with the task (its body's
+	// "meta"): the handler reads it (Task.Metadata), and so do middleware
+	// (TaskInfo.Metadata), Lookup (TaskRecord.Metadata), fleetctl and
+	// fleetui. At most MaxMetadataBytes of JSON, with keys of valid text.
+	// Defaults to none.
+	Metadata map[string]string
+	// Group puts the task in a group of the queue (a tenant, a site, an
+	// account): reserves take round-robin across the groups that have
+	// tasks and are under their limits (QueueOptions.Groups,
+	// Queue.SetGroupLimit), so that a busy group gets no more than its
+	// share. A group name follows the rules of a queue name. Defaults to
+	// none: the task is on the queue's documented list, which takes its
+	// turn in the round like a group without limits.
+	Group string
 }
+
+// isZero reports whether o sets nothing: the submit is a plain push.
+func (o SubmitOptions) isZero() bool {
+	return o.NotBefore.IsZero() && o.DedupKey == "" && o.UniqueFor == 0 && o.ShardKey == "" && o.Priority == 0 &&
+		o.MaxAttempts == 0 && o.Timeout == 0 && o.ExpiresAt.IsZero() && len(o.Metadata) == 0 && o.Group == ""
+}
+
+// Bounds of SubmitOptions.
+const (
+	// MaxPriority is the highest SubmitOptions.Priority.
+	MaxPriority = 9
+	// MaxMetadataBytes bounds SubmitOptions.Metadata as JSON.
+	MaxMetadataBytes = 4 << 10
+)
 
 // SubmitWith is Submit with a delay and/or a dedup key. It returns the new
 // task's id, or the id of the live task that holds opts.DedupKey (with
@@ -130,10 +181,7 @@ func (q *Queue[T]) SubmitWith(ctx context.Context, payload T, opts SubmitOptions
 	if err != nil {
 		return "", opErr(op, q.name, err)
 	}
-	body := newBody(id, b, opts.DedupKey)
-	if opts.UniqueFor > 0 {
-		body = body[:len(body)-1] + `,"unique_ms":` + strconv.FormatInt(opts.UniqueFor.Milliseconds(), 10) + "}"
-	}
+	body := newBody(id, b, opts)
 	got, err := q.push(ctx, id, body, opts)
 	if err != nil {
 		return "", opErr(op, q.name, err)
@@ -157,6 +205,38 @@ func (q *queueCore) checkSubmit(opts SubmitOptions) error {
 		return fmt.Errorf("%w: SubmitOptions.UniqueFor needs a DedupKey", ErrInvalidArgument)
 	case opts.UniqueFor != 0 && opts.UniqueFor.Milliseconds() < 1:
 		return fmt.Errorf("%w: SubmitOptions.UniqueFor %v is under a millisecond", ErrInvalidArgument, opts.UniqueFor)
+	case opts.Priority < 0 || opts.Priority > MaxPriority:
+		return fmt.Errorf("%w: SubmitOptions.Priority %d is not in [0, %d]", ErrInvalidArgument, opts.Priority, MaxPriority)
+	case opts.MaxAttempts < 0:
+		return fmt.Errorf("%w: SubmitOptions.MaxAttempts %d is negative", ErrInvalidArgument, opts.MaxAttempts)
+	case opts.Timeout < 0:
+		return fmt.Errorf("%w: SubmitOptions.Timeout %v is negative", ErrInvalidArgument, opts.Timeout)
+	case !opts.ExpiresAt.IsZero() && !opts.ExpiresAt.After(q.f.now()):
+		return fmt.Errorf("%w: SubmitOptions.ExpiresAt %v is not in the future", ErrInvalidArgument, opts.ExpiresAt.Format(time.RFC3339Nano))
+	}
+	if opts.Group != "" {
+		if err := keys.Check(keys.KindGroup, opts.Group); err != nil {
+			return fmt.Errorf("%w: SubmitOptions.Group: %w", ErrInvalidArgument, err)
+		}
+	}
+	return checkMetadata(opts.Metadata)
+}
+
+// checkMetadata checks SubmitOptions.Metadata: keys of valid text, values
+// valid UTF-8, at most MaxMetadataBytes of JSON.
+func checkMetadata(m map[string]string) error {
+	n := 2
+	for k, v := range m {
+		if k == "" || !isText(k) {
+			return fmt.Errorf("%w: SubmitOptions.Metadata key %q is empty or not valid text", ErrInvalidArgument, k)
+		}
+		if !utf8.ValidString(v) {
+			return fmt.Errorf("%w: SubmitOptions.Metadata[%q] is not valid UTF-8", ErrInvalidArgument, k)
+		}
+		n += len(k) + len(v) + 6
+	}
+	if n > MaxMetadataBytes {
+		return fmt.Errorf("%w: SubmitOptions.Metadata of about %d bytes of JSON, more than MaxMetadataBytes %d", ErrInvalidArgument, n, MaxMetadataBytes)
 	}
 	return nil
 }
@@ -236,7 +316,7 @@ func (q *Queue[T]) submitJSON(ctx context.Context, raw []byte, opts SubmitOption
 	if _, err := dec.Token(); err != io.EOF {
 		return "", opErr("submit json", q.name, fmt.Errorf("%w: trailing data after the JSON value", ErrInvalidJSON))
 	}
-	if opts == (SubmitOptions{}) {
+	if opts.isZero() {
 		return q.Submit(ctx, p)
 	}
 	return q.SubmitWith(ctx, p, opts)

@@ -75,6 +75,13 @@ type wireBody struct {
 	Dedup    string          `json:"dedup"`
 	UniqueMS int64           `json:"unique_ms"`
 	Trace    json.RawMessage `json:"trace"` // the submit's trace context (observe.go)
+	// The per-task options (SubmitOptions; docs/SCHEMA.md).
+	Priority    int               `json:"priority"`
+	MaxAttempts int               `json:"max_attempts"`
+	TimeoutMS   int64             `json:"timeout_ms"`
+	ExpiresAt   float64           `json:"expires_at"` // unix s
+	Meta        map[string]string `json:"meta"`
+	Group       string            `json:"group"`
 }
 
 func parseBody(body string) (wireBody, error) {

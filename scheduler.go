@@ -219,7 +219,7 @@ func (s *scheduler) fire(ctx context.Context, def, last, queue, name string, pay
 		if err != nil {
 			return err
 		}
-		body := newBody(id, payload, "")
+		body := newBody(id, payload, SubmitOptions{})
 		ids, bodies = append(ids, id), append(bodies, body[:len(body)-1]+`,"schedule":`+string(nameJSON)+`,"tick":`+strconv.FormatInt(t.ms, 10)+"}")
 	}
 	var done submitDone

@@ -365,7 +365,7 @@ func (q *queueCore) sweepShard(ctx context.Context, qo QueueOptions, batch int, 
 				// Queue.Cancel asked for it to stop while it ran: it never
 				// runs again.
 				next, bury = deadEntry(body, attempts, ErrCanceled.Error()+": its lease ran out before its worker ended it"), "1"
-			case attempts >= qo.MaxAttempts:
+			case attempts >= qo.MaxAttempts && w.MaxAttempts <= 0, w.MaxAttempts > 0 && attempts >= w.MaxAttempts:
 				next, bury = deadEntry(body, attempts, "lease ran out on the last attempt"), "1"
 			default:
 				if next, err = rewriteBody(body, map[string]any{"attempts": attempts, "error": "lease ran out"}); err != nil {

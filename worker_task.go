@@ -70,13 +70,25 @@ func (b *batch[C, O, P]) handleTask(run, soft context.Context, s *Slot[C, O], t 
 		}
 		return nil, fmt.Errorf("task %s: %w: its lease ran out before it could start", t.ID, ErrLeaseLost)
 	}
+	if t.expired() {
+		// SubmitOptions.ExpiresAt passed while it waited for its slot: it
+		// never runs.
+		if berr := t.bury(context.WithoutCancel(run), errExpired.Error()); berr != nil {
+			w.log.Warn("fleet: worker could not bury an expired task", "task", t.ID, "err", berr)
+		}
+		return nil, fmt.Errorf("task %s: %w before it could start", t.ID, errExpired)
+	}
 	s.st.busy.Store(true)
 	defer s.st.busy.Store(false)
 	kept := keepLease(run, b.leaseKeep(t, margin))
 	defer kept.cancel(nil)
 	defer b.cancels.start(t.ID, kept.cancel)()
 	var hctx context.Context = kept.ctx
-	if to := w.opts.TaskTimeout; to > 0 {
+	to := w.opts.TaskTimeout
+	if t.timeout > 0 {
+		to = t.timeout // SubmitOptions.Timeout
+	}
+	if to > 0 {
 		var hcancel context.CancelFunc
 		hctx, hcancel = context.WithTimeoutCause(kept.ctx, to, w.timeoutCause)
 		defer hcancel()

@@ -26,6 +26,8 @@
 -- ARGV[8..11] the caller's max_attempts, backoff_base_ms, backoff_max_ms
 --          and dead_max (0: none), for a queue with no stored policy
 -- ARGV[12] nack: a random number in [0, 1) for the jitter
+-- ARGV[13] nack: the task's own max_attempts (SubmitOptions.MaxAttempts),
+--          which goes before the policy's; '0' for none
 -- returns  {DONE, n}: retried after n ms (nack), released (n = 0), or
 --          snoozed until n (unix ms); {BURIED, 0}; {CANCELED, 0}: buried
 --          as cancelled; {NEED_ENTRY, 0}: cancelled, but ARGV[5] is '';
@@ -44,6 +46,8 @@ if flagged and ARGV[5] == '' then
 end
 local p = policy({max_attempts = tonumber(ARGV[8]), backoff_base_ms = tonumber(ARGV[9]),
   backoff_max_ms = tonumber(ARGV[10]), dead_max = tonumber(ARGV[11])})
+local max_attempts = tonumber(ARGV[13])
+if max_attempts <= 0 then max_attempts = p.max_attempts end
 local body = redis.call('HGET', BODY, id)
 leave(id, token)
 local now = now_ms()
@@ -51,7 +55,7 @@ local dead = nil
 if flagged then
   dead = ARGV[5]
   if dead == '-' then dead = ARGV[6] end
-elseif mode == 'bury' or (mode == 'nack' and tonumber(ARGV[7]) >= p.max_attempts) then
+elseif mode == 'bury' or (mode == 'nack' and tonumber(ARGV[7]) >= max_attempts) then
   dead = ARGV[6]
 end
 if dead then

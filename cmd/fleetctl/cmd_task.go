@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
+	"strconv"
 	"text/tabwriter"
 	"time"
 )
@@ -28,15 +31,22 @@ func init() {
 					if r.CancelRequested {
 						fmt.Fprintf(w, "cancel\trequested, not yet acted on by its worker\n")
 					}
-					for _, kv := range [][2]string{{"worker", r.Worker}, {"last error", r.LastError}, {"payload", string(r.Payload)}, {"result", string(r.Result)}} {
+					prio := ""
+					if r.Priority > 0 {
+						prio = strconv.Itoa(r.Priority)
+					}
+					for _, kv := range [][2]string{{"group", r.Group}, {"priority", prio}, {"worker", r.Worker}, {"last error", r.LastError}, {"payload", string(r.Payload)}, {"result", string(r.Result)}} {
 						if kv[1] != "" {
 							fmt.Fprintf(w, "%s\t%s\n", kv[0], kv[1])
 						}
 					}
+					for _, k := range slices.Sorted(maps.Keys(r.Metadata)) {
+						fmt.Fprintf(w, "meta %s\t%s\n", k, r.Metadata[k])
+					}
 					for _, kv := range []struct {
 						k string
 						v time.Time
-					}{{"submitted", r.SubmittedAt}, {"ready at", r.ReadyAt}, {"deadline", r.Deadline}, {"done at", r.DoneAt}, {"dead at", r.DeadAt}} {
+					}{{"submitted", r.SubmittedAt}, {"ready at", r.ReadyAt}, {"deadline", r.Deadline}, {"done at", r.DoneAt}, {"dead at", r.DeadAt}, {"expires at", r.ExpiresAt}} {
 						if !kv.v.IsZero() {
 							fmt.Fprintf(w, "%s\t%s\n", kv.k, ts(kv.v))
 						}

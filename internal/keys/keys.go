@@ -71,11 +71,12 @@ const (
 	KindStream    Kind = "stream name"   // last segment
 	KindField     Kind = "tag field"     // segment
 	KindSchedule  Kind = "schedule name" // segment
+	KindGroup     Kind = "group name"    // segment
 )
 
 func (c Kind) segment() bool {
 	switch c {
-	case KindNamespace, KindQueue, KindPool, KindType, KindWorker, KindField, KindSchedule:
+	case KindNamespace, KindQueue, KindPool, KindType, KindWorker, KindField, KindSchedule, KindGroup:
 		return true
 	}
 	return false
