@@ -41,18 +41,8 @@ func (f *Fleet) coreOf(name string, opts QueueOptions) *queueCore {
 type QueueCounts struct {
 	// Name is the queue's name.
 	Name string `json:"name"`
-	// Pending counts the tasks waiting on the queue (its list).
-	Pending int64 `json:"pending"`
-	// InFlight counts the reserved tasks (:processing).
-	InFlight int64 `json:"in_flight"`
-	// Scheduled counts the tasks waiting for a retry or a delayed start
-	// (:scheduled).
-	Scheduled int64 `json:"scheduled"`
-	// Dead counts the dead letters (:dead).
-	Dead int64 `json:"dead"`
-	// Paused says the queue is paused (Queue.Pause): workers reserve
-	// nothing from it.
-	Paused bool `json:"paused"`
+	// QueueStats are its counts, as Queue.Stats reads them.
+	QueueStats
 }
 
 // PoolCounts is one pool's line of an Overview.
@@ -134,11 +124,7 @@ func (f *Fleet) Overview(ctx context.Context) (Overview, error) {
 	for i, n := range qs {
 		spans[i] = max(spans[i], 1)
 		for _, k := range f.shardKeys(n, spans[i]) {
-			cmds = append(cmds,
-				c.B().Llen().Key(k.Pending).Build(),
-				c.B().Zcard().Key(k.Processing).Build(),
-				c.B().Zcard().Key(k.Scheduled).Build(),
-				c.B().Llen().Key(k.Dead).Build())
+			cmds = appendStatCmds(c, cmds, k)
 		}
 		cmds = append(cmds, c.B().Exists().Key(f.keys.Queue(n).Paused).Build())
 	}
@@ -152,24 +138,12 @@ func (f *Fleet) Overview(ctx context.Context) (Overview, error) {
 	}
 	res = c.DoMulti(ctx, cmds...)
 	for i, n := range qs {
-		qc := QueueCounts{Name: n}
-		for range spans[i] {
-			for j, p := range []*int64{&qc.Pending, &qc.InFlight, &qc.Scheduled, &qc.Dead} {
-				v, err := res[j].AsInt64()
-				if err != nil {
-					return ov, opErr("overview", n, err)
-				}
-				*p += v
-			}
-			res = res[4:]
-		}
-		paused, err := res[0].AsInt64()
+		st, err := f.readStats(ctx, res, f.shardKeys(n, spans[i]), now)
 		if err != nil {
 			return ov, opErr("overview", n, err)
 		}
-		res = res[1:]
-		qc.Paused = paused == 1
-		ov.Queues = append(ov.Queues, qc)
+		res = res[statCmds*spans[i]+1:]
+		ov.Queues = append(ov.Queues, QueueCounts{Name: n, QueueStats: st})
 	}
 	cmds = cmds[:0]
 	var owners []int // pool index of each EXISTS

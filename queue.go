@@ -95,6 +95,18 @@ type QueueOptions struct {
 	// handle used lately (fleet:queue:<name>:shards), so K may change on a
 	// live queue. Defaults to 0.
 	Shards int
+	// Groups are the limits of each group of the queue (SubmitOptions.Group)
+	// that has none of its own (Queue.SetGroupLimit): at most so many of a
+	// group's tasks running at once, and at most so fast. Reserves take
+	// round-robin across the groups that have tasks and are under their
+	// limits. Part of the stored policy (QueuePolicy). Defaults to none.
+	Groups GroupLimits
+	// GlobalConcurrency bounds how many of the queue's tasks run at once,
+	// fleet-wide: a reserve takes no more than the permits left, each held
+	// by its task's lease (a crashed worker's permit comes back with its
+	// task), so no slot blocks waiting. Part of the stored policy. Not with
+	// Shards > 1 (ErrInvalidOptions). Defaults to 0: no bound.
+	GlobalConcurrency int
 }
 
 func (o QueueOptions) withDefaults() (QueueOptions, error) {
@@ -117,6 +129,13 @@ func (o QueueOptions) withDefaults() (QueueOptions, error) {
 		return o, fmt.Errorf("%w: QueueOptions.Shards %d is not in [0, %d]", ErrInvalidOptions, o.Shards, keys.MaxShards)
 	case o.MaxPayloadBytes < 0:
 		return o, fmt.Errorf("%w: QueueOptions.MaxPayloadBytes %d is negative", ErrInvalidArgument, o.MaxPayloadBytes)
+	case o.GlobalConcurrency < 0:
+		return o, fmt.Errorf("%w: QueueOptions.GlobalConcurrency %d is negative", ErrInvalidArgument, o.GlobalConcurrency)
+	case o.GlobalConcurrency > 0 && o.Shards > 1:
+		return o, fmt.Errorf("%w: QueueOptions.GlobalConcurrency is not for a queue of %d shards (each shard would bound its own)", ErrInvalidOptions, o.Shards)
+	}
+	if _, err := o.Groups.check("QueueOptions.Groups"); err != nil {
+		return o, err
 	}
 	if o.MaxAttempts == 0 {
 		o.MaxAttempts = DefaultMaxAttempts
@@ -165,12 +184,27 @@ type QueuePolicy struct {
 	DeadMax int `json:"dead_max"`
 	// DeadMaxAgeMS is QueueOptions.DeadMaxAge, in milliseconds.
 	DeadMaxAgeMS int64 `json:"dead_max_age_ms"`
+	// GlobalConcurrency is QueueOptions.GlobalConcurrency: the reserves of
+	// every process read it here.
+	GlobalConcurrency int `json:"global_concurrency,omitempty"`
+	// GroupConcurrency, GroupRate, GroupPerMS and GroupBurst are
+	// QueueOptions.Groups (its Rate's Per in milliseconds), and
+	// GroupIntervalUS its Rate's emission interval in µs (Per/Rate; 0 for
+	// none), which the reserves use.
+	GroupConcurrency int   `json:"group_concurrency,omitempty"`
+	GroupRate        int   `json:"group_rate,omitempty"`
+	GroupPerMS       int64 `json:"group_per_ms,omitempty"`
+	GroupIntervalUS  int64 `json:"group_interval_us,omitempty"`
+	GroupBurst       int   `json:"group_burst,omitempty"`
 }
 
 // policy returns the options' policy part.
 func (o QueueOptions) policy() QueuePolicy {
+	g, _ := o.Groups.check("") // checked by withDefaults
 	return QueuePolicy{MaxAttempts: o.MaxAttempts, BackoffBaseMS: o.BackoffBase.Milliseconds(),
-		BackoffMaxMS: o.BackoffMax.Milliseconds(), DeadMax: o.DeadMax, DeadMaxAgeMS: o.DeadMaxAge.Milliseconds()}
+		BackoffMaxMS: o.BackoffMax.Milliseconds(), DeadMax: o.DeadMax, DeadMaxAgeMS: o.DeadMaxAge.Milliseconds(),
+		GlobalConcurrency: o.GlobalConcurrency, GroupConcurrency: g.C, GroupRate: g.R, GroupPerMS: g.Per,
+		GroupIntervalUS: g.IV, GroupBurst: g.B}
 }
 
 func (o QueueOptions) policyJSON() string {
@@ -195,6 +229,8 @@ func (o QueueOptions) withPolicy(p QueuePolicy) QueueOptions {
 	if p.DeadMaxAgeMS > 0 {
 		o.DeadMaxAge = time.Duration(p.DeadMaxAgeMS) * time.Millisecond
 	}
+	o.GlobalConcurrency = p.GlobalConcurrency
+	o.Groups = storedLimits{C: p.GroupConcurrency, R: p.GroupRate, Per: p.GroupPerMS, IV: p.GroupIntervalUS, B: p.GroupBurst}.limits()
 	return o
 }
 

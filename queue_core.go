@@ -156,6 +156,8 @@ type reserved struct {
 	nextReady time.Duration // until the next scheduled task is due; -1: none, or not looked at
 	acks      []endCode     // each ack's code, in order: endDone, or endLost (nil: the call failed)
 	limited   time.Duration // the rate limit has no token until then (queue_limit.go); 0: none
+	capped    bool          // GlobalConcurrency is reached: the tasks wait for a permit (the signal moves when one comes back)
+	blocked   time.Duration // every group with tasks is at its limit, or GlobalConcurrency is reached: none can go before then unless the queue's signal moves; 0: none
 }
 
 // reserve is the queue's one reserve. It acks req.acks and takes up to
@@ -243,12 +245,12 @@ func (q *queueCore) take(ctx context.Context, req reserveReq) (reserved, error) 
 		}
 		return res, err
 	}
-	if len(reply) < 5 {
+	if len(reply) < 6 {
 		return res, unexpectedReply("reserve", len(reply))
 	}
 	acked, _ := reply[4].ToString()
 	res.acks, _ = ackCodes(acked, order) // nil when the reply has none: unknown
-	if (len(reply)-5)%3 == 1 {
+	if (len(reply)-6)%3 == 1 {
 		// The acks were done, and then the take failed.
 		msg, _ := reply[len(reply)-1].ToString()
 		if strings.HasPrefix(msg, "WRONGTYPE") {
@@ -256,11 +258,11 @@ func (q *queueCore) take(ctx context.Context, req reserveReq) (reserved, error) 
 		}
 		return res, errors.New(msg)
 	}
-	if (len(reply)-5)%3 != 0 {
+	if (len(reply)-6)%3 != 0 {
 		return res, unexpectedReply("reserve", len(reply))
 	}
 	q.readLook(reply, sent, &res)
-	if len(reply) == 5 {
+	if len(reply) == 6 {
 		return res, nil
 	}
 	var clock leaseClock
@@ -273,19 +275,29 @@ func (q *queueCore) take(ctx context.Context, req reserveReq) (reserved, error) 
 	}
 	nowStr, _ := reply[0].ToString()
 	now, _ := strconv.ParseInt(nowStr, 10, 64)
-	res.tasks, err = q.reservations(ctx, reply[5:], sent, now)
+	res.tasks, err = q.reservations(ctx, reply[6:], sent, now)
 	return res, err
 }
 
 // readLook reads what a take's reply says of the queue: whether tasks are
-// left pending, and when the next scheduled task is due (recorded in the
+// left pending, when the next scheduled task is due (recorded in the
 // queue's schedLook, so that the next reserves look at :scheduled only
-// when something may be due).
+// when something may be due), when a group's limit or GlobalConcurrency
+// may let a task go (res.blocked), and the queue's signal (schedLook's
+// too: cachedPending compares it).
 func (q *queueCore) readLook(reply []rueidis.RedisMessage, sent int64, res *reserved) {
 	nowStr, _ := reply[0].ToString()
 	now, _ := strconv.ParseInt(nowStr, 10, 64)
 	left, _ := reply[1].AsInt64()
-	res.drained = left == 0
+	res.drained, res.capped = left != 1, left == 2
+	if sig, err := reply[5].AsInt64(); err == nil {
+		q.look.signal.Store(sig)
+	}
+	if w, _ := reply[3].ToString(); w != "" {
+		if at, err := strconv.ParseFloat(w, 64); err == nil {
+			res.blocked = max(time.Duration(at-float64(now))*time.Millisecond, time.Millisecond)
+		}
+	}
 	switch next, _ := reply[2].ToString(); next {
 	case "-": // not looked at: what the last look saw still holds
 		if due := q.look.due.Load(); due != 0 {
@@ -368,8 +380,8 @@ func (q *queueCore) reserveArgs(req reserveReq, prefix, move string) (ks, args [
 
 // ackArgs appends the ARGV of acks (ack_all in lib_queue.lua) to args: how
 // many plain acks, the plain acks as triples, then those that keep
-// something, whose unique and result keys it returns (keep). order maps
-// each ack of the reply to its place in acks.
+// something or belong to a group, whose unique and result keys it returns
+// (keep). order maps each ack of the reply to its place in acks.
 func ackArgs(acks []*reservation, args []string) (keep, _ []string, order []int) {
 	at := len(args)
 	args = append(args, "")
@@ -393,7 +405,7 @@ func ackArgs(acks []*reservation, args []string) (keep, _ []string, order []int)
 		if p := r.result.Load(); p != nil {
 			result = string(*p)
 		}
-		args = append(args, r.id, r.token, r.dedup, unique, millis(r.c.opts.Retention), result, strconv.Itoa(r.attempts))
+		args = append(args, r.id, r.token, r.dedup, unique, millis(r.c.opts.Retention), result, strconv.Itoa(r.attempts), r.group)
 		keep = append(keep, r.c.k.Unique+r.dedup, r.c.k.Result+r.id)
 		order = append(order, i)
 	}

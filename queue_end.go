@@ -42,8 +42,8 @@ type reservation struct {
 	meta        map[string]string
 	group       string
 	expires     int64
-	clock    leaseClock             // the lease: from the send of the reserve or last extend (lease.go)
-	result   atomic.Pointer[[]byte] // SetResult's, as JSON
+	clock       leaseClock             // the lease: from the send of the reserve or last extend (lease.go)
+	result      atomic.Pointer[[]byte] // SetResult's, as JSON
 }
 
 // Token returns the lease token of this reservation, stored in
@@ -71,10 +71,11 @@ func (r *reservation) Group() string { return r.group }
 // expired reports whether the task's ExpiresAt passed: it must not start.
 func (r *reservation) expired() bool { return r.expires != 0 && monoNow() >= r.expires }
 
-// keeps reports whether r's ack leaves something behind: its dedup key held
-// for a unique window, or its record (QueueOptions.Retention).
+// keeps reports whether r's ack does more than a plain one: its dedup key
+// held for a unique window, its record kept (QueueOptions.Retention), or
+// its group's permit given back.
 func (r *reservation) keeps() bool {
-	return (r.unique > 0 && r.dedup != "") || r.c.opts.Retention > 0
+	return (r.unique > 0 && r.dedup != "") || r.c.opts.Retention > 0 || r.group != ""
 }
 
 // Ack ends the reservation: the task is done and leaves Redis (its body,
@@ -206,7 +207,7 @@ func (r *reservation) finish(ctx context.Context, mode, cause string, after time
 	ks := q.keys()
 	args := []string{mode, r.id, r.token, r.dedup, entry, body, strconv.Itoa(attempts),
 		strconv.Itoa(o.MaxAttempts), millis(o.BackoffBase), millis(o.BackoffMax), strconv.Itoa(o.DeadMax),
-		strconv.FormatFloat(rand.Float64(), 'f', 6, 64), strconv.Itoa(r.maxAttempts)}
+		strconv.FormatFloat(rand.Float64(), 'f', 6, 64), strconv.Itoa(r.maxAttempts), r.group}
 	code, err := q.runEnd(ctx, ks, args)
 	if err == nil && code == endNeedEntry {
 		args[4] = deadEntry(r.body, attempts, cause)

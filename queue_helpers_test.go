@@ -159,3 +159,14 @@ func reserveAll[T any](t *testing.T, q *fleet.Queue[T], n int) []*fleet.Task[T] 
 	}
 	return got
 }
+
+// counted returns st without its Latency, once it is checked: 0 when
+// nothing is pending, else under a minute (the tests' tasks are fresh).
+func counted(t *testing.T, st fleet.QueueStats) fleet.QueueStats {
+	t.Helper()
+	if st.Latency < 0 || st.Latency >= time.Minute || (st.Pending == 0 && st.Latency != 0) {
+		t.Errorf("latency %v of %+v", st.Latency, st)
+	}
+	st.Latency = 0
+	return st
+}

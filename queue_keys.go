@@ -8,6 +8,7 @@ package fleet
 import (
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/fleet-go/fleet/internal/keys"
 )
@@ -56,11 +57,27 @@ func queueKeyBlock() string {
 	for i, s := range queueScriptKeys {
 		names[i], refs[i], types[i] = s.lua, "KEYS["+strconv.Itoa(i+1)+"]", "'"+s.typ+"'"
 	}
+	fnames, frefs := make([]string, len(keys.QueueSuffixes)), make([]string, len(keys.QueueSuffixes))
+	for i, s := range keys.QueueSuffixes {
+		fnames[i], frefs[i] = s.Lua, "PENDING .. '"+s.Suffix+"'"
+	}
 	return "-- The queue's keys, KEYS[1..8] of every queue script (queue_core.go).\n" +
 		"local " + strings.Join(names, ", ") + " = " + strings.Join(refs, ", ") + "\n\n" +
 		"-- The types of KEYS[1..8], for wrong_types (lib_types.lua).\n" +
-		"local QUEUE_TYPES = {" + strings.Join(types, ", ") + "}"
+		"local QUEUE_TYPES = {" + strings.Join(types, ", ") + "}\n\n" +
+		"-- The keys of priorities and groups (and prefixes of a group's), built\n" +
+		"-- from PENDING: each shares the queue's slot (internal/keys, docs/SCHEMA.md).\n" +
+		"local " + strings.Join(fnames, ", ") + " = " + strings.Join(frefs, ", ") + "\n\n" +
+		"-- How much earlier a task counts as ready per level of priority, in ms\n" +
+		"-- (PriorityStep).\n" +
+		"local PRIORITY_STEP_MS = " + strconv.FormatInt(PriorityStep.Milliseconds(), 10)
 }
+
+// PriorityStep is how much earlier a task of priority p counts as ready
+// than it became ready, per level (SubmitOptions.Priority): a task of
+// priority 9 goes before the normal tasks that became ready less than 9
+// minutes before it, and after older ones.
+const PriorityStep = time.Minute
 
 // endCode is what an end-of-reservation step answers (lib_queue.lua): its
 // name in the scripts is endCodeNames'.

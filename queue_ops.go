@@ -19,62 +19,136 @@ var (
 
 // QueueStats counts a queue's tasks by state.
 type QueueStats struct {
-	// Pending tasks wait on the queue (fleet:queue:<name>).
-	Pending int64
+	// Pending tasks wait to run: on the queue's documented list
+	// (fleet:queue:<name>), and in its priorities and groups.
+	Pending int64 `json:"pending"`
+	// Prioritized and Grouped count the pending tasks with a priority
+	// (SubmitOptions.Priority) and of a group (SubmitOptions.Group).
+	Prioritized int64 `json:"prioritized"`
+	Grouped     int64 `json:"grouped"`
 	// InFlight tasks are reserved (fleet:queue:<name>:processing).
-	InFlight int64
+	InFlight int64 `json:"in_flight"`
 	// Scheduled tasks wait for a retry or a delayed start
 	// (fleet:queue:<name>:scheduled).
-	Scheduled int64
+	Scheduled int64 `json:"scheduled"`
 	// Dead letters (fleet:queue:<name>:dead).
-	Dead int64
+	Dead int64 `json:"dead"`
 	// Paused says whether the queue is paused (Queue.Pause).
-	Paused bool
+	Paused bool `json:"paused"`
+	// Latency is how long the longest-waiting of the tasks that go next
+	// (the documented list's head, the first by priority, each group's
+	// head) has waited since its submit, by its UUIDv7 id, on this
+	// process's clock: the usual signal for autoscaling and alerts. 0 when
+	// none is pending.
+	Latency time.Duration `json:"latency"`
 }
 
 // Stats counts the queue's tasks, in one round trip (in the tagged
 // layout, plus a read of the queue's shard count at most once a second per
-// handle; a sharded queue's counts are the sums over its shards). May
-// return ErrWrongType, ErrUnavailable.
+// handle; a sharded queue's counts are the sums over its shards), and one
+// more for a queue with groups pending, which reads the head of each
+// group's list. May return ErrWrongType, ErrUnavailable.
 func (q *queueCore) Stats(ctx context.Context) (QueueStats, error) {
-	var s QueueStats
 	if err := q.ready(ctx); err != nil {
-		return s, opErr("stats", q.name, err)
+		return QueueStats{}, opErr("stats", q.name, err)
 	}
-	s, err := q.f.shardStats(ctx, q.k.Paused, q.f.shardKeys(q.name, q.spanOf(ctx)))
+	ks := q.f.shardKeys(q.name, q.spanOf(ctx))
+	c := q.f.client
+	cmds := make(rueidis.Commands, 0, statCmds*len(ks)+1)
+	for _, k := range ks {
+		cmds = appendStatCmds(c, cmds, k)
+	}
+	cmds = append(cmds, c.B().Exists().Key(q.k.Paused).Build())
+	s, err := q.f.readStats(ctx, c.DoMulti(ctx, cmds...), ks, time.Now())
 	return s, opErr("stats", q.name, err)
 }
 
-// shardStats counts the tasks of the shards ks of a queue, in one round
-// trip, and reads its pause flag.
-func (f *Fleet) shardStats(ctx context.Context, paused string, ks []keys.Queue) (QueueStats, error) {
+// statCmds is how many commands appendStatCmds appends per shard.
+const statCmds = 8
+
+// appendStatCmds appends the commands that count the tasks of shard k
+// (readStats reads their replies).
+func appendStatCmds(c rueidis.Client, cmds rueidis.Commands, k keys.Queue) rueidis.Commands {
+	return append(cmds,
+		c.B().Llen().Key(k.Pending).Build(),
+		c.B().Zcard().Key(k.Processing).Build(),
+		c.B().Zcard().Key(k.Scheduled).Build(),
+		c.B().Llen().Key(k.Dead).Build(),
+		c.B().Zcard().Key(k.Prio).Build(),
+		c.B().Get().Key(k.GroupPending).Build(),
+		c.B().Lindex().Key(k.Pending).Index(0).Build(),
+		c.B().Zrange().Key(k.Prio).Min("0").Max("0").Build())
+}
+
+// readStats reads the replies of appendStatCmds for the shards ks of a
+// queue, then its pause flag's EXISTS; for the shards with groups pending,
+// it reads the heads of their groups (one more round trip) for Latency.
+func (f *Fleet) readStats(ctx context.Context, res []rueidis.RedisResult, ks []keys.Queue, now time.Time) (QueueStats, error) {
 	var s QueueStats
-	c := f.client
-	cmds := make(rueidis.Commands, 0, 4*len(ks)+1)
-	for _, k := range ks {
-		cmds = append(cmds,
-			c.B().Llen().Key(k.Pending).Build(),
-			c.B().Zcard().Key(k.Processing).Build(),
-			c.B().Zcard().Key(k.Scheduled).Build(),
-			c.B().Llen().Key(k.Dead).Build())
-	}
-	cmds = append(cmds, c.B().Exists().Key(paused).Build())
-	res := c.DoMulti(ctx, cmds...)
-	for i := range ks {
-		for j, p := range []*int64{&s.Pending, &s.InFlight, &s.Scheduled, &s.Dead} {
-			n, err := res[4*i+j].AsInt64()
+	var grouped []keys.Queue
+	for i, k := range ks {
+		r := res[statCmds*i : statCmds*(i+1)]
+		var pending, prio int64
+		for j, p := range []*int64{&pending, &s.InFlight, &s.Scheduled, &s.Dead, &prio} {
+			n, err := r[j].AsInt64()
 			if err != nil {
 				return QueueStats{}, err
 			}
 			*p += n
 		}
+		groups, err := r[5].AsInt64()
+		if err != nil && !rueidis.IsRedisNil(err) {
+			return QueueStats{}, err
+		}
+		groups = max(groups, 0)
+		s.Pending += pending + prio + groups
+		s.Prioritized += prio
+		s.Grouped += groups
+		if head, err := r[6].ToString(); err == nil {
+			s.Latency = max(s.Latency, waited(head, now))
+		}
+		if first, err := r[7].AsStrSlice(); err == nil && len(first) == 1 {
+			s.Latency = max(s.Latency, waited(first[0], now))
+		}
+		if groups > 0 {
+			grouped = append(grouped, k)
+		}
 	}
-	p, err := res[len(res)-1].AsInt64()
+	p, err := res[statCmds*len(ks)].AsInt64()
 	if err != nil {
 		return QueueStats{}, err
 	}
 	s.Paused = p == 1
+	for _, k := range grouped {
+		l, err := f.groupsLatency(ctx, k, now)
+		if err != nil {
+			return QueueStats{}, err
+		}
+		s.Latency = max(s.Latency, l)
+	}
 	return s, nil
+}
+
+// groupsLatency is the longest wait of the heads of shard k's groups.
+func (f *Fleet) groupsLatency(ctx context.Context, k keys.Queue, now time.Time) (time.Duration, error) {
+	c := f.client
+	names, err := c.Do(ctx, c.B().Hkeys().Key(k.GroupState).Build()).AsStrSlice()
+	if err != nil {
+		return 0, err
+	}
+	cmds := make(rueidis.Commands, 0, len(names))
+	for _, g := range names {
+		if keys.Check(keys.KindGroup, g) == nil {
+			cmds = append(cmds, c.B().Lindex().Key(k.Group+g).Index(0).Build())
+		}
+	}
+	var l time.Duration
+	for _, r := range c.DoMulti(ctx, cmds...) {
+		if head, err := r.ToString(); err == nil {
+			l = max(l, waited(head, now))
+		}
+	}
+	return l, nil
 }
 
 // DeadLetter is one entry of a queue's dead letters.

@@ -40,16 +40,10 @@ func (q *queueCore) setPaused(ctx context.Context, paused bool) error {
 	if err := q.ready(ctx); err != nil {
 		return err
 	}
-	c := q.f.client
-	if q.byName {
-		known, err := c.Do(ctx, c.B().Sismember().Key(q.f.keys.Queues()).Member(q.name).Build()).AsBool()
-		if err != nil {
-			return err
-		}
-		if !known {
-			return fmt.Errorf("%w: %q is not in the queue registry", ErrQueueNotFound, q.name)
-		}
+	if err := q.known(ctx); err != nil {
+		return err
 	}
+	c := q.f.client
 	cmd := c.B().Del().Key(q.k.Paused).Build()
 	if paused {
 		cmd = c.B().Set().Key(q.k.Paused).Value("1").Build()
@@ -59,6 +53,24 @@ func (q *queueCore) setPaused(ctx context.Context, paused bool) error {
 	}
 	if !q.f.cache {
 		q.f.watch.pokeAll(q.k.Paused)
+	}
+	return nil
+}
+
+// known refuses, with ErrQueueNotFound, an operator's call on a handle of
+// Fleet.Queue (byName) for a queue that the registry (fleet:queues) does
+// not know, before it writes anything; a NewQueue handle's queue is known.
+func (q *queueCore) known(ctx context.Context) error {
+	if !q.byName {
+		return nil
+	}
+	c := q.f.client
+	known, err := c.Do(ctx, c.B().Sismember().Key(q.f.keys.Queues()).Member(q.name).Build()).AsBool()
+	if err != nil {
+		return err
+	}
+	if !known {
+		return fmt.Errorf("%w: %q is not in the queue registry", ErrQueueNotFound, q.name)
 	}
 	return nil
 }

@@ -76,8 +76,9 @@ const schedLookEvery = 100 * time.Millisecond
 // earliest task that look saw falls due, or at once after this process
 // scheduled a task (lookSoon).
 type schedLook struct {
-	next atomic.Int64 // monoNow at which the next reserve looks
-	due  atomic.Int64 // monoNow at which the earliest task seen falls due; 0: none seen
+	next   atomic.Int64 // monoNow at which the next reserve looks
+	due    atomic.Int64 // monoNow at which the earliest task seen falls due; 0: none seen
+	signal atomic.Int64 // the queue's signal as the last reserve saw it (cachedPending)
 }
 
 func (f *Fleet) schedLook(name string) *schedLook {
@@ -108,30 +109,34 @@ func (l *schedLook) soon() { l.next.Store(0) }
 
 // pendingWait is what a waiting reserve listens to.
 type pendingWait struct {
-	wake    <-chan struct{}                      // a push (or its invalidation) wakes it
-	taken   func()                               // called after tasks were taken
-	pending func(context.Context) (int64, error) // the pending count through the local cache, which arms the invalidations
-	stop    func()                               // stops listening
+	wake    <-chan struct{}                            // a push (or its invalidation) wakes it
+	signal  <-chan struct{}                            // the queue's signal moved (grouped or prioritized work); nil for none
+	taken   func()                                     // called after tasks were taken
+	pending func(context.Context, bool) (int64, error) // what may be pending (cachedPending), through the local cache, which arms the invalidations
+	stop    func()                                     // stops listening
 }
 
-// listen returns the wait point of the queue's pending list: for a sharded
-// queue, every shard's (one channel for all: listenPending, which grows
-// with the shard count), read in one pipelined look at the local cache.
+// listen returns the wait point of the queue's pending list and signal:
+// for a sharded queue, every shard's (one channel for all: listenPending,
+// which grows with the shard count), read in one pipelined look at the
+// local cache (cachedPending).
 func (q *queueCore) listen(ctx context.Context) pendingWait {
 	f := q.f
+	pending := func(ctx context.Context, signalOnly bool) (int64, error) {
+		l, _, err := q.cachedPending(ctx, signalOnly)
+		return l, err
+	}
 	if q.knownSpan() > 1 {
 		ch, stop := q.listenPending(ctx)
-		return pendingWait{wake: ch, taken: func() {}, stop: stop,
-			pending: func(ctx context.Context) (int64, error) { l, _, err := q.cachedPending(ctx); return l, err }}
+		return pendingWait{wake: ch, taken: func() {}, stop: stop, pending: pending}
 	}
 	g := f.watch.join(q.k.Pending)
-	return pendingWait{wake: g.one, stop: func() { f.watch.leave(q.k.Pending, g) },
+	sig, stopSig := f.watch.listen(q.k.Signal)
+	return pendingWait{wake: g.one, signal: sig, pending: pending,
+		stop: func() { f.watch.leave(q.k.Pending, g); stopSig() },
 		// Pass the wake on: another local waiter takes what is left, or
 		// re-arms the invalidation that this pop used up.
-		taken: func() { poke(g.one) },
-		pending: func(ctx context.Context) (int64, error) {
-			return f.client.DoCache(ctx, f.client.B().Llen().Key(q.k.Pending).Cache(), f.cacheTTL).AsInt64()
-		}}
+		taken: func() { poke(g.one) }}
 }
 
 // await waits for tasks on w; see Reserve.
@@ -159,7 +164,7 @@ func (q *Queue[T]) await(ctx context.Context, n int, wait time.Duration, st rese
 		if st.limited > 0 {
 			sleep = st.limited // the rate limit: no token before then
 		} else if f.cache && lastErr == nil {
-			l, err := w.pending(ctx)
+			l, err := w.pending(ctx, st.capped)
 			if err == nil {
 				if l > 0 && !retried {
 					tryNow, retried = true, true
@@ -169,6 +174,9 @@ func (q *Queue[T]) await(ctx context.Context, n int, wait time.Duration, st rese
 			}
 		}
 		retried = false
+		if st.blocked > 0 && st.blocked < sleep {
+			sleep = st.blocked // a group's limit, or GlobalConcurrency
+		}
 		if st.nextReady >= 0 && st.nextReady < sleep {
 			sleep = max(st.nextReady, time.Millisecond)
 		}
@@ -186,6 +194,9 @@ func (q *Queue[T]) await(ctx context.Context, n int, wait time.Duration, st rese
 		case <-w.wake:
 			// With caching, the loop re-arms first and tries when the list
 			// holds anything; without, a local push woke us: try.
+			tryNow = !f.cache || lastErr != nil || st.limited > 0
+			retried = false
+		case <-w.signal:
 			tryNow = !f.cache || lastErr != nil || st.limited > 0
 			retried = false
 		case <-t.C:

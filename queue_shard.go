@@ -191,16 +191,19 @@ func (q *queueCore) shardRegister(ctx context.Context, nx bool) error {
 }
 
 // listenPending returns a channel that receives after each change of the
-// pending list of any of the queue's shards (its wake-ups coalesce), and
-// the function that stops it. When the queue's shard count grows later
-// (spanOf reads a higher mark), the listener joins the new shards, and is
-// poked once.
+// pending list, or of the signal (keys.Queue.Signal: grouped or
+// prioritized work), of any of the queue's shards (its wake-ups coalesce),
+// and the function that stops it. When the queue's shard count grows
+// later (spanOf reads a higher mark), the listener joins the new shards,
+// and is poked once.
 func (q *queueCore) listenPending(ctx context.Context) (<-chan struct{}, func()) {
+	w := q.f.watch
+	l := &shardListener{ch: make(chan struct{}, 1)}
 	if !q.f.keys.Tagged() {
-		return q.f.watch.listen(q.k.Pending)
+		l.join(w, q)
+		return l.ch, func() { l.leave(w) }
 	}
 	r := q.top()
-	l := &shardListener{ch: make(chan struct{}, 1)}
 	r.lmu.Lock()
 	if r.lsn == nil {
 		r.lsn = map[*shardListener]struct{}{}
@@ -212,24 +215,44 @@ func (q *queueCore) listenPending(ctx context.Context) (<-chan struct{}, func())
 		r.lmu.Lock()
 		delete(r.lsn, l)
 		r.lmu.Unlock()
-		w := q.f.watch
-		w.mu.Lock()
-		for _, g := range l.gates {
-			delete(g.listeners, l.ch)
-		}
-		w.mu.Unlock()
-		for i, g := range l.gates {
-			w.leave(l.keys[i], g)
-		}
+		l.leave(w)
 	}
 }
 
-// shardListener is one listenPending: its channel, and the gates of the
-// shards' pending lists it listens to.
+// shardListener is one listenPending: its channel, the shards it listens
+// to, and the gates of their keys.
 type shardListener struct {
-	ch    chan struct{}
-	keys  []string
-	gates []*gate
+	ch     chan struct{}
+	shards int
+	keys   []string
+	gates  []*gate
+}
+
+// join makes l listen to shard s's pending list and signal.
+func (l *shardListener) join(w *watcher, s *queueCore) {
+	for _, k := range [...]string{s.k.Pending, s.k.Signal} {
+		g := w.join(k)
+		w.mu.Lock()
+		if g.listeners == nil {
+			g.listeners = make(map[chan struct{}]struct{})
+		}
+		g.listeners[l.ch] = struct{}{}
+		w.mu.Unlock()
+		l.keys, l.gates = append(l.keys, k), append(l.gates, g)
+	}
+	l.shards++
+}
+
+// leave stops l listening.
+func (l *shardListener) leave(w *watcher) {
+	w.mu.Lock()
+	for _, g := range l.gates {
+		delete(g.listeners, l.ch)
+	}
+	w.mu.Unlock()
+	for i, g := range l.gates {
+		w.leave(l.keys[i], g)
+	}
 }
 
 // growListeners makes every listener of the queue listen to its first n
@@ -239,20 +262,12 @@ func (q *queueCore) growListeners(n int) {
 	q.lmu.Lock()
 	defer q.lmu.Unlock()
 	for l := range q.lsn {
-		if len(l.keys) >= n {
+		if l.shards >= n {
 			continue
 		}
-		grew := len(l.keys) > 0
-		for i := len(l.keys); i < n; i++ {
-			k := q.sub(i).k.Pending
-			g := w.join(k)
-			w.mu.Lock()
-			if g.listeners == nil {
-				g.listeners = make(map[chan struct{}]struct{})
-			}
-			g.listeners[l.ch] = struct{}{}
-			w.mu.Unlock()
-			l.keys, l.gates = append(l.keys, k), append(l.gates, g)
+		grew := l.shards > 0
+		for i := l.shards; i < n; i++ {
+			l.join(w, q.sub(i))
 		}
 		if grew {
 			poke(l.ch) // tasks may wait on the new shards already
@@ -260,26 +275,38 @@ func (q *queueCore) growListeners(n int) {
 	}
 }
 
-// cachedPending returns the pending tasks of every shard the reserves look
-// at, read through the client-side cache (which arms each list's
-// invalidation), and the lengths per shard.
-func (q *queueCore) cachedPending(ctx context.Context) (int64, []int64, error) {
+// cachedPending returns how many tasks may wait in every shard the
+// reserves look at, and per shard, read through the client-side cache
+// (which arms the invalidation of each shard's pending list and signal):
+// a shard's pending list's length (unless signalOnly: GlobalConcurrency
+// holds the list), plus one when its signal moved since its last reserve
+// saw it (grouped or prioritized work came, or a permit came back).
+func (q *queueCore) cachedPending(ctx context.Context, signalOnly bool) (int64, []int64, error) {
 	f := q.f
 	n := q.spanOf(ctx)
-	if n == 1 {
-		l, err := f.client.DoCache(ctx, f.client.B().Llen().Key(q.k.Pending).Cache(), f.cacheTTL).AsInt64()
-		return l, []int64{l}, err
-	}
-	cmds := make([]rueidis.CacheableTTL, n)
+	cmds := make([]rueidis.CacheableTTL, 0, 2*n)
 	for i := range n {
-		cmds[i] = rueidis.CT(f.client.B().Llen().Key(q.sub(i).k.Pending).Cache(), f.cacheTTL)
+		s := q.sub(i)
+		cmds = append(cmds, rueidis.CT(f.client.B().Llen().Key(s.k.Pending).Cache(), f.cacheTTL),
+			rueidis.CT(f.client.B().Get().Key(s.k.Signal).Cache(), f.cacheTTL))
 	}
+	res := f.client.DoMultiCache(ctx, cmds...)
 	lens := make([]int64, n)
 	var sum int64
-	for i, r := range f.client.DoMultiCache(ctx, cmds...) {
-		l, err := r.AsInt64()
+	for i := range n {
+		l, err := res[2*i].AsInt64()
 		if err != nil {
 			return 0, nil, err
+		}
+		sig, err := res[2*i+1].AsInt64()
+		if err != nil && !rueidis.IsRedisNil(err) {
+			return 0, nil, err
+		}
+		if signalOnly {
+			l = 0
+		}
+		if sig != q.sub(i).look.signal.Load() {
+			l++
 		}
 		lens[i] = l
 		sum += l
@@ -319,7 +346,7 @@ func (q *queueCore) spread(ctx context.Context, req reserveReq) (reserved, error
 		i := (start + j) % k
 		s := shards[i]
 		if j == 1 && q.f.cache {
-			if _, l, err := q.cachedPending(ctx); err == nil && len(l) == k {
+			if _, l, err := q.cachedPending(ctx, false); err == nil && len(l) == k {
 				lens = l
 			}
 		}
@@ -329,6 +356,9 @@ func (q *queueCore) spread(ctx context.Context, req reserveReq) (reserved, error
 		ss, err := s.take(ctx, req)
 		if ss.nextReady >= 0 && (st.nextReady < 0 || ss.nextReady < st.nextReady) {
 			st.nextReady = ss.nextReady
+		}
+		if ss.blocked > 0 && (st.blocked == 0 || ss.blocked < st.blocked) {
+			st.blocked = ss.blocked
 		}
 		if err != nil {
 			if firstErr == nil {

@@ -2,15 +2,19 @@ package fleet
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"time"
 	"unicode/utf8"
 
 	"github.com/fleet-go/fleet/internal/keys"
+	"github.com/redis/rueidis"
 )
 
 // Submitting tasks: Submit, SubmitMany, SubmitWith, SubmitJSON.
@@ -83,6 +87,59 @@ func (q *Queue[T]) submitMany(ctx context.Context, op string, payloads []T) ([]s
 	return ids, nil
 }
 
+// Submission is one task of SubmitManyWith: its payload and the options
+// of its submit (those of SubmitWith).
+type Submission[T any] struct {
+	Payload T
+	Options SubmitOptions
+}
+
+// SubmitManyWith is SubmitMany with options per task. Every payload and
+// every option is checked first: one invalid fails the call with
+// ErrInvalidPayload or ErrInvalidArgument, naming the submission, and
+// nothing is written. Then the tasks go in one round trip: the tasks of
+// one shard (all of them, on an unsharded queue) in one atomic script, in
+// order. It returns each task's id, or the id of the live task that holds
+// its DedupKey (an earlier one of the same call included). When a task
+// with UniqueFor finds its key held, its place gets the holder's id and
+// the error (errors.Is ErrDuplicate) joins a *DuplicateError for each
+// such task; the other tasks are written all the same.
+func (q *Queue[T]) SubmitManyWith(ctx context.Context, subs []Submission[T]) ([]string, error) {
+	const op = "submit many"
+	if err := q.ready(ctx); err != nil {
+		return nil, opErr(op, q.name, err)
+	}
+	if len(subs) == 0 {
+		return nil, nil
+	}
+	items := make([]submission, len(subs))
+	for i, sub := range subs {
+		if err := q.checkSubmit(sub.Options); err != nil {
+			return nil, opErr(op, q.name, within("submission "+strconv.Itoa(i), err))
+		}
+		b, err := q.encodePayload(sub.Payload)
+		if err != nil {
+			return nil, opErr(op, q.name, within("submission "+strconv.Itoa(i), err))
+		}
+		id, err := newTaskID()
+		if err != nil {
+			return nil, opErr(op, q.name, err)
+		}
+		items[i] = submission{id: id, body: newBody(id, b, sub.Options), opts: sub.Options}
+	}
+	ids, err := q.push(ctx, items)
+	if err != nil {
+		return nil, opErr(op, q.name, err)
+	}
+	var dups []error
+	for i, id := range ids {
+		if o := items[i].opts; id != items[i].id && o.UniqueFor > 0 {
+			dups = append(dups, within("submission "+strconv.Itoa(i), &DuplicateError{Key: o.DedupKey, ID: id}))
+		}
+	}
+	return ids, opErr(op, q.name, errors.Join(dups...))
+}
+
 // SubmitOptions says how SubmitWith pushes a task.
 type SubmitOptions struct {
 	// NotBefore delays the task: it waits in :scheduled until then. Defaults
@@ -113,10 +170,12 @@ type SubmitOptions struct {
 	// Priority orders the task among the queue's pending tasks: 0 (the
 	// default) is normal, on the documented list; 1 to MaxPriority run
 	// before normal tasks, higher first, in an aged order: a task of
-	// priority p goes before the normal tasks that became ready less than
-	// p x QueueOptions.PriorityAging before it, and after older ones, so
-	// that normal tasks still run under a steady stream of urgent ones
-	// (docs/SCHEMA.md). Defaults to 0.
+	// priority p goes before the tasks of priority 0 that became ready
+	// less than p x PriorityStep before it, and after older ones (and so
+	// with any two levels), so that normal tasks still run under a steady
+	// stream of urgent ones. Prioritized tasks wait in
+	// fleet:queue:<name>:prio, off the documented list (docs/SCHEMA.md).
+	// Not with Group. Defaults to 0.
 	Priority int
 	// MaxAttempts, when set, is how many times this task runs before it is
 	// dead-lettered, in place of the queue's (QueuePolicy.MaxAttempts).
@@ -141,9 +200,12 @@ type SubmitOptions struct {
 	// account): reserves take round-robin across the groups that have
 	// tasks and are under their limits (QueueOptions.Groups,
 	// Queue.SetGroupLimit), so that a busy group gets no more than its
-	// share. A group name follows the rules of a queue name. Defaults to
-	// none: the task is on the queue's documented list, which takes its
-	// turn in the round like a group without limits.
+	// share. A group name follows the rules of a queue name. On a sharded
+	// queue a group's tasks all go to the group's shard (so its limits
+	// hold), so ShardKey and DedupKey are refused beside it. Groups wait
+	// off the documented list (docs/SCHEMA.md). Defaults to none: the task
+	// is on the queue's documented list, which takes its turn in the round
+	// like a group without limits.
 	Group string
 }
 
@@ -181,15 +243,14 @@ func (q *Queue[T]) SubmitWith(ctx context.Context, payload T, opts SubmitOptions
 	if err != nil {
 		return "", opErr(op, q.name, err)
 	}
-	body := newBody(id, b, opts)
-	got, err := q.push(ctx, id, body, opts)
+	got, err := q.push(ctx, []submission{{id: id, body: newBody(id, b, opts), opts: opts}})
 	if err != nil {
 		return "", opErr(op, q.name, err)
 	}
-	if got != id && opts.UniqueFor > 0 {
-		return got, opErr(op, q.name, &DuplicateError{Key: opts.DedupKey, ID: got})
+	if got[0] != id && opts.UniqueFor > 0 {
+		return got[0], opErr(op, q.name, &DuplicateError{Key: opts.DedupKey, ID: got[0]})
 	}
-	return got, nil
+	return got[0], nil
 }
 
 // checkSubmit checks SubmitWith's options.
@@ -218,6 +279,12 @@ func (q *queueCore) checkSubmit(opts SubmitOptions) error {
 		if err := keys.Check(keys.KindGroup, opts.Group); err != nil {
 			return fmt.Errorf("%w: SubmitOptions.Group: %w", ErrInvalidArgument, err)
 		}
+		switch {
+		case opts.Priority != 0:
+			return fmt.Errorf("%w: SubmitOptions.Priority is not for a task of a Group (a group's tasks run in their order)", ErrInvalidArgument)
+		case q.opts.Shards > 1 && (opts.ShardKey != "" || opts.DedupKey != ""):
+			return fmt.Errorf("%w: SubmitOptions.Group on a sharded queue picks the shard: leave ShardKey and DedupKey empty", ErrInvalidArgument)
+		}
 	}
 	return checkMetadata(opts.Metadata)
 }
@@ -241,42 +308,109 @@ func checkMetadata(m map[string]string) error {
 	return nil
 }
 
-// push pushes one task, body, to its shard (by its dedup key, else its
-// shard key, else round-robin) with the options of SubmitWith
-// (queue_submit.lua). It returns id, or the id of the task that holds
-// opts.DedupKey (then nothing was written).
-func (q *queueCore) push(ctx context.Context, id, body string, opts SubmitOptions) (string, error) {
-	route := opts.DedupKey
-	if route == "" {
-		route = opts.ShardKey
+// submission is one task of a push: its id, its body, its options.
+type submission struct {
+	id, body string
+	opts     SubmitOptions
+}
+
+// push pushes tasks with their options (queue_submit.lua), each to its
+// shard: by its group, else its dedup key, else its shard key, else the shard that the
+// call's round-robin pick gives all such tasks; one script per shard, in
+// one round trip. It returns each task's id, or the id of the task that
+// holds its dedup key (then it wrote nothing).
+func (q *queueCore) push(ctx context.Context, subs []submission) ([]string, error) {
+	var done submitDone
+	if len(subs) == 1 {
+		s := &subs[0]
+		done = q.f.observeSubmitOne(ctx, q.name, s.id, &s.body, s.opts.NotBefore, s.opts.DedupKey)
+	} else if q.f.obs != nil {
+		ids, bodies := make([]string, len(subs)), make([]string, len(subs))
+		for i, s := range subs {
+			ids[i], bodies[i] = s.id, s.body
+		}
+		done = q.f.observeSubmit(ctx, q.name, ids, bodies, time.Time{}, "")
+		for i := range subs {
+			subs[i].body = bodies[i]
+		}
 	}
-	s := q.pick(route)
-	readyAt := ""
-	if !opts.NotBefore.IsZero() {
-		readyAt = secondsString(opts.NotBefore)
-	}
-	done := q.f.observeSubmitOne(ctx, q.name, id, &body, opts.NotBefore, opts.DedupKey)
 	if err := q.register(ctx); err != nil {
 		done.call(0, err)
-		return "", err
+		return nil, err
 	}
-	ks := s.keys()
-	if opts.UniqueFor > 0 {
-		ks = append(ks, s.k.Unique+opts.DedupKey)
+	var shards []*queueCore
+	var places [][]int // the tasks of each shard, by their place in subs
+	var rr *queueCore
+	for i, s := range subs {
+		route := cmp.Or(s.opts.Group, s.opts.DedupKey, s.opts.ShardKey)
+		var sh *queueCore
+		switch {
+		case route != "":
+			sh = q.pick(route)
+		case rr == nil:
+			rr = q.pick("")
+			sh = rr
+		default:
+			sh = rr
+		}
+		j := slices.Index(shards, sh)
+		if j < 0 {
+			j = len(shards)
+			shards, places = append(shards, sh), append(places, nil)
+		}
+		places[j] = append(places[j], i)
 	}
-	got, err := queueSubmitScript.Exec(ctx, q.f.client, ks, []string{id, body, opts.DedupKey, readyAt}).ToString()
-	done.call(boolInt(err == nil && got == id), err)
+	execs := make([]rueidis.LuaExec, len(shards))
+	for j, sh := range shards {
+		ks := sh.keys()
+		args := make([]string, 0, 5*len(places[j]))
+		for _, i := range places[j] {
+			o := subs[i].opts
+			uk, ready := "0", ""
+			if o.UniqueFor > 0 {
+				ks = append(slices.Clip(ks), sh.k.Unique+o.DedupKey)
+				uk = strconv.Itoa(len(ks))
+			}
+			if !o.NotBefore.IsZero() {
+				ready = secondsString(o.NotBefore)
+			}
+			args = append(args, subs[i].id, subs[i].body, o.DedupKey, ready, uk)
+		}
+		execs[j] = rueidis.LuaExec{Keys: ks, Args: args}
+	}
+	ids := make([]string, len(subs))
+	written := 0
+	var err error
+	for j, r := range queueSubmitScript.ExecMulti(ctx, q.f.client, execs...) {
+		got, e := r.AsStrSlice()
+		if e == nil && len(got) != len(places[j]) {
+			e = unexpectedReply("submit", len(got))
+		}
+		if e != nil {
+			err = cmp.Or(err, e)
+			continue
+		}
+		scheduled, ready := false, false
+		for k, i := range places[j] {
+			ids[i] = got[k]
+			if got[k] == subs[i].id {
+				written++
+				scheduled = scheduled || !subs[i].opts.NotBefore.IsZero()
+				ready = ready || subs[i].opts.NotBefore.IsZero()
+			}
+		}
+		if ready {
+			shards[j].wakeLocal()
+		}
+		if scheduled {
+			shards[j].look.soon()
+		}
+	}
+	done.call(written, err)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	switch {
-	case got != id:
-	case readyAt == "":
-		s.wakeLocal()
-	default:
-		s.look.soon()
-	}
-	return got, nil
+	return ids, nil
 }
 
 // SubmitJSON decodes raw strictly into the payload type of the queue named

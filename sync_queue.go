@@ -3,8 +3,10 @@ package fleet
 import (
 	"context"
 	"hash/maphash"
+	"slices"
 	"strconv"
 
+	"github.com/fleet-go/fleet/internal/keys"
 	"github.com/redis/rueidis"
 )
 
@@ -64,10 +66,11 @@ func (s *syncer) queueShard(ctx context.Context, q *queueCore) error {
 //  1. It reads every entry of :dedup (HSCAN) and keeps each as a candidate
 //     (as hashes, 16 bytes an entry).
 //  2. It walks the live tasks (sync_queue_walk.lua): scheduled, then
-//     pending (tail to head, and back over what was pushed meanwhile), then
-//     in flight, the order in which tasks move on the hot path (a due task
-//     goes to the pending tail, a reserved one from the pending head to
-//     in-flight), so that a task that moves during the walk is still seen.
+//     pending (tail to head, and back over what was pushed meanwhile),
+//     prioritized, each group's (as the pending list), then in flight, the
+//     order in which tasks move on the hot path (a due task goes to the
+//     pending tail, a reserved one from the pending head to in-flight), so
+//     that a task that moves during the walk is still seen.
 //     A missing entry is added in the step that sees its task; a candidate
 //     whose key is seen with the id it names is confirmed.
 //  3. If candidates are left, it walks again, to confirm what a task that
@@ -114,7 +117,7 @@ func (s *syncer) syncDedup(ctx context.Context, q *queueCore) error {
 		}
 	}
 	for pass := 0; pass < 2 && (pass == 0 || len(cand) > 0); pass++ {
-		if err := s.walkQueue(ctx, ks, seen); err != nil {
+		if err := s.walkQueue(ctx, k, ks, seen); err != nil {
 			return err
 		}
 	}
@@ -167,15 +170,35 @@ func (s *syncer) syncDedup(ctx context.Context, q *queueCore) error {
 	return flush()
 }
 
-// walkQueue runs sync_queue_walk.lua over a queue's scheduled, pending and
-// in-flight tasks, in that order, and calls seen with the dedup key and id
-// of every task it reads that carries a key (a task may come more than
-// once).
-func (s *syncer) walkQueue(ctx context.Context, ks []string, seen func(key, id string)) error {
-	for _, region := range []string{"sched", "pending", "proc"} {
+// walkQueue runs sync_queue_walk.lua over a queue's scheduled, pending,
+// prioritized, grouped and in-flight tasks, in that order, and calls seen
+// with the dedup key and id of every task it reads that carries a key (a
+// task may come more than once). k is the queue's keys, ks its scripts'.
+func (s *syncer) walkQueue(ctx context.Context, k *keys.Queue, ks []string, seen func(key, id string)) error {
+	regions := [][2]string{{"sched"}, {"pending"}, {"prio"}, {"groups"}, {"proc"}}
+	for i := 0; i < len(regions); i++ {
+		region, group := regions[i][0], regions[i][1]
+		if region == "groups" {
+			// The groups with tasks now (a group that comes later gets
+			// them from :scheduled, walked already, or from a release,
+			// whose task is in flight when the drop checks).
+			c := s.f.client
+			gs, err := c.Do(ctx, c.B().Hkeys().Key(k.GroupState).Build()).AsStrSlice()
+			if err != nil {
+				return err
+			}
+			var more [][2]string
+			for _, g := range gs {
+				if keys.Check(keys.KindGroup, g) == nil {
+					more = append(more, [2]string{"group", g})
+				}
+			}
+			regions = slices.Insert(regions, i+1, more...)
+			continue
+		}
 		state := []string{"0", "", ""}
 		for {
-			res, err := syncQueueWalkScript.Exec(ctx, s.f.client, ks, append([]string{region, strconv.Itoa(syncQueueStep)}, state...)).ToArray()
+			res, err := syncQueueWalkScript.Exec(ctx, s.f.client, ks, append([]string{region, strconv.Itoa(syncQueueStep)}, append(state, group)...)).ToArray()
 			if err != nil {
 				return err
 			}

@@ -66,20 +66,22 @@ func (p *fetcher[C, O, P]) takeNext() *Queue[P] {
 // invalidation armed.
 func (p *fetcher[C, O, P]) tookNone(ctx context.Context, queue string) {
 	if i, ok := p.index[queue]; ok {
-		p.arm(ctx, i)
+		p.arm(ctx, i, false)
 	}
 }
 
-// arm marks queue i empty and arms the invalidation of its key; it
-// reports false when the queue turned out to hold tasks after all.
-func (p *fetcher[C, O, P]) arm(ctx context.Context, i int) bool {
+// arm marks queue i empty and arms the invalidation of its keys (its
+// pending list's, or its signal's alone when signalOnly:
+// GlobalConcurrency holds its tasks); it reports false when the queue
+// turned out to hold tasks after all.
+func (p *fetcher[C, O, P]) arm(ctx context.Context, i int, signalOnly bool) bool {
 	p.mu.Lock()
 	p.empty[i] = true
 	p.mu.Unlock()
 	if !p.b.w.f.cache {
 		return true
 	}
-	l, _, err := p.qs[i].cachedPending(ctx) // every shard of a sharded queue
+	l, _, err := p.qs[i].cachedPending(ctx, signalOnly) // every shard of a sharded queue
 	if err == nil && l > 0 {
 		p.mu.Lock()
 		p.empty[i] = false
@@ -260,9 +262,17 @@ func (p *fetcher[C, O, P]) reserveFor(run context.Context, free int) (got int, f
 		}
 		q := p.qs[i]
 		tasks, st, err := q.reserveTasks(run, reserveReq{n: k, wantLeft: true, owner: b.w.name()})
+		// When to look again without a wake-up: a scheduled task falls
+		// due, a rate limit's token comes, a group's limit lets go.
+		wait := st.nextReady
+		for _, d := range [...]time.Duration{st.limited, st.blocked} {
+			if d > 0 && (wait < 0 || d < wait) {
+				wait = d
+			}
+		}
 		p.readyAt[i] = time.Time{}
-		if st.nextReady >= 0 {
-			p.readyAt[i] = time.Now().Add(st.nextReady)
+		if wait >= 0 {
+			p.readyAt[i] = time.Now().Add(wait)
 		}
 		if err == nil && (len(tasks) == 0 || st.drained) {
 			// Known empty before the slots get the tasks: a slot that
@@ -282,8 +292,10 @@ func (p *fetcher[C, O, P]) reserveFor(run context.Context, free int) (got int, f
 			}
 			b.w.log.Warn("fleet: worker reserve failed", "queue", q.name, "err", err)
 			failed = true
+		case st.limited > 0:
+			// The rate limit's tokens come back by time alone (readyAt).
 		case len(tasks) == 0 || st.drained:
-			p.arm(run, i)
+			p.arm(run, i, st.capped)
 		}
 	}
 	return got, failed, false

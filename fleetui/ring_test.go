@@ -12,7 +12,7 @@ func TestRingRates(t *testing.T) {
 	t0 := time.Unix(1_800_000_000, 0)
 	r := newRing(5*time.Second, 30*time.Second)
 	at := func(sec int, done, failed map[string]int64) sample {
-		return sample{at: t0.Add(time.Duration(sec) * time.Second), queues: map[string]fleet.QueueCounts{"mail": {Pending: int64(sec)}}, done: done, failed: failed}
+		return sample{at: t0.Add(time.Duration(sec) * time.Second), queues: map[string]fleet.QueueCounts{"mail": {QueueStats: fleet.QueueStats{Pending: int64(sec)}}}, done: done, failed: failed}
 	}
 	r.add(at(0, map[string]int64{"mail|a": 10, "web|x": 5}, map[string]int64{"mail|a": 1}))
 	r.add(at(3, map[string]int64{"mail|a": 99}, nil)) // younger than every: dropped

@@ -104,36 +104,423 @@ local function leave(id, token)
   redis.call('HDEL', LEASE, id, record(prefix_of(token)))
 end
 
--- ack_all acks the tasks given from ARGV[from]: first their count P, then
+-- uuid_ms returns the unix ms of a UUIDv7 id (fleet's task ids), or 0 for
+-- an id of another form.
+local function uuid_ms(id)
+  if type(id) ~= 'string' then return 0 end
+  local hi, lo = string.match(id, '^(%x%x%x%x%x%x%x%x)%-(%x%x%x%x)%-7')
+  if not hi then return 0 end
+  return tonumber(hi .. lo, 16)
+end
+
+-- routed decodes body when it may be a task of a group or a prioritized
+-- one (the fields are looked for first, so that a plain body costs no
+-- decode): it returns the decoded table, or nil for a plain body.
+local function routed(body)
+  if not (string.find(body, '"group":', 1, true) or string.find(body, '"priority":', 1, true)) then
+    return nil
+  end
+  local ok, v = pcall(cjson.decode, body)
+  if ok and type(v) == 'table' then return v end
+  return nil
+end
+
+-- group_of returns the group of decoded body v, or nil.
+local function group_of(v)
+  local g = v and v.group
+  if type(g) == 'string' and g ~= '' then return g end
+  return nil
+end
+
+-- prio_score is the score in PRIO of a task of priority p that became
+-- ready at ms: p steps of PRIORITY_STEP_MS before it, so that it goes
+-- before the normal tasks that became ready less than that before it.
+local function prio_score(p, ms)
+  return ms - p * PRIORITY_STEP_MS
+end
+
+-- group_wake puts group g in the round (GROUPS) when it is idle (it has no
+-- state in GSTATE: not in the round, not blocked, not paused), and the
+-- documented list too, as the round's member '' (once a queue has groups,
+-- its ungrouped tasks take their turn like a group). It bumps SIGNAL:
+-- waiting reserves wake.
+local function group_wake(g)
+  if redis.call('HSETNX', GSTATE, g, 'r') == 1 then
+    if redis.call('SISMEMBER', GPAUSED, g) == 1 then
+      redis.call('HSET', GSTATE, g, 'p')
+      return
+    end
+    redis.call('RPUSH', GROUPS, g)
+    if redis.call('HSETNX', GSTATE, '', 'r') == 1 then
+      redis.call('RPUSH', GROUPS, '')
+    end
+  end
+  redis.call('INCR', SIGNAL)
+end
+
+-- group_unblock ends group g's block (a limit, a pause): it leaves
+-- GBLOCKED and its state, and goes back in the round when it has tasks.
+local function group_unblock(g)
+  redis.call('ZREM', GBLOCKED, g)
+  redis.call('HDEL', GSTATE, g)
+  if redis.call('EXISTS', GROUP .. g) == 1 then
+    group_wake(g)
+  end
+end
+
+-- enqueue puts a ready task's body where reserves take it: a task of a
+-- group on its group's list (the group woken), a prioritized one in PRIO
+-- by its aged score, any other on the documented list. head puts it first
+-- (a release, a re-queue), else last. v is the decoded body, or nil to
+-- decode it only when it may be routed (routed). now is the server's ms.
+local function enqueue(body, v, now, head)
+  if v == nil then v = routed(body) end
+  local g = group_of(v)
+  if g then
+    redis.call(head and 'LPUSH' or 'RPUSH', GROUP .. g, body)
+    redis.call('INCR', GPENDING)
+    group_wake(g)
+    return
+  end
+  local p = v and tonumber(v.priority)
+  if p and p > 0 then
+    local at = now
+    if head then at = uuid_ms(v.id) end -- back to its place among its equals
+    redis.call('ZADD', PRIO, prio_score(p, at), body)
+    redis.call('INCR', SIGNAL)
+    return
+  end
+  redis.call(head and 'LPUSH' or 'RPUSH', PENDING, body)
+end
+
+-- move_due moves the due scheduled tasks (up to max) where reserves take
+-- them: the plain ones onto the documented list in one push (which a
+-- wrong-type list refuses before any write), the others where enqueue
+-- routes them. It returns how many it moved.
+local function move_due(now, max)
+  local due = redis.call('ZRANGEBYSCORE', SCHEDULED, '-inf', secs(now), 'LIMIT', 0, max)
+  if #due == 0 then return 0 end
+  local plain = {}
+  for _, b in ipairs(due) do
+    local v = routed(b)
+    if v then enqueue(b, v, now, false) else plain[#plain + 1] = b end
+  end
+  if #plain > 0 then
+    redis.call('RPUSH', PENDING, unpack(plain))
+  end
+  redis.call('ZREM', SCHEDULED, unpack(due))
+  return #due
+end
+
+-- policy_num returns the number field name of raw, the stored policy's
+-- JSON (false when there is none), or 0: read without a decode, for the
+-- reserve's hot path (the policy is flat, and fleet writes it).
+local function policy_num(raw, name)
+  if not raw then return 0 end
+  return tonumber(string.match(raw, '"' .. name .. '":(%d+)')) or 0
+end
+
+-- CAP_WAIT is GSTATE's field that a reserve turned away by the queue's
+-- GlobalConcurrency sets (no group is named so), so that the next task to
+-- end bumps SIGNAL for the waiting reserves (running_done).
+local CAP_WAIT = '\255cap'
+
+-- held counts the permits in zset key (a group's GRUN, or RUNNING: task ids
+-- by lease deadline, ms) at now. A permit whose deadline passed is dropped
+-- when its task is no longer reserved; while it is (extended, or expired
+-- and waiting for the sweeper, which re-queues it and returns the permit),
+-- it moves to the reservation's deadline, or a second on: so a crashed
+-- holder's permit comes back with its task, and a task waiting to run
+-- again never lets the next of a sequential group go first.
+local function held(key, now)
+  local due = redis.call('ZRANGEBYSCORE', key, '-inf', now, 'LIMIT', 0, 16)
+  for _, id in ipairs(due) do
+    local s = tonumber(redis.call('ZSCORE', PROCESSING, id))
+    if not s then
+      redis.call('ZREM', key, id)
+    else
+      local dl = math.floor(s * 1000)
+      if dl <= now then dl = now + 1000 end
+      redis.call('ZADD', key, dl, id)
+    end
+  end
+  return redis.call('ZCARD', key)
+end
+
+-- running_done returns the permits of GlobalConcurrency that tasks ids
+-- held (RUNNING), and bumps SIGNAL when a reserve was turned away for
+-- want of one (CAP_WAIT).
+local function running_done(ids)
+  if redis.call('ZREM', RUNNING, unpack(ids)) > 0 and redis.call('HDEL', GSTATE, CAP_WAIT) == 1 then
+    redis.call('INCR', SIGNAL)
+  end
+end
+
+-- group_done returns the permit that task id held in group g (its entry in
+-- GRUN..g), and puts the group back in the round when it waited for one
+-- (state 'c').
+local function group_done(g, id)
+  redis.call('ZREM', GRUN .. g, id)
+  if redis.call('HGET', GSTATE, g) == 'c' then
+    group_unblock(g)
+  end
+end
+
+-- task_done returns every permit that task id held: its group's (g, or
+-- nil) and GlobalConcurrency's.
+local function task_done(id, g)
+  if g then group_done(g, id) end
+  running_done({id})
+end
+
+-- list_ms is when a body of the documented list became ready, as far as
+-- fleet can tell: the time of its UUIDv7 id (0 for an id of another form:
+-- it goes first).
+local function list_ms(body)
+  return uuid_ms(string.match(body, '^{"id":"([%x%-]+)"'))
+end
+
+-- take_ungrouped takes up to k ungrouped bodies, in the aged order of
+-- priorities: the documented list's head against PRIO's first, by when
+-- each became ready (list_ms; prio_score). It appends them to popped and
+-- their sources to from (false: PENDING; a number: the PRIO score), and
+-- returns how many it took.
+local function take_ungrouped(k, popped, from)
+  local pr = redis.call('ZRANGE', PRIO, 0, k - 1, 'WITHSCORES')
+  if #pr == 0 then
+    local got = redis.call('LPOP', PENDING, k)
+    if not got then return 0 end
+    for _, b in ipairs(got) do
+      popped[#popped + 1] = b
+      from[#popped] = false
+    end
+    return #got
+  end
+  local list = redis.call('LRANGE', PENDING, 0, k - 1)
+  local i, j, taken = 1, 1, {}
+  for _ = 1, k do
+    local ps = pr[2 * i] and tonumber(pr[2 * i])
+    local lb = list[j]
+    if ps and (not lb or ps < list_ms(lb)) then
+      popped[#popped + 1] = pr[2 * i - 1]
+      from[#popped] = ps
+      taken[#taken + 1] = pr[2 * i - 1]
+      i = i + 1
+    elseif lb then
+      popped[#popped + 1] = lb
+      from[#popped] = false
+      j = j + 1
+    else
+      break
+    end
+  end
+  if #taken > 0 then redis.call('ZREM', PRIO, unpack(taken)) end
+  if j > 1 then redis.call('LPOP', PENDING, j - 1) end
+  return #taken + j - 1
+end
+
+-- group_defaults returns the limits of a group without limits of its own:
+-- the stored policy's (raw, its JSON; QueueOptions.Groups).
+local function group_defaults(raw)
+  return {c = policy_num(raw, 'group_concurrency'), iv = policy_num(raw, 'group_interval_us'),
+    b = math.max(policy_num(raw, 'group_burst'), 1)}
+end
+
+-- group_limit returns group g's limits: its own (GLIMITS, a JSON object
+-- {"c": concurrency, "iv": the rate's emission interval in µs, "b": burst};
+-- Queue.SetGroupLimit), else defaults (group_defaults); 0 means none.
+-- taken counts what the reserve took of the group so far.
+local function group_limit(g, defaults)
+  local raw = redis.call('HGET', GLIMITS, g)
+  if raw then
+    local ok, l = pcall(cjson.decode, raw)
+    if ok and type(l) == 'table' then
+      return {c = tonumber(l.c) or 0, iv = tonumber(l.iv) or 0, b = math.max(tonumber(l.b) or 1, 1), taken = 0}
+    end
+  end
+  return {c = defaults.c, iv = defaults.iv, b = defaults.b, taken = 0}
+end
+
+-- group_room returns how many of up to k tasks group g may start now
+-- under its limits l; when none, also the state it leaves the round with
+-- and until when ('p': paused, until resumed; 'c': its concurrency is
+-- full, until its first permit's deadline or a permit comes back; 't':
+-- its rate, until its next token: the GCRA of Limiter, in GRATE..g). A
+-- rate's arrival time is left in l.tat, for take_fair to move.
+local function group_room(g, l, now, k)
+  if redis.call('SISMEMBER', GPAUSED, g) == 1 then
+    return 0, 'p', nil
+  end
+  if l.c > 0 then
+    local room = l.c - held(GRUN .. g, now) - l.taken
+    if room <= 0 then
+      local first = redis.call('ZRANGE', GRUN .. g, 0, 0, 'WITHSCORES')
+      return 0, 'c', tonumber(first[2]) or (now + 1000)
+    end
+    if room < k then k = room end
+  end
+  if l.iv > 0 then
+    local us = now * 1000
+    local tat = gcra_tat(GRATE .. g, us) or us -- no number: start afresh
+    local avail = gcra_avail(tat, us, l.iv, l.b)
+    if avail == 0 then
+      return 0, 't', math.ceil((tat - (l.b - 1) * l.iv) / 1000)
+    end
+    if avail < k then k = avail end
+    l.tat = tat
+  end
+  return k, nil, nil
+end
+
+-- take_fair takes up to n bodies for a reserve of a queue with groups or
+-- priorities, round-robin over GROUPS (the groups that may run, and '' for
+-- the ungrouped tasks: take_ungrouped), each visit a fair share of what
+-- is left to take (so a reserve of n from g groups takes about n/g of
+-- each). A group at its limit or paused leaves the round (for GBLOCKED,
+-- until its block ends or a permit comes back; while paused, until
+-- resumed), and an emptied one too, so a visit is O(1) however many groups
+-- are blocked. It appends to popped and from as take_ungrouped does (a
+-- group's bodies from its name). It returns the earliest time (ms) a
+-- blocked group may run again when it took fewer than n, else nil; and
+-- whether it looked at every group in the round (false when it stopped at
+-- its bound of visits: more may be left). raw is the stored policy
+-- (group_defaults).
+local function take_fair(n, now, popped, from, raw)
+  local back = redis.call('ZRANGEBYSCORE', GBLOCKED, '-inf', now, 'LIMIT', 0, 32)
+  for _, g in ipairs(back) do
+    group_unblock(g)
+  end
+  local size = redis.call('LLEN', GROUPS)
+  if size == 0 then
+    take_ungrouped(n, popped, from)
+    return nil, true
+  end
+  local defaults = group_defaults(raw)
+  local limits, ungrouped_done, idle, visits = {}, false, 0, 0
+  while #popped < n and idle < size do
+    if visits == n + 64 then return nil, false end
+    visits = visits + 1
+    local g = redis.call('LMOVE', GROUPS, GROUPS, 'LEFT', 'RIGHT')
+    if not g then break end
+    local k = math.ceil((n - #popped) / size)
+    local took = 0
+    if g == '' then
+      if not ungrouped_done then
+        took = take_ungrouped(k, popped, from)
+        ungrouped_done = took == 0
+      end
+      if took == 0 and size == 1 then
+        -- Alone in the round, with nothing left: the round ends (and
+        -- group_wake starts it again).
+        redis.call('RPOP', GROUPS)
+        redis.call('HDEL', GSTATE, '')
+        size = 0
+      end
+    else
+      local l = limits[g]
+      if not l then
+        l = group_limit(g, defaults)
+        limits[g] = l
+      end
+      local m, state, til = group_room(g, l, now, k)
+      local got = m > 0 and redis.call('LPOP', GROUP .. g, m)
+      if got then
+        for _, b in ipairs(got) do
+          popped[#popped + 1] = b
+          from[#popped] = g
+        end
+        took = #got
+        l.taken = l.taken + took
+        if redis.call('DECRBY', GPENDING, took) <= 0 then redis.call('DEL', GPENDING) end
+        if l.tat then
+          l.tat = l.tat + took * l.iv
+          gcra_set(GRATE .. g, l.tat, now * 1000)
+        end
+      else
+        redis.call('RPOP', GROUPS) -- g, at the tail since its LMOVE
+        size = size - 1
+        if state then
+          redis.call('HSET', GSTATE, g, state)
+          if til then redis.call('ZADD', GBLOCKED, til, g) end
+        else
+          redis.call('HDEL', GSTATE, g) -- emptied: idle until a task comes
+        end
+      end
+    end
+    if took > 0 then idle = 0 else idle = idle + 1 end
+  end
+  if #popped < n then
+    local first = redis.call('ZRANGE', GBLOCKED, 0, 0, 'WITHSCORES')
+    return tonumber(first[2]), true
+  end
+  return nil, true
+end
+
+-- find_pending finds the body that holds (a function of a body) accepts
+-- among the tasks waiting to run: on the documented list, in PRIO, on each
+-- group's list, read in chunks (O(N) in the tasks waiting: an operator's
+-- call). It returns the body and where it is (the list's key, or false
+-- for PRIO), or nil.
+local function find_pending(holds)
+  local function in_list(key)
+    local n = redis.call('LLEN', key)
+    for i = 0, n - 1, 1000 do
+      for _, body in ipairs(redis.call('LRANGE', key, i, i + 999)) do
+        if holds(body) then return body end
+      end
+    end
+    return nil
+  end
+  local b = in_list(PENDING)
+  if b then return b, PENDING end
+  local n = redis.call('ZCARD', PRIO)
+  for i = 0, n - 1, 1000 do
+    for _, body in ipairs(redis.call('ZRANGE', PRIO, i, i + 999)) do
+      if holds(body) then return body, false end
+    end
+  end
+  for _, g in ipairs(redis.call('HKEYS', GSTATE)) do
+    if g ~= '' and g ~= CAP_WAIT then
+      b = in_list(GROUP .. g)
+      if b then return b, GROUP .. g end
+    end
+  end
+  return nil
+end
+
+-- ack_all acks the tasks given from ARGV[from]: the count P of plain acks,
 -- P plain acks as triples (id, lease token, dedup key or ''), then acks
--- that keep something as 7-tuples (id, token, dedup key, unique window ms
--- or '0', retention ms or '0', result JSON or '', attempts), the j-th of
--- which (from 1) has its unique key and its result key at
--- KEYS[keys + 2j - 2] and KEYS[keys + 2j - 1]. Each is acked when the reservation that exists now is
--- the caller's (owned): it leaves PROCESSING, BODY and LEASE, its dedup key
--- is freed when it still names the task (held on for its unique window
--- instead, when it has one), and its record is kept for the retention. The
--- plain ones take a fixed number of commands whatever their count (HMGET
--- and ZMSCORE check them all, one HDEL, ZREM and HDEL end them). Returns
--- one code per ack, in order (DONE or LOST), as a string of digits. The
--- reads refuse a wrong-type key before any write.
+-- that keep something or belong to a group as 8-tuples (id, token, dedup
+-- key, unique window ms or '0', retention ms or '0', result JSON or '',
+-- attempts, group or ''), the j-th of which (from 1) has its unique key
+-- and its result key at KEYS[keys + 2j - 2] and KEYS[keys + 2j - 1]. Each
+-- is acked when the reservation that exists now is the caller's (owned):
+-- it leaves PROCESSING, BODY and LEASE, its dedup key is freed when it
+-- still names the task (held on for its unique window instead, when it
+-- has one), its record is kept for the retention, and its permits come
+-- back (task_done). The plain ones take a fixed number of commands
+-- whatever their count (HMGET and ZMSCORE check them all, one HDEL, ZREM,
+-- HDEL and ZREM end them). Returns one code per ack, in order (DONE or
+-- LOST), as a string of digits. The reads refuse a wrong-type key before
+-- any write.
 local function ack_all(from, keys)
   local plain = tonumber(ARGV[from])
   local res = {}
+  local first = from + 1
   if plain > 0 then
     local ids = {}
-    for j = 1, plain do ids[j] = ARGV[from + 3 * j - 2] end
+    for j = 1, plain do ids[j] = ARGV[first + 3 * j - 3] end
     local entries = redis.call('HMGET', LEASE, unpack(ids))
     local scores = redis.call('ZMSCORE', PROCESSING, unpack(ids))
     local done, fields, dkeys = {}, {}, {}
     for j, id in ipairs(ids) do
-      local token = ARGV[from + 3 * j - 1]
+      local token = ARGV[first + 3 * j - 2]
       if owned(entries[j], scores[j], token) then
         res[j] = DONE
         done[#done + 1] = id
         fields[#fields + 1] = id
         fields[#fields + 1] = record(prefix_of(token))
-        local dk = ARGV[from + 3 * j]
+        local dk = ARGV[first + 3 * j - 1]
         if dk ~= '' and redis.call('HGET', DEDUP, dk) == id then
           dkeys[#dkeys + 1] = dk
         end
@@ -148,10 +535,11 @@ local function ack_all(from, keys)
       if #dkeys > 0 then
         redis.call('HDEL', DEDUP, unpack(dkeys))
       end
+      running_done(done)
     end
   end
   local j = 0
-  for i = from + 1 + 3 * plain, #ARGV, 7 do
+  for i = first + 3 * plain, #ARGV, 8 do
     j = j + 1
     local id, token, dk = ARGV[i], ARGV[i + 1], ARGV[i + 2]
     local code = LOST
@@ -173,6 +561,8 @@ local function ack_all(from, keys)
           ',"attempts":' .. ARGV[i + 6] .. ',"done_at":' .. secs(now_ms()) .. ',"worker":' .. cjson.encode(worker) .. '}',
           'PX', ARGV[i + 4])
       end
+      local g = ARGV[i + 7]
+      task_done(id, g ~= '' and g or nil)
     end
     res[plain + j] = code
   end

@@ -18,20 +18,14 @@
 --          A WRONGTYPE error, nothing changed, when the key holds another
 --          type or a string that is no number.
 local now = now_us()
-local v = redis.call('GET', KEYS[1])
-local tat = now
-if v then
-  tat = tonumber(v)
-  if not tat then
-    return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ' holds no arrival time')
-  end
-  if tat < now then tat = now end
+local tat = gcra_tat(KEYS[1], now)
+if not tat then
+  return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ' holds no arrival time')
 end
 local n = tonumber(ARGV[1])
 local iv = tonumber(ARGV[2])
 local burst = tonumber(ARGV[3])
-local avail = math.floor((now + burst * iv - tat) / iv)
-if avail < 0 then avail = 0 end
+local avail = gcra_avail(tat, now, iv, burst)
 local take = n
 if ARGV[4] == '1' and avail < n then take = avail end
 if take < 1 or take > avail then
@@ -41,9 +35,9 @@ if take < 1 or take > avail then
     return {0, avail, tat + (need - burst) * iv - now, tat - now}
   end
   local btat = tat + need * iv
-  redis.call('SET', KEYS[1], string.format('%d', btat), 'PX', math.ceil((btat - now) / 1000))
+  gcra_set(KEYS[1], btat, now)
   return {need, 0, btat - burst * iv - now, btat - now}
 end
 local ntat = tat + take * iv
-redis.call('SET', KEYS[1], string.format('%d', ntat), 'PX', math.ceil((ntat - now) / 1000))
+gcra_set(KEYS[1], ntat, now)
 return {take, avail - take, -1, ntat - now}

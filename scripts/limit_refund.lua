@@ -20,6 +20,6 @@ local ntat = tat - tonumber(ARGV[1]) * tonumber(ARGV[2])
 if ntat <= now then
   redis.call('DEL', KEYS[1])
 else
-  redis.call('SET', KEYS[1], string.format('%d', ntat), 'PX', math.ceil((ntat - now) / 1000))
+  gcra_set(KEYS[1], ntat, now)
 end
 return 1

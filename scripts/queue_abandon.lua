@@ -2,7 +2,8 @@
 -- while the script was in flight (its ctx ended, or its connection broke):
 -- each task that the call reserved, and that is still reserved under the
 -- call's tokens, goes back unchanged to the head of the queue, without
--- counting an attempt; one that Queue.Cancel flagged meanwhile (canceled)
+-- counting an attempt (a group's to its group's head, with its permits
+-- back: enqueue, task_done); one that Queue.Cancel flagged meanwhile (canceled)
 -- stays reserved, for the sweeper to bury as cancelled once its lease runs
 -- out. When the call's script has not run yet, a tombstone in its place
 -- makes it take nothing when it does.
@@ -34,7 +35,10 @@ for i = #ids, 1, -1 do -- back to the head in their order
     redis.call('HDEL', BODY, id)
     redis.call('HDEL', LEASE, id)
     if body then
-      redis.call('LPUSH', PENDING, body)
+      local v = routed(body)
+      local g = group_of(v)
+      task_done(id, g)
+      enqueue(body, v, now_ms(), true)
       back = back + 1
     end
   end

@@ -4,7 +4,8 @@
 -- KEYS[1..8] the queue's keys (PENDING ... POLICY: queue_core.go)
 -- KEYS[9..]  the unique key and the result key of each ack that keeps
 --            something (see ack_all)
--- ARGV       how many plain acks, then the plain acks as triples, then the
---            acks that keep something as 7-tuples (ack_all)
+-- ARGV       how many plain acks, then the plain acks as
+--            triples, then the acks that keep something or belong to a
+--            group as 8-tuples (ack_all)
 -- returns    a code per ack, in order: DONE, or LOST when the lease was lost
 return ack_all(1, 9)

@@ -1,4 +1,5 @@
--- queue_cancel: find a task by id and remove it when it is pending or
+-- queue_cancel: find a task by id and remove it when it is pending (on
+-- the documented list, in its priorities or in a group: find_pending) or
 -- scheduled (freeing its dedup key); say when it is running or dead. The
 -- search reads the lists in chunks: O(N) in the tasks waiting, for an
 -- operator's call, never for the hot path.
@@ -40,18 +41,19 @@ if redis.call('EXISTS', KEYS[9]) == 1 then
   return 4
 end
 local chunk = 1000
-local n = redis.call('LLEN', PENDING)
-for i = 0, n - 1, chunk do
-  for _, body in ipairs(redis.call('LRANGE', PENDING, i, i + chunk - 1)) do
-    local ok, v = holds(body)
-    if ok then
-      redis.call('LREM', PENDING, 1, body)
-      free_dedup(dedup_of(v), id)
-      return 1
-    end
+local body, where = find_pending(function(b) return (holds(b)) end)
+if body then
+  local _, v = holds(body)
+  if where then
+    redis.call('LREM', where, 1, body)
+    if where ~= PENDING and redis.call('DECR', GPENDING) <= 0 then redis.call('DEL', GPENDING) end
+  else
+    redis.call('ZREM', PRIO, body)
   end
+  free_dedup(dedup_of(v), id)
+  return 1
 end
-n = redis.call('ZCARD', SCHEDULED)
+local n = redis.call('ZCARD', SCHEDULED)
 for i = 0, n - 1, chunk do
   for _, body in ipairs(redis.call('ZRANGE', SCHEDULED, i, i + chunk - 1)) do
     local ok, v = holds(body)

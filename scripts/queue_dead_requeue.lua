@@ -3,7 +3,8 @@
 -- never requeue one twice. A task that was submitted with a dedup key gets
 -- its key back; when another live task holds that key now, the dead letter
 -- stays where it is (re-queueing it would make the duplicate that the key
--- exists to prevent).
+-- exists to prevent). A task goes where enqueue routes it (its group, its
+-- priority).
 -- KEYS[1..8] the queue's keys (PENDING ... POLICY: queue_core.go)
 -- ARGV     quads: the dead entry exactly as stored, the body to push, the
 --          task's id, its dedup key or ''
@@ -19,7 +20,7 @@ for i = 1, #ARGV, 4 do
     out[#out + 1] = id
     out[#out + 1] = holder
   elseif redis.call('LREM', DEAD, 1, raw) == 1 then
-    redis.call('RPUSH', PENDING, body)
+    enqueue(body, nil, now_ms(), false)
     if dedup ~= '' then
       redis.call('HSET', DEDUP, dedup, id)
     end

@@ -8,6 +8,11 @@
 --   release  back to the head of PENDING, unchanged, no attempt counted;
 --   snooze   to SCHEDULED, unchanged, due after a delay (server clock), no
 --            attempt counted.
+-- The task's permits (its group's, GlobalConcurrency's) come back
+-- (task_done), and a released task of a group goes back to its group's
+-- head. A sequential group (concurrency 1) keeps its order: a retry or a
+-- snooze goes back to the group's head instead of SCHEDULED, and the task
+-- keeps its permit until it is due, so the group waits for it.
 -- A task that Queue.Cancel flagged (canceled) is buried as cancelled
 -- whatever the mode: it never runs again. A buried task frees its dedup
 -- key, and the dead letters are bounded to dead_max.
@@ -28,6 +33,7 @@
 -- ARGV[12] nack: a random number in [0, 1) for the jitter
 -- ARGV[13] nack: the task's own max_attempts (SubmitOptions.MaxAttempts),
 --          which goes before the policy's; '0' for none
+-- ARGV[14] the task's group (SubmitOptions.Group), '' for none
 -- returns  {DONE, n}: retried after n ms (nack), released (n = 0), or
 --          snoozed until n (unix ms); {BURIED, 0}; {CANCELED, 0}: buried
 --          as cancelled; {NEED_ENTRY, 0}: cancelled, but ARGV[5] is '';
@@ -51,6 +57,7 @@ if max_attempts <= 0 then max_attempts = p.max_attempts end
 local body = redis.call('HGET', BODY, id)
 leave(id, token)
 local now = now_ms()
+local g = ARGV[14] ~= '' and ARGV[14] or nil
 local dead = nil
 if flagged then
   dead = ARGV[5]
@@ -61,24 +68,38 @@ end
 if dead then
   bury(dead, now, p.dead_max)
   free_dedup(dk, id)
+  task_done(id, g)
   if flagged then return {CANCELED, 0} end
   return {BURIED, 0}
 end
+local d, later = 0, body
 if mode == 'nack' then
   local attempts = tonumber(ARGV[7])
-  local d = p.backoff_base_ms * 2 ^ math.min(math.max(attempts - 1, 0), 40)
+  d = p.backoff_base_ms * 2 ^ math.min(math.max(attempts - 1, 0), 40)
   if d > p.backoff_max_ms then d = p.backoff_max_ms end
   d = math.floor(d / 2 + tonumber(ARGV[12]) * d / 2)
-  redis.call('ZADD', SCHEDULED, secs(now + d), ARGV[6])
-  return {DONE, d}
+  later = ARGV[6]
+elseif mode == 'snooze' then
+  d = tonumber(ARGV[6])
 end
-if not body then
-  return {DONE, 0} -- nothing to hand back (the body hash lost it)
+if mode == 'release' or not later then
+  task_done(id, g)
+  if later then enqueue(later, nil, now, true) end
+  return {DONE, 0} -- without a body there is nothing to hand back
 end
-if mode == 'snooze' then
-  local at = now + tonumber(ARGV[6])
-  redis.call('ZADD', SCHEDULED, secs(at), body)
-  return {DONE, at}
+local ret = d
+if mode == 'snooze' then ret = now + d end
+if g and group_limit(g, group_defaults(redis.call('GET', POLICY))).c == 1 then
+  -- Sequential: back to the head, the permit held until it is due.
+  running_done({id})
+  redis.call('ZADD', GRUN .. g, now + d, id)
+  redis.call('LPUSH', GROUP .. g, later)
+  redis.call('INCR', GPENDING)
+  if redis.call('HSETNX', GSTATE, g, 'c') == 1 then
+    redis.call('ZADD', GBLOCKED, now + d, g)
+  end
+  return {DONE, ret}
 end
-redis.call('LPUSH', PENDING, body)
-return {DONE, 0}
+task_done(id, g)
+redis.call('ZADD', SCHEDULED, secs(now + d), later)
+return {DONE, ret}

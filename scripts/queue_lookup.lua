@@ -1,5 +1,7 @@
--- queue_lookup: find a task by id, wherever it is. Reads the waiting lists
--- in chunks: O(N) in the tasks waiting and dead, for an operator's call.
+-- queue_lookup: find a task by id, wherever it is (a pending one on the
+-- documented list, in its priorities or in a group: find_pending). Reads
+-- the waiting lists in chunks: O(N) in the tasks waiting and dead, for an
+-- operator's call.
 -- KEYS[1..8] the queue's keys (PENDING ... POLICY: queue_core.go)
 -- KEYS[9]  fleet:queue:<name>:result:<id>       string: the record of a task done (optional)
 -- ARGV[1]  task id
@@ -21,13 +23,9 @@ if done then
   return {'done', done}
 end
 local chunk = 1000
-local n = redis.call('LLEN', PENDING)
-for i = 0, n - 1, chunk do
-  for _, body in ipairs(redis.call('LRANGE', PENDING, i, i + chunk - 1)) do
-    if holds(body) then return {'pending', body} end
-  end
-end
-n = redis.call('ZCARD', SCHEDULED)
+local pending = find_pending(holds)
+if pending then return {'pending', pending} end
+local n = redis.call('ZCARD', SCHEDULED)
 for i = 0, n - 1, chunk do
   local page = redis.call('ZRANGE', SCHEDULED, i, i + chunk - 1, 'WITHSCORES')
   for j = 1, #page, 2 do

@@ -3,6 +3,9 @@
 -- item is applied only if the reservation is still the one the sweeper saw
 -- (same lease token, same body) and still past its deadline, so sweepers
 -- racing each other, or a late ack, never duplicate or resurrect a task.
+-- A task goes back where enqueue routes it (a group's task to its group's
+-- head, so a sequential group keeps its order), and its permits come back
+-- (task_done).
 -- KEYS[1..8] the queue's keys (PENDING ... POLICY: queue_core.go)
 -- ARGV[1]  bound on the dead letters' count (0: none)
 -- ARGV[2..] one item per 6 values: id, lease entry as seen ('' for none),
@@ -27,12 +30,15 @@ for i = 2, #ARGV, 6 do
     if tok then
       redis.call('HDEL', LEASE, record(prefix_of(tok)))
     end
+    local v = routed(body)
+    local g = group_of(v)
+    task_done(id, g)
     if bury == '1' then
       redis.call('RPUSH', DEAD, with_dead_at(body, ms))
       free_dedup(dedup, id)
       buried = buried + 1
     else
-      redis.call('RPUSH', PENDING, body)
+      enqueue(body, v, ms, g ~= nil) -- a group's goes first: its order holds
       requeued = requeued + 1
     end
   end

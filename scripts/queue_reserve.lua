@@ -33,31 +33,58 @@
 -- ARGV[5]  bound on the dead letters' count when no policy is stored (0: none)
 -- ARGV[6]  '1' to learn whether tasks are left pending, else '0'
 -- ARGV[7..] the tasks to ack first (ack_all): how many plain acks, then
---          the plain acks as triples, then the acks that keep something
---          as 7-tuples
--- returns  {now_ms, left, next_ready, poisoned, acked, id1, token1, body1, ...},
---          or {'0', 1, '-', 0, acked, error} when the acks were done and
---          the reserve then failed (a wrong-type key: it changed nothing);
---          left is 0 when nothing is left pending, 1 when something is or
---          may be (always 1 unless ARGV[6] asked); next_ready is the
---          earliest scheduled ready_at (unix s) when none was due, '' when
---          none is scheduled, '-' when SCHEDULED was not looked at; acked
---          has a code per ack, in order: DONE, or LOST when the lease was
---          lost ('' without acks)
+--          the plain acks as triples, then the acks that keep something or
+--          belong to a group as 8-tuples
+-- returns  {now_ms, left, next_ready, wake, acked, signal, id1, token1,
+--          body1, ...}, or {'0', 1, '-', '', acked, '0', error} when the
+--          acks were done and the reserve then failed (a wrong-type key: it
+--          changed nothing). left is 0 when nothing is left pending, 1 when
+--          something is or may be (always 1 unless ARGV[6] asked), 2 when
+--          the queue's GlobalConcurrency (the stored policy's
+--          global_concurrency) is reached; next_ready is the earliest
+--          scheduled ready_at (unix s) when none was due, '' when none is
+--          scheduled, '-' when SCHEDULED was not looked at; wake is when
+--          (server ms) a group at its limit, or the GlobalConcurrency, may
+--          let a task go next, '' when nothing waits on a limit; acked has
+--          a code per ack, in order: DONE, or LOST when the lease was lost
+--          ('' without acks); signal is SIGNAL's value ('0' while the queue
+--          has never had groups or priorities): it rises whenever grouped
+--          or prioritized work becomes available, or a GlobalConcurrency
+--          permit comes back to a queue that turned a reserve away, so a
+--          waiter compares it.
+-- The queue takes from its groups and priorities (take_fair) once SIGNAL
+-- exists, and from the documented list alone before that.
+
 
 -- undo hands back what take did when a write fails on a wrong-type key:
--- the tasks it registered (when registered: their ids are out[6], out[9],
--- ...) and the dead letters it wrote go, and popped goes back to the head
--- of the queue.
-local function undo(popped, out, dead, e, registered)
-  for i = 6, registered and #out or 0, 3 do
+-- the tasks it registered (when registered: their ids are out[7], out[10],
+-- ...; with their permits, grun: group -> ids) and the dead letters it
+-- wrote go, and each popped body goes back, first, where it came from
+-- (from[i]: false or nil the documented list, a number PRIO's score, a string its
+-- group).
+local function undo(popped, from, out, dead, e, registered, grun)
+  for i = 7, registered and #out or 0, 3 do
     local id = out[i]
     redis.pcall('ZREM', PROCESSING, id)
     redis.pcall('HDEL', BODY, id)
     redis.pcall('HDEL', LEASE, id)
+    redis.pcall('ZREM', RUNNING, id)
+  end
+  for g, ids in pairs(registered and grun or {}) do
+    redis.pcall('ZREM', GRUN .. g, unpack(ids))
   end
   for _ = 1, dead do redis.pcall('RPOP', DEAD) end
-  for i = #popped, 1, -1 do redis.call('LPUSH', PENDING, popped[i]) end
+  for i = #popped, 1, -1 do
+    local src = from[i]
+    if not src then
+      redis.pcall('LPUSH', PENDING, popped[i])
+    elseif type(src) == 'number' then
+      redis.pcall('ZADD', PRIO, src, popped[i])
+    else
+      redis.pcall('LPUSH', GROUP .. src, popped[i])
+      redis.pcall('INCR', GPENDING)
+    end
+  end
   return redis.error_reply(e.err or tostring(e))
 end
 
@@ -66,37 +93,53 @@ end
 -- as few as it can.
 local function take(acked)
   local n = tonumber(ARGV[1])
-  if n == 0 then
-    return {'0', 1, '-', 0, acked}
-  end
-  if redis.call('EXISTS', KEYS[9]) == 1 then
-    return {'0', 1, '-', 0, acked}
+  if n == 0 or redis.call('EXISTS', KEYS[9]) == 1 then
+    return {'0', 1, '-', '', acked, '0'}
   end
   local now = now_ms()
-  local out = {tostring(now), 1, '-', 0, acked}
+  local out = {tostring(now), 1, '-', '', acked, '0'}
+  local got = redis.call('MGET', SIGNAL, POLICY) -- one command for both
+  local signal, raw = got[1], got[2]
   if ARGV[4] ~= '0' then
     out[3] = ''
     local first = redis.call('ZRANGE', SCHEDULED, 0, 0, 'WITHSCORES')
     if #first > 0 then
       if tonumber(first[2]) * 1000 <= now then
-        local due = redis.call('ZRANGEBYSCORE', SCHEDULED, '-inf', secs(now), 'LIMIT', 0, tonumber(ARGV[4]))
-        if #due > 0 then
-          redis.call('RPUSH', PENDING, unpack(due)) -- first: a wrong-type list refuses it
-          redis.call('ZREM', SCHEDULED, unpack(due))
-        end
+        move_due(now, tonumber(ARGV[4]))
+        signal = signal or redis.call('GET', SIGNAL)
       else
         out[3] = first[2]
       end
     end
   end
+  local cap = policy_num(raw, 'global_concurrency')
+  if cap > 0 then
+    local room = cap - held(RUNNING, now)
+    if room <= 0 then
+      redis.call('HSET', GSTATE, CAP_WAIT, '1')
+      local first = redis.call('ZRANGE', RUNNING, 0, 0, 'WITHSCORES')
+      out[2], out[4], out[6] = 2, first[2] or '', redis.call('GET', SIGNAL) or '0'
+      return out
+    end
+    if room < n then n = room end
+  end
+  local popped, from, complete = {}, {}, true
+  if signal then
+    local ok, wake, all = pcall(take_fair, n, now, popped, from, raw)
+    if not ok then return undo(popped, from, out, 0, wake, false) end
+    if wake then out[4] = string.format('%d', wake) end
+    complete = all
+    out[6] = redis.call('GET', SIGNAL) or '0'
+  else
+    popped = redis.call('LPOP', PENDING, n) or {}
+  end
   local poisoned = 0
-  local popped = redis.call('LPOP', PENDING, n)
-  if popped then
+  if #popped > 0 then
     local deadline = now + tonumber(ARGV[2])
     local score = secs(deadline)
     local lease_end = ' ' .. string.format('%d', deadline)
     local prefix = ARGV[3]
-    local scored, bodies, leases, ids = {}, {}, {}, {}
+    local scored, bodies, leases, ids, running, grun = {}, {}, {}, {}, {}, {}
     for i = 1, #popped do
       local body = popped[i]
       local ok, v = pcall(cjson.decode, body)
@@ -108,9 +151,15 @@ local function take(acked)
         scored[2 * m - 1], scored[2 * m] = score, id
         bodies[2 * m - 1], bodies[2 * m] = id, body
         leases[2 * m - 1], leases[2 * m] = id, token .. lease_end
+        running[2 * m - 1], running[2 * m] = deadline, id
         out[#out + 1] = id
         out[#out + 1] = token
         out[#out + 1] = body
+        local g = from[i]
+        if type(g) == 'string' then
+          grun[g] = grun[g] or {}
+          table.insert(grun[g], id)
+        end
       else
         local why = 'body has no usable id'
         if not ok then
@@ -119,7 +168,7 @@ local function take(acked)
           why = 'body is not a JSON object'
         end
         local r = redis.pcall('RPUSH', DEAD, cjson.encode({body = body, error = why, dead_at = now / 1000}))
-        if type(r) == 'table' then return undo(popped, out, poisoned, r, false) end
+        if type(r) == 'table' then return undo(popped, from, out, poisoned, r, false) end
         poisoned = poisoned + 1
       end
     end
@@ -127,10 +176,17 @@ local function take(acked)
       leases[#leases + 1] = record(prefix)
       leases[#leases + 1] = cjson.encode(ids)
       local r = redis.pcall('ZADD', PROCESSING, unpack(scored))
-      if type(r) == 'table' then return undo(popped, out, poisoned, r, false) end
+      if type(r) == 'table' then return undo(popped, from, out, poisoned, r, false) end
       r = redis.pcall('HSET', BODY, unpack(bodies))
       if type(r) ~= 'table' then r = redis.pcall('HSET', LEASE, unpack(leases)) end
-      if type(r) == 'table' then return undo(popped, out, poisoned, r, true) end
+      if type(r) ~= 'table' and cap > 0 then r = redis.pcall('ZADD', RUNNING, unpack(running)) end
+      for g, gids in pairs(grun) do
+        if type(r) == 'table' then break end
+        local scores = {}
+        for j, id in ipairs(gids) do scores[2 * j - 1], scores[2 * j] = deadline, id end
+        r = redis.pcall('ZADD', GRUN .. g, unpack(scores))
+      end
+      if type(r) == 'table' then return undo(popped, from, out, poisoned, r, true, grun) end
     end
     if poisoned > 0 then
       local bound = policy({dead_max = tonumber(ARGV[5])}).dead_max
@@ -139,19 +195,14 @@ local function take(acked)
       end
     end
   end
-  if ARGV[6] == '1' then
-    if not popped or #popped < n then
-      out[2] = 0
-    elseif redis.call('LLEN', PENDING) == 0 then
-      out[2] = 0
-    end
+  if ARGV[6] == '1' and ((#popped < n and complete) or (not signal and redis.call('LLEN', PENDING) == 0)) then
+    out[2] = 0
   end
-  out[4] = poisoned
   return out
 end
 
 local acked = ''
-if tonumber(ARGV[7]) > 0 or #ARGV > 7 then
+if #ARGV > 7 or tonumber(ARGV[7]) > 0 then
   acked = ack_all(7, 10)
 end
 local ok, res = pcall(take, acked)
@@ -159,4 +210,4 @@ if ok and not (type(res) == 'table' and res.err) then
   return res
 end
 -- The acks are done: say so, with the reserve's error.
-return {'0', 1, '-', 0, acked, type(res) == 'table' and res.err or tostring(res)}
+return {'0', 1, '-', '', acked, '0', type(res) == 'table' and res.err or tostring(res)}

@@ -1,36 +1,49 @@
--- queue_submit: push one task with a dedup key and/or a ready time. With a
--- dedup key, it is refused while a live task holds the key (DEDUP), and,
--- when the caller names the task's unique key (SubmitOptions.UniqueFor),
--- while the window of an ended task that held it runs.
--- No TYPE checks: HGET refuses a wrong-type dedup hash, and the push (the
--- first write) a wrong-type list or zset, before anything changes.
+-- queue_submit: push tasks, each with its options: a dedup key, a ready
+-- time, a group or a priority (in the body, where enqueue routes it). With
+-- a dedup key, a task is refused while a live task holds the key (DEDUP),
+-- and, when the caller names the task's unique key (SubmitOptions.
+-- UniqueFor), while the window of an ended task that held it runs; a
+-- refused task adds nothing, and the others go on.
+-- One task: no TYPE checks (HGET refuses a wrong-type dedup hash, and the
+-- push, the first write, a wrong-type list or zset, before anything
+-- changes). Several: the queue's keys are checked first (wrong_types), so
+-- that either all go or none.
 -- KEYS[1..8] the queue's keys (PENDING ... POLICY: queue_core.go)
--- KEYS[9]  fleet:queue:<name>:unique:<key>  string: id of the task that held the
---          key, PX the window (optional: only with UniqueFor)
--- ARGV[1]  task id
--- ARGV[2]  body (with "dedup", and "unique_ms" with UniqueFor)
--- ARGV[3]  dedup key, or ''
--- ARGV[4]  ready_at (unix s), or '' for now
--- returns  the id of the task: ARGV[1] when pushed, or the id of the task
---          that holds the same dedup key (then nothing changes)
-if ARGV[3] ~= '' then
-  local first = redis.call('HGET', DEDUP, ARGV[3])
-  if first then
-    return first
-  end
-  if KEYS[9] then
-    first = redis.call('GET', KEYS[9])
-    if first then
-      return first
+-- KEYS[9..] fleet:queue:<name>:unique:<key>  string: id of the task that held
+--          the key, PX the window (one per task with UniqueFor; see ARGV)
+-- ARGV     per task five values: its id, its body (with "dedup", and
+--          "unique_ms" with UniqueFor), its dedup key or '', its ready_at
+--          (unix s) or '' for now, the place in KEYS of its unique key or
+--          '0' for none
+-- returns  the tasks' ids, in order: each task's own when pushed, or the id
+--          of the task that holds its dedup key (then it added nothing)
+if #ARGV > 5 then
+  local err = wrong_types(QUEUE_TYPES)
+  if err then return err end
+end
+local out, now = {}, nil
+for i = 1, #ARGV, 5 do
+  local id, body, dk, ready, uk = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], tonumber(ARGV[i + 4])
+  local holder = nil
+  if dk ~= '' then
+    holder = redis.call('HGET', DEDUP, dk)
+    if not holder and uk > 0 then
+      holder = redis.call('GET', KEYS[uk])
     end
   end
+  if holder then
+    out[#out + 1] = holder
+  else
+    if ready ~= '' then
+      redis.call('ZADD', SCHEDULED, ready, body)
+    else
+      now = now or now_ms()
+      enqueue(body, nil, now, false)
+    end
+    if dk ~= '' then
+      redis.call('HSET', DEDUP, dk, id)
+    end
+    out[#out + 1] = id
+  end
 end
-if ARGV[4] ~= '' then
-  redis.call('ZADD', SCHEDULED, ARGV[4], ARGV[2])
-else
-  redis.call('RPUSH', PENDING, ARGV[2])
-end
-if ARGV[3] ~= '' then
-  redis.call('HSET', DEDUP, ARGV[3], ARGV[1])
-end
-return ARGV[1]
+return out

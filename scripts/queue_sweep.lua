@@ -1,4 +1,5 @@
--- queue_sweep: move the due scheduled tasks onto the queue, and list the
+-- queue_sweep: move the due scheduled tasks onto the queue (move_due: a
+-- group's or a prioritized one where enqueue routes it), and list the
 -- reservations past their deadline (for queue_requeue, which re-checks each).
 -- A reservation whose body is missing cannot be re-queued: it is dropped.
 -- KEYS[1..8] the queue's keys (PENDING ... POLICY: queue_core.go)
@@ -8,13 +9,9 @@
 --          '' for a reservation that fleet did not make (another client's)
 local err = wrong_types(QUEUE_TYPES)
 if err then return err end
-local nows = secs(now_ms())
-local due = redis.call('ZRANGEBYSCORE', SCHEDULED, '-inf', nows, 'LIMIT', 0, tonumber(ARGV[1]))
-if #due > 0 then
-  redis.call('RPUSH', PENDING, unpack(due))
-  redis.call('ZREM', SCHEDULED, unpack(due))
-end
-local out = {#due}
+local ms = now_ms()
+local nows = secs(ms)
+local out = {move_due(ms, tonumber(ARGV[1]))}
 local expired = redis.call('ZRANGEBYSCORE', PROCESSING, '-inf', '(' .. nows, 'LIMIT', 0, tonumber(ARGV[2]))
 for _, id in ipairs(expired) do
   local body = redis.call('HGET', BODY, id)

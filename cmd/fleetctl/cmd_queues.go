@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"text/tabwriter"
+	"time"
 
 	"github.com/fleet-go/fleet"
 )
@@ -13,7 +15,7 @@ func init() {
 	register(&command{
 		name:    "queues",
 		args:    "[queue]",
-		summary: "count the tasks of every registered queue (or of one): pending, in flight, scheduled, dead; and whether it is paused",
+		summary: "count the tasks of every registered queue (or of one): pending, in flight, scheduled, dead; whether it is paused; how long its next task has waited",
 		run: func(ctx context.Context, a *app, args []string) int {
 			var qs []fleet.QueueCounts
 			switch len(args) {
@@ -38,14 +40,42 @@ func init() {
 						return a.notFound(fmt.Errorf("no queue %s is registered, and it holds no task", args[0]))
 					}
 				}
-				qs = []fleet.QueueCounts{{Name: args[0], Pending: st.Pending, InFlight: st.InFlight, Scheduled: st.Scheduled, Dead: st.Dead, Paused: st.Paused}}
+				qs = []fleet.QueueCounts{{Name: args[0], QueueStats: st}}
 			default:
 				return a.usageErr("queues", "takes at most one queue name")
 			}
 			a.emit(qs, func(w *tabwriter.Writer) {
-				fmt.Fprintln(w, "QUEUE\tPENDING\tIN FLIGHT\tSCHEDULED\tDEAD\tPAUSED")
+				fmt.Fprintln(w, "QUEUE\tPENDING\tIN FLIGHT\tSCHEDULED\tDEAD\tPAUSED\tLATENCY")
 				for _, q := range qs {
-					fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%v\n", q.Name, q.Pending, q.InFlight, q.Scheduled, q.Dead, q.Paused)
+					fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%v\t%v\n", q.Name, q.Pending, q.InFlight, q.Scheduled, q.Dead, q.Paused, q.Latency.Round(time.Millisecond))
+				}
+			})
+			return exitOK
+		},
+	})
+	register(&command{
+		name:    "groups",
+		args:    "<queue>",
+		summary: "list a queue's groups: pending, running, limits (own or the queue's), state, latency",
+		run: func(ctx context.Context, a *app, args []string) int {
+			if len(args) != 1 {
+				return a.usageErr("groups", "takes one queue name")
+			}
+			gs, err := a.f.Queue(args[0]).Groups(ctx)
+			if err != nil {
+				return a.fail(err)
+			}
+			a.emit(gs, func(w *tabwriter.Writer) {
+				fmt.Fprintln(w, "GROUP\tPENDING\tRUNNING\tCONCURRENCY\tRATE\tOWN\tSTATE\tLATENCY")
+				for _, g := range gs {
+					conc, rate := "-", "-"
+					if g.Limits.Concurrency > 0 {
+						conc = strconv.Itoa(g.Limits.Concurrency)
+					}
+					if r := g.Limits.Rate; r.Rate > 0 {
+						rate = fmt.Sprintf("%d/%v burst %d", r.Rate, r.Per, r.Burst)
+					}
+					fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%s\t%v\t%s\t%v\n", g.Name, g.Pending, g.Running, conc, rate, g.Own, g.State, g.Latency.Round(time.Millisecond))
 				}
 			})
 			return exitOK

@@ -58,6 +58,33 @@ type Queue struct {
 	Shards string
 	// Shard is the shard these keys are of (0 for the queue's own keys).
 	Shard int
+
+	// The keys of priorities, groups and GlobalConcurrency (derived;
+	// docs/SCHEMA.md): each is Pending plus a suffix of QueueSuffixes, which
+	// the queue scripts build the same way. Prio is a zset of the pending
+	// prioritized bodies; Groups the round of the groups that may run (a
+	// list of names); GroupState a hash of each active group's state;
+	// GroupBlocked a zset of the groups out of the round until a time;
+	// GroupLimits a hash of the groups' own limits; GroupPaused a set of
+	// the paused groups; Running a zset of the running tasks' ids by lease
+	// deadline (QueueOptions.GlobalConcurrency). Group, GroupRun and
+	// GroupRate are prefixes, before a group's name: its pending list, its
+	// running tasks (a zset by lease deadline), its rate limiter (GCRA).
+	Prio, Groups, GroupState, GroupBlocked, GroupLimits, GroupPaused, Running string
+	Group, GroupRun, GroupRate                                                string
+	// Signal (a counter) rises whenever grouped or prioritized work becomes
+	// available, for waiting reserves to wake on; GroupPending counts the
+	// tasks on the groups' lists.
+	Signal, GroupPending string
+}
+
+// QueueSuffixes are the suffixes, after Pending, of Queue's keys of
+// priorities, groups and GlobalConcurrency, with the names the queue
+// scripts know them by.
+var QueueSuffixes = []struct{ Lua, Suffix string }{
+	{"PRIO", ":prio"}, {"GROUPS", ":groups"}, {"GSTATE", ":gstate"}, {"GBLOCKED", ":gblocked"},
+	{"GLIMITS", ":glimits"}, {"GPAUSED", ":gpaused"}, {"RUNNING", ":running"},
+	{"GROUP", ":g:"}, {"GRUN", ":grun:"}, {"GRATE", ":grate:"}, {"SIGNAL", ":signal"}, {"GPENDING", ":gpending"},
 }
 
 // Queue returns the keys of queue name.
@@ -98,6 +125,19 @@ func queueAt(base string) Queue {
 		Unique:     base + ":unique:",
 		Paused:     base + ":paused",
 		Result:     base + ":result:",
+
+		Prio:         base + ":prio",
+		Groups:       base + ":groups",
+		GroupState:   base + ":gstate",
+		GroupBlocked: base + ":gblocked",
+		GroupLimits:  base + ":glimits",
+		GroupPaused:  base + ":gpaused",
+		Running:      base + ":running",
+		Group:        base + ":g:",
+		GroupRun:     base + ":grun:",
+		GroupRate:    base + ":grate:",
+		Signal:       base + ":signal",
+		GroupPending: base + ":gpending",
 	}
 }
 
