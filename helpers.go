@@ -102,14 +102,6 @@ func boolArg(b bool) string {
 	return "0"
 }
 
-// boolInt is 1 for true, 0 for false.
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
-
 // isText reports whether s is valid UTF-8 without control characters.
 func isText(s string) bool {
 	return strings.ToValidUTF8(s, "\uFFFD") == s && strings.IndexFunc(s, func(r rune) bool { return r < ' ' || r == 0x7f }) < 0

@@ -24,6 +24,10 @@ type job struct {
 // qkeys spells the keys of queue name in the test's layout.
 type qkeys struct {
 	Pending, Processing, Body, Lease, Scheduled, Dead, Dedup, Policy, Call, Registry string
+	// The keys of priorities, groups and GlobalConcurrency; Group, GroupRun
+	// and GroupRate are prefixes of a group's name.
+	Prio, Groups, GroupState, GroupBlocked, GroupLimits, GroupPaused, Running, Signal, GroupPending string
+	Group, GroupRun, GroupRate                                                                      string
 }
 
 func (e *env) qk(name string) qkeys {
@@ -39,6 +43,19 @@ func (e *env) qk(name string) qkeys {
 		Policy:     base + ":policy",
 		Call:       base + ":call:",
 		Registry:   e.Prefix + "fleet:queues",
+
+		Prio:         base + ":prio",
+		Groups:       base + ":groups",
+		GroupState:   base + ":gstate",
+		GroupBlocked: base + ":gblocked",
+		GroupLimits:  base + ":glimits",
+		GroupPaused:  base + ":gpaused",
+		Running:      base + ":running",
+		Signal:       base + ":signal",
+		GroupPending: base + ":gpending",
+		Group:        base + ":g:",
+		GroupRun:     base + ":grun:",
+		GroupRate:    base + ":grate:",
 	}
 }
 

@@ -166,10 +166,10 @@ func (b *batch[C, O, P]) commitQueue(ctx context.Context, c *queueCore, q *Queue
 		// The acks are done (or there were none); only the take failed:
 		// the fetcher takes over.
 		b.w.log.Warn("fleet: worker reserve failed", "queue", c.name, "err", err)
-		b.fetch.tookNone(ctx, c.name)
+		b.fetch.tookNone(ctx, c.name, res)
 	case err == nil && got < n:
 		// Fewer tasks than asked for: the queue is empty now.
-		b.fetch.tookNone(ctx, c.name)
+		b.fetch.tookNone(ctx, c.name, res)
 	}
 	for _, r := range tasks {
 		_ = b.release(r) // cannot happen: the script took at most n

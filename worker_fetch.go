@@ -32,8 +32,9 @@ type fetcher[C, O, P any] struct {
 	paused  []bool     // the queue was paused at the fetcher's last look
 	chosen  int        // the last pick
 
+	readyAt []time.Time // when each queue may have tasks again without a wake-up (lookAgain; zero: none known)
+
 	// The fetch loop's own state (fetch).
-	readyAt []time.Time // when each queue's earliest scheduled task is due (zero: none known)
 	gates   []*pauseGate
 	cases   []reflect.SelectCase // each queue's wake-up, each pause flag's, soft's end, the timer
 	timer   *time.Timer
@@ -41,7 +42,8 @@ type fetcher[C, O, P any] struct {
 
 func newFetcher[C, O, P any](b *batch[C, O, P], qs []*Queue[P], weights []int, strict bool) *fetcher[C, O, P] {
 	p := &fetcher[C, O, P]{b: b, qs: qs, weights: weights, strict: strict, index: map[string]int{},
-		current: make([]int, len(qs)), empty: make([]bool, len(qs)), paused: make([]bool, len(qs))}
+		current: make([]int, len(qs)), empty: make([]bool, len(qs)), paused: make([]bool, len(qs)),
+		readyAt: make([]time.Time, len(qs))}
 	for i, q := range qs {
 		p.index[q.name] = i
 	}
@@ -62,11 +64,31 @@ func (p *fetcher[C, O, P]) takeNext() *Queue[P] {
 }
 
 // tookNone says that a take from queue found it empty (or failed: the
-// fetcher takes over): the queue is marked empty, and its key's
-// invalidation armed.
-func (p *fetcher[C, O, P]) tookNone(ctx context.Context, queue string) {
+// fetcher takes over), with what the take learned (st): the queue is
+// marked empty, its key's invalidation armed, and when to look again
+// without one recorded (lookAgain).
+func (p *fetcher[C, O, P]) tookNone(ctx context.Context, queue string, st reserved) {
 	if i, ok := p.index[queue]; ok {
-		p.arm(ctx, i, false)
+		p.lookAgain(i, st)
+		p.arm(ctx, i, st.capped)
+	}
+}
+
+// lookAgain records when queue i may have tasks again without a wake-up,
+// from what a take of it learned: a scheduled task falls due, a rate
+// limit's token comes, a group's limit lets go (zero: none known).
+func (p *fetcher[C, O, P]) lookAgain(i int, st reserved) {
+	wait := st.nextReady
+	for _, d := range [...]time.Duration{st.limited, st.blocked} {
+		if d > 0 && (wait < 0 || d < wait) {
+			wait = d
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.readyAt[i] = time.Time{}
+	if wait >= 0 {
+		p.readyAt[i] = time.Now().Add(wait)
 	}
 }
 
@@ -187,7 +209,6 @@ func (p *fetcher[C, O, P]) fetch(run, soft context.Context) {
 // timer. It returns what stops them.
 func (p *fetcher[C, O, P]) listen(run, soft context.Context) func() {
 	f, n := p.b.w.f, len(p.qs)
-	p.readyAt = make([]time.Time, n)
 	p.gates = make([]*pauseGate, n)
 	p.cases = make([]reflect.SelectCase, 0, 2*n+2)
 	stops := make([]func(), 0, 2*n)
@@ -262,18 +283,7 @@ func (p *fetcher[C, O, P]) reserveFor(run context.Context, free int) (got int, f
 		}
 		q := p.qs[i]
 		tasks, st, err := q.reserveTasks(run, reserveReq{n: k, wantLeft: true, owner: b.w.name()})
-		// When to look again without a wake-up: a scheduled task falls
-		// due, a rate limit's token comes, a group's limit lets go.
-		wait := st.nextReady
-		for _, d := range [...]time.Duration{st.limited, st.blocked} {
-			if d > 0 && (wait < 0 || d < wait) {
-				wait = d
-			}
-		}
-		p.readyAt[i] = time.Time{}
-		if wait >= 0 {
-			p.readyAt[i] = time.Now().Add(wait)
-		}
+		p.lookAgain(i, st)
 		if err == nil && (len(tasks) == 0 || st.drained) {
 			// Known empty before the slots get the tasks: a slot that
 			// finishes at once acks without trying a take (takeNext).
@@ -305,11 +315,13 @@ func (p *fetcher[C, O, P]) reserveFor(run context.Context, free int) (got int, f
 // wake-up; it reports false when Stop began.
 func (p *fetcher[C, O, P]) sleep(d time.Duration) bool {
 	n := len(p.qs)
+	p.mu.Lock()
 	for i := range p.qs {
 		if !p.readyAt[i].IsZero() {
 			d = min(d, max(time.Until(p.readyAt[i]), time.Millisecond))
 		}
 	}
+	p.mu.Unlock()
 	p.timer.Reset(d)
 	chosen, _, _ := reflect.Select(p.cases)
 	if !p.timer.Stop() {

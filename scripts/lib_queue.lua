@@ -372,6 +372,23 @@ local function group_room(g, l, now, k)
   return k, nil, nil
 end
 
+-- end_round takes the documented list's turn out of the round when it is
+-- the round's last member and has nothing: the round ends (group_wake
+-- starts it again).
+local function end_round()
+  redis.call('RPOP', GROUPS)
+  redis.call('HDEL', GSTATE, '')
+end
+
+-- blocked_until returns, when a take got fewer than n bodies (popped), the
+-- earliest time (ms) a blocked group may run again (GBLOCKED's first), so
+-- that the reserve says when to look again; else nil.
+local function blocked_until(n, popped)
+  if #popped >= n then return nil end
+  local first = redis.call('ZRANGE', GBLOCKED, 0, 0, 'WITHSCORES')
+  return tonumber(first[2])
+end
+
 -- take_fair takes up to n bodies for a reserve of a queue with groups or
 -- priorities, round-robin over GROUPS (the groups that may run, and '' for
 -- the ungrouped tasks: take_ungrouped), each visit a fair share of what
@@ -393,7 +410,7 @@ local function take_fair(n, now, popped, from, raw)
   local size = redis.call('LLEN', GROUPS)
   if size == 0 then
     take_ungrouped(n, popped, from)
-    return nil, true
+    return blocked_until(n, popped), true
   end
   local defaults = group_defaults(raw)
   local limits, ungrouped_done, idle, visits = {}, false, 0, 0
@@ -410,10 +427,7 @@ local function take_fair(n, now, popped, from, raw)
         ungrouped_done = took == 0
       end
       if took == 0 and size == 1 then
-        -- Alone in the round, with nothing left: the round ends (and
-        -- group_wake starts it again).
-        redis.call('RPOP', GROUPS)
-        redis.call('HDEL', GSTATE, '')
+        end_round()
         size = 0
       end
     else
@@ -449,11 +463,10 @@ local function take_fair(n, now, popped, from, raw)
     end
     if took > 0 then idle = 0 else idle = idle + 1 end
   end
-  if #popped < n then
-    local first = redis.call('ZRANGE', GBLOCKED, 0, 0, 'WITHSCORES')
-    return tonumber(first[2]), true
+  if size == 1 and #popped < n and redis.call('LINDEX', GROUPS, 0) == '' and redis.call('EXISTS', PENDING, PRIO) == 0 then
+    end_round()
   end
-  return nil, true
+  return blocked_until(n, popped), true
 end
 
 -- find_pending finds the body that holds (a function of a body) accepts

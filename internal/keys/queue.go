@@ -81,10 +81,25 @@ type Queue struct {
 // QueueSuffixes are the suffixes, after Pending, of Queue's keys of
 // priorities, groups and GlobalConcurrency, with the names the queue
 // scripts know them by.
-var QueueSuffixes = []struct{ Lua, Suffix string }{
-	{"PRIO", ":prio"}, {"GROUPS", ":groups"}, {"GSTATE", ":gstate"}, {"GBLOCKED", ":gblocked"},
-	{"GLIMITS", ":glimits"}, {"GPAUSED", ":gpaused"}, {"RUNNING", ":running"},
-	{"GROUP", ":g:"}, {"GRUN", ":grun:"}, {"GRATE", ":grate:"}, {"SIGNAL", ":signal"}, {"GPENDING", ":gpending"},
+// queueAt spells them from this table; Parse and Spell read them back by
+// their family.
+var QueueSuffixes = []struct {
+	Lua, Suffix string
+	Family      Family
+	Key         func(*Queue) *string
+}{
+	{"PRIO", ":prio", FamQueuePrio, func(q *Queue) *string { return &q.Prio }},
+	{"GROUPS", ":groups", FamQueueGroups, func(q *Queue) *string { return &q.Groups }},
+	{"GSTATE", ":gstate", FamQueueGroupState, func(q *Queue) *string { return &q.GroupState }},
+	{"GBLOCKED", ":gblocked", FamQueueGroupBlocked, func(q *Queue) *string { return &q.GroupBlocked }},
+	{"GLIMITS", ":glimits", FamQueueGroupLimits, func(q *Queue) *string { return &q.GroupLimits }},
+	{"GPAUSED", ":gpaused", FamQueueGroupPaused, func(q *Queue) *string { return &q.GroupPaused }},
+	{"RUNNING", ":running", FamQueueRunning, func(q *Queue) *string { return &q.Running }},
+	{"GROUP", ":g:", FamQueueGroup, func(q *Queue) *string { return &q.Group }},
+	{"GRUN", ":grun:", FamQueueGroupRun, func(q *Queue) *string { return &q.GroupRun }},
+	{"GRATE", ":grate:", FamQueueGroupRate, func(q *Queue) *string { return &q.GroupRate }},
+	{"SIGNAL", ":signal", FamQueueSignal, func(q *Queue) *string { return &q.Signal }},
+	{"GPENDING", ":gpending", FamQueueGroupPending, func(q *Queue) *string { return &q.GroupPending }},
 }
 
 // Queue returns the keys of queue name.
@@ -112,7 +127,7 @@ func (k Keys) QueueShard(name string, i int) Queue {
 }
 
 func queueAt(base string) Queue {
-	return Queue{
+	q := Queue{
 		Pending:    base,
 		Processing: base + ":processing",
 		Body:       base + ":processing:body",
@@ -125,20 +140,11 @@ func queueAt(base string) Queue {
 		Unique:     base + ":unique:",
 		Paused:     base + ":paused",
 		Result:     base + ":result:",
-
-		Prio:         base + ":prio",
-		Groups:       base + ":groups",
-		GroupState:   base + ":gstate",
-		GroupBlocked: base + ":gblocked",
-		GroupLimits:  base + ":glimits",
-		GroupPaused:  base + ":gpaused",
-		Running:      base + ":running",
-		Group:        base + ":g:",
-		GroupRun:     base + ":grun:",
-		GroupRate:    base + ":grate:",
-		Signal:       base + ":signal",
-		GroupPending: base + ":gpending",
 	}
+	for _, x := range QueueSuffixes {
+		*x.Key(&q) = base + x.Suffix
+	}
+	return q
 }
 
 // Queues is fleet:queues (set of queue names; derived): the queue registry

@@ -31,30 +31,45 @@ const (
 	FamQueuePolicy     Family = "queue:policy"           // ... (derived)
 	FamQueueCall       Family = "queue:call"             // fleet:queue:<name>:call:<prefix> (derived, short-lived)
 	FamQueueShards     Family = "queue:shards"           // fleet:queue:<name>:shards (derived, tagged only)
-	FamPool            Family = "pool"                   // fleet:pool:<name>
-	FamPoolClaim       Family = "pool:claim"             // fleet:pool:<name>:claim:<item>
-	FamPoolAll         Family = "pidx:all"               // fleet:pidx:<pool>:all (derived)
-	FamPoolExp         Family = "pidx:exp"               // fleet:pidx:<pool>:exp (derived)
-	FamPoolTags        Family = "pidx:tags"              // fleet:pidx:<pool>:tags (derived; members are key names)
-	FamPoolSignal      Family = "pidx:sig"               // fleet:pidx:<pool>:sig (derived)
-	FamPoolScan        Family = "pidx:scan"              // fleet:pidx:<pool>:scan (derived)
-	FamPoolTagIndex    Family = "pidx:t"                 // fleet:pidx:<pool>:t:<field>:<canon> (derived)
-	FamPoolOwner       Family = "pidx:own"               // fleet:pidx:<pool>:own:<item> (derived)
-	FamPoolFree        Family = "pidx:free"              // fleet:pidx:<pool>:free (derived)
-	FamPoolHeld        Family = "pidx:held"              // fleet:pidx:<pool>:held (derived)
-	FamPoolBad         Family = "pidx:bad"               // fleet:pidx:<pool>:bad (derived)
-	FamPoolForeign     Family = "pidx:foreign"           // fleet:pidx:<pool>:foreign (derived)
-	FamPoolFields      Family = "pidx:fields"            // fleet:pidx:<pool>:fields (derived)
-	FamPoolSweep       Family = "pidx:sweep"             // fleet:pidx:<pool>:sweep (derived)
-	FamPoolToken       Family = "pidx:tok"               // fleet:pidx:<pool>:tok:<token> (derived)
-	FamWorkerHardware  Family = "wkr:hardware"           // wkr:<type>:<id>:hardware
-	FamWorkerConfig    Family = "wkr:config"             // wkr:<type>:<id>:config
-	FamWorkerGen       Family = "wkr:gen"                // wkr:<type>:<id>:gen
-	FamWorkerState     Family = "wkr:state"              // wkr:<type>:<id>:state
-	FamWorkerStats     Family = "wkr:stats"              // wkr:<type>:<id>:stats
-	FamWorkers         Family = "wkrs"                   // wkrs:<type>
-	FamAllWorkers      Family = "wkrs:all"               // wkrs:all
-	FamStream          Family = "stream"                 // stream:<type>
+	// The keys of priorities, groups and GlobalConcurrency (derived;
+	// QueueSuffixes): the three ending in ":" are prefixes of a group's
+	// keys, whose name is the Key's Item.
+	FamQueuePrio         Family = "queue:prio"     // fleet:queue:<name>:prio
+	FamQueueGroups       Family = "queue:groups"   // fleet:queue:<name>:groups
+	FamQueueGroupState   Family = "queue:gstate"   // fleet:queue:<name>:gstate
+	FamQueueGroupBlocked Family = "queue:gblocked" // fleet:queue:<name>:gblocked
+	FamQueueGroupLimits  Family = "queue:glimits"  // fleet:queue:<name>:glimits
+	FamQueueGroupPaused  Family = "queue:gpaused"  // fleet:queue:<name>:gpaused
+	FamQueueRunning      Family = "queue:running"  // fleet:queue:<name>:running
+	FamQueueGroup        Family = "queue:g"        // fleet:queue:<name>:g:<group>
+	FamQueueGroupRun     Family = "queue:grun"     // fleet:queue:<name>:grun:<group>
+	FamQueueGroupRate    Family = "queue:grate"    // fleet:queue:<name>:grate:<group> (short-lived)
+	FamQueueSignal       Family = "queue:signal"   // fleet:queue:<name>:signal
+	FamQueueGroupPending Family = "queue:gpending" // fleet:queue:<name>:gpending
+	FamPool              Family = "pool"           // fleet:pool:<name>
+	FamPoolClaim         Family = "pool:claim"     // fleet:pool:<name>:claim:<item>
+	FamPoolAll           Family = "pidx:all"       // fleet:pidx:<pool>:all (derived)
+	FamPoolExp           Family = "pidx:exp"       // fleet:pidx:<pool>:exp (derived)
+	FamPoolTags          Family = "pidx:tags"      // fleet:pidx:<pool>:tags (derived; members are key names)
+	FamPoolSignal        Family = "pidx:sig"       // fleet:pidx:<pool>:sig (derived)
+	FamPoolScan          Family = "pidx:scan"      // fleet:pidx:<pool>:scan (derived)
+	FamPoolTagIndex      Family = "pidx:t"         // fleet:pidx:<pool>:t:<field>:<canon> (derived)
+	FamPoolOwner         Family = "pidx:own"       // fleet:pidx:<pool>:own:<item> (derived)
+	FamPoolFree          Family = "pidx:free"      // fleet:pidx:<pool>:free (derived)
+	FamPoolHeld          Family = "pidx:held"      // fleet:pidx:<pool>:held (derived)
+	FamPoolBad           Family = "pidx:bad"       // fleet:pidx:<pool>:bad (derived)
+	FamPoolForeign       Family = "pidx:foreign"   // fleet:pidx:<pool>:foreign (derived)
+	FamPoolFields        Family = "pidx:fields"    // fleet:pidx:<pool>:fields (derived)
+	FamPoolSweep         Family = "pidx:sweep"     // fleet:pidx:<pool>:sweep (derived)
+	FamPoolToken         Family = "pidx:tok"       // fleet:pidx:<pool>:tok:<token> (derived)
+	FamWorkerHardware    Family = "wkr:hardware"   // wkr:<type>:<id>:hardware
+	FamWorkerConfig      Family = "wkr:config"     // wkr:<type>:<id>:config
+	FamWorkerGen         Family = "wkr:gen"        // wkr:<type>:<id>:gen
+	FamWorkerState       Family = "wkr:state"      // wkr:<type>:<id>:state
+	FamWorkerStats       Family = "wkr:stats"      // wkr:<type>:<id>:stats
+	FamWorkers           Family = "wkrs"           // wkrs:<type>
+	FamAllWorkers        Family = "wkrs:all"       // wkrs:all
+	FamStream            Family = "stream"         // stream:<type>
 )
 
 var (
@@ -196,6 +211,15 @@ func (k Keys) parseFleet(rest string) (Key, bool) {
 		}
 		if call, ok := strings.CutPrefix(tail, ":call:"); ok {
 			return Key{Family: FamQueueCall, Name: name, Item: call, Shard: shard}, Check(KindItem, call) == nil
+		}
+		for _, x := range QueueSuffixes {
+			if strings.HasSuffix(x.Suffix, ":") {
+				if g, ok := strings.CutPrefix(tail, x.Suffix); ok {
+					return Key{Family: x.Family, Name: name, Item: g, Shard: shard}, Check(KindGroup, g) == nil
+				}
+			} else if tail == x.Suffix {
+				return Key{Family: x.Family, Name: name, Shard: shard}, true
+			}
 		}
 		f, known := queueTails[tail]
 		return Key{Family: f, Name: name, Shard: shard}, known && !(f == FamQueueShards && (shard > 0 || !k.tagged))
@@ -340,6 +364,14 @@ func (k Keys) Spell(p Key) (string, bool) {
 		return q().Call + p.Item, true
 	case FamQueueShards:
 		return k.Queue(p.Name).Shards, k.tagged && p.Shard == 0
+	case FamQueuePrio, FamQueueGroups, FamQueueGroupState, FamQueueGroupBlocked, FamQueueGroupLimits, FamQueueGroupPaused,
+		FamQueueRunning, FamQueueGroup, FamQueueGroupRun, FamQueueGroupRate, FamQueueSignal, FamQueueGroupPending:
+		qk := q()
+		for _, x := range QueueSuffixes {
+			if x.Family == p.Family {
+				return *x.Key(&qk) + p.Item, true
+			}
+		}
 	case FamPool:
 		return k.Pool(p.Name), true
 	case FamPoolClaim:
