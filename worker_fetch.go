@@ -35,9 +35,9 @@ type fetcher[C, O, P any] struct {
 	readyAt []time.Time // when each queue may have tasks again without a wake-up (lookAgain; zero: none known)
 
 	// The fetch loop's own state (fetch).
-	gates   []*pauseGate
-	cases   []reflect.SelectCase // each queue's wake-up, each pause flag's, soft's end, the timer
-	timer   *time.Timer
+	gates []*pauseGate
+	cases []reflect.SelectCase // each queue's wake-up, each pause flag's, soft's end, the timer
+	timer *time.Timer
 }
 
 func newFetcher[C, O, P any](b *batch[C, O, P], qs []*Queue[P], weights []int, strict bool) *fetcher[C, O, P] {
