@@ -220,7 +220,7 @@ func runVanishing(t *testing.T, e *env, mk func(*fleet.Fleet) *fleet.Queue[job],
 		mu.Lock()
 		defer mu.Unlock()
 		return len(done) == len(ids)
-	}, "%d of %d tasks done", len(done), len(ids))
+	}, "fewer than %d tasks done", len(ids))
 	if vanished == 0 {
 		t.Fatal("no consumer vanished: the test says nothing")
 	}
