@@ -45,6 +45,8 @@ var (
 const (
 	queueName   = "chaos"
 	maxAttempts = 100 // leases that run out count attempts: under kills a task may lose many
+	groups      = 4   // the submitter puts half the tasks in groups g0..g3 (SubmitOptions.Group)
+	groupLimit  = 2   // each group runs at most this many at once (QueueOptions.Groups)
 )
 
 func TestMain(m *testing.M) {
@@ -292,7 +294,7 @@ func (r *run) do() {
 	defer subF.Close()
 	direct := r.open(ctx, r.tg.url)
 	defer direct.Close()
-	q := fleet.NewQueue[job](direct, queueName, fleet.QueueOptions{Lease: s.lease, MaxAttempts: maxAttempts})
+	q := fleet.NewQueue[job](direct, queueName, queueOptions(s.lease, maxAttempts, 0, 0))
 
 	start := time.Now()
 	t0 := start.UnixMicro()
@@ -363,7 +365,7 @@ func (r *run) do() {
 	w := &world{deaths: r.deaths, margin: s.margin, lease: s.lease, t0: t0, faults: r.flog.snapshot(), phases: r.phases,
 		submitted: r.submitted}
 	w.stops = stopsOf(w.faults, w.deaths)
-	w.dead, w.left = r.redisState(wctx, direct, q)
+	w.dead, w.left, w.permits = r.redisState(wctx, direct, q)
 	ev, err := readEvidence(filepath.Join(r.dir, "ev"))
 	if err != nil {
 		t.Fatal(err)
@@ -393,9 +395,12 @@ func (r *run) do() {
 	if len(ev.bad) > 0 {
 		t.Errorf("%d evidence lines did not parse, e.g. %q", len(ev.bad), ev.bad[0])
 	}
-	if rep.Lost+rep.AckedTwice+rep.Overlaps+rep.BegunLate+rep.AckedButLeft > 0 {
-		t.Errorf("%s: lost %d, acked twice %d, overlapping runs %d (beyond %v), runs begun after their lease deadline %d, acked but left %d: want all 0",
-			r.tg.name, rep.Lost, rep.AckedTwice, rep.Overlaps, s.margin, rep.BegunLate, rep.AckedButLeft)
+	if rep.Lost+rep.AckedTwice+rep.Overlaps+rep.BegunLate+rep.AckedButLeft+rep.GroupOver+rep.PermitsLeft > 0 {
+		t.Errorf("%s: lost %d, acked twice %d, overlapping runs %d (beyond %v), runs begun after their lease deadline %d, acked but left %d, groups over their limit %d, permits left %d: want all 0",
+			r.tg.name, rep.Lost, rep.AckedTwice, rep.Overlaps, s.margin, rep.BegunLate, rep.AckedButLeft, rep.GroupOver, rep.PermitsLeft)
+	}
+	if rep.GroupMost == 0 {
+		t.Errorf("%s: no grouped task ran: the group check says nothing", r.tg.name)
 	}
 	if rep.Submitted != s.tasks {
 		t.Errorf("submitted %d tasks, want %d", rep.Submitted, s.tasks)
@@ -460,10 +465,12 @@ func (r *run) due(n int) int {
 
 // submit submits s.tasks tasks through f, at the pace of due; a submit
 // whose outcome is unknown is retried under new ids. 10% go through
-// SubmitWith with a NotBefore up to 0.5 s ahead (the scheduled path).
+// SubmitWith with a NotBefore up to 0.5 s ahead (the scheduled path). Half
+// the tasks go in one of the groups, and a fifth of the others have a
+// priority (opts).
 func (r *run) submit(ctx context.Context, f *fleet.Fleet) {
 	s := r.s
-	q := fleet.NewQueue[job](f, queueName, fleet.QueueOptions{Lease: s.lease, MaxAttempts: maxAttempts})
+	q := fleet.NewQueue[job](f, queueName, queueOptions(s.lease, maxAttempts, 0, 0))
 	g := newRNG(s.seed + 1)
 	jobs := make([]job, s.tasks)
 	for i := range jobs {
@@ -474,6 +481,15 @@ func (r *run) submit(ctx context.Context, f *fleet.Fleet) {
 			jobs[i].WorkMS = 5 + g.intn(55)
 		}
 		jobs[i].Fail = g.float() < 0.05
+	}
+	opts := make([]fleet.SubmitOptions, s.tasks)
+	for i := range opts {
+		switch x := g.float(); {
+		case x < 0.5:
+			opts[i].Group = fmt.Sprintf("g%d", g.intn(groups))
+		case x < 0.6:
+			opts[i].Priority = 1 + g.intn(fleet.MaxPriority)
+		}
 	}
 	subf, err := os.Create(filepath.Join(r.dir, "submitted.log"))
 	if err != nil {
@@ -510,7 +526,9 @@ func (r *run) submit(ctx context.Context, f *fleet.Fleet) {
 		for next < due && ctx.Err() == nil {
 			if g.float() < 0.1 {
 				sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-				id, err := q.SubmitWith(sctx, jobs[next], fleet.SubmitOptions{NotBefore: time.Now().Add(g.between(0, 500*time.Millisecond))})
+				o := opts[next]
+				o.NotBefore = time.Now().Add(g.between(0, 500*time.Millisecond))
+				id, err := q.SubmitWith(sctx, jobs[next], o)
 				cancel()
 				if err != nil {
 					failed(err, 1)
@@ -523,7 +541,11 @@ func (r *run) submit(ctx context.Context, f *fleet.Fleet) {
 			}
 			n := min(due-next, 50)
 			sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-			ids, err := q.SubmitMany(sctx, jobs[next:next+n])
+			subs := make([]fleet.Submission[job], n)
+			for i := range subs {
+				subs[i] = fleet.Submission[job]{Payload: jobs[next+i], Options: opts[next+i]}
+			}
+			ids, err := q.SubmitManyWith(sctx, subs)
 			cancel()
 			if err != nil {
 				failed(err, n)
@@ -545,9 +567,9 @@ func errClass(err error) string {
 	return word(err.Error())
 }
 
-// redisState reads the dead letters' ids and the ids still pending,
-// scheduled or in flight.
-func (r *run) redisState(ctx context.Context, f *fleet.Fleet, q *fleet.Queue[job]) (dead, left map[string]bool) {
+// redisState reads the dead letters' ids, the ids still pending,
+// scheduled or in flight, and the groups' permits still held.
+func (r *run) redisState(ctx context.Context, f *fleet.Fleet, q *fleet.Queue[job]) (dead, left map[string]bool, permits int) {
 	dead, left = map[string]bool{}, map[string]bool{}
 	for off := 0; ; off += 1000 {
 		ds, err := q.DeadLetters(ctx, off, 1000)
@@ -572,10 +594,21 @@ func (r *run) redisState(ctx context.Context, f *fleet.Fleet, q *fleet.Queue[job
 		}
 		return b.ID
 	}
-	for _, cmd := range []rueidis.Completed{
+	lists := []rueidis.Completed{
 		c.B().Lrange().Key(k.Pending).Start(0).Stop(-1).Build(),
 		c.B().Zrange().Key(k.Scheduled).Min("0").Max("-1").Build(),
-	} {
+		c.B().Zrange().Key(k.Prio).Min("0").Max("-1").Build(),
+	}
+	for i := range groups {
+		g := fmt.Sprintf("g%d", i)
+		lists = append(lists, c.B().Lrange().Key(k.Group+g).Start(0).Stop(-1).Build())
+		n, err := c.Do(ctx, c.B().Zcard().Key(k.GroupRun+g).Build()).AsInt64()
+		if err != nil {
+			r.t.Fatalf("read the group's permits: %v", err)
+		}
+		permits += int(n)
+	}
+	for _, cmd := range lists {
 		bodies, err := c.Do(ctx, cmd).AsStrSlice()
 		if err != nil {
 			r.t.Fatalf("read the queue: %v", err)
@@ -591,7 +624,7 @@ func (r *run) redisState(ctx context.Context, f *fleet.Fleet, q *fleet.Queue[job
 	for _, id := range ids {
 		left[id] = true
 	}
-	return dead, left
+	return dead, left, permits
 }
 
 // checkLogs fails on a data race or a panic in any child's output.
