@@ -24,10 +24,10 @@ type runRec struct {
 	seq     int
 	attempt int
 	slot    int
-	start   int64 // µs, wall clock
-	leaseDL int64 // µs: the lease deadline the task knew at the start (server clock)
-	ctxDL   int64 // µs: the handler ctx's deadline, 0 for none
-	alive   bool  // the handler's ctx was alive when it began
+	start   int64  // µs, wall clock
+	leaseDL int64  // µs: the lease deadline the task knew at the start (server clock)
+	ctxDL   int64  // µs: the handler ctx's deadline, 0 for none
+	alive   bool   // the handler's ctx was alive when it began
 	group   string // the task's group (SubmitOptions.Group); "" for none
 
 	ended   bool
