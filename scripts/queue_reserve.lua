@@ -125,7 +125,7 @@ local function take(acked)
   end
   local popped, from, complete = {}, {}, true
   if signal then
-    local ok, wake, all = pcall(take_fair, n, now, popped, from, raw)
+    local ok, wake, all = pcall(take_fair, n, now, popped, from, raw, tonumber(ARGV[2]))
     if not ok then return undo(popped, from, out, 0, wake, false) end
     if wake then out[4] = string.format('%d', wake) end
     complete = all
