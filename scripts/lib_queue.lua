@@ -466,8 +466,8 @@ local function take_fair(n, now, popped, from, raw, lease)
           l.tat = l.tat + took * l.iv
           gcra_set(GRATE .. g, l.tat, now * 1000)
         end
-        if took < m then
-          leave_round(g, nil, nil) -- emptied
+        if took < m or (not l.full and redis.call('EXISTS', GROUP .. g) == 0) then
+          leave_round(g, nil, nil) -- emptied: the round holds only groups with tasks
           size = size - 1
         elseif l.full == 'c' then
           -- At its concurrency now: out until a permit comes back (or
