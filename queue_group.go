@@ -246,6 +246,9 @@ func (q *queueCore) groups(ctx context.Context, now time.Time) ([]GroupInfo, err
 		if st, ok := groupStates[states[g]]; ok {
 			gi.State = st
 		}
+		if gi.Paused && gi.State != "idle" {
+			gi.State = "paused" // one still in the round leaves it at its next visit
+		}
 		if raw, ok := own[g]; ok {
 			var s storedLimits
 			if json.Unmarshal([]byte(raw), &s) == nil {
