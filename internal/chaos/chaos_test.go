@@ -45,8 +45,7 @@ var (
 const (
 	queueName   = "chaos"
 	maxAttempts = 100 // leases that run out count attempts: under kills a task may lose many
-	groups      = 4   // the submitter puts half the tasks in groups g0..g3 (SubmitOptions.Group)
-	groupLimit  = 2   // each group runs at most this many at once (QueueOptions.Groups)
+	groupLimit  = 2 // each group runs at most this many at once (QueueOptions.Groups)
 )
 
 func TestMain(m *testing.M) {
@@ -64,6 +63,10 @@ type settings struct {
 	drain                            time.Duration
 	long                             float64
 	seed                             int64
+	// groups is how many groups the submitter puts half the tasks in
+	// (SubmitOptions.Group: g0, g1, ...): about 75 tasks each, at least 4,
+	// so that the groups' limit bounds each group's pace, not the drain.
+	groups int
 }
 
 // target is where a run goes.
@@ -100,6 +103,7 @@ func TestChaos(t *testing.T) {
 		t.Fatalf("bad chaos flags: %+v", s)
 	}
 	s.sweepEvery = max(s.lease/4, 20*time.Millisecond)
+	s.groups = max(4, s.tasks/150)
 	t.Logf("chaos seed %d (rerun with -chaos.seed=%d)", s.seed, s.seed)
 	for _, name := range strings.Split(*flagTargets, ",") {
 		name = strings.TrimSpace(name)
@@ -248,8 +252,8 @@ func (r *run) do() {
 	}
 	gap := s.lease
 	r.nPhases, r.phaseDur, r.phaseStart = len(phases), phase, time.Now()
-	t.Logf("%s: %d tasks, %d workers x %d slots, %d sweepers, %d reservers, lease %v, phases %v of %v each, evidence in %s",
-		r.tg.name, s.tasks, s.workers, s.slots, s.sweepers, s.reservers, s.lease, phases, phase, r.dir)
+	t.Logf("%s: %d tasks (half in %d groups of concurrency %d), %d workers x %d slots, %d sweepers, %d reservers, lease %v, phases %v of %v each, evidence in %s",
+		r.tg.name, s.tasks, s.groups, groupLimit, s.workers, s.slots, s.sweepers, s.reservers, s.lease, phases, phase, r.dir)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -351,7 +355,7 @@ func (r *run) do() {
 		sleep(drainCtx, 300*time.Millisecond)
 	}
 	if !drained {
-		t.Errorf("the queue did not drain within %v after the faults (what is left counts as lost)", bound)
+		t.Errorf("the queue did not drain within %v after the faults (what is left counts as lost); its keys:\n%s", bound, r.describe(direct))
 	}
 	elapsed := time.Since(start)
 	cancel()
@@ -486,7 +490,7 @@ func (r *run) submit(ctx context.Context, f *fleet.Fleet) {
 	for i := range opts {
 		switch x := g.float(); {
 		case x < 0.5:
-			opts[i].Group = fmt.Sprintf("g%d", g.intn(groups))
+			opts[i].Group = fmt.Sprintf("g%d", g.intn(s.groups))
 		case x < 0.6:
 			opts[i].Priority = 1 + g.intn(fleet.MaxPriority)
 		}
@@ -599,7 +603,7 @@ func (r *run) redisState(ctx context.Context, f *fleet.Fleet, q *fleet.Queue[job
 		c.B().Zrange().Key(k.Scheduled).Min("0").Max("-1").Build(),
 		c.B().Zrange().Key(k.Prio).Min("0").Max("-1").Build(),
 	}
-	for i := range groups {
+	for i := range r.s.groups {
 		g := fmt.Sprintf("g%d", i)
 		lists = append(lists, c.B().Lrange().Key(k.Group+g).Start(0).Stop(-1).Build())
 		n, err := c.Do(ctx, c.B().Zcard().Key(k.GroupRun+g).Build()).AsInt64()
@@ -648,4 +652,38 @@ func (r *run) checkLogs() {
 func begun(evidence string) bool {
 	b, err := os.ReadFile(evidence)
 	return err == nil && strings.HasPrefix(string(b), "B ")
+}
+
+// describe spells what the queue's keys hold, for a run that did not
+// drain: each key's type and size, and the small ones whole.
+func (r *run) describe(f *fleet.Fleet) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	k := keys.New(r.prefix, r.tg.layout == fleet.LayoutTagged).Queue(queueName)
+	c := f.Client()
+	list := []string{k.Pending, k.Scheduled, k.Processing, k.Prio, k.Groups, k.GroupState, k.GroupBlocked, k.GroupPending, k.Signal, k.Running}
+	for i := range r.s.groups {
+		g := fmt.Sprintf("g%d", i)
+		list = append(list, k.Group+g, k.GroupRun+g)
+	}
+	var b strings.Builder
+	for _, key := range list {
+		typ, _ := c.Do(ctx, c.B().Type().Key(key).Build()).ToString()
+		var v any
+		var err error
+		switch typ {
+		case "none":
+			continue
+		case "string":
+			v, err = c.Do(ctx, c.B().Get().Key(key).Build()).ToString()
+		case "list":
+			v, err = c.Do(ctx, c.B().Lrange().Key(key).Start(0).Stop(20).Build()).AsStrSlice()
+		case "hash":
+			v, err = c.Do(ctx, c.B().Hgetall().Key(key).Build()).AsStrMap()
+		case "zset":
+			v, err = c.Do(ctx, c.B().Zrange().Key(key).Min("0").Max("20").Withscores().Build()).AsZScores()
+		}
+		fmt.Fprintf(&b, "  %s (%s): %v %v\n", key, typ, v, err)
+	}
+	return b.String()
 }
