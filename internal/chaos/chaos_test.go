@@ -45,7 +45,7 @@ var (
 const (
 	queueName   = "chaos"
 	maxAttempts = 100 // leases that run out count attempts: under kills a task may lose many
-	groupLimit  = 2 // each group runs at most this many at once (QueueOptions.Groups)
+	groupLimit  = 2   // each group runs at most this many at once (QueueOptions.Groups)
 )
 
 func TestMain(m *testing.M) {
