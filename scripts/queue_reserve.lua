@@ -74,6 +74,7 @@ local function undo(popped, from, out, dead, e, registered, grun)
     redis.pcall('ZREM', GRUN .. g, unpack(ids))
   end
   for _ = 1, dead do redis.pcall('RPOP', DEAD) end
+  local woken = {}
   for i = #popped, 1, -1 do
     local src = from[i]
     if not src then
@@ -83,6 +84,12 @@ local function undo(popped, from, out, dead, e, registered, grun)
     else
       redis.pcall('LPUSH', GROUP .. src, popped[i])
       redis.pcall('INCR', GPENDING)
+      if not woken[src] then
+        -- take_fair may have taken it out of the round (emptied): back
+        -- in, unless it is blocked (it comes back by itself then).
+        woken[src] = true
+        pcall(group_wake, src)
+      end
     end
   end
   return redis.error_reply(e.err or tostring(e))
