@@ -363,7 +363,11 @@ local function group_room(g, l, now, k)
   end
   if l.iv > 0 then
     local us = now * 1000
-    local tat = gcra_tat(GRATE .. g, us) or us -- no number: start afresh
+    -- The arrival time may lag now by half an interval: a reserve that
+    -- comes a little late for its token (the wake-up, the round trip)
+    -- keeps the pace, where a strict GCRA would lose that time at every
+    -- token; at rest it adds nothing to the burst.
+    local tat = gcra_tat(GRATE .. g, us - l.iv / 2) or us -- no number: start afresh
     local avail = gcra_avail(tat, us, l.iv, l.b)
     if avail == 0 then
       return 0, 't', math.ceil((tat - (l.b - 1) * l.iv) / 1000)
@@ -464,7 +468,7 @@ local function take_fair(n, now, popped, from, raw, lease)
         if redis.call('DECRBY', GPENDING, took) <= 0 then redis.call('DEL', GPENDING) end
         if l.tat then
           l.tat = l.tat + took * l.iv
-          gcra_set(GRATE .. g, l.tat, now * 1000)
+          gcra_set(GRATE .. g, l.tat, now * 1000 - l.iv / 2) -- kept while it may lag now
         end
         if took < m or (not l.full and redis.call('EXISTS', GROUP .. g) == 0) then
           leave_round(g, nil, nil) -- emptied: the round holds only groups with tasks
