@@ -391,3 +391,25 @@ func TestSubmitOptionsBadInput(t *testing.T) {
 		}
 	})
 }
+
+// TestQueueCheckOptions: CheckOptions says what SubmitWith would of the
+// options alone, and writes nothing.
+func TestQueueCheckOptions(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		t.Parallel()
+		e := open(t, tg)
+		q := fleet.NewQueue[job](e.F, "check", fleet.QueueOptions{})
+		if err := q.CheckOptions(fleet.SubmitOptions{Priority: 2, Metadata: map[string]string{"a": "b"}}); err != nil {
+			t.Fatalf("good options: %v", err)
+		}
+		if err := q.CheckOptions(fleet.SubmitOptions{Group: "g", Priority: 1}); !errors.Is(err, fleet.ErrInvalidArgument) || !strings.Contains(err.Error(), "Priority") {
+			t.Fatalf("group and priority: %v", err)
+		}
+		if err := fleet.NewQueue[job](e.F, "bad{name}", fleet.QueueOptions{}).CheckOptions(fleet.SubmitOptions{}); !errors.Is(err, fleet.ErrInvalidName) {
+			t.Fatalf("a bad queue name: %v", err)
+		}
+		if got := e.dump(t); len(got) != 0 {
+			t.Fatalf("CheckOptions wrote %v", got)
+		}
+	})
+}
