@@ -42,6 +42,7 @@ type reservation struct {
 	meta        map[string]string
 	group       string
 	expires     int64
+	permit      bool                   // the task holds a GlobalConcurrency permit (its reserve said so): its ack gives it back
 	clock       leaseClock             // the lease: from the send of the reserve or last extend (lease.go)
 	result      atomic.Pointer[[]byte] // SetResult's, as JSON
 }
@@ -75,7 +76,7 @@ func (r *reservation) expired() bool { return r.expires != 0 && monoNow() >= r.e
 // held for a unique window, its record kept (QueueOptions.Retention), or
 // its group's permit given back.
 func (r *reservation) keeps() bool {
-	return (r.unique > 0 && r.dedup != "") || r.c.opts.Retention > 0 || r.group != ""
+	return (r.unique > 0 && r.dedup != "") || r.c.opts.Retention > 0 || r.group != "" || r.permit
 }
 
 // Ack ends the reservation: the task is done and leaves Redis (its body,

@@ -529,8 +529,9 @@ local function find_pending(holds)
 end
 
 -- ack_all acks the tasks given from ARGV[from]: the count P of plain acks,
--- P plain acks as triples (id, lease token, dedup key or ''), then acks
--- that keep something or belong to a group as 8-tuples (id, token, dedup
+-- P plain acks as triples (id, lease token, dedup key or ''; a task that
+-- holds no permit: its reserve said so), then acks that keep something,
+-- belong to a group or hold a GlobalConcurrency permit as 8-tuples (id, token, dedup
 -- key, unique window ms or '0', retention ms or '0', result JSON or '',
 -- attempts, group or ''), the j-th of which (from 1) has its unique key
 -- and its result key at KEYS[keys + 2j - 2] and KEYS[keys + 2j - 1]. Each
@@ -538,9 +539,9 @@ end
 -- it leaves PROCESSING, BODY and LEASE, its dedup key is freed when it
 -- still names the task (held on for its unique window instead, when it
 -- has one), its record is kept for the retention, and its permits come
--- back (task_done). The plain ones take a fixed number of commands
--- whatever their count (HMGET and ZMSCORE check them all, one HDEL, ZREM,
--- HDEL and ZREM end them). Returns one code per ack, in order (DONE or
+-- back (task_done; the plain ones hold none). The plain ones take a fixed
+-- number of commands whatever their count (HMGET and ZMSCORE check them
+-- all, one HDEL, ZREM and HDEL end them). Returns one code per ack, in order (DONE or
 -- LOST), as a string of digits. The reads refuse a wrong-type key before
 -- any write.
 local function ack_all(from, keys)
@@ -575,7 +576,6 @@ local function ack_all(from, keys)
       if #dkeys > 0 then
         redis.call('HDEL', DEDUP, unpack(dkeys))
       end
-      running_done(done)
     end
   end
   local j = 0

@@ -41,7 +41,8 @@
 --          changed nothing). left is 0 when nothing is left pending, 1 when
 --          something is or may be (always 1 unless ARGV[6] asked), 2 when
 --          the queue's GlobalConcurrency (the stored policy's
---          global_concurrency) is reached; next_ready is the earliest
+--          global_concurrency) is reached, plus 4 when the tasks taken hold
+--          GlobalConcurrency permits (their acks must give them back); next_ready is the earliest
 --          scheduled ready_at (unix s) when none was due, '' when none is
 --          scheduled, '-' when SCHEDULED was not looked at; wake is when
 --          (server ms) a group at its limit, or the GlobalConcurrency, may
@@ -100,13 +101,17 @@ end
 -- as few as it can.
 local function take(acked)
   local n = tonumber(ARGV[1])
-  if n == 0 or redis.call('EXISTS', KEYS[9]) == 1 then
+  if n == 0 then
+    return {'0', 1, '-', '', acked, '0'}
+  end
+  -- One command for the call's tombstone, SIGNAL and the policy.
+  local got = redis.call('MGET', KEYS[9], SIGNAL, POLICY)
+  if got[1] then
     return {'0', 1, '-', '', acked, '0'}
   end
   local now = now_ms()
   local out = {tostring(now), 1, '-', '', acked, '0'}
-  local got = redis.call('MGET', SIGNAL, POLICY) -- one command for both
-  local signal, raw = got[1], got[2]
+  local signal, raw = got[2], got[3]
   if ARGV[4] ~= '0' then
     out[3] = ''
     local first = redis.call('ZRANGE', SCHEDULED, 0, 0, 'WITHSCORES')
@@ -204,6 +209,9 @@ local function take(acked)
   end
   if ARGV[6] == '1' and ((#popped < n and complete) or (not signal and redis.call('LLEN', PENDING) == 0)) then
     out[2] = 0
+  end
+  if cap > 0 and #popped > 0 then
+    out[2] = out[2] + 4 -- the tasks hold GlobalConcurrency permits: their acks give them back
   end
   return out
 end
