@@ -123,6 +123,13 @@ type SweepStats struct {
 	// PoolsFixed counts pool index entries fixed, and items freed whose
 	// claim had ended, while reconciling pools with other clients' writes.
 	PoolsFixed int
+	// EndsPassed counts the ends of tracked tasks that the sweep passed on
+	// to their dependents and flows (docs/FLOWS.md): the process that ended
+	// them died or was late.
+	EndsPassed int
+	// SubmitsResolved counts the waiting tasks of submits that did not
+	// commit in time: marked (the commit had happened) or dropped.
+	SubmitsResolved int
 }
 
 // RunSweeper sweeps every queue of the fleet every opts.Interval, until ctx
@@ -164,9 +171,10 @@ func (f *Fleet) RunSweeper(ctx context.Context, opts SweeperOptions) error {
 		switch {
 		case err != nil && ctx.Err() == nil && !f.closed.Load():
 			opts.Logger.Warn("fleet: sweep failed", "error", err)
-		case st.Requeued+st.DeadLettered+st.Moved+st.Trimmed+st.WorkersRemoved+st.PoolsFixed > 0:
+		case st.Requeued+st.DeadLettered+st.Moved+st.Trimmed+st.WorkersRemoved+st.PoolsFixed+st.EndsPassed+st.SubmitsResolved > 0:
 			opts.Logger.Debug("fleet: swept", "queues", st.Queues, "moved", st.Moved, "requeued", st.Requeued, "dead_lettered", st.DeadLettered,
-				"trimmed", st.Trimmed, "workers_removed", st.WorkersRemoved, "pools_fixed", st.PoolsFixed)
+				"trimmed", st.Trimmed, "workers_removed", st.WorkersRemoved, "pools_fixed", st.PoolsFixed,
+				"ends_passed", st.EndsPassed, "submits_resolved", st.SubmitsResolved)
 		}
 		t.Reset(opts.Interval)
 	}
@@ -285,6 +293,11 @@ func sweep(ctx context.Context, f *Fleet, opts SweeperOptions) (SweepStats, erro
 	} else {
 		st.PoolsFixed += ps.Fixed + ps.Freed
 	}
+	// Flows: the operations (cancels, batches' completions) a crash
+	// stopped (flow_cancel.go).
+	if _, err := f.sweepFlowOps(ctx, opts.Batch); err != nil && first == nil {
+		first = opErr("sweep flows", "", err)
+	}
 	for _, name := range names {
 		if keys.Check(keys.KindQueue, name) != nil {
 			continue // not a queue fleet could have made
@@ -364,7 +377,7 @@ func (q *queueCore) sweepShard(ctx context.Context, qo QueueOptions, batch int, 
 			case strings.HasSuffix(token, " c"):
 				// Queue.Cancel asked for it to stop while it ran: it never
 				// runs again.
-				next, bury = deadEntry(body, attempts, ErrCanceled.Error()+": its lease ran out before its worker ended it"), "1"
+				next, bury = deadEntry(body, attempts, ErrCanceled.Error()+": its lease ran out before its worker ended it"), "c"
 			case attempts >= qo.MaxAttempts && w.MaxAttempts <= 0, w.MaxAttempts > 0 && attempts >= w.MaxAttempts:
 				next, bury = deadEntry(body, attempts, "lease ran out on the last attempt"), "1"
 			default:
@@ -403,5 +416,5 @@ func (q *queueCore) sweepShard(ctx context.Context, qo QueueOptions, batch int, 
 		return err
 	}
 	st.Trimmed += int(n)
-	return nil
+	return q.sweepFlows(ctx, batch, st) // flow_drive.go
 }
