@@ -258,7 +258,7 @@ func (b *Batch) Close(ctx context.Context) error {
 	switch got[0] {
 	case "none":
 		err = fmt.Errorf("%w: batch %s", ErrFlowNotFound, b.id)
-	case "closed":
+	case "refused":
 		err = fmt.Errorf("%w: batch %s was closed already", ErrBatchClosed, b.id)
 	case "done":
 		if err = f.completeFlow(ctx, b.id, got[1], got[2]); err != nil {

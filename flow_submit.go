@@ -547,6 +547,7 @@ func (f *Fleet) markPlan(ctx context.Context, p *flowPlan) error {
 	var cores []*queueCore
 	var ids [][]string
 	for c, ts := range p.byCore() {
+		ts = slices.DeleteFunc(slices.Clone(ts), func(t *flowTask) bool { return t.now }) // committed at put
 		for chunk := range slices.Chunk(ts, flowPage) {
 			is := make([]string, len(chunk))
 			for i, t := range chunk {
