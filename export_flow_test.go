@@ -7,7 +7,7 @@ import (
 
 // SetFlowTimings makes f's sweeps pass on the ends left in an outbox after
 // driveAfter, and resolve submits left uncommitted after grace (instead of
-// flowDriveAfter and flowCommitGrace), so that tests of the recovery take
+// flowDriveAfter and SweeperOptions.SubmitGrace), so that tests of the recovery take
 // no minute.
 func SetFlowTimings(f *Fleet, driveAfter, grace time.Duration) {
 	f.flows.mu.Lock()

@@ -36,9 +36,6 @@ const (
 	// flowDriveAfter is how old an outbox entry must be before a sweeper
 	// passes it on: the process that ended the task does it at once.
 	flowDriveAfter = 2 * time.Second
-	// flowCommitGrace is how long after its records were made a submit that
-	// has not committed is taken for dead (the sweeper resolves it).
-	flowCommitGrace = time.Minute
 	// flowNewTTL is how long a flow's record lives before its commit.
 	flowNewTTL = time.Hour
 	// flowPage is how many dependents, members or records one step handles.

@@ -31,7 +31,7 @@ type flowDriver struct {
 	wake    chan struct{}
 	// Test hooks (export_flow_test.go): off drops what is added (as if the
 	// process died right after its end steps); driveAfter and grace, when
-	// set, replace flowDriveAfter and flowCommitGrace for this Fleet's
+	// set, replace flowDriveAfter and SweeperOptions.SubmitGrace for this Fleet's
 	// sweeps.
 	off               bool
 	driveAfter, grace time.Duration
@@ -320,15 +320,16 @@ func (f *Fleet) completeFlow(ctx context.Context, id, cbs, status string) error 
 
 // sweepFlows is the sweep of q's shard for its flows (flow_sweep.lua):
 // it passes on the ends older than flowDriveAfter, resolves the submits
-// uncommitted for flowCommitGrace, and drops a page of progress values
+// uncommitted for SweeperOptions.SubmitGrace, and drops a page of progress values
 // whose task is no longer reserved.
-func (q *queueCore) sweepFlows(ctx context.Context, batch int, st *SweepStats) error {
+func (q *queueCore) sweepFlows(ctx context.Context, batch int, grace time.Duration, st *SweepStats) error {
 	f := q.f
 	cur := "0"
 	if v, ok := f.progress.Load(q.k.Progress); ok {
 		cur = v.(string)
 	}
-	after, grace := f.flows.timings()
+	after, g := f.flows.timings()
+	grace = cmp.Or(g, grace)
 	got, err := flowSweepScript.Exec(ctx, f.client, q.keys(),
 		[]string{millis(after), millis(grace), strconv.Itoa(batch), cur}).AsStrSlice()
 	if err != nil {
@@ -407,10 +408,10 @@ func (f *Fleet) resolve(ctx context.Context, q *queueCore, pairs []string) (int,
 	return n, nil
 }
 
-// timings returns the sweep's bounds: flowDriveAfter and flowCommitGrace,
-// unless a test set its own.
+// timings returns the sweep's bounds: flowDriveAfter, and the grace a
+// test set (0: SweeperOptions.SubmitGrace's).
 func (d *flowDriver) timings() (driveAfter, grace time.Duration) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return cmp.Or(d.driveAfter, flowDriveAfter), cmp.Or(d.grace, flowCommitGrace)
+	return cmp.Or(d.driveAfter, flowDriveAfter), d.grace
 }

@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -213,7 +214,7 @@ func (f *Fleet) submitPlan(ctx context.Context, p *flowPlan) error {
 		case "gone":
 			return fmt.Errorf("%w: %s is gone (its submit took longer than %v, or the batch is done)", ErrFlowNotFound, p.flow, flowNewTTL)
 		default:
-			return fmt.Errorf("the submit of flow %s was aborted: it took longer than %v to commit", p.flow, flowCommitGrace)
+			return fmt.Errorf("the submit of flow %s was aborted: it took longer than the sweepers' SubmitGrace to commit", p.flow)
 		}
 	}
 	committed = true
@@ -567,7 +568,7 @@ func (f *Fleet) markPlan(ctx context.Context, p *flowPlan) error {
 		if p.mode == "" && strings.Contains(codes, "0") {
 			// A lone task's mark is its commit: a record gone is one that
 			// a sweeper aborted (its submit looked dead).
-			first = cmpErr(first, fmt.Errorf("the submit was aborted: it took longer than %v", flowCommitGrace))
+			first = cmpErr(first, errors.New("the submit was aborted: it took longer than the sweepers' SubmitGrace"))
 		}
 		f.afterRelease(cores[i], ids[i], codes)
 	}
@@ -576,7 +577,7 @@ func (f *Fleet) markPlan(ctx context.Context, p *flowPlan) error {
 
 // abortPlan drops what a submit that did not commit wrote (flow_drop.lua,
 // flow_unwatch.lua, flow_forget.lua), within a few seconds whether or not
-// ctx ended. What it cannot drop, the sweeper drops after flowCommitGrace.
+// ctx ended. What it cannot drop, the sweeper drops after SweeperOptions.SubmitGrace.
 func (f *Fleet) abortPlan(ctx context.Context, p *flowPlan) {
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()

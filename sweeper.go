@@ -63,10 +63,20 @@ type SweeperOptions struct {
 	// 2s (a submitting handle registers about once a second). Defaults to
 	// DefaultShardGrace.
 	ShardGrace time.Duration
+	// SubmitGrace is how long a submit of tasks that wait (a Flow, a
+	// Batch's add, SubmitOptions.After) may take before a sweep takes its
+	// process for dead: past it, a sweep rolls forward a submit that
+	// committed and drops one that did not, and a late commit is refused
+	// (docs/FLOWS.md, "The abort"). At least a second. Defaults to
+	// DefaultSubmitGrace.
+	SubmitGrace time.Duration
 	// Logger receives sweep failures and counts. Defaults to the Fleet's
 	// logger (silent unless Options.Logger was set).
 	Logger *slog.Logger
 }
+
+// DefaultSubmitGrace is SweeperOptions.SubmitGrace's default.
+const DefaultSubmitGrace = time.Minute
 
 // DefaultRemoveBatch is SweeperOptions.RemoveBatch's default.
 const DefaultRemoveBatch = 500
@@ -84,6 +94,12 @@ func (o SweeperOptions) withDefaults(f *Fleet) (SweeperOptions, error) {
 	}
 	if o.ShardGrace == 0 {
 		o.ShardGrace = DefaultShardGrace
+	}
+	if o.SubmitGrace == 0 {
+		o.SubmitGrace = DefaultSubmitGrace
+	}
+	if o.SubmitGrace < time.Second {
+		return o, fmt.Errorf("%w: SweeperOptions.SubmitGrace %v is below 1s", ErrInvalidArgument, o.SubmitGrace)
 	}
 	if o.ShardGrace < 2*time.Second {
 		return o, fmt.Errorf("%w: SweeperOptions.ShardGrace %v is below 2s", ErrInvalidArgument, o.ShardGrace)
@@ -330,7 +346,7 @@ func (q *queueCore) sweep(ctx context.Context, opts SweeperOptions, st *SweepSta
 			Moved: st.Moved - before.Moved, Trimmed: st.Trimmed - before.Trimmed})
 	}()
 	if !f.keys.Tagged() {
-		return q.sweepShard(ctx, qo, opts.Batch, st)
+		return q.sweepShard(ctx, qo, opts, st)
 	}
 	// A sharded queue (queue_shard.go): each shard in turn, then the
 	// shard count's high-water mark lowered when it can be.
@@ -340,7 +356,7 @@ func (q *queueCore) sweep(ctx context.Context, opts SweeperOptions, st *SweepSta
 	}
 	var first error
 	for i := range span {
-		if err := q.sub(i).sweepShard(ctx, qo, opts.Batch, st); err != nil && first == nil {
+		if err := q.sub(i).sweepShard(ctx, qo, opts, st); err != nil && first == nil {
 			first = err
 		}
 	}
@@ -351,8 +367,8 @@ func (q *queueCore) sweep(ctx context.Context, opts SweeperOptions, st *SweepSta
 }
 
 // sweepShard sweeps q's shard (the queue itself when unsharded), by qo.
-func (q *queueCore) sweepShard(ctx context.Context, qo QueueOptions, batch int, st *SweepStats) error {
-	f, k := q.f, &q.k
+func (q *queueCore) sweepShard(ctx context.Context, qo QueueOptions, opts SweeperOptions, st *SweepStats) error {
+	f, k, batch := q.f, &q.k, opts.Batch
 	ks := scriptKeys(k)
 	for range 100 { // bounds one sweep of one queue
 		res, err := queueSweepScript.Exec(ctx, f.client, ks, []string{"1000", strconv.Itoa(batch)}).ToArray()
@@ -416,5 +432,5 @@ func (q *queueCore) sweepShard(ctx context.Context, qo QueueOptions, batch int, 
 		return err
 	}
 	st.Trimmed += int(n)
-	return q.sweepFlows(ctx, batch, st) // flow_drive.go
+	return q.sweepFlows(ctx, batch, opts.SubmitGrace, st) // flow_drive.go
 }
