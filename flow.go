@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -349,7 +350,7 @@ func AddStep[T any](fl *Flow, q *Queue[T], payload T, opts SubmitOptions) *FlowS
 		if s.id, err = newTaskID(); err != nil {
 			return err
 		}
-		s.c = q.pick(opts.Group)
+		s.c = q.pick(cmp.Or(opts.Group, opts.ShardKey))
 		s.body = withTrack(newBody(s.id, b, opts), keepFor(q.queueCore, fl.keep))
 		return nil
 	}()

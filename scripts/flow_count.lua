@@ -7,13 +7,23 @@
 -- ARGV     pairs: a member's ref, how it ended ('ok', 'x', 'c')
 -- returns  flow_complete's answer
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'none', '', ''} end
-local field = {ok = 'ok', x = 'fail', c = 'cancel'}
-local mark = {ok = '+', x = 'x', c = 'c'}
-for i = 1, #ARGV, 2 do
-  local ref, outcome = ARGV[i], ARGV[i + 1]
-  if field[outcome] and redis.call('HGET', KEYS[2], ref) == 'p' then
-    redis.call('HSET', KEYS[2], ref, mark[outcome])
-    redis.call('HINCRBY', KEYS[1], field[outcome], 1)
+if #ARGV > 0 then
+  local refs = {}
+  for i = 1, #ARGV, 2 do refs[#refs + 1] = ARGV[i] end
+  local got = redis.call('HMGET', KEYS[2], unpack(refs))
+  local field = {ok = 'ok', x = 'fail', c = 'cancel'}
+  local mark = {ok = '+', x = 'x', c = 'c'}
+  local set, n, seen = {}, {}, {}
+  for j, ref in ipairs(refs) do
+    local outcome = ARGV[2 * j]
+    if field[outcome] and got[j] == 'p' and not seen[ref] then -- a ref named twice counts once
+      seen[ref] = true
+      set[#set + 1] = ref
+      set[#set + 1] = mark[outcome]
+      n[outcome] = (n[outcome] or 0) + 1
+    end
   end
+  if #set > 0 then redis.call('HSET', KEYS[2], unpack(set)) end
+  for outcome, k in pairs(n) do redis.call('HINCRBY', KEYS[1], field[outcome], k) end
 end
 return flow_complete(KEYS[1], KEYS[2])

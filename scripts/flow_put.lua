@@ -22,7 +22,7 @@ local out = {}
 for i = 1, #ARGV do
   local r = cjson.decode(ARGV[i])
   local rec = FLOW .. r.id
-  if redis.call('EXISTS', rec) == 1 or flow_gone(r.id) then
+  if redis.call('EXISTS', rec, PENDING .. ':result:' .. r.id) > 0 then -- made, or ended (flow_gone)
     out[i] = '0'
   else
     local f = {'s', 'w', 'k', '0', 'n', r.n, 't', tostring(now), 'b', r.b, 'keep', r.keep}
