@@ -71,6 +71,14 @@
 //     paused queue; submits go on.
 //   - [NewPriorityWorker]: one worker over several queues, by strict
 //     priority or by weight.
+//   - Per-task options in [SubmitOptions] (Priority, MaxAttempts, Timeout,
+//     ExpiresAt, Metadata), per task in [Queue.SubmitManyWith].
+//   - Groups: [SubmitOptions.Group] and [QueueOptions.Groups] make one queue
+//     fair between tenants, with each group's concurrency and rate
+//     ([GroupLimits], [Queue.SetGroupLimit], [Queue.PauseGroup],
+//     [Queue.Groups]); [QueueOptions.GlobalConcurrency] bounds the queue's
+//     running tasks fleet-wide; [QueueStats.Latency] is the age of the
+//     longest-waiting task that goes next.
 //   - [WorkerOptions.Middleware]: wrap handlers ([Middleware], [Handler]);
 //     the first is the outermost.
 //   - Flows: [NewFlow], [AddStep], [Flow.Submit], [SubmitOptions.After]

@@ -157,6 +157,7 @@ type reserved struct {
 	acks      []endCode     // each ack's code, in order: endDone, or endLost (nil: the call failed)
 	limited   time.Duration // the rate limit has no token until then (queue_limit.go); 0: none
 	capped    bool          // GlobalConcurrency is reached: the tasks wait for a permit (the signal moves when one comes back)
+	permits   bool          // the tasks taken hold GlobalConcurrency permits
 	blocked   time.Duration // every group with tasks is at its limit, or GlobalConcurrency is reached: none can go before then unless the queue's signal moves; 0: none
 }
 
@@ -276,7 +277,7 @@ func (q *queueCore) take(ctx context.Context, req reserveReq) (reserved, error) 
 	}
 	nowStr, _ := reply[0].ToString()
 	now, _ := strconv.ParseInt(nowStr, 10, 64)
-	res.tasks, err = q.reservations(ctx, reply[6:], sent, now)
+	res.tasks, err = q.reservations(ctx, reply[6:], sent, now, res.permits)
 	return res, err
 }
 
@@ -290,6 +291,8 @@ func (q *queueCore) readLook(reply []rueidis.RedisMessage, sent int64, res *rese
 	nowStr, _ := reply[0].ToString()
 	now, _ := strconv.ParseInt(nowStr, 10, 64)
 	left, _ := reply[1].AsInt64()
+	res.permits = left&4 != 0 // the tasks hold GlobalConcurrency permits
+	left &= 3
 	res.drained, res.capped = left != 1, left == 2
 	if sig, err := reply[5].AsInt64(); err == nil {
 		q.look.signal.Store(sig)
@@ -316,15 +319,16 @@ func (q *queueCore) readLook(reply []rueidis.RedisMessage, sent int64, res *rese
 
 // reservations makes the reservations of a take's reply (triples of id,
 // token and body), leased from sent; now is the server's clock in unix ms
-// when the script ran. A body that is not a task is poison, and a task
+// when the script ran, and permits says the tasks hold GlobalConcurrency
+// permits. A body that is not a task is poison, and a task
 // whose ExpiresAt passed by the server's clock expired: either is buried
 // under its very lease, uncounted, so that it never runs or loops; the
 // error is the last burial's when no task is left.
-func (q *queueCore) reservations(ctx context.Context, reply []rueidis.RedisMessage, sent, now int64) ([]*reservation, error) {
+func (q *queueCore) reservations(ctx context.Context, reply []rueidis.RedisMessage, sent, now int64, permits bool) ([]*reservation, error) {
 	rs := make([]*reservation, 0, len(reply)/3)
 	var buryErr error
 	for i := 0; i+2 < len(reply); i += 3 {
-		r := &reservation{c: q}
+		r := &reservation{c: q, permit: permits}
 		r.id, _ = reply[i].ToString()
 		r.token, _ = reply[i+1].ToString()
 		r.body, _ = reply[i+2].ToString()

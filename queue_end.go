@@ -42,6 +42,7 @@ type reservation struct {
 	meta        map[string]string
 	group       string
 	expires     int64
+	permit      bool                   // the task holds a GlobalConcurrency permit (its reserve said so): its ack gives it back
 	clock       leaseClock             // the lease: from the send of the reserve or last extend (lease.go)
 	result      atomic.Pointer[[]byte] // SetResult's, as JSON
 	// The task's part in flows (flow.go): track is the body's "track", how
@@ -80,10 +81,10 @@ func (r *reservation) expired() bool { return r.expires != 0 && monoNow() >= r.e
 
 // keeps reports whether r's ack does more than a plain one: its dedup key
 // held for a unique window, its record kept (QueueOptions.Retention), its
-// group's permit given back, or its end passed on (a tracked task, or one
-// that set a progress value: flowFlags).
+// group's or GlobalConcurrency's permit given back, or its end passed on
+// (a tracked task, or one that set a progress value: flowFlags).
 func (r *reservation) keeps() bool {
-	return (r.unique > 0 && r.dedup != "") || r.c.opts.Retention > 0 || r.group != "" || r.track > 0 || r.progressed.Load()
+	return (r.unique > 0 && r.dedup != "") || r.c.opts.Retention > 0 || r.group != "" || r.permit || r.track > 0 || r.progressed.Load()
 }
 
 // Ack ends the reservation: the task is done and leaves Redis (its body,

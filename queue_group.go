@@ -34,8 +34,12 @@ type GroupLimits struct {
 	// due (River Pro's sequences). 0: no bound.
 	Concurrency int
 	// Rate is how fast the group's tasks may start: the GCRA of Limiter
-	// (LimitOptions), one key per group that expires when the group rests.
-	// A zero Rate: no bound.
+	// (LimitOptions), one key per group that expires when the group rests,
+	// with one difference: a reserve that comes up to half an emission
+	// interval late for a token keeps the pace (the token's time is not
+	// lost to the wake-up and the round trip, as a strict GCRA's would be),
+	// so a busy group runs at Rate, and at rest the burst is as given. A
+	// zero Rate: no bound.
 	Rate LimitOptions
 }
 
@@ -245,6 +249,9 @@ func (q *queueCore) groups(ctx context.Context, now time.Time) ([]GroupInfo, err
 		gi := GroupInfo{Name: g, Limits: def, Paused: slices.Contains(paused, g), State: "idle"}
 		if st, ok := groupStates[states[g]]; ok {
 			gi.State = st
+		}
+		if gi.Paused && gi.State != "idle" {
+			gi.State = "paused" // one still in the round leaves it at its next visit
 		}
 		if raw, ok := own[g]; ok {
 			var s storedLimits

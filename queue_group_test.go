@@ -190,6 +190,11 @@ func runVanishing(t *testing.T, e *env, mk func(*fleet.Fleet) *fleet.Queue[job],
 	var mu sync.Mutex
 	var spans []span
 	done := map[string]bool{}
+	// A consumer reserves tasks and vanishes with them (never ends them),
+	// before the workers start and while they run: their permits come back
+	// with them, when the sweeper re-queues them once their leases ran out.
+	vq := mk(e.F)
+	vanished := len(reserveAll(t, vq, 2))
 	for i := range 4 {
 		f := e.F
 		if i > 0 {
@@ -209,8 +214,6 @@ func runVanishing(t *testing.T, e *env, mk func(*fleet.Fleet) *fleet.Queue[job],
 		startWorker(t, w)
 	}
 	runSweeper(t, e.F, 50*time.Millisecond)
-	vq := mk(e.F)
-	vanished := 0
 	waitFor(t, 60*time.Second, func() bool {
 		if vanished < 20 {
 			if ts, _ := vq.Reserve(ctx(t), 1, 0); len(ts) == 1 {
@@ -221,9 +224,6 @@ func runVanishing(t *testing.T, e *env, mk func(*fleet.Fleet) *fleet.Queue[job],
 		defer mu.Unlock()
 		return len(done) == len(ids)
 	}, "fewer than %d tasks done", len(ids))
-	if vanished == 0 {
-		t.Fatal("no consumer vanished: the test says nothing")
-	}
 	mu.Lock()
 	defer mu.Unlock()
 	return slices.Clone(spans)

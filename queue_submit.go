@@ -536,3 +536,17 @@ func (q *Queue[T]) Encode(payload T) (json.RawMessage, error) {
 	}
 	return b, nil
 }
+
+// CheckOptions reports whether SubmitWith would accept opts on this queue,
+// writing nothing: nil, or the error SubmitWith would return for them
+// (ErrInvalidArgument naming the field, or the queue's own error). Like
+// Encode, it is for a caller that keeps a task to submit later (an outbox
+// row), so that bad options fail where the task is written. ExpiresAt is
+// checked against this process's clock now; it must still be in the
+// future when the task is submitted.
+func (q *queueCore) CheckOptions(opts SubmitOptions) error {
+	if q.err != nil {
+		return opErr("check options", q.name, q.err)
+	}
+	return opErr("check options", q.name, q.checkSubmit(opts))
+}

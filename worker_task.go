@@ -84,13 +84,14 @@ func (b *batch[C, O, P]) handleTask(run, soft context.Context, s *Slot[C, O], t 
 	defer kept.cancel(nil)
 	defer b.cancels.start(t.ID, kept.cancel)()
 	var hctx context.Context = kept.ctx
-	to := w.opts.TaskTimeout
+	to, toCause := w.opts.TaskTimeout, w.timeoutCause
 	if t.timeout > 0 {
 		to = t.timeout // SubmitOptions.Timeout
+		toCause = fmt.Errorf("%w after %v (the task's own Timeout)", ErrTaskTimeout, to)
 	}
 	if to > 0 {
 		var hcancel context.CancelFunc
-		hctx, hcancel = context.WithTimeoutCause(kept.ctx, to, w.timeoutCause)
+		hctx, hcancel = context.WithTimeoutCause(kept.ctx, to, toCause)
 		defer hcancel()
 	}
 	hctx = kept.wrap(hctx) // outermost: its Err is the one called

@@ -54,7 +54,9 @@
 // round trip per queue at each collection: fleet.queue.depth (pending
 // tasks), fleet.queue.in_flight (reserved), fleet.queue.scheduled
 // (waiting for a retry or a delayed start) and fleet.queue.dead (dead
-// letters), all {task}.
+// letters), all {task}; and fleet.queue.latency (s), how long the
+// longest-waiting of the tasks that go next has waited (QueueStats.Latency:
+// the usual signal to scale workers on).
 //
 // Counts come from the calls of the Fleets that have the Observer: a task
 // is counted by the Fleet that submitted it, the one that ended its run,
@@ -143,6 +145,7 @@ type Telemetry struct {
 	limits                                               metric.Int64Counter
 	process, lockWait, claimWait, semWait                metric.Float64Histogram
 	gDepth, gInFlight, gScheduled, gDead                 metric.Int64ObservableGauge
+	gLatency                                             metric.Float64ObservableGauge
 
 	attrs sync.Map // queue name -> *queueAttrs
 }
@@ -241,6 +244,9 @@ func New(opts Options) (*Telemetry, error) {
 	t.gInFlight = gauge("fleet.queue.in_flight", "Tasks reserved by workers.")
 	t.gScheduled = gauge("fleet.queue.scheduled", "Tasks waiting for a retry or a delayed start.")
 	t.gDead = gauge("fleet.queue.dead", "Dead letters.")
+	t.gLatency, err = m.Float64ObservableGauge("fleet.queue.latency", metric.WithUnit("s"),
+		metric.WithDescription("How long the longest-waiting of the tasks that go next has waited: the queue's latency."))
+	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("fleetotel: %w", err)
 	}
@@ -537,12 +543,13 @@ func (t *Telemetry) ObserveQueues(f *fleet.Fleet, opts GaugeOptions) (metric.Reg
 			o.ObserveInt64(t.gInFlight, st.InFlight, set)
 			o.ObserveInt64(t.gScheduled, st.Scheduled, set)
 			o.ObserveInt64(t.gDead, st.Dead, set)
+			o.ObserveFloat64(t.gLatency, st.Latency.Seconds(), set)
 		}
 		if err := errors.Join(errs...); err != nil {
 			return fmt.Errorf("fleetotel: %w", err)
 		}
 		return nil
-	}, t.gDepth, t.gInFlight, t.gScheduled, t.gDead)
+	}, t.gDepth, t.gInFlight, t.gScheduled, t.gDead, t.gLatency)
 	if err != nil {
 		return nil, fmt.Errorf("fleetotel: %w", err)
 	}

@@ -411,6 +411,15 @@ func points(t *testing.T, m metricdata.Metrics) []string {
 		for _, p := range d.DataPoints {
 			line(p.Attributes, fmt.Sprint(p.Value))
 		}
+	case metricdata.Gauge[float64]:
+		// A latency: "0", or "fresh" for under a minute (a wall-clock reading).
+		for _, p := range d.DataPoints {
+			v := fmt.Sprint(p.Value)
+			if p.Value > 0 && p.Value < 60 {
+				v = "fresh"
+			}
+			line(p.Attributes, v)
+		}
 	case metricdata.Histogram[float64]:
 		for _, p := range d.DataPoints {
 			line(p.Attributes, fmt.Sprint(p.Count))
@@ -443,7 +452,7 @@ func (k *kit) checkMetrics(t *testing.T, want map[string][]string) {
 		}
 		unit := "{task}"
 		switch {
-		case strings.HasSuffix(name, ".duration"):
+		case strings.HasSuffix(name, ".duration"), name == "fleet.queue.latency":
 			unit = "s"
 		case name == "fleet.limiter.decisions":
 			unit = "{decision}"
@@ -544,6 +553,7 @@ func TestMetrics(t *testing.T) {
 			"fleet.queue.in_flight": {idleQ + "0"},
 			"fleet.queue.scheduled": {idleQ + "1"},
 			"fleet.queue.dead":      {idleQ + "0"},
+			"fleet.queue.latency":   {idleQ + "fresh"},
 		}
 		k.checkMetrics(t, want)
 		if err := named.Unregister(); err != nil {
@@ -560,6 +570,7 @@ func TestMetrics(t *testing.T) {
 		want["fleet.queue.in_flight"] = []string{idleQ + "0", q1 + "0"}
 		want["fleet.queue.scheduled"] = []string{idleQ + "1", q1 + "0"}
 		want["fleet.queue.dead"] = []string{idleQ + "0", q1 + "2"}
+		want["fleet.queue.latency"] = []string{idleQ + "fresh", q1 + "0"}
 		k.checkMetrics(t, want)
 	})
 }

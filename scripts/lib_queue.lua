@@ -346,8 +346,10 @@ end
 -- and until when ('p': paused, until resumed; 'c': its concurrency is
 -- full, until its first permit's deadline or a permit comes back; 't':
 -- its rate, until its next token: the GCRA of Limiter, in GRATE..g). A
--- rate's arrival time is left in l.tat, for take_fair to move.
+-- rate's arrival time is left in l.tat, for take_fair to move; l.full
+-- says which limit ('c' or 't') the group reaches if it starts all it may.
 local function group_room(g, l, now, k)
+  l.full = nil
   if redis.call('SISMEMBER', GPAUSED, g) == 1 then
     return 0, 'p', nil
   end
@@ -357,19 +359,36 @@ local function group_room(g, l, now, k)
       local first = redis.call('ZRANGE', GRUN .. g, 0, 0, 'WITHSCORES')
       return 0, 'c', tonumber(first[2]) or (now + 1000)
     end
-    if room < k then k = room end
+    if room <= k then k, l.full = room, 'c' end
   end
   if l.iv > 0 then
     local us = now * 1000
-    local tat = gcra_tat(GRATE .. g, us) or us -- no number: start afresh
+    -- The arrival time may lag now by half an interval: a reserve that
+    -- comes a little late for its token (the wake-up, the round trip)
+    -- keeps the pace, where a strict GCRA would lose that time at every
+    -- token; at rest it adds nothing to the burst.
+    local tat = gcra_tat(GRATE .. g, us - l.iv / 2) or us -- no number: start afresh
     local avail = gcra_avail(tat, us, l.iv, l.b)
     if avail == 0 then
       return 0, 't', math.ceil((tat - (l.b - 1) * l.iv) / 1000)
     end
-    if avail < k then k = avail end
+    if avail <= k then k, l.full = avail, 't' end
     l.tat = tat
   end
   return k, nil, nil
+end
+
+-- leave_round takes group g out of the round (it is the round's tail,
+-- just moved there): blocked in state until til (ms; nil: until
+-- resumed), or idle when state is nil (emptied: a submit wakes it).
+local function leave_round(g, state, til)
+  redis.call('RPOP', GROUPS)
+  if state then
+    redis.call('HSET', GSTATE, g, state)
+    if til then redis.call('ZADD', GBLOCKED, til, g) end
+  else
+    redis.call('HDEL', GSTATE, g)
+  end
 end
 
 -- end_round takes the documented list's turn out of the round when it is
@@ -393,16 +412,17 @@ end
 -- priorities, round-robin over GROUPS (the groups that may run, and '' for
 -- the ungrouped tasks: take_ungrouped), each visit a fair share of what
 -- is left to take (so a reserve of n from g groups takes about n/g of
--- each). A group at its limit or paused leaves the round (for GBLOCKED,
--- until its block ends or a permit comes back; while paused, until
--- resumed), and an emptied one too, so a visit is O(1) however many groups
--- are blocked. It appends to popped and from as take_ungrouped does (a
+-- each). A group that reaches its limit leaves the round at once, and
+-- one found paused (for GBLOCKED, until its block ends or a permit comes
+-- back; while paused, until resumed), and an emptied one too, so a visit
+-- is O(1) however many groups are blocked, and a reserve seldom visits a
+-- group that gives it nothing. It appends to popped and from as take_ungrouped does (a
 -- group's bodies from its name). It returns the earliest time (ms) a
 -- blocked group may run again when it took fewer than n, else nil; and
 -- whether it looked at every group in the round (false when it stopped at
 -- its bound of visits: more may be left). raw is the stored policy
--- (group_defaults).
-local function take_fair(n, now, popped, from, raw)
+-- (group_defaults); lease is the reserve's lease (ms).
+local function take_fair(n, now, popped, from, raw, lease)
   local back = redis.call('ZRANGEBYSCORE', GBLOCKED, '-inf', now, 'LIMIT', 0, 32)
   for _, g in ipairs(back) do
     group_unblock(g)
@@ -448,17 +468,24 @@ local function take_fair(n, now, popped, from, raw)
         if redis.call('DECRBY', GPENDING, took) <= 0 then redis.call('DEL', GPENDING) end
         if l.tat then
           l.tat = l.tat + took * l.iv
-          gcra_set(GRATE .. g, l.tat, now * 1000)
+          gcra_set(GRATE .. g, l.tat, now * 1000 - l.iv / 2) -- kept while it may lag now
+        end
+        if took < m or (not l.full and redis.call('EXISTS', GROUP .. g) == 0) then
+          leave_round(g, nil, nil) -- emptied: the round holds only groups with tasks
+          size = size - 1
+        elseif l.full == 'c' then
+          -- At its concurrency now: out until a permit comes back (or
+          -- the first lease ends: these tasks' permits end at now + lease).
+          local first = redis.call('ZRANGE', GRUN .. g, 0, 0, 'WITHSCORES')
+          leave_round(g, 'c', math.min(tonumber(first[2]) or (now + lease), now + lease))
+          size = size - 1
+        elseif l.full == 't' then
+          leave_round(g, 't', math.ceil((l.tat - (l.b - 1) * l.iv) / 1000)) -- out until its next token
+          size = size - 1
         end
       else
-        redis.call('RPOP', GROUPS) -- g, at the tail since its LMOVE
+        leave_round(g, state, til)
         size = size - 1
-        if state then
-          redis.call('HSET', GSTATE, g, state)
-          if til then redis.call('ZADD', GBLOCKED, til, g) end
-        else
-          redis.call('HDEL', GSTATE, g) -- emptied: idle until a task comes
-        end
       end
     end
     if took > 0 then idle = 0 else idle = idle + 1 end
@@ -502,22 +529,23 @@ local function find_pending(holds)
 end
 
 -- ack_all acks the tasks given from ARGV[from]: the count P of plain acks,
--- P plain acks as triples (id, lease token, dedup key or ''), then acks
--- that keep something or belong to a group as 9-tuples (id, token, dedup
--- key, unique window ms or '0', retention ms or '0', result JSON or '',
--- attempts, group or '', flow flags or ''), the j-th of which (from 1) has
--- its unique key and its result key at KEYS[keys + 2j - 2] and
--- KEYS[keys + 2j - 1]. Each
--- is acked when the reservation that exists now is the caller's (owned):
--- it leaves PROCESSING, BODY and LEASE, its dedup key is freed when it
--- still names the task (held on for its unique window instead, when it
--- has one), its record is kept for the retention, its permits come
--- back (task_done), and the end of a tracked task (or one that set a
--- progress value) is passed on (flow_ended, lib_flow_end.lua). The plain ones take a fixed number of commands
--- whatever their count (HMGET and ZMSCORE check them all, one HDEL, ZREM,
--- HDEL and ZREM end them). Returns one code per ack, in order (DONE or
--- LOST), as a string of digits. The reads refuse a wrong-type key before
--- any write.
+-- P plain acks as triples (id, lease token, dedup key or ''; a task that
+-- holds no permit: its reserve said so), then acks that keep something,
+-- belong to a group, hold a GlobalConcurrency permit or pass on their end
+-- as 9-tuples (id, token, dedup key, unique window ms or '0', retention ms
+-- or '0', result JSON or '', attempts, group or '', flow flags or ''), the
+-- j-th of which (from 1) has its unique key and its result key at
+-- KEYS[keys + 2j - 2] and KEYS[keys + 2j - 1]. Each is acked when the
+-- reservation that exists now is the caller's (owned): it leaves
+-- PROCESSING, BODY and LEASE, its dedup key is freed when it still names
+-- the task (held on for its unique window instead, when it has one), its
+-- record is kept for the retention, its permits come back (task_done; the
+-- plain ones hold none), and the end of a tracked task (or of one that set
+-- a progress value) is passed on (flow_ended, lib_flow_end.lua). The plain
+-- ones take a fixed number of commands whatever their count (HMGET and
+-- ZMSCORE check them all, one HDEL, ZREM and HDEL end them). Returns one
+-- code per ack, in order (DONE or LOST), as a string of digits. The reads
+-- refuse a wrong-type key before any write.
 local function ack_all(from, keys)
   local plain = tonumber(ARGV[from])
   local res = {}
@@ -550,7 +578,6 @@ local function ack_all(from, keys)
       if #dkeys > 0 then
         redis.call('HDEL', DEDUP, unpack(dkeys))
       end
-      running_done(done)
     end
   end
   local j = 0

@@ -41,7 +41,8 @@
 --          changed nothing). left is 0 when nothing is left pending, 1 when
 --          something is or may be (always 1 unless ARGV[6] asked), 2 when
 --          the queue's GlobalConcurrency (the stored policy's
---          global_concurrency) is reached; next_ready is the earliest
+--          global_concurrency) is reached, plus 4 when the tasks taken hold
+--          GlobalConcurrency permits (their acks must give them back); next_ready is the earliest
 --          scheduled ready_at (unix s) when none was due, '' when none is
 --          scheduled, '-' when SCHEDULED was not looked at; wake is when
 --          (server ms) a group at its limit, or the GlobalConcurrency, may
@@ -74,6 +75,7 @@ local function undo(popped, from, out, dead, e, registered, grun)
     redis.pcall('ZREM', GRUN .. g, unpack(ids))
   end
   for _ = 1, dead do redis.pcall('RPOP', DEAD) end
+  local woken = {}
   for i = #popped, 1, -1 do
     local src = from[i]
     if not src then
@@ -83,6 +85,12 @@ local function undo(popped, from, out, dead, e, registered, grun)
     else
       redis.pcall('LPUSH', GROUP .. src, popped[i])
       redis.pcall('INCR', GPENDING)
+      if not woken[src] then
+        -- take_fair may have taken it out of the round (emptied): back
+        -- in, unless it is blocked (it comes back by itself then).
+        woken[src] = true
+        pcall(group_wake, src)
+      end
     end
   end
   return redis.error_reply(e.err or tostring(e))
@@ -93,13 +101,17 @@ end
 -- as few as it can.
 local function take(acked)
   local n = tonumber(ARGV[1])
-  if n == 0 or redis.call('EXISTS', KEYS[9]) == 1 then
+  if n == 0 then
+    return {'0', 1, '-', '', acked, '0'}
+  end
+  -- One command for the call's tombstone, SIGNAL and the policy.
+  local got = redis.call('MGET', KEYS[9], SIGNAL, POLICY)
+  if got[1] then
     return {'0', 1, '-', '', acked, '0'}
   end
   local now = now_ms()
   local out = {tostring(now), 1, '-', '', acked, '0'}
-  local got = redis.call('MGET', SIGNAL, POLICY) -- one command for both
-  local signal, raw = got[1], got[2]
+  local signal, raw = got[2], got[3]
   if ARGV[4] ~= '0' then
     out[3] = ''
     local first = redis.call('ZRANGE', SCHEDULED, 0, 0, 'WITHSCORES')
@@ -125,7 +137,7 @@ local function take(acked)
   end
   local popped, from, complete = {}, {}, true
   if signal then
-    local ok, wake, all = pcall(take_fair, n, now, popped, from, raw)
+    local ok, wake, all = pcall(take_fair, n, now, popped, from, raw, tonumber(ARGV[2]))
     if not ok then return undo(popped, from, out, 0, wake, false) end
     if wake then out[4] = string.format('%d', wake) end
     complete = all
@@ -197,6 +209,9 @@ local function take(acked)
   end
   if ARGV[6] == '1' and ((#popped < n and complete) or (not signal and redis.call('LLEN', PENDING) == 0)) then
     out[2] = 0
+  end
+  if cap > 0 and #popped > 0 then
+    out[2] = out[2] + 4 -- the tasks hold GlobalConcurrency permits: their acks give them back
   end
   return out
 end

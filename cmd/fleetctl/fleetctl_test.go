@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -295,4 +297,62 @@ func openTarget(t *testing.T, tg redistest.Target) (context.Context, *fleet.Flee
 	}
 	t.Cleanup(func() { f.Close() })
 	return ctx, f, []string{"--url", tg.URL, "--prefix", prefix, "--layout", string(layout)}, prefix
+}
+
+// TestFleetctlGroups: fleetctl groups lists a queue's groups with their
+// depth, running count, limits and state; task get shows a task's
+// metadata and group.
+func TestFleetctlGroups(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		ctx, f, conn, _ := openTarget(t, tg)
+		q := fleet.NewQueue[job](f, "sites", fleet.QueueOptions{Groups: fleet.GroupLimits{Concurrency: 2}})
+		var ids []string
+		for i, g := range []string{"a", "a", "a", "b"} {
+			id, err := q.SubmitWith(ctx, job{N: i}, fleet.SubmitOptions{Group: g, Metadata: map[string]string{"tenant": "t-" + g}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, id)
+		}
+		if err := q.SetGroupLimit(ctx, "b", fleet.GroupLimits{Concurrency: 1, Rate: fleet.LimitOptions{Rate: 5, Per: time.Second}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := q.PauseGroup(ctx, "b"); err != nil {
+			t.Fatal(err)
+		}
+		if ts, err := q.Reserve(ctx, 1, 0); err != nil || len(ts) != 1 || ts[0].Group() != "a" {
+			t.Fatalf("reserve: %v, %v", ts, err)
+		}
+		out, errOut, code := fctl(t, append(append([]string{"--json"}, conn...), "groups", "sites")...)
+		if code != 0 {
+			t.Fatalf("groups: exit %d: %s", code, errOut)
+		}
+		var gs []fleet.GroupInfo
+		if err := json.Unmarshal([]byte(out), &gs); err != nil {
+			t.Fatalf("groups: %v in %q", err, out)
+		}
+		for i := range gs {
+			gs[i].Latency = 0
+		}
+		want := []fleet.GroupInfo{
+			{Name: "a", Pending: 2, Running: 1, Limits: fleet.GroupLimits{Concurrency: 2}, State: "ready"},
+			{Name: "b", Pending: 1, Limits: fleet.GroupLimits{Concurrency: 1, Rate: fleet.LimitOptions{Rate: 5, Per: time.Second, Burst: 1}}, Own: true, Paused: true, State: "paused"},
+		}
+		if !slices.EqualFunc(gs, want, func(a, b fleet.GroupInfo) bool { return reflect.DeepEqual(a, b) }) {
+			t.Fatalf("groups:\n got %+v\nwant %+v", gs, want)
+		}
+		out, _, code = fctl(t, append(conn, "groups", "sites")...)
+		for _, line := range []string{"GROUP", "a ", "b ", "5/1s burst 1", "paused"} {
+			if code != 0 || !strings.Contains(out, line) {
+				t.Fatalf("groups table (exit %d) lacks %q:\n%s", code, line, out)
+			}
+		}
+		out, _, code = fctl(t, append(conn, "task", "get", "sites", ids[3])...)
+		if code != 0 || !strings.Contains(out, "t-b") || !strings.Contains(out, "tenant") {
+			t.Fatalf("task get (exit %d):\n%s", code, out)
+		}
+		if _, errOut, code := fctl(t, append(conn, "groups")...); code == 0 || !strings.Contains(errOut, "takes one queue name") {
+			t.Fatalf("groups without a queue: exit %d: %s", code, errOut)
+		}
+	})
 }

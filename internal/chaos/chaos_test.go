@@ -45,6 +45,7 @@ var (
 const (
 	queueName   = "chaos"
 	maxAttempts = 100 // leases that run out count attempts: under kills a task may lose many
+	groupLimit  = 2   // each group runs at most this many at once (QueueOptions.Groups)
 )
 
 func TestMain(m *testing.M) {
@@ -63,6 +64,10 @@ type settings struct {
 	drain                            time.Duration
 	long                             float64
 	seed                             int64
+	// groups is how many groups the submitter puts half the tasks in
+	// (SubmitOptions.Group: g0, g1, ...): about 75 tasks each, at least 4,
+	// so that the groups' limit bounds each group's pace, not the drain.
+	groups int
 }
 
 // target is where a run goes.
@@ -102,6 +107,7 @@ func TestChaos(t *testing.T) {
 		t.Fatalf("bad chaos flags: %+v", s)
 	}
 	s.sweepEvery = max(s.lease/4, 20*time.Millisecond)
+	s.groups = max(4, s.tasks/150)
 	t.Logf("chaos seed %d (rerun with -chaos.seed=%d)", s.seed, s.seed)
 	for _, name := range strings.Split(*flagTargets, ",") {
 		name = strings.TrimSpace(name)
@@ -253,8 +259,8 @@ func (r *run) do() {
 	}
 	gap := s.lease
 	r.nPhases, r.phaseDur, r.phaseStart = len(phases), phase, time.Now()
-	t.Logf("%s: %d tasks and %d flows, %d workers x %d slots, %d sweepers, %d reservers, lease %v, phases %v of %v each, evidence in %s",
-		r.tg.name, s.tasks, s.flows, s.workers, s.slots, s.sweepers, s.reservers, s.lease, phases, phase, r.dir)
+	t.Logf("%s: %d tasks (half in %d groups of concurrency %d) and %d flows, %d workers x %d slots, %d sweepers, %d reservers, lease %v, phases %v of %v each, evidence in %s",
+		r.tg.name, s.tasks, s.groups, groupLimit, s.flows, s.workers, s.slots, s.sweepers, s.reservers, s.lease, phases, phase, r.dir)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -301,7 +307,7 @@ func (r *run) do() {
 	defer subF.Close()
 	direct := r.open(ctx, r.tg.url, nil)
 	defer direct.Close()
-	q := fleet.NewQueue[job](direct, queueName, fleet.QueueOptions{Lease: s.lease, MaxAttempts: maxAttempts})
+	q := fleet.NewQueue[job](direct, queueName, queueOptions(s.lease, maxAttempts, 0, 0))
 
 	start := time.Now()
 	t0 := start.UnixMicro()
@@ -364,7 +370,7 @@ func (r *run) do() {
 		sleep(drainCtx, 300*time.Millisecond)
 	}
 	if !drained {
-		t.Errorf("the queue did not drain within %v after the faults (what is left counts as lost)", bound)
+		t.Errorf("the queue did not drain within %v after the faults (what is left counts as lost); its keys:\n%s", bound, r.describe(direct))
 	}
 	elapsed := time.Since(start)
 	cancel()
@@ -378,7 +384,7 @@ func (r *run) do() {
 	w := &world{deaths: r.deaths, margin: s.margin, lease: s.lease, t0: t0, faults: r.flog.snapshot(), phases: r.phases,
 		submitted: r.submitted}
 	w.stops = stopsOf(w.faults, w.deaths)
-	w.dead, w.left = r.redisState(wctx, direct, q)
+	w.dead, w.left, w.permits = r.redisState(wctx, direct)
 	ev, err := readEvidence(filepath.Join(r.dir, "ev"))
 	if err != nil {
 		t.Fatal(err)
@@ -409,9 +415,12 @@ func (r *run) do() {
 	if len(ev.bad) > 0 {
 		t.Errorf("%d evidence lines did not parse, e.g. %q", len(ev.bad), ev.bad[0])
 	}
-	if rep.Lost+rep.AckedTwice+rep.Overlaps+rep.BegunLate+rep.AckedButLeft > 0 {
-		t.Errorf("%s: lost %d, acked twice %d, overlapping runs %d (beyond %v), runs begun after their lease deadline %d, acked but left %d: want all 0",
-			r.tg.name, rep.Lost, rep.AckedTwice, rep.Overlaps, s.margin, rep.BegunLate, rep.AckedButLeft)
+	if rep.Lost+rep.AckedTwice+rep.Overlaps+rep.BegunLate+rep.AckedButLeft+rep.GroupOver+rep.PermitsLeft > 0 {
+		t.Errorf("%s: lost %d, acked twice %d, overlapping runs %d (beyond %v), runs begun after their lease deadline %d, acked but left %d, groups over their limit %d, permits left %d: want all 0",
+			r.tg.name, rep.Lost, rep.AckedTwice, rep.Overlaps, s.margin, rep.BegunLate, rep.AckedButLeft, rep.GroupOver, rep.PermitsLeft)
+	}
+	if rep.GroupMost == 0 {
+		t.Errorf("%s: no grouped task ran: the group check says nothing", r.tg.name)
 	}
 	if want := s.tasks + (2+flowFanOut)*frep.Confirmed; rep.Submitted != want || frep.Confirmed != s.flows {
 		t.Errorf("submitted %d tasks and %d flows, want %d and %d", rep.Submitted, frep.Confirmed, want, s.flows)
@@ -487,10 +496,12 @@ func (r *run) due(n int) int {
 
 // submit submits s.tasks tasks through f, at the pace of due; a submit
 // whose outcome is unknown is retried under new ids. 10% go through
-// SubmitWith with a NotBefore up to 0.5 s ahead (the scheduled path).
+// SubmitWith with a NotBefore up to 0.5 s ahead (the scheduled path). Half
+// the tasks go in one of the groups, and a fifth of the others have a
+// priority (opts).
 func (r *run) submit(ctx context.Context, f *fleet.Fleet) {
 	s := r.s
-	q := fleet.NewQueue[job](f, queueName, fleet.QueueOptions{Lease: s.lease, MaxAttempts: maxAttempts})
+	q := fleet.NewQueue[job](f, queueName, queueOptions(s.lease, maxAttempts, 0, 0))
 	g := newRNG(s.seed + 1)
 	jobs := make([]job, s.tasks)
 	for i := range jobs {
@@ -501,6 +512,15 @@ func (r *run) submit(ctx context.Context, f *fleet.Fleet) {
 			jobs[i].WorkMS = 5 + g.intn(55)
 		}
 		jobs[i].Fail = g.float() < 0.05
+	}
+	opts := make([]fleet.SubmitOptions, s.tasks)
+	for i := range opts {
+		switch x := g.float(); {
+		case x < 0.5:
+			opts[i].Group = fmt.Sprintf("g%d", g.intn(s.groups))
+		case x < 0.6:
+			opts[i].Priority = 1 + g.intn(fleet.MaxPriority)
+		}
 	}
 	subf, err := os.Create(filepath.Join(r.dir, "submitted.log"))
 	if err != nil {
@@ -537,7 +557,9 @@ func (r *run) submit(ctx context.Context, f *fleet.Fleet) {
 		for next < due && ctx.Err() == nil {
 			if g.float() < 0.1 {
 				sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-				id, err := q.SubmitWith(sctx, jobs[next], fleet.SubmitOptions{NotBefore: time.Now().Add(g.between(0, 500*time.Millisecond))})
+				o := opts[next]
+				o.NotBefore = time.Now().Add(g.between(0, 500*time.Millisecond))
+				id, err := q.SubmitWith(sctx, jobs[next], o)
 				cancel()
 				if err != nil {
 					failed(err, 1)
@@ -550,7 +572,11 @@ func (r *run) submit(ctx context.Context, f *fleet.Fleet) {
 			}
 			n := min(due-next, 50)
 			sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-			ids, err := q.SubmitMany(sctx, jobs[next:next+n])
+			subs := make([]fleet.Submission[job], n)
+			for i := range subs {
+				subs[i] = fleet.Submission[job]{Payload: jobs[next+i], Options: opts[next+i]}
+			}
+			ids, err := q.SubmitManyWith(sctx, subs)
 			cancel()
 			if err != nil {
 				failed(err, n)
@@ -572,19 +598,20 @@ func errClass(err error) string {
 	return word(err.Error())
 }
 
-// redisState reads the dead letters' ids and the ids still pending,
-// scheduled or in flight.
-func (r *run) redisState(ctx context.Context, f *fleet.Fleet, q *fleet.Queue[job]) (dead, left map[string]bool) {
+// redisState reads the dead letters' ids, the ids still pending,
+// scheduled or in flight, and the groups' permits still held.
+func (r *run) redisState(ctx context.Context, f *fleet.Fleet) (dead, left map[string]bool, permits int) {
 	dead, left = map[string]bool{}, map[string]bool{}
 	for _, name := range append([]string{queueName}, flowQueues[:]...) {
-		r.queueState(ctx, f, name, dead, left)
+		permits += r.queueState(ctx, f, name, dead, left)
 	}
-	return dead, left
+	return dead, left, permits
 }
 
 // queueState adds queue name's dead letters' ids to dead, and the ids
-// still pending, scheduled or in flight to left.
-func (r *run) queueState(ctx context.Context, f *fleet.Fleet, name string, dead, left map[string]bool) {
+// still pending, scheduled or in flight to left; it returns the permits of
+// the groups still held.
+func (r *run) queueState(ctx context.Context, f *fleet.Fleet, name string, dead, left map[string]bool) (permits int) {
 	q := f.Queue(name)
 	for off := 0; ; off += 1000 {
 		ds, err := q.DeadLetters(ctx, off, 1000)
@@ -609,10 +636,23 @@ func (r *run) queueState(ctx context.Context, f *fleet.Fleet, name string, dead,
 		}
 		return b.ID
 	}
-	for _, cmd := range []rueidis.Completed{
+	lists := []rueidis.Completed{
 		c.B().Lrange().Key(k.Pending).Start(0).Stop(-1).Build(),
 		c.B().Zrange().Key(k.Scheduled).Min("0").Max("-1").Build(),
-	} {
+		c.B().Zrange().Key(k.Prio).Min("0").Max("-1").Build(),
+	}
+	if name == queueName {
+		for i := range r.s.groups {
+			g := fmt.Sprintf("g%d", i)
+			lists = append(lists, c.B().Lrange().Key(k.Group+g).Start(0).Stop(-1).Build())
+			n, err := c.Do(ctx, c.B().Zcard().Key(k.GroupRun+g).Build()).AsInt64()
+			if err != nil {
+				r.t.Fatalf("read the group's permits: %v", err)
+			}
+			permits += int(n)
+		}
+	}
+	for _, cmd := range lists {
 		bodies, err := c.Do(ctx, cmd).AsStrSlice()
 		if err != nil {
 			r.t.Fatalf("read the queue: %v", err)
@@ -628,6 +668,7 @@ func (r *run) queueState(ctx context.Context, f *fleet.Fleet, name string, dead,
 	for _, id := range ids {
 		left[id] = true
 	}
+	return permits
 }
 
 // checkLogs fails on a data race or a panic in any child's output.
@@ -651,4 +692,38 @@ func (r *run) checkLogs() {
 func begun(evidence string) bool {
 	b, err := os.ReadFile(evidence)
 	return err == nil && strings.HasPrefix(string(b), "B ")
+}
+
+// describe spells what the queue's keys hold, for a run that did not
+// drain: each key's type and size, and the small ones whole.
+func (r *run) describe(f *fleet.Fleet) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	k := keys.New(r.prefix, r.tg.layout == fleet.LayoutTagged).Queue(queueName)
+	c := f.Client()
+	list := []string{k.Pending, k.Scheduled, k.Processing, k.Prio, k.Groups, k.GroupState, k.GroupBlocked, k.GroupPending, k.Signal, k.Running}
+	for i := range r.s.groups {
+		g := fmt.Sprintf("g%d", i)
+		list = append(list, k.Group+g, k.GroupRun+g)
+	}
+	var b strings.Builder
+	for _, key := range list {
+		typ, _ := c.Do(ctx, c.B().Type().Key(key).Build()).ToString()
+		var v any
+		var err error
+		switch typ {
+		case "none":
+			continue
+		case "string":
+			v, err = c.Do(ctx, c.B().Get().Key(key).Build()).ToString()
+		case "list":
+			v, err = c.Do(ctx, c.B().Lrange().Key(key).Start(0).Stop(20).Build()).AsStrSlice()
+		case "hash":
+			v, err = c.Do(ctx, c.B().Hgetall().Key(key).Build()).AsStrMap()
+		case "zset":
+			v, err = c.Do(ctx, c.B().Zrange().Key(key).Min("0").Max("20").Withscores().Build()).AsZScores()
+		}
+		fmt.Fprintf(&b, "  %s (%s): %v %v\n", key, typ, v, err)
+	}
+	return b.String()
 }

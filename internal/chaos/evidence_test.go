@@ -5,6 +5,7 @@ package chaos
 import (
 	"bufio"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -23,10 +24,11 @@ type runRec struct {
 	seq     int
 	attempt int
 	slot    int
-	start   int64 // µs, wall clock
-	leaseDL int64 // µs: the lease deadline the task knew at the start (server clock)
-	ctxDL   int64 // µs: the handler ctx's deadline, 0 for none
-	alive   bool  // the handler's ctx was alive when it began
+	start   int64  // µs, wall clock
+	leaseDL int64  // µs: the lease deadline the task knew at the start (server clock)
+	ctxDL   int64  // µs: the handler ctx's deadline, 0 for none
+	alive   bool   // the handler's ctx was alive when it began
+	group   string // the task's group (SubmitOptions.Group); "" for none
 
 	ended   bool
 	last    int64  // µs: the last moment the handler saw its ctx alive
@@ -129,6 +131,9 @@ func (ev *evidence) add(proc, line string) {
 	case "S":
 		r := &runRec{id: f[1], proc: proc, task: f[2], seq: int(n(3)), attempt: int(n(4)), slot: int(n(5)),
 			start: n(6), leaseDL: n(8), ctxDL: n(9), alive: len(f) < 11 || f[10] == "1"}
+		if len(f) > 11 && f[11] != "-" {
+			r.group = f[11]
+		}
 		if old := ev.runs[r.id]; old != nil {
 			panic("run id twice")
 		}
@@ -164,6 +169,7 @@ type world struct {
 	deaths    map[string]int64 // process incarnation -> µs it stopped running (SIGKILL, or the SIGSTOP before it)
 	dead      map[string]bool  // ids in the dead letters at the end
 	left      map[string]bool  // ids still pending, scheduled or in flight at the end
+	permits   int              // group permits still held at the end
 	phases    []phaseSpan
 	faults    []faultEvent
 	stops     map[string][][2]int64 // process incarnation -> when it was stopped (SIGSTOP to SIGCONT or death)
@@ -186,6 +192,7 @@ type report struct {
 	Lost, Stuck, AckedTwice, AckedButLeft, Overlaps   int
 	BegunLate, BegunLateCtx, LivePastLease, Unended   int
 	CalledDead                                        int
+	GroupMost, GroupOver, PermitsLeft                 int // the most runs of one group at once; instants over groupLimit; permits held after the drain
 	MaxOverlap                                        time.Duration
 	Phases                                            []string
 	Per                                               map[string]*figures
@@ -313,6 +320,8 @@ func analyze(ev *evidence, w *world) *report {
 		}
 	}
 
+	w.groupRuns(ev, rep, violate)
+
 	// Acks.
 	for id, acks := range ev.acks {
 		rep.Acked++ // ids acked
@@ -368,6 +377,52 @@ func analyze(ev *evidence, w *world) *report {
 	}
 	rep.Acked += rep.AckedInferred
 	return rep
+}
+
+// groupRuns counts how many runs of one group were active at once (their
+// active times, each cut short by the margin at its end, as the overlaps
+// of one task's runs are): never more than groupLimit. And every permit is
+// back after the drain.
+func (w *world) groupRuns(ev *evidence, rep *report, violate func(string, ...any)) {
+	type edge struct {
+		at    int64
+		delta int
+		run   string
+	}
+	byGroup := map[string][]edge{}
+	for _, r := range ev.runs {
+		end, ok := w.runEnd(r)
+		if r.group == "" || !ok {
+			continue
+		}
+		for _, sg := range w.active(r, end-w.margin.Microseconds()) {
+			if sg[1] > sg[0] {
+				byGroup[r.group] = append(byGroup[r.group], edge{sg[0], 1, r.id}, edge{sg[1], -1, r.id})
+			}
+		}
+	}
+	for _, g := range slices.Sorted(maps.Keys(byGroup)) {
+		es := byGroup[g]
+		sort.Slice(es, func(i, j int) bool {
+			if es[i].at != es[j].at {
+				return es[i].at < es[j].at
+			}
+			return es[i].delta < es[j].delta // an end before a start at the same instant
+		})
+		n := 0
+		for _, e := range es {
+			n += e.delta
+			rep.GroupMost = max(rep.GroupMost, n)
+			if n > groupLimit && e.delta > 0 {
+				rep.GroupOver++
+				violate("group %s: %d runs at once at %s (run %s began), limit %d", g, n, w.sec(e.at), e.run, groupLimit)
+			}
+		}
+	}
+	if w.permits > 0 {
+		rep.PermitsLeft = w.permits
+		violate("%d group permits still held after the drain", w.permits)
+	}
 }
 
 // ackUnknown reports whether a run of task id ended well and then its ack's
@@ -456,6 +511,8 @@ func (rep *report) table() string {
 		rep.Submitted, rep.Acked, rep.AckedInferred, rep.UnknownAckReply, rep.ExtraAcked, rep.Dead)
 	fmt.Fprintf(&b, "LOST %d (stuck %d), ACKED TWICE %d, acked but left %d, OVERLAPS %d (max %v), BEGUN LATE %d; called late with its ctx already ended %d, live past lease %d, unended %d\n",
 		rep.Lost, rep.Stuck, rep.AckedTwice, rep.AckedButLeft, rep.Overlaps, rep.MaxOverlap, rep.BegunLate, rep.CalledDead, rep.LivePastLease, rep.Unended)
+	fmt.Fprintf(&b, "GROUPS OVER THEIR LIMIT %d (the most runs of one group at once %d, limit %d), PERMITS LEFT %d\n",
+		rep.GroupOver, rep.GroupMost, groupLimit, rep.PermitsLeft)
 	fmt.Fprintf(&b, "%-13s %6s %6s %5s %6s %7s %5s %8s %9s  %s\n", "phase", "runs", "acks", "lost", "acked2", "overlap", "late", "pastLease", "leaseLost", "faults")
 	for _, name := range rep.Phases {
 		f := rep.Per[name]

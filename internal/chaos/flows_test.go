@@ -53,7 +53,7 @@ func (r *run) submitFlows(ctx context.Context, f *fleet.Fleet) {
 	s := r.s
 	var qs [3]*fleet.Queue[job]
 	for i, name := range flowQueues {
-		qs[i] = fleet.NewQueue[job](f, name, fleet.QueueOptions{Lease: s.lease, MaxAttempts: maxAttempts})
+		qs[i] = fleet.NewQueue[job](f, name, queueOptions(s.lease, maxAttempts, 0, 0))
 	}
 	g := newRNG(s.seed + 2)
 	work := func() int {

@@ -58,7 +58,15 @@ type job struct {
 }
 
 func (c childConfig) queueOptions() fleet.QueueOptions {
-	return fleet.QueueOptions{Lease: c.Lease, MaxAttempts: c.MaxAttempts, BackoffBase: c.BackoffBase, BackoffMax: c.BackoffMax}
+	return queueOptions(c.Lease, c.MaxAttempts, c.BackoffBase, c.BackoffMax)
+}
+
+// queueOptions are the chaos queue's options in every process: its groups
+// (groups, submitted by the submitter) run at most groupLimit tasks each
+// at once, fleet-wide.
+func queueOptions(lease time.Duration, maxAttempts int, base, most time.Duration) fleet.QueueOptions {
+	return fleet.QueueOptions{Lease: lease, MaxAttempts: maxAttempts, BackoffBase: base, BackoffMax: most,
+		Groups: fleet.GroupLimits{Concurrency: groupLimit}}
 }
 
 // recorder appends evidence lines to a file opened with O_APPEND: each line
@@ -264,9 +272,13 @@ func (h *handler) work(ctx context.Context, slot int, t *fleet.Task[job]) error 
 	if ctx.Err() != nil {
 		alive = 0
 	}
-	// S run task seq attempt slot start_us start_mono_us lease_deadline_us ctx_deadline_us alive
-	rec.line("S %s %s %d %d %d %d %d %d %d %d", run, t.ID, t.Payload.Seq, t.Attempts, slot,
-		start.UnixMicro(), rec.mono(start), t.Deadline().UnixMicro(), ctxDL, alive)
+	group := t.Group()
+	if group == "" {
+		group = "-"
+	}
+	// S run task seq attempt slot start_us start_mono_us lease_deadline_us ctx_deadline_us alive group
+	rec.line("S %s %s %d %d %d %d %d %d %d %d %s", run, t.ID, t.Payload.Seq, t.Attempts, slot,
+		start.UnixMicro(), rec.mono(start), t.Deadline().UnixMicro(), ctxDL, alive, group)
 	work := time.Duration(t.Payload.WorkMS) * time.Millisecond
 	fail := t.Payload.Fail && t.Attempts == 0
 	if fail {
