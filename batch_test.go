@@ -3,6 +3,7 @@ package fleet_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"sync"
 	"testing"
 	"time"
@@ -101,7 +102,7 @@ func TestBatch(t *testing.T) {
 		if err := b.Close(c); !errors.Is(err, fleet.ErrBatchClosed) {
 			t.Fatalf("second Close: %v", err)
 		}
-		if after := e.dump(t); !maps2equal(before, after) {
+		if after := e.dump(t); !maps.Equal(before, after) {
 			t.Fatalf("a refused add or Close changed Redis")
 		}
 		if err := e.F.Batch("0190aaaa-0000-7000-8000-000000000000").Close(c); !errors.Is(err, fleet.ErrFlowNotFound) {

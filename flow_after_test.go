@@ -2,6 +2,7 @@ package fleet_test
 
 import (
 	"errors"
+	"maps"
 	"testing"
 	"time"
 
@@ -104,7 +105,7 @@ func TestSubmitAfterExisting(t *testing.T) {
 		if !errors.Is(err, fleet.ErrDependencyFailed) {
 			t.Fatalf("after a dead task: %v", err)
 		}
-		if after := e.dump(t); !maps2equal(before, after) {
+		if after := e.dump(t); !maps.Equal(before, after) {
 			t.Fatal("a refused submit changed Redis")
 		}
 		d5, err := qd.SubmitWith(c, node{}, fleet.SubmitOptions{After: fleet.Ignoring(fleet.DependOn(qa, dead)...)})

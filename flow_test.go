@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"testing"
@@ -387,7 +388,7 @@ func TestFlowBadInput(t *testing.T) {
 			if !errors.Is(err, want) {
 				t.Errorf("%s: %v, want %v", what, err, want)
 			}
-			if after := e.dump(t); !maps2equal(before, after) {
+			if after := e.dump(t); !maps.Equal(before, after) {
 				t.Errorf("%s changed Redis:\nbefore %v\nafter  %v", what, before, after)
 			}
 		}
@@ -423,20 +424,17 @@ func TestFlowBadInput(t *testing.T) {
 		check("bad id", err, fleet.ErrInvalidArgument)
 		_, err = q.SubmitWith(c, node{}, fleet.SubmitOptions{Track: true, DedupKey: "k"})
 		check("dedup", err, fleet.ErrInvalidArgument)
-		// An empty flow; a flow submitted twice.
+		// An empty flow; a step of bad options; a flow submitted twice.
 		check("empty", fleet.NewFlow(e.F, fleet.FlowOptions{}).Submit(c), fleet.ErrInvalidArgument)
-	})
-}
-
-// maps2equal compares two dumps.
-func maps2equal(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
+		fl = fleet.NewFlow(e.F, fleet.FlowOptions{})
+		fleet.AddStep(fl, q, node{}, fleet.SubmitOptions{DedupKey: "k"})
+		check("a step's options", fl.Submit(c), fleet.ErrInvalidArgument)
+		fl = fleet.NewFlow(e.F, fleet.FlowOptions{})
+		fleet.AddStep(fl, q, node{}, fleet.SubmitOptions{})
+		if err := fl.Submit(c); err != nil {
+			t.Fatal(err)
 		}
-	}
-	return true
+		before = e.dump(t)
+		check("twice", fl.Submit(c), fleet.ErrInvalidArgument)
+	})
 }

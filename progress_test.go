@@ -3,6 +3,7 @@ package fleet_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -74,7 +75,7 @@ func TestTaskProgress(t *testing.T) {
 		if err := stale.Progress(c, step{Done: 9}); !errors.Is(err, fleet.ErrLeaseLost) {
 			t.Fatalf("a handle not holding the lease: %v", err)
 		}
-		if after := e.dump(t); !maps2equal(before, after) {
+		if after := e.dump(t); !maps.Equal(before, after) {
 			t.Fatal("a refused progress value changed Redis")
 		}
 		if err := tk.Ack(c); err != nil {
