@@ -3,6 +3,7 @@ package fleet_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -191,4 +192,37 @@ func TestFlowSubmitRepliesHeld(t *testing.T) {
 			t.Fatalf("the join ran %d times", n)
 		}
 	}
+}
+
+// TestFlowAbortTellsOutsideDependents: a task that waits for a task of a
+// submit that never commits is not stranded: when the sweeper aborts the
+// submit, the task it waited for ends as cancelled, and the waiting task
+// (under FailDependent) goes to the dead letters.
+func TestFlowAbortTellsOutsideDependents(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		t.Parallel()
+		e := open(t, tg)
+		c := ctx(t)
+		fleet.SetFlowTimings(e.F, 20*time.Millisecond, 200*time.Millisecond)
+		qa := fleet.NewQueue[node](e.F, "fa-a", fleet.QueueOptions{})
+		qb := fleet.NewQueue[node](e.F, "fa-b", fleet.QueueOptions{})
+		fl := fleet.NewFlow(e.F, fleet.FlowOptions{})
+		a := fleet.AddStep(fl, qa, node{}, fleet.SubmitOptions{})
+		if err := fleet.SubmitFlowUntil(c, fl, 2); err != nil { // put, never committed
+			t.Fatal(err)
+		}
+		x, err := qb.SubmitWith(c, node{}, fleet.SubmitOptions{After: fleet.DependOn(qa, a.ID())})
+		if err != nil {
+			t.Fatalf("after a task of a submit under way: %v", err)
+		}
+		var rec fleet.TaskRecord
+		sweepUntil(t, e.F, 10*time.Second, func() bool {
+			rec, _ = qb.Lookup(c, x)
+			return rec.Status == fleet.TaskDead
+		}, "the waiting task failed")
+		if !strings.Contains(rec.LastError, fleet.ErrDependencyFailed.Error()) || !strings.Contains(rec.LastError, "submit was aborted") {
+			t.Fatalf("its error: %q", rec.LastError)
+		}
+		sweepUntil(t, e.F, 10*time.Second, func() bool { return len(flowLeftovers(t, e)) == 0 }, "no flow keys left")
+	})
 }

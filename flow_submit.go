@@ -600,9 +600,10 @@ func (f *Fleet) abortPlan(ctx context.Context, p *flowPlan) {
 func (f *Fleet) dropRecords(ctx context.Context, ids map[*queueCore][]string) int {
 	var execs []rueidis.LuaExec
 	var cores []*queueCore
+	why := ErrCanceled.Error() + ": its submit was aborted"
 	for c, is := range ids {
 		for chunk := range slices.Chunk(is, flowPage) {
-			execs = append(execs, rueidis.LuaExec{Keys: c.keys(), Args: chunk})
+			execs = append(execs, rueidis.LuaExec{Keys: c.keys(), Args: append([]string{why}, chunk...)})
 			cores = append(cores, c)
 		}
 	}
@@ -615,6 +616,7 @@ func (f *Fleet) dropRecords(ctx context.Context, ids map[*queueCore][]string) in
 		}
 		// Per task dropped: its id, the count of its dependencies, their refs.
 		for j := 0; j+1 < len(got); {
+			f.flows.add(cores[i], got[j]) // one that ended cancelled (xo) is passed on; another is a no-op
 			ref := refOf(cores[i], got[j])
 			n, _ := strconv.Atoi(got[j+1])
 			j += 2

@@ -14,7 +14,12 @@ local id, ref = ARGV[1], ARGV[2]
 local got = redis.call('HMGET', FLOW .. id, 's', 'res', 'err')
 local s = got[1]
 if s == 'w' or s == 'q' then
-  if ref ~= '' then redis.call('SADD', FOUT .. id, ref) end
+  if ref ~= '' then
+    redis.call('SADD', FOUT .. id, ref)
+    -- A dependent from outside its submit: should the submit be aborted,
+    -- the dependent must be told (flow_drop.lua).
+    redis.call('HSET', FLOW .. id, 'xo', '1')
+  end
   return {'live'}
 elseif s == 'ok' then
   return {'ok', got[2] or 'null'}
