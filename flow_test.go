@@ -438,3 +438,54 @@ func TestFlowBadInput(t *testing.T) {
 		check("twice", fl.Submit(c), fleet.ErrInvalidArgument)
 	})
 }
+
+// TestFlowSharded: a flow over sharded queues (tagged layout): leaves
+// spread over a queue's shards, a join on the shard of another, and a task
+// after the join by SubmitOptions.After: each dependency's ref names its
+// shard, and the join runs once, after every leaf.
+func TestFlowSharded(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		if !tg.Tagged {
+			return // the compat layout has no shards
+		}
+		t.Parallel()
+		e := open(t, tg)
+		c := ctx(t)
+		leafQ := fleet.NewQueue[node](e.F, "fs-leaf", fleet.QueueOptions{Shards: 4})
+		joinQ := fleet.NewQueue[node](e.F, "fs-join", fleet.QueueOptions{Shards: 3})
+		log := newRunLog()
+		flowWorker(t, e.F, leafQ, log, func(ctx context.Context, tk *fleet.Task[node]) (int, error) { return tk.Payload.N, nil })
+		flowWorker(t, e.F, joinQ, log, sumKids(leafQ))
+		fl := fleet.NewFlow(e.F, fleet.FlowOptions{})
+		var leaves []*fleet.FlowStep
+		var kids []string
+		for i := range 8 {
+			s := fleet.AddStep(fl, leafQ, node{N: i + 1}, fleet.SubmitOptions{})
+			leaves, kids = append(leaves, s), append(kids, s.ID())
+		}
+		join := fleet.AddStep(fl, joinQ, node{Kids: kids}, fleet.SubmitOptions{After: fleet.Steps(leaves...), ShardKey: "j"})
+		if err := fl.Submit(c); err != nil {
+			t.Fatal(err)
+		}
+		after, err := joinQ.SubmitWith(c, node{N: 100}, fleet.SubmitOptions{After: fleet.DependOn(joinQ, join.ID())})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, err := joinQ.Wait(c, after)
+		if err != nil || string(rec.Result) != "100" {
+			t.Fatalf("after the join: %+v %v", rec, err)
+		}
+		if rec, err = joinQ.Wait(c, join.ID()); err != nil || string(rec.Result) != "36" {
+			t.Fatalf("the join: %+v %v", rec, err)
+		}
+		log.mu.Lock()
+		if !log.starts[after][0].After(log.ends[join.ID()]) {
+			t.Error("the task after the join began before it ended")
+		}
+		log.mu.Unlock()
+		if n := log.runs(join.ID()); n != 1 {
+			t.Fatalf("the join ran %d times", n)
+		}
+		noLeftovers(t, e)
+	})
+}
