@@ -81,6 +81,15 @@
 //     longest-waiting task that goes next.
 //   - [WorkerOptions.Middleware]: wrap handlers ([Middleware], [Handler]);
 //     the first is the outermost.
+//   - Flows: [NewFlow], [AddStep], [Flow.Submit], [SubmitOptions.After]
+//     ([DependOn], [Steps], [Ignoring]): tasks that wait for other tasks in
+//     any queue, released once every dependency succeeded, their results
+//     read with [ResultOf]; [FailDependent] and [IgnoreFailure] per edge;
+//     [Fleet.CancelFlow], [Fleet.FlowStatus]. docs/FLOWS.md is the design.
+//   - Batches: [Fleet.NewBatch], [BatchAdd], [Batch.Close], callbacks
+//     ([NewCallback]) that run once when every task ended.
+//   - [Task.Progress], [Queue.WatchProgress]: a running task's progress.
+//   - [Queue.Wait], and [ResultOf] with [Await]: block until a task ends.
 //
 // # Operations
 //

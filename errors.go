@@ -163,6 +163,30 @@ var (
 	ErrScheduleNotFound = newSentinel("no such schedule", ErrNotFound)
 )
 
+// Errors of flows and batches (docs/FLOWS.md).
+var (
+	// ErrDependencyFailed is the error of a task dead-lettered because a
+	// task it waited on (under FailDependent) was dead-lettered or
+	// cancelled; the error a submit returns when such a dependency failed
+	// already (nothing is written); and, under IgnoreFailure, what ResultOf
+	// says of a dependency that failed, in the dependent's handler.
+	ErrDependencyFailed = newSentinel("dependency failed", nil)
+	// ErrTaskFailed is what Queue.Wait (and ResultOf with Await) returns
+	// for a task that ended in the dead letters; the message has its last
+	// error.
+	ErrTaskFailed = newSentinel("task failed", nil)
+	// ErrFlowNotFound is returned for a flow or batch id that no flow has
+	// (never submitted, or done and past its retention). errors.Is(err,
+	// ErrNotFound) holds.
+	ErrFlowNotFound = newSentinel("no such flow", ErrNotFound)
+	// ErrFlowFinished is returned by CancelFlow for a flow that is done:
+	// nothing is left to cancel, and nothing changes.
+	ErrFlowFinished = newSentinel("flow already finished", nil)
+	// ErrBatchClosed is returned by an add to a batch that was closed (or
+	// cancelled), and by a second Close: nothing changes.
+	ErrBatchClosed = newSentinel("batch closed", nil)
+)
+
 // Errors of pools.
 var (
 	// ErrUnknownField is returned (through Query.Err, Claim, List) for a

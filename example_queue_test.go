@@ -44,7 +44,7 @@ func ExampleNewQueue() {
 	// Output:
 	// true fleet: submit "harvester": invalid task payload: url (fails url), depth (fails lte=5)
 	// harvest https://example.com attempt 1
-	// {Pending:0 Prioritized:0 Grouped:0 InFlight:0 Scheduled:0 Dead:0 Paused:false Latency:0s}
+	// {Pending:0 Prioritized:0 Grouped:0 InFlight:0 Scheduled:0 Dead:0 Waiting:0 Paused:false Latency:0s}
 }
 
 func ExampleFleet_RunSweeper() {

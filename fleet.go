@@ -44,6 +44,8 @@ type Fleet struct {
 	looks    sync.Map         // queue name -> *schedLook (queue_reserve.go)
 	now      func() time.Time // this process's clock, for values no other process compares
 	obs      *Observer        // Options.Observer's copy, or nil (observe.go)
+	flows    *flowDriver      // passes on the ends of tracked tasks (flow_drive.go)
+	progress sync.Map         // progress hash key -> the sweep's HSCAN cursor (flow_drive.go)
 
 	workersMu sync.Mutex
 	workers   map[stopper]struct{} // started and not yet stopped: Close stops them first

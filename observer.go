@@ -51,6 +51,19 @@ type Observer struct {
 	// SemaphoreWaited is called when Semaphore.Acquire returns, with how
 	// long it took.
 	SemaphoreWaited func(ctx context.Context, e SemaphoreWaitEvent)
+	// Released is called for each task that a call of this Fleet released
+	// from its dependencies onto its queue (docs/FLOWS.md): the step that
+	// passed on its last dependency's end, or the commit of its submit.
+	// A release happens once; a call whose reply was lost reports none.
+	Released func(ctx context.Context, e ReleaseEvent)
+}
+
+// ReleaseEvent is what Observer.Released sees of a release.
+type ReleaseEvent struct {
+	// Queue is the task's queue.
+	Queue string
+	// ID is the task's id.
+	ID string
 }
 
 // SubmitEvent is what Observer.Submit sees of a submit.

@@ -124,6 +124,7 @@ func Open(ctx context.Context, opts Options) (*Fleet, error) {
 		now:      time.Now,
 		obs:      copyObserver(opts.Observer),
 	}
+	f.flows = &flowDriver{f: f}
 	if f.cacheTTL == 0 {
 		f.cacheTTL = DefaultCacheTTL
 	}

@@ -53,17 +53,18 @@ func (q *queueCore) Cancel(ctx context.Context, id string) error {
 	shards := q.shardsOf(ctx)
 	execs := make([]rueidis.LuaExec, len(shards))
 	for i, s := range shards {
-		execs[i] = rueidis.LuaExec{Keys: s.keys(s.k.Result + id), Args: []string{id}}
+		execs[i] = rueidis.LuaExec{Keys: s.keys(s.k.Result + id), Args: []string{id, ErrCanceled.Error()}}
 	}
 	var n int64
 	var err error
-	for _, rr := range queueCancelScript.ExecMulti(ctx, q.f.client, execs...) {
+	var in *queueCore // the shard that holds the task
+	for i, rr := range queueCancelScript.ExecMulti(ctx, q.f.client, execs...) {
 		m, e := rr.AsInt64()
 		if e != nil && err == nil {
 			err = e
 		}
 		if m != 0 && n == 0 {
-			n = m
+			n, in = m, shards[i]
 		}
 	}
 	if n != 0 {
@@ -73,6 +74,8 @@ func (q *queueCore) Cancel(ctx context.Context, id string) error {
 	case err != nil:
 	case n == 0:
 		err = fmt.Errorf("%w: %s", ErrTaskNotFound, id)
+	case n == 1:
+		q.f.flows.add(in, id) // a tracked task's end waits in its outbox: pass it on
 	case n == 2:
 		err = q.f.Publish(ctx, q.f.keys.CancelTopic(q.name), id)
 	case n == 3:

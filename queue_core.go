@@ -251,6 +251,7 @@ func (q *queueCore) take(ctx context.Context, req reserveReq) (reserved, error) 
 	}
 	acked, _ := reply[4].ToString()
 	res.acks, _ = ackCodes(acked, order) // nil when the reply has none: unknown
+	q.f.flowsAcked(req.acks, res.acks)
 	if (len(reply)-6)%3 == 1 {
 		// The acks were done, and then the take failed.
 		msg, _ := reply[len(reply)-1].ToString()
@@ -352,6 +353,7 @@ func (q *queueCore) reservations(ctx context.Context, reply []rueidis.RedisMessa
 		}
 		r.payload, r.unique, r.trace = w.Payload, w.UniqueMS, w.Trace
 		r.maxAttempts, r.timeout, r.meta = w.MaxAttempts, time.Duration(w.TimeoutMS)*time.Millisecond, w.Meta
+		r.track = w.Track
 		rs = append(rs, r)
 	}
 	if len(rs) > 0 {
@@ -370,6 +372,7 @@ func (q *queueCore) ackOnly(ctx context.Context, req reserveReq) (reserved, erro
 		return res, err
 	}
 	res.acks, err = ackCodes(acked, order)
+	q.f.flowsAcked(req.acks, res.acks)
 	return res, err
 }
 
@@ -384,8 +387,9 @@ func (q *queueCore) reserveArgs(req reserveReq, prefix, move string) (ks, args [
 
 // ackArgs appends the ARGV of acks (ack_all in lib_queue.lua) to args: how
 // many plain acks, the plain acks as triples, then those that keep
-// something or belong to a group, whose unique and result keys it returns
-// (keep). order maps each ack of the reply to its place in acks.
+// something, belong to a group or pass on their end (flowFlags), whose
+// unique and result keys it returns (keep). order maps each ack of the
+// reply to its place in acks.
 func ackArgs(acks []*reservation, args []string) (keep, _ []string, order []int) {
 	at := len(args)
 	args = append(args, "")
@@ -409,7 +413,7 @@ func ackArgs(acks []*reservation, args []string) (keep, _ []string, order []int)
 		if p := r.result.Load(); p != nil {
 			result = string(*p)
 		}
-		args = append(args, r.id, r.token, r.dedup, unique, millis(r.c.opts.Retention), result, strconv.Itoa(r.attempts), r.group)
+		args = append(args, r.id, r.token, r.dedup, unique, millis(r.retention()), result, strconv.Itoa(r.attempts), r.group, r.flowFlags())
 		keep = append(keep, r.c.k.Unique+r.dedup, r.c.k.Result+r.id)
 		order = append(order, i)
 	}

@@ -45,6 +45,13 @@ type reservation struct {
 	permit      bool                   // the task holds a GlobalConcurrency permit (its reserve said so): its ack gives it back
 	clock       leaseClock             // the lease: from the send of the reserve or last extend (lease.go)
 	result      atomic.Pointer[[]byte] // SetResult's, as JSON
+	// The task's part in flows (flow.go): track is the body's "track", how
+	// long its end stays recorded (ms; 0: not tracked); progressed says it
+	// set a progress value (progress.go); deps caches its dependencies'
+	// outcomes once read (Task.Dependencies).
+	track      int64
+	progressed atomic.Bool
+	deps       atomic.Pointer[[]DependencyState]
 }
 
 // Token returns the lease token of this reservation, stored in
@@ -73,10 +80,11 @@ func (r *reservation) Group() string { return r.group }
 func (r *reservation) expired() bool { return r.expires != 0 && monoNow() >= r.expires }
 
 // keeps reports whether r's ack does more than a plain one: its dedup key
-// held for a unique window, its record kept (QueueOptions.Retention), or
-// its group's permit given back.
+// held for a unique window, its record kept (QueueOptions.Retention), its
+// group's or GlobalConcurrency's permit given back, or its end passed on
+// (a tracked task, or one that set a progress value: flowFlags).
 func (r *reservation) keeps() bool {
-	return (r.unique > 0 && r.dedup != "") || r.c.opts.Retention > 0 || r.group != "" || r.permit
+	return (r.unique > 0 && r.dedup != "") || r.c.opts.Retention > 0 || r.group != "" || r.permit || r.track > 0 || r.progressed.Load()
 }
 
 // Ack ends the reservation: the task is done and leaves Redis (its body,
@@ -208,7 +216,7 @@ func (r *reservation) finish(ctx context.Context, mode, cause string, after time
 	ks := q.keys()
 	args := []string{mode, r.id, r.token, r.dedup, entry, body, strconv.Itoa(attempts),
 		strconv.Itoa(o.MaxAttempts), millis(o.BackoffBase), millis(o.BackoffMax), strconv.Itoa(o.DeadMax),
-		strconv.FormatFloat(rand.Float64(), 'f', 6, 64), strconv.Itoa(r.maxAttempts), r.group}
+		strconv.FormatFloat(rand.Float64(), 'f', 6, 64), strconv.Itoa(r.maxAttempts), r.group, r.flowFlags()}
 	code, err := q.runEnd(ctx, ks, args)
 	if err == nil && code == endNeedEntry {
 		args[4] = deadEntry(r.body, attempts, cause)
@@ -222,11 +230,13 @@ func (r *reservation) finish(ctx context.Context, mode, cause string, after time
 		return fmt.Errorf("%w: task %s", ErrLeaseLost, r.id)
 	case endCanceled:
 		q.f.taskEnded(ctx, q.name, r.id, TaskDeadLettered, true)
+		q.f.flowEnded(r)
 		if mode == "release" || mode == "snooze" {
 			return fmt.Errorf("%w: task %s went to the dead letters instead (Queue.Cancel asked it to stop)", ErrCanceled, r.id)
 		}
 	case endBuried:
 		q.f.taskEnded(ctx, q.name, r.id, TaskDeadLettered, true)
+		q.f.flowEnded(r)
 	case endDone:
 		switch mode {
 		case "nack":

@@ -57,9 +57,13 @@ func queueKeyBlock() string {
 	for i, s := range queueScriptKeys {
 		names[i], refs[i], types[i] = s.lua, "KEYS["+strconv.Itoa(i+1)+"]", "'"+s.typ+"'"
 	}
-	fnames, frefs := make([]string, len(keys.QueueSuffixes)), make([]string, len(keys.QueueSuffixes))
-	for i, s := range keys.QueueSuffixes {
-		fnames[i], frefs[i] = s.Lua, "PENDING .. '"+s.Suffix+"'"
+	var fnames, frefs, lnames, lrefs []string
+	for _, s := range keys.QueueSuffixes {
+		if s.Flow {
+			lnames, lrefs = append(lnames, s.Lua), append(lrefs, "PENDING .. '"+s.Suffix+"'")
+		} else {
+			fnames, frefs = append(fnames, s.Lua), append(frefs, "PENDING .. '"+s.Suffix+"'")
+		}
 	}
 	return "-- The queue's keys, KEYS[1..8] of every queue script (queue_core.go).\n" +
 		"local " + strings.Join(names, ", ") + " = " + strings.Join(refs, ", ") + "\n\n" +
@@ -68,6 +72,9 @@ func queueKeyBlock() string {
 		"-- The keys of priorities and groups (and prefixes of a group's), built\n" +
 		"-- from PENDING: each shares the queue's slot (internal/keys, docs/SCHEMA.md).\n" +
 		"local " + strings.Join(fnames, ", ") + " = " + strings.Join(frefs, ", ") + "\n\n" +
+		"-- The keys of flows and progress (and prefixes of a tracked task's),\n" +
+		"-- built from PENDING: each shares the queue's slot (docs/FLOWS.md).\n" +
+		"local " + strings.Join(lnames, ", ") + " = " + strings.Join(lrefs, ", ") + "\n\n" +
 		"-- How much earlier a task counts as ready per level of priority, in ms\n" +
 		"-- (PriorityStep).\n" +
 		"local PRIORITY_STEP_MS = " + strconv.FormatInt(PriorityStep.Milliseconds(), 10)

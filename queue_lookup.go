@@ -1,9 +1,11 @@
 package fleet
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -24,6 +26,9 @@ const (
 	// TaskScheduled: waiting for its ready time (a delay, or a retry's
 	// backoff).
 	TaskScheduled TaskStatus = "scheduled"
+	// TaskWaiting: waiting for the tasks it depends on (SubmitOptions.After,
+	// a Flow; docs/FLOWS.md): not on its queue yet.
+	TaskWaiting TaskStatus = "waiting"
 	// TaskActive: reserved by a worker, which holds its lease.
 	TaskActive TaskStatus = "active"
 	// TaskDone: acked, and its record retained (QueueOptions.Retention).
@@ -74,6 +79,14 @@ type TaskRecord struct {
 	Priority  int               `json:"priority,omitempty"`
 	Group     string            `json:"group,omitempty"`
 	ExpiresAt time.Time         `json:"expires_at,omitzero"`
+	// Progress is an active task's last progress value (Task.Progress,
+	// JSON) stored by the reservation that holds it now; empty for none.
+	Progress json.RawMessage `json:"progress,omitempty"`
+	// Flow is the flow or batch of a waiting task, "" for none.
+	Flow string `json:"flow,omitempty"`
+	// Dependencies are what a waiting task waits for, and how those that
+	// ended ended (Status TaskWaiting for the others; no results).
+	Dependencies []DependencyState `json:"dependencies,omitempty"`
 }
 
 // Lookup finds task id of the queue and returns its record: pending,
@@ -112,6 +125,12 @@ func (q *queueCore) Lookup(ctx context.Context, id string) (TaskRecord, error) {
 	if len(res) == 0 || res[0] == "none" {
 		return r, opErr(op, q.name, fmt.Errorf("%w: %s", ErrTaskNotFound, id))
 	}
+	return recordOf(id, res), nil
+}
+
+// recordOf reads queue_lookup.lua's answer res (not 'none') for task id.
+func recordOf(id string, res []string) TaskRecord {
+	r := TaskRecord{ID: id}
 	if u, err := uuid.Parse(id); err == nil && u.Version() == 7 {
 		sec, nsec := u.Time().UnixTime()
 		r.SubmittedAt = time.Unix(sec, nsec)
@@ -129,6 +148,7 @@ func (q *queueCore) Lookup(ctx context.Context, id string) (TaskRecord, error) {
 		Priority int               `json:"priority"`
 		Group    string            `json:"group"`
 		Expires  float64           `json:"expires_at"`
+		Status   string            `json:"status"`
 	}
 	if len(res) > 1 {
 		_ = json.Unmarshal([]byte(res[1]), &body) // a body of another client may hold anything
@@ -144,20 +164,55 @@ func (q *queueCore) Lookup(ctx context.Context, id string) (TaskRecord, error) {
 				r.Worker = tok[:i]
 			}
 			r.Deadline = scoreTime(res[3])
+			// A progress value shows while its reservation holds the task.
+			if len(res) > 4 && tok != "" {
+				if v, ok := strings.CutPrefix(res[4], tok+" "); ok {
+					r.Progress = json.RawMessage(v)
+				}
+			}
 		}
+	case TaskWaiting:
+		if len(res) > 2 {
+			r.Flow = res[2]
+		}
+		for i := 3; i+1 < len(res); i += 2 {
+			d := DependencyState{Policy: FailDependent, Status: TaskWaiting}
+			if id, ok := strings.CutPrefix(res[i], ":f "); ok {
+				d.ID = id
+			} else if name, _, id, ok := parseRef(res[i]); ok {
+				d.Queue, d.ID = name, id
+			}
+			if v := res[i+1]; v != "" {
+				if v[0] == 'i' {
+					d.Policy = IgnoreFailure
+				}
+				if len(v) > 1 {
+					d.Status = outcomeStatus(v[1:])
+				}
+			}
+			r.Dependencies = append(r.Dependencies, d)
+		}
+		slices.SortFunc(r.Dependencies, func(a, b DependencyState) int {
+			return cmp.Or(strings.Compare(a.Queue, b.Queue), strings.Compare(a.ID, b.ID))
+		})
 	case TaskScheduled:
 		if len(res) > 2 {
 			r.ReadyAt = scoreTime(res[2])
 		}
 	case TaskDone:
 		r.Payload, r.Result, r.Worker, r.DoneAt = nil, body.Result, body.Worker, floatTime(body.DoneAt)
+		switch body.Status {
+		case string(TaskDead), string(TaskCanceled):
+			// A tracked task's end that was not a success (docs/FLOWS.md).
+			r.Status, r.Result, r.DeadAt, r.DoneAt = TaskStatus(body.Status), nil, r.DoneAt, time.Time{}
+		}
 	case TaskDead:
 		r.DeadAt = floatTime(body.DeadAt)
 		if strings.HasPrefix(body.Error, ErrCanceled.Error()) {
 			r.Status = TaskCanceled
 		}
 	}
-	return r, nil
+	return r
 }
 
 func scoreTime(s string) time.Time {
@@ -176,19 +231,52 @@ func floatTime(f float64) time.Time {
 }
 
 // ResultOf returns the result of task id of q, decoded into R: the task
-// must be done with its record retained (QueueOptions.Retention). May
-// return ErrTaskNotFound (unknown, expired, or not done yet: Lookup says
-// which), ErrDecode (the result does not decode into R), ErrUnavailable.
-func ResultOf[R, T any](ctx context.Context, q *Queue[T], id string) (R, error) {
+// must be done with its end recorded (QueueOptions.Retention, or a tracked
+// task: SubmitOptions.Track, After, a Flow, a Batch). With Await it waits
+// for the task to end (Queue.Wait). Called in the handler of a task that
+// waited for id (SubmitOptions.After, a Flow's edge), with the ctx the
+// worker gave the handler, it reads the result the task's own record
+// keeps for it, however long ago the dependency ended (and answers
+// ErrDependencyFailed for a dependency that failed, under IgnoreFailure).
+// May return ErrTaskNotFound (unknown, expired, or not done yet: Lookup
+// says which), ErrTaskFailed and ErrCanceled (with Await: the task did not
+// succeed), ErrDecode (the result does not decode into R), ErrUnavailable.
+func ResultOf[R, T any](ctx context.Context, q *Queue[T], id string, opts ...ResultOption) (R, error) {
 	var r R
-	rec, err := q.Lookup(ctx, id)
+	var o resultOptions
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	if q == nil || q.queueCore == nil {
+		return r, opErr("result", "", fmt.Errorf("%w: ResultOf needs a queue", ErrInvalidArgument))
+	}
+	var raw []byte
+	res, found, err := dependencyResult(ctx, q.name, id)
 	if err != nil {
-		return r, err
+		return r, opErr("result", q.name, err)
 	}
-	if rec.Status != TaskDone {
-		return r, opErr("result", q.name, fmt.Errorf("%w: task %s is %s, not done", ErrTaskNotFound, id, rec.Status))
+	if found {
+		raw = res
 	}
-	if err := json.Unmarshal(rec.Result, &r); err != nil {
+	if raw == nil {
+		var rec TaskRecord
+		var err error
+		if o.wait {
+			rec, err = q.Wait(ctx, id)
+		} else {
+			rec, err = q.Lookup(ctx, id)
+		}
+		if err != nil {
+			return r, err
+		}
+		if rec.Status != TaskDone {
+			return r, opErr("result", q.name, fmt.Errorf("%w: task %s is %s, not done", ErrTaskNotFound, id, rec.Status))
+		}
+		raw = rec.Result
+	}
+	if err := json.Unmarshal(raw, &r); err != nil {
 		return r, opErr("result", q.name, fmt.Errorf("%w: result of task %s into %T: %w", ErrDecode, id, r, err))
 	}
 	return r, nil

@@ -33,6 +33,9 @@ type QueueStats struct {
 	Scheduled int64 `json:"scheduled"`
 	// Dead letters (fleet:queue:<name>:dead).
 	Dead int64 `json:"dead"`
+	// Waiting tasks wait for the tasks they depend on (SubmitOptions.After,
+	// a Flow; fleet:queue:<name>:waiting): they are on no list yet.
+	Waiting int64 `json:"waiting"`
 	// Paused says whether the queue is paused (Queue.Pause).
 	Paused bool `json:"paused"`
 	// Latency is how long the longest-waiting of the tasks that go next
@@ -64,7 +67,7 @@ func (q *queueCore) Stats(ctx context.Context) (QueueStats, error) {
 }
 
 // statCmds is how many commands appendStatCmds appends per shard.
-const statCmds = 8
+const statCmds = 9
 
 // appendStatCmds appends the commands that count the tasks of shard k
 // (readStats reads their replies).
@@ -77,7 +80,8 @@ func appendStatCmds(c rueidis.Client, cmds rueidis.Commands, k keys.Queue) rueid
 		c.B().Zcard().Key(k.Prio).Build(),
 		c.B().Get().Key(k.GroupPending).Build(),
 		c.B().Lindex().Key(k.Pending).Index(0).Build(),
-		c.B().Zrange().Key(k.Prio).Min("0").Max("0").Build())
+		c.B().Zrange().Key(k.Prio).Min("0").Max("0").Build(),
+		c.B().Zcard().Key(k.Waiting).Build())
 }
 
 // readStats reads the replies of appendStatCmds for the shards ks of a
@@ -89,6 +93,9 @@ func (f *Fleet) readStats(ctx context.Context, res []rueidis.RedisResult, ks []k
 	for i, k := range ks {
 		r := res[statCmds*i : statCmds*(i+1)]
 		var pending, prio int64
+		if n, err := r[8].AsInt64(); err == nil {
+			s.Waiting += n
+		}
 		for j, p := range []*int64{&pending, &s.InFlight, &s.Scheduled, &s.Dead, &prio} {
 			n, err := r[j].AsInt64()
 			if err != nil {

@@ -127,7 +127,7 @@ func (q *Queue[T]) SubmitManyWith(ctx context.Context, subs []Submission[T]) ([]
 		}
 		items[i] = submission{id: id, body: newBody(id, b, sub.Options), opts: sub.Options}
 	}
-	ids, err := q.push(ctx, items)
+	ids, err := q.pushTracked(ctx, items)
 	if err != nil {
 		return nil, opErr(op, q.name, err)
 	}
@@ -207,12 +207,31 @@ type SubmitOptions struct {
 	// is on the queue's documented list, which takes its turn in the round
 	// like a group without limits.
 	Group string
+
+	// After makes the task wait for other tasks, in any queue (DependOn,
+	// Ignoring): it is not reservable until every one of them succeeded
+	// (under IgnoreFailure: ended), and then goes to its queue once; a
+	// dependency under FailDependent that is dead-lettered or cancelled
+	// dead-letters it instead (docs/FLOWS.md). Each dependency must be
+	// tracked (Track, a Flow, a Batch, After) or have ended with its end
+	// recorded; see Flow.Submit for the errors. The task is tracked. Not
+	// with DedupKey or UniqueFor. Defaults to none.
+	After []Dependency
+	// Track records the task's end (fleet:queue:<name>:result:<id>, for
+	// DefaultFlowRetention or the queue's longer Retention), so that other
+	// tasks can wait for it (After), Queue.Wait can wait for it from any
+	// process, and Lookup and ResultOf see its end. Not with DedupKey or
+	// UniqueFor. Defaults to false.
+	Track bool
 }
+
+// tracked reports whether the options make the task tracked (flow.go).
+func (o SubmitOptions) tracked() bool { return o.Track || len(o.After) > 0 }
 
 // isZero reports whether o sets nothing: the submit is a plain push.
 func (o SubmitOptions) isZero() bool {
 	return o.NotBefore.IsZero() && o.DedupKey == "" && o.UniqueFor == 0 && o.ShardKey == "" && o.Priority == 0 &&
-		o.MaxAttempts == 0 && o.Timeout == 0 && o.ExpiresAt.IsZero() && len(o.Metadata) == 0 && o.Group == ""
+		o.MaxAttempts == 0 && o.Timeout == 0 && o.ExpiresAt.IsZero() && len(o.Metadata) == 0 && o.Group == "" && !o.tracked()
 }
 
 // Bounds of SubmitOptions.
@@ -243,6 +262,9 @@ func (q *Queue[T]) SubmitWith(ctx context.Context, payload T, opts SubmitOptions
 	if err != nil {
 		return "", opErr(op, q.name, err)
 	}
+	if opts.tracked() {
+		return id, opErr(op, q.name, q.submitTracked(ctx, []submission{{id: id, body: newBody(id, b, opts), opts: opts}}))
+	}
 	got, err := q.push(ctx, []submission{{id: id, body: newBody(id, b, opts), opts: opts}})
 	if err != nil {
 		return "", opErr(op, q.name, err)
@@ -253,8 +275,51 @@ func (q *Queue[T]) SubmitWith(ctx context.Context, payload T, opts SubmitOptions
 	return got[0], nil
 }
 
+// pushTracked is push, for a call whose tasks may be tracked: those go
+// through submitTracked (flow_task.go), the others through push.
+func (q *queueCore) pushTracked(ctx context.Context, subs []submission) ([]string, error) {
+	var plain, tracked []submission
+	for _, s := range subs {
+		if s.opts.tracked() {
+			tracked = append(tracked, s)
+		} else {
+			plain = append(plain, s)
+		}
+	}
+	if len(tracked) == 0 {
+		return q.push(ctx, subs)
+	}
+	if err := q.submitTracked(ctx, tracked); err != nil {
+		return nil, err
+	}
+	ids := make([]string, len(subs))
+	for i, s := range subs {
+		ids[i] = s.id
+	}
+	if len(plain) == 0 {
+		return ids, nil
+	}
+	got, err := q.push(ctx, plain)
+	if err != nil {
+		return nil, err
+	}
+	j := 0
+	for i, s := range subs {
+		if !s.opts.tracked() {
+			ids[i] = got[j]
+			j++
+		}
+	}
+	return ids, nil
+}
+
 // checkSubmit checks SubmitWith's options.
 func (q *queueCore) checkSubmit(opts SubmitOptions) error {
+	if opts.tracked() {
+		if err := checkFlowOptions(opts); err != nil {
+			return err
+		}
+	}
 	switch {
 	case opts.DedupKey != "" && (len(opts.DedupKey) > keys.MaxNameLen || !isText(opts.DedupKey)):
 		return fmt.Errorf("%w: dedup key of %d bytes must be valid text of at most %d bytes", ErrInvalidArgument, len(opts.DedupKey), keys.MaxNameLen)

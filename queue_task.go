@@ -82,6 +82,7 @@ type wireBody struct {
 	ExpiresAt   float64           `json:"expires_at"` // unix s
 	Meta        map[string]string `json:"meta"`
 	Group       string            `json:"group"`
+	Track       int64             `json:"track"` // a tracked task: how long its end stays recorded (ms; flow.go)
 }
 
 func parseBody(body string) (wireBody, error) {

@@ -32,7 +32,7 @@ const (
 // own, and those before it in its own library. The first two are made here
 // from Go (queueKeyBlock, endCodeBlock), so that their names and numbers
 // are written once.
-var libraries = []string{"lib_queue_keys", "lib_end_codes", "lib_time.lua", "lib_types.lua", "lib_lease.lua", "lib_pool.lua", "lib_limit.lua", "lib_queue.lua"}
+var libraries = []string{"lib_queue_keys", "lib_end_codes", "lib_time.lua", "lib_types.lua", "lib_lease.lua", "lib_pool.lua", "lib_limit.lua", "lib_flow_end.lua", "lib_queue.lua", "lib_flow.lua"}
 
 // newScript loads scripts/<name>, a script of its own, with the blocks of
 // the libraries that it calls, directly or through another block (linked):

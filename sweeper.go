@@ -63,10 +63,20 @@ type SweeperOptions struct {
 	// 2s (a submitting handle registers about once a second). Defaults to
 	// DefaultShardGrace.
 	ShardGrace time.Duration
+	// SubmitGrace is how long a submit of tasks that wait (a Flow, a
+	// Batch's add, SubmitOptions.After) may take before a sweep takes its
+	// process for dead: past it, a sweep rolls forward a submit that
+	// committed and drops one that did not, and a late commit is refused
+	// (docs/FLOWS.md, "The abort"). At least a second. Defaults to
+	// DefaultSubmitGrace.
+	SubmitGrace time.Duration
 	// Logger receives sweep failures and counts. Defaults to the Fleet's
 	// logger (silent unless Options.Logger was set).
 	Logger *slog.Logger
 }
+
+// DefaultSubmitGrace is SweeperOptions.SubmitGrace's default.
+const DefaultSubmitGrace = time.Minute
 
 // DefaultRemoveBatch is SweeperOptions.RemoveBatch's default.
 const DefaultRemoveBatch = 500
@@ -84,6 +94,12 @@ func (o SweeperOptions) withDefaults(f *Fleet) (SweeperOptions, error) {
 	}
 	if o.ShardGrace == 0 {
 		o.ShardGrace = DefaultShardGrace
+	}
+	if o.SubmitGrace == 0 {
+		o.SubmitGrace = DefaultSubmitGrace
+	}
+	if o.SubmitGrace < time.Second {
+		return o, fmt.Errorf("%w: SweeperOptions.SubmitGrace %v is below 1s", ErrInvalidArgument, o.SubmitGrace)
 	}
 	if o.ShardGrace < 2*time.Second {
 		return o, fmt.Errorf("%w: SweeperOptions.ShardGrace %v is below 2s", ErrInvalidArgument, o.ShardGrace)
@@ -123,6 +139,13 @@ type SweepStats struct {
 	// PoolsFixed counts pool index entries fixed, and items freed whose
 	// claim had ended, while reconciling pools with other clients' writes.
 	PoolsFixed int
+	// EndsPassed counts the ends of tracked tasks that the sweep passed on
+	// to their dependents and flows (docs/FLOWS.md): the process that ended
+	// them died or was late.
+	EndsPassed int
+	// SubmitsResolved counts the waiting tasks of submits that did not
+	// commit in time: marked (the commit had happened) or dropped.
+	SubmitsResolved int
 }
 
 // RunSweeper sweeps every queue of the fleet every opts.Interval, until ctx
@@ -164,9 +187,10 @@ func (f *Fleet) RunSweeper(ctx context.Context, opts SweeperOptions) error {
 		switch {
 		case err != nil && ctx.Err() == nil && !f.closed.Load():
 			opts.Logger.Warn("fleet: sweep failed", "error", err)
-		case st.Requeued+st.DeadLettered+st.Moved+st.Trimmed+st.WorkersRemoved+st.PoolsFixed > 0:
+		case st.Requeued+st.DeadLettered+st.Moved+st.Trimmed+st.WorkersRemoved+st.PoolsFixed+st.EndsPassed+st.SubmitsResolved > 0:
 			opts.Logger.Debug("fleet: swept", "queues", st.Queues, "moved", st.Moved, "requeued", st.Requeued, "dead_lettered", st.DeadLettered,
-				"trimmed", st.Trimmed, "workers_removed", st.WorkersRemoved, "pools_fixed", st.PoolsFixed)
+				"trimmed", st.Trimmed, "workers_removed", st.WorkersRemoved, "pools_fixed", st.PoolsFixed,
+				"ends_passed", st.EndsPassed, "submits_resolved", st.SubmitsResolved)
 		}
 		t.Reset(opts.Interval)
 	}
@@ -285,6 +309,11 @@ func sweep(ctx context.Context, f *Fleet, opts SweeperOptions) (SweepStats, erro
 	} else {
 		st.PoolsFixed += ps.Fixed + ps.Freed
 	}
+	// Flows: the operations (cancels, batches' completions) a crash
+	// stopped (flow_cancel.go).
+	if _, err := f.sweepFlowOps(ctx, opts.Batch); err != nil && first == nil {
+		first = opErr("sweep flows", "", err)
+	}
 	for _, name := range names {
 		if keys.Check(keys.KindQueue, name) != nil {
 			continue // not a queue fleet could have made
@@ -317,7 +346,7 @@ func (q *queueCore) sweep(ctx context.Context, opts SweeperOptions, st *SweepSta
 			Moved: st.Moved - before.Moved, Trimmed: st.Trimmed - before.Trimmed})
 	}()
 	if !f.keys.Tagged() {
-		return q.sweepShard(ctx, qo, opts.Batch, st)
+		return q.sweepShard(ctx, qo, opts, st)
 	}
 	// A sharded queue (queue_shard.go): each shard in turn, then the
 	// shard count's high-water mark lowered when it can be.
@@ -327,7 +356,7 @@ func (q *queueCore) sweep(ctx context.Context, opts SweeperOptions, st *SweepSta
 	}
 	var first error
 	for i := range span {
-		if err := q.sub(i).sweepShard(ctx, qo, opts.Batch, st); err != nil && first == nil {
+		if err := q.sub(i).sweepShard(ctx, qo, opts, st); err != nil && first == nil {
 			first = err
 		}
 	}
@@ -338,8 +367,8 @@ func (q *queueCore) sweep(ctx context.Context, opts SweeperOptions, st *SweepSta
 }
 
 // sweepShard sweeps q's shard (the queue itself when unsharded), by qo.
-func (q *queueCore) sweepShard(ctx context.Context, qo QueueOptions, batch int, st *SweepStats) error {
-	f, k := q.f, &q.k
+func (q *queueCore) sweepShard(ctx context.Context, qo QueueOptions, opts SweeperOptions, st *SweepStats) error {
+	f, k, batch := q.f, &q.k, opts.Batch
 	ks := scriptKeys(k)
 	for range 100 { // bounds one sweep of one queue
 		res, err := queueSweepScript.Exec(ctx, f.client, ks, []string{"1000", strconv.Itoa(batch)}).ToArray()
@@ -364,7 +393,7 @@ func (q *queueCore) sweepShard(ctx context.Context, qo QueueOptions, batch int, 
 			case strings.HasSuffix(token, " c"):
 				// Queue.Cancel asked for it to stop while it ran: it never
 				// runs again.
-				next, bury = deadEntry(body, attempts, ErrCanceled.Error()+": its lease ran out before its worker ended it"), "1"
+				next, bury = deadEntry(body, attempts, ErrCanceled.Error()+": its lease ran out before its worker ended it"), "c"
 			case attempts >= qo.MaxAttempts && w.MaxAttempts <= 0, w.MaxAttempts > 0 && attempts >= w.MaxAttempts:
 				next, bury = deadEntry(body, attempts, "lease ran out on the last attempt"), "1"
 			default:
@@ -403,5 +432,5 @@ func (q *queueCore) sweepShard(ctx context.Context, qo QueueOptions, batch int, 
 		return err
 	}
 	st.Trimmed += int(n)
-	return nil
+	return q.sweepFlows(ctx, batch, opts.SubmitGrace, st) // flow_drive.go
 }

@@ -531,19 +531,21 @@ end
 -- ack_all acks the tasks given from ARGV[from]: the count P of plain acks,
 -- P plain acks as triples (id, lease token, dedup key or ''; a task that
 -- holds no permit: its reserve said so), then acks that keep something,
--- belong to a group or hold a GlobalConcurrency permit as 8-tuples (id, token, dedup
--- key, unique window ms or '0', retention ms or '0', result JSON or '',
--- attempts, group or ''), the j-th of which (from 1) has its unique key
--- and its result key at KEYS[keys + 2j - 2] and KEYS[keys + 2j - 1]. Each
--- is acked when the reservation that exists now is the caller's (owned):
--- it leaves PROCESSING, BODY and LEASE, its dedup key is freed when it
--- still names the task (held on for its unique window instead, when it
--- has one), its record is kept for the retention, and its permits come
--- back (task_done; the plain ones hold none). The plain ones take a fixed
--- number of commands whatever their count (HMGET and ZMSCORE check them
--- all, one HDEL, ZREM and HDEL end them). Returns one code per ack, in order (DONE or
--- LOST), as a string of digits. The reads refuse a wrong-type key before
--- any write.
+-- belong to a group, hold a GlobalConcurrency permit or pass on their end
+-- as 9-tuples (id, token, dedup key, unique window ms or '0', retention ms
+-- or '0', result JSON or '', attempts, group or '', flow flags or ''), the
+-- j-th of which (from 1) has its unique key and its result key at
+-- KEYS[keys + 2j - 2] and KEYS[keys + 2j - 1]. Each is acked when the
+-- reservation that exists now is the caller's (owned): it leaves
+-- PROCESSING, BODY and LEASE, its dedup key is freed when it still names
+-- the task (held on for its unique window instead, when it has one), its
+-- record is kept for the retention, its permits come back (task_done; the
+-- plain ones hold none), and the end of a tracked task (or of one that set
+-- a progress value) is passed on (flow_ended, lib_flow_end.lua). The plain
+-- ones take a fixed number of commands whatever their count (HMGET and
+-- ZMSCORE check them all, one HDEL, ZREM and HDEL end them). Returns one
+-- code per ack, in order (DONE or LOST), as a string of digits. The reads
+-- refuse a wrong-type key before any write.
 local function ack_all(from, keys)
   local plain = tonumber(ARGV[from])
   local res = {}
@@ -579,7 +581,7 @@ local function ack_all(from, keys)
     end
   end
   local j = 0
-  for i = first + 3 * plain, #ARGV, 8 do
+  for i = first + 3 * plain, #ARGV, 9 do
     j = j + 1
     local id, token, dk = ARGV[i], ARGV[i + 1], ARGV[i + 2]
     local code = LOST
@@ -593,9 +595,9 @@ local function ack_all(from, keys)
           redis.call('SET', KEYS[keys + 2 * j - 2], id, 'PX', ARGV[i + 3])
         end
       end
+      local result = ARGV[i + 5]
+      if result == '' then result = 'null' end
       if tonumber(ARGV[i + 4]) > 0 then
-        local result = ARGV[i + 5]
-        if result == '' then result = 'null' end
         local worker = string.match(token, '^(.*)/[^/]*$') or ''
         redis.call('SET', KEYS[keys + 2 * j - 1], '{"id":' .. cjson.encode(id) .. ',"result":' .. result ..
           ',"attempts":' .. ARGV[i + 6] .. ',"done_at":' .. secs(now_ms()) .. ',"worker":' .. cjson.encode(worker) .. '}',
@@ -603,6 +605,7 @@ local function ack_all(from, keys)
       end
       local g = ARGV[i + 7]
       task_done(id, g ~= '' and g or nil)
+      flow_ended(id, ARGV[i + 8], 'ok', result)
     end
     res[plain + j] = code
   end

@@ -6,7 +6,12 @@
 -- KEYS[1..8] the queue's keys (PENDING ... POLICY: queue_core.go)
 -- KEYS[9]  fleet:queue:<name>:result:<id>       string: the record of a task done (optional)
 -- ARGV[1]  task id
--- returns  1 removed (pending or scheduled); 2 running: its lease entry,
+-- ARGV[2]  the error a cancelled tracked task's end records (ErrCanceled's
+--          text)
+-- A tracked task (docs/FLOWS.md) that waits for its dependencies, or is
+-- pending or scheduled, is cancelled, and its end passed on (flow_ended):
+-- its dependents and its flow are told.
+-- returns  1 removed (waiting, pending or scheduled); 2 running: its lease entry,
 --          when fleet made the reservation, gets the flag " c", which its
 --          holder's next extension reports and the sweeper honours (the
 --          caller also tells the worker at once, by pub/sub); 3 dead
@@ -25,6 +30,11 @@ local function dedup_of(v)
   if type(v.dedup) == 'string' then return v.dedup end
   return ''
 end
+local waiting = redis.call('HMGET', FLOW .. id, 's', 'keep')
+if waiting[1] == 'w' then
+  flow_ended(id, 't' .. (waiting[2] or '0'), 'c', ARGV[2])
+  return 1
+end
 local score = redis.call('ZSCORE', PROCESSING, id)
 if score then
   -- Flag fleet's entry when it is the live reservation's (its deadline is
@@ -37,7 +47,9 @@ if score then
   end
   return 2
 end
-if redis.call('EXISTS', KEYS[9]) == 1 then
+local done = redis.call('GET', KEYS[9])
+if done then
+  if string.find(done, '"status":', 1, true) then return 3 end -- a tracked task's end that was not a success
   return 4
 end
 local chunk = 1000
@@ -51,6 +63,7 @@ if body then
     redis.call('ZREM', PRIO, body)
   end
   free_dedup(dedup_of(v), id)
+  flow_ended(id, flow_flags(body, v), 'c', ARGV[2])
   return 1
 end
 local n = redis.call('ZCARD', SCHEDULED)
@@ -60,6 +73,7 @@ for i = 0, n - 1, chunk do
     if ok then
       redis.call('ZREM', SCHEDULED, body)
       free_dedup(dedup_of(v), id)
+      flow_ended(id, flow_flags(body, v), 'c', ARGV[2])
       return 1
     end
   end

@@ -34,6 +34,8 @@
 -- ARGV[13] nack: the task's own max_attempts (SubmitOptions.MaxAttempts),
 --          which goes before the policy's; '0' for none
 -- ARGV[14] the task's group (SubmitOptions.Group), '' for none
+-- ARGV[15] the task's flow flags (flow_ended, lib_flow_end.lua): '' for a
+--          task that is not tracked and set no progress value
 -- returns  {DONE, n}: retried after n ms (nack), released (n = 0), or
 --          snoozed until n (unix ms); {BURIED, 0}; {CANCELED, 0}: buried
 --          as cancelled; {NEED_ENTRY, 0}: cancelled, but ARGV[5] is '';
@@ -69,9 +71,14 @@ if dead then
   bury(dead, now, p.dead_max)
   free_dedup(dk, id)
   task_done(id, g)
+  if ARGV[15] ~= '' then
+    local ok, e = pcall(cjson.decode, dead)
+    flow_ended(id, ARGV[15], flagged and 'c' or 'x', ok and type(e) == 'table' and e.error or '', tonumber(ARGV[7]))
+  end
   if flagged then return {CANCELED, 0} end
   return {BURIED, 0}
 end
+flow_ended(id, ARGV[15]) -- not an end: a progress value goes
 local d, later = 0, body
 if mode == 'nack' then
   local attempts = tonumber(ARGV[7])

@@ -5,9 +5,13 @@
 -- KEYS[1..8] the queue's keys (PENDING ... POLICY: queue_core.go)
 -- KEYS[9]  fleet:queue:<name>:result:<id>       string: the record of a task done (optional)
 -- ARGV[1]  task id
--- returns  {'active', body, lease entry or '', deadline (unix s)},
---          {'done', record}, {'pending', body}, {'scheduled', body, ready_at},
---          {'dead', entry} (the latest), or {'none'}
+-- returns  {'active', body, lease entry or '', deadline (unix s), progress
+--          entry or ''}, {'done', record} (a tracked task's record that has a
+--          "status" ended otherwise), {'waiting', body, flow id or '',
+--          dependency ref, its state, ...} (a tracked task waiting for its
+--          dependencies: docs/FLOWS.md), {'pending', body},
+--          {'scheduled', body, ready_at}, {'dead', entry} (the latest), or
+--          {'none'}
 local id = ARGV[1]
 local function holds(body)
   if not string.find(body, id, 1, true) then return false end
@@ -16,11 +20,25 @@ local function holds(body)
 end
 local deadline = redis.call('ZSCORE', PROCESSING, id)
 if deadline then
-  return {'active', redis.call('HGET', BODY, id) or '', redis.call('HGET', LEASE, id) or '', deadline}
+  return {'active', redis.call('HGET', BODY, id) or '', redis.call('HGET', LEASE, id) or '', deadline,
+    redis.call('HGET', PROGRESS, id) or ''}
 end
 local done = redis.call('GET', KEYS[9])
 if done then
   return {'done', done}
+end
+local rec = redis.call('HGETALL', FLOW .. id)
+local state = {}
+for i = 1, #rec, 2 do state[rec[i]] = rec[i + 1] end
+if state.s == 'w' then
+  local out = {'waiting', state.b or '', state.f or ''}
+  for i = 1, #rec, 2 do
+    if string.sub(rec[i], 1, 2) == 'd:' then
+      out[#out + 1] = string.sub(rec[i], 3)
+      out[#out + 1] = rec[i + 1]
+    end
+  end
+  return out
 end
 local chunk = 1000
 local pending = find_pending(holds)

@@ -10,8 +10,10 @@
 -- ARGV[1]  bound on the dead letters' count (0: none)
 -- ARGV[2..] one item per 6 values: id, lease entry as seen ('' for none),
 --          body as seen, new body (to bury: without "dead_at", which the
---          server's clock fills in), '1' to bury it or '0' to re-queue it,
---          dedup key or ''
+--          server's clock fills in), '1' to bury it, 'c' to bury it as
+--          cancelled, or '0' to re-queue it, dedup key or ''
+-- The end of a tracked task that is buried is passed on (flow_ended), and
+-- the progress value of every task handled goes.
 -- returns  {requeued, buried}
 local err = wrong_types(QUEUE_TYPES)
 if err then return err end
@@ -33,13 +35,21 @@ for i = 2, #ARGV, 6 do
     local v = routed(body)
     local g = group_of(v)
     task_done(id, g)
-    if bury == '1' then
+    if bury ~= '0' then
       redis.call('RPUSH', DEAD, with_dead_at(body, ms))
       free_dedup(dedup, id)
       buried = buried + 1
+      local fl = flow_flags(body, v)
+      local why = ''
+      if fl ~= '' then
+        local ok, e = pcall(cjson.decode, body)
+        if ok and type(e) == 'table' and type(e.error) == 'string' then why = e.error end
+      end
+      flow_ended(id, 'p' .. fl, bury == 'c' and 'c' or 'x', why)
     else
       enqueue(body, v, ms, g ~= nil) -- a group's goes first: its order holds
       requeued = requeued + 1
+      flow_ended(id, 'p')
     end
   end
 end

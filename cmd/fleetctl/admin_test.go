@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -143,6 +144,30 @@ func TestFleetctlAdmin(t *testing.T) {
 		out, _, code = run("--json", "task", "get", "jobs", running)
 		if err := json.Unmarshal([]byte(out), &rec); code != 0 || err != nil || rec.Status != fleet.TaskActive || !rec.CancelRequested {
 			t.Fatalf("task get --json of a cancelled running task: %d %q %v", code, out, err)
+		}
+		// A running task's progress, and a task waiting for it.
+		root, err := q.SubmitWith(ctx, job{N: 3}, fleet.SubmitOptions{Track: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waiting, err := q.SubmitWith(ctx, job{N: 4}, fleet.SubmitOptions{After: fleet.DependOn(q, root)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts, err := q.Reserve(ctx, 1, 0)
+		if err != nil || len(ts) != 1 || ts[0].ID != root {
+			t.Fatalf("reserve: %v %v", ts, err)
+		}
+		if err := ts[0].Progress(ctx, map[string]int{"done": 3}); err != nil {
+			t.Fatal(err)
+		}
+		out, _, code = run("task", "get", "jobs", root)
+		if code != 0 || !regexp.MustCompile(`progress +\{"done":3\}`).MatchString(out) {
+			t.Fatalf("task get of a task with progress: %d %q", code, out)
+		}
+		out, _, code = run("task", "get", "jobs", waiting)
+		if code != 0 || !strings.Contains(out, "waiting") || !regexp.MustCompile(`waits for +jobs `+root+` \(waiting, policy fail\)`).MatchString(out) {
+			t.Fatalf("task get of a waiting task: %d %q", code, out)
 		}
 
 		// Unknown names: 4, and a JSON error with --json.

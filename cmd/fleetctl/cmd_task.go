@@ -14,7 +14,7 @@ func init() {
 	register(&command{
 		name:    "task",
 		args:    "get <queue> <task id> | cancel <queue> <task id>",
-		summary: "show a task's state (pending, scheduled, active, done, dead, canceled), or cancel it",
+		summary: "show a task's state (waiting, pending, scheduled, active with its progress, done, dead, canceled), or cancel it",
 		run: func(ctx context.Context, a *app, args []string) int {
 			if len(args) != 3 {
 				return a.usageErr("task", "needs an action (get, cancel), a queue and a task id")
@@ -35,10 +35,14 @@ func init() {
 					if r.Priority > 0 {
 						prio = strconv.Itoa(r.Priority)
 					}
-					for _, kv := range [][2]string{{"group", r.Group}, {"priority", prio}, {"worker", r.Worker}, {"last error", r.LastError}, {"payload", string(r.Payload)}, {"result", string(r.Result)}} {
+					for _, kv := range [][2]string{{"group", r.Group}, {"priority", prio}, {"worker", r.Worker}, {"progress", string(r.Progress)},
+						{"flow", r.Flow}, {"last error", r.LastError}, {"payload", string(r.Payload)}, {"result", string(r.Result)}} {
 						if kv[1] != "" {
 							fmt.Fprintf(w, "%s\t%s\n", kv[0], kv[1])
 						}
+					}
+					for _, d := range r.Dependencies {
+						fmt.Fprintf(w, "waits for\t%s %s (%s, policy %s)\n", d.Queue, d.ID, d.Status, d.Policy)
 					}
 					for _, k := range slices.Sorted(maps.Keys(r.Metadata)) {
 						fmt.Fprintf(w, "meta %s\t%s\n", k, r.Metadata[k])

@@ -58,6 +58,7 @@ func TestMain(m *testing.M) {
 // settings are the flags, checked.
 type settings struct {
 	tasks, workers, slots, sweepers  int
+	flows                            int
 	reservers                        int
 	lease, sweepEvery, phase, margin time.Duration
 	drain                            time.Duration
@@ -83,7 +84,7 @@ type target struct {
 // lost, nothing acked twice, no two runs of a task overlapped, and no run
 // began after its lease deadline.
 func TestChaos(t *testing.T) {
-	s := settings{tasks: *flagTasks, workers: *flagWorkers, slots: *flagSlots, sweepers: *flagSweepers, reservers: *flagReserver,
+	s := settings{tasks: *flagTasks, flows: *flagFlows, workers: *flagWorkers, slots: *flagSlots, sweepers: *flagSweepers, reservers: *flagReserver,
 		lease: *flagLease, phase: *flagPhase, margin: *flagMargin, drain: *flagDrain, long: *flagLong, seed: *flagSeed}
 	if testing.Short() {
 		// -short: a smaller default, unless the flags were set.
@@ -95,11 +96,14 @@ func TestChaos(t *testing.T) {
 		if !set["chaos.phase"] {
 			s.phase = 2 * time.Second
 		}
+		if !set["chaos.flows"] {
+			s.flows = 6
+		}
 	}
 	if s.seed == 0 {
 		s.seed = time.Now().UnixNano() % 1_000_000_007
 	}
-	if s.tasks < 1 || s.workers < 1 || s.slots < 1 || s.sweepers < 0 || s.reservers < 0 || s.lease < 100*time.Millisecond || s.long < 0 || s.long > 1 {
+	if s.tasks < 1 || s.flows < 0 || s.workers < 1 || s.slots < 1 || s.sweepers < 0 || s.reservers < 0 || s.lease < 100*time.Millisecond || s.long < 0 || s.long > 1 {
 		t.Fatalf("bad chaos flags: %+v", s)
 	}
 	s.sweepEvery = max(s.lease/4, 20*time.Millisecond)
@@ -163,6 +167,9 @@ type run struct {
 	submitted  map[string]int
 	unknown    int // submits whose outcome is unknown (retried under new ids)
 	submitErrs map[string]int
+
+	flows        []flowRec // every flow the submitter tried (flows_test.go)
+	unknownFlows int       // flow submits whose outcome is unknown
 }
 
 func newRun(t *testing.T, s settings, tg target, srv *fleettest.Server, prefix string) *run {
@@ -252,8 +259,8 @@ func (r *run) do() {
 	}
 	gap := s.lease
 	r.nPhases, r.phaseDur, r.phaseStart = len(phases), phase, time.Now()
-	t.Logf("%s: %d tasks (half in %d groups of concurrency %d), %d workers x %d slots, %d sweepers, %d reservers, lease %v, phases %v of %v each, evidence in %s",
-		r.tg.name, s.tasks, s.groups, groupLimit, s.workers, s.slots, s.sweepers, s.reservers, s.lease, phases, phase, r.dir)
+	t.Logf("%s: %d tasks (half in %d groups of concurrency %d) and %d flows, %d workers x %d slots, %d sweepers, %d reservers, lease %v, phases %v of %v each, evidence in %s",
+		r.tg.name, s.tasks, s.groups, groupLimit, s.flows, s.workers, s.slots, s.sweepers, s.reservers, s.lease, phases, phase, r.dir)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -294,9 +301,11 @@ func (r *run) do() {
 
 	// The submitter (in this process, through its proxy), and a direct
 	// Fleet to watch and count.
-	subF := r.open(ctx, r.sub.url())
+	subObs, closeSubObs := r.submitterObserver()
+	defer closeSubObs()
+	subF := r.open(ctx, r.sub.url(), subObs)
 	defer subF.Close()
-	direct := r.open(ctx, r.tg.url)
+	direct := r.open(ctx, r.tg.url, nil)
 	defer direct.Close()
 	q := fleet.NewQueue[job](direct, queueName, queueOptions(s.lease, maxAttempts, 0, 0))
 
@@ -305,7 +314,13 @@ func (r *run) do() {
 	subDone := make(chan struct{})
 	go func() {
 		defer close(subDone)
+		flowsDone := make(chan struct{})
+		go func() {
+			defer close(flowsDone)
+			r.submitFlows(ctx, subF)
+		}()
 		r.submit(ctx, subF)
+		<-flowsDone
 	}()
 
 	for i, ph := range phases {
@@ -331,7 +346,7 @@ func (r *run) do() {
 	// in flight, twice in a row.
 	bound := s.drain
 	if bound == 0 {
-		bound = 30*time.Second + 10*s.lease + time.Duration(s.tasks)*5*time.Millisecond
+		bound = 30*time.Second + 10*s.lease + time.Duration(s.tasks+(2+flowFanOut)*s.flows)*5*time.Millisecond + 3*submitGrace
 	}
 	drainCtx, drainCancel := context.WithTimeout(ctx, bound)
 	defer drainCancel()
@@ -343,7 +358,7 @@ func (r *run) do() {
 	drained := false
 	for empty := 0; empty < 2 && drainCtx.Err() == nil; {
 		st, err := q.Stats(drainCtx)
-		if err == nil && st.Pending+st.InFlight+st.Scheduled == 0 {
+		if err == nil && st.Pending+st.InFlight+st.Scheduled == 0 && (s.flows == 0 || r.flowsDrained(drainCtx, direct)) {
 			empty++
 		} else {
 			empty = 0
@@ -369,14 +384,15 @@ func (r *run) do() {
 	w := &world{deaths: r.deaths, margin: s.margin, lease: s.lease, t0: t0, faults: r.flog.snapshot(), phases: r.phases,
 		submitted: r.submitted}
 	w.stops = stopsOf(w.faults, w.deaths)
-	w.dead, w.left, w.permits = r.redisState(wctx, direct, q)
+	w.dead, w.left, w.permits = r.redisState(wctx, direct)
 	ev, err := readEvidence(filepath.Join(r.dir, "ev"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	rep := analyze(ev, w)
-	t.Logf("%s after %v (seed %d); submit errors %v (outcome unknown: %d, resubmitted)\n%s",
-		r.tg.name, elapsed.Round(time.Millisecond), s.seed, r.submitErrs, r.unknown, rep.table())
+	frep, fbad := r.analyzeFlows(wctx, direct, ev)
+	t.Logf("%s after %v (seed %d); submit errors %v (outcome unknown: %d, resubmitted)\n%s%s",
+		r.tg.name, elapsed.Round(time.Millisecond), s.seed, r.submitErrs, r.unknown, rep.table(), frep)
 	if b, err := json.MarshalIndent(rep, "", "  "); err == nil {
 		_ = os.WriteFile(filepath.Join(r.dir, "report.json"), b, 0o644)
 	}
@@ -406,8 +422,19 @@ func (r *run) do() {
 	if rep.GroupMost == 0 {
 		t.Errorf("%s: no grouped task ran: the group check says nothing", r.tg.name)
 	}
-	if rep.Submitted != s.tasks {
-		t.Errorf("submitted %d tasks, want %d", rep.Submitted, s.tasks)
+	if want := s.tasks + (2+flowFanOut)*frep.Confirmed; rep.Submitted != want || frep.Confirmed != s.flows {
+		t.Errorf("submitted %d tasks and %d flows, want %d and %d", rep.Submitted, frep.Confirmed, want, s.flows)
+	}
+	for i, v := range fbad {
+		if i == 40 {
+			t.Errorf("... and %d more flow violations", len(fbad)-i)
+			break
+		}
+		t.Errorf("%s", v)
+	}
+	if frep.EarlyStarts+frep.ReleasedTwice+frep.Stranded+frep.KeysLeft > 0 {
+		t.Errorf("%s: flows: early starts %d, released twice %d, stranded %d, keys left %d: want all 0",
+			r.tg.name, frep.EarlyStarts, frep.ReleasedTwice, frep.Stranded, frep.KeysLeft)
 	}
 	for _, e := range r.oddExits {
 		t.Errorf("%s", e)
@@ -425,11 +452,11 @@ func containsStr(list []string, s string) bool {
 }
 
 // open opens a Fleet on url, retrying a while.
-func (r *run) open(ctx context.Context, url string) *fleet.Fleet {
+func (r *run) open(ctx context.Context, url string, obs *fleet.Observer) *fleet.Fleet {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		octx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		f, err := fleet.Open(octx, fleet.Options{URL: url, Prefix: r.prefix, Layout: r.tg.layout})
+		f, err := fleet.Open(octx, fleet.Options{URL: url, Prefix: r.prefix, Layout: r.tg.layout, Observer: obs})
 		cancel()
 		if err == nil {
 			return f
@@ -573,11 +600,22 @@ func errClass(err error) string {
 
 // redisState reads the dead letters' ids, the ids still pending,
 // scheduled or in flight, and the groups' permits still held.
-func (r *run) redisState(ctx context.Context, f *fleet.Fleet, q *fleet.Queue[job]) (dead, left map[string]bool, permits int) {
+func (r *run) redisState(ctx context.Context, f *fleet.Fleet) (dead, left map[string]bool, permits int) {
 	dead, left = map[string]bool{}, map[string]bool{}
+	for _, name := range append([]string{queueName}, flowQueues[:]...) {
+		permits += r.queueState(ctx, f, name, dead, left)
+	}
+	return dead, left, permits
+}
+
+// queueState adds queue name's dead letters' ids to dead, and the ids
+// still pending, scheduled or in flight to left; it returns the permits of
+// the groups still held.
+func (r *run) queueState(ctx context.Context, f *fleet.Fleet, name string, dead, left map[string]bool) (permits int) {
+	q := f.Queue(name)
 	for off := 0; ; off += 1000 {
 		ds, err := q.DeadLetters(ctx, off, 1000)
-		if err != nil {
+		if err != nil && !errors.Is(err, fleet.ErrQueueNotFound) {
 			r.t.Fatalf("dead letters: %v", err)
 		}
 		for _, d := range ds {
@@ -587,7 +625,7 @@ func (r *run) redisState(ctx context.Context, f *fleet.Fleet, q *fleet.Queue[job
 			break
 		}
 	}
-	k := keys.New(r.prefix, r.tg.layout == fleet.LayoutTagged).Queue(queueName)
+	k := keys.New(r.prefix, r.tg.layout == fleet.LayoutTagged).Queue(name)
 	c := f.Client()
 	bodyID := func(body string) string {
 		var b struct {
@@ -603,14 +641,16 @@ func (r *run) redisState(ctx context.Context, f *fleet.Fleet, q *fleet.Queue[job
 		c.B().Zrange().Key(k.Scheduled).Min("0").Max("-1").Build(),
 		c.B().Zrange().Key(k.Prio).Min("0").Max("-1").Build(),
 	}
-	for i := range r.s.groups {
-		g := fmt.Sprintf("g%d", i)
-		lists = append(lists, c.B().Lrange().Key(k.Group+g).Start(0).Stop(-1).Build())
-		n, err := c.Do(ctx, c.B().Zcard().Key(k.GroupRun+g).Build()).AsInt64()
-		if err != nil {
-			r.t.Fatalf("read the group's permits: %v", err)
+	if name == queueName {
+		for i := range r.s.groups {
+			g := fmt.Sprintf("g%d", i)
+			lists = append(lists, c.B().Lrange().Key(k.Group+g).Start(0).Stop(-1).Build())
+			n, err := c.Do(ctx, c.B().Zcard().Key(k.GroupRun+g).Build()).AsInt64()
+			if err != nil {
+				r.t.Fatalf("read the group's permits: %v", err)
+			}
+			permits += int(n)
 		}
-		permits += int(n)
 	}
 	for _, cmd := range lists {
 		bodies, err := c.Do(ctx, cmd).AsStrSlice()
@@ -628,7 +668,7 @@ func (r *run) redisState(ctx context.Context, f *fleet.Fleet, q *fleet.Queue[job
 	for _, id := range ids {
 		left[id] = true
 	}
-	return dead, left, permits
+	return permits
 }
 
 // checkLogs fails on a data race or a panic in any child's output.

@@ -13,6 +13,16 @@
 // after their lease deadline, and fails unless lost, acked twice,
 // overlapping and late runs are all zero.
 //
+// Beside the plain tasks, the submitter submits flows of fan-out 10 /
+// fan-in 1 (a root, ten tasks after it, a join after the ten, over three
+// queues: flows_test.go), and every process records the releases its
+// Observer sees (R lines). From that evidence and what Redis holds after
+// the drain, the suite fails unless no flow task began before each task it
+// waits for ended well, none was released twice, no flow whose submit was
+// confirmed is stranded (each is done with its twelve tasks succeeded),
+// and no key of a flow is left but the end and flow records with their
+// retention (docs/FLOWS.md).
+//
 // The single node is a redis-server of the suite's own (it restarts it),
 // with a proxy in front of every process. On the cluster no proxy can sit
 // in front (the cluster redirects clients past it) and the servers are
@@ -24,6 +34,11 @@
 //
 //	go test ./internal/chaos -run TestChaos -count=1 -timeout 2h -v \
 //	    -chaos.tasks=50000 -chaos.phase=30s -chaos.workers=4 -chaos.slots=8 -chaos.long=0.05
+//
+// and the flows at their big size (12 per target in CI, 6 with -short):
+//
+//	go test ./internal/chaos -run TestChaos -count=1 -timeout 2h -v \
+//	    -chaos.flows=1000 -chaos.tasks=3000 -chaos.phase=8s
 //
 // -chaos.seed draws the same faults and tasks again (the seed is logged;
 // the timing still varies), -chaos.phases picks phases, -chaos.targets

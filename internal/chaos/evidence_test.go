@@ -58,13 +58,14 @@ type evidence struct {
 	byTask map[string][]*runRec
 	acks   map[string][]ackRec
 	fails  map[string][]failRec
+	rels   map[string][]ackRec // task -> the releases from its dependencies (R lines)
 	procs  map[string]*procRec
 	bad    []string // lines that did not parse
 }
 
 func newEvidence() *evidence {
 	return &evidence{runs: map[string]*runRec{}, byTask: map[string][]*runRec{}, acks: map[string][]ackRec{},
-		fails: map[string][]failRec{}, procs: map[string]*procRec{}}
+		fails: map[string][]failRec{}, procs: map[string]*procRec{}, rels: map[string][]ackRec{}}
 }
 
 // readEvidence reads every *.log of dir (one per process incarnation, named
@@ -148,6 +149,8 @@ func (ev *evidence) add(proc, line string) {
 		ev.acks[f[1]] = append(ev.acks[f[1]], ackRec{proc: proc, at: n(2)})
 	case "F":
 		ev.fails[f[1]] = append(ev.fails[f[1]], failRec{proc: proc, at: n(2), class: f[3]})
+	case "R":
+		ev.rels[f[1]] = append(ev.rels[f[1]], ackRec{proc: proc, at: n(2)})
 	default:
 		panic("unknown record")
 	}

@@ -87,6 +87,10 @@ func (p *proc) start() error {
 		Evidence: filepath.Join(r.dir, "ev", p.id()+".log"),
 		Slots:    r.s.slots, Lease: r.s.lease, Heartbeat: time.Second, SweepInterval: r.s.sweepEvery,
 		MaxAttempts: maxAttempts, BackoffBase: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
+		SubmitGrace: submitGrace,
+	}
+	if r.s.flows > 0 {
+		cfg.FlowQueues = flowQueues[:]
 	}
 	raw, err := json.Marshal(cfg)
 	if err != nil {

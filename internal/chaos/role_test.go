@@ -44,6 +44,10 @@ type childConfig struct {
 	MaxAttempts   int
 	BackoffBase   time.Duration
 	BackoffMax    time.Duration
+	// FlowQueues are the queues of the flows (flows_test.go): workers run
+	// them too, sweepers sweep them; none when the run has no flows.
+	FlowQueues  []string
+	SubmitGrace time.Duration
 }
 
 // job is a task's payload.
@@ -130,7 +134,7 @@ func runRole(role string) int {
 	}
 	rec.line("B %d %d", time.Now().UnixMicro(), os.Getpid())
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	f := openFleet(sig, c, log)
+	f := openFleet(sig, c, log, releases(rec))
 	if f == nil {
 		rec.line("X %d", time.Now().UnixMicro())
 		return 0
@@ -157,10 +161,11 @@ func runRole(role string) int {
 
 // openFleet opens the Fleet, retrying while Redis is unreachable (a fault
 // may be on), until ctx ends (then nil).
-func openFleet(ctx context.Context, c childConfig, log *slog.Logger) *fleet.Fleet {
+func openFleet(ctx context.Context, c childConfig, log *slog.Logger, obs *fleet.Observer) *fleet.Fleet {
 	for {
 		octx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		f, err := fleet.Open(octx, fleet.Options{URL: c.URL, Prefix: c.Prefix, Layout: c.Layout, Logger: log, DialTimeout: time.Second})
+		f, err := fleet.Open(octx, fleet.Options{URL: c.URL, Prefix: c.Prefix, Layout: c.Layout, Logger: log, DialTimeout: time.Second,
+			Observer: obs})
 		cancel()
 		if err == nil {
 			return f
@@ -180,6 +185,19 @@ func runWorker(ctx context.Context, c childConfig, f *fleet.Fleet, rec *recorder
 		return err
 	}
 	h := &handler{rec: rec, run: fmt.Sprintf("%s.%d", c.Name, c.Inc)}
+	if len(c.FlowQueues) > 0 {
+		fw, err := startFlowWorker(ctx, c, f, h, log)
+		if err != nil {
+			return err
+		}
+		if fw != nil {
+			defer func() {
+				stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				_ = fw.Stop(stopCtx)
+			}()
+		}
+	}
 	for {
 		w := fleet.NewBatchWorker(f, fleet.WorkerOptions{
 			Type: "chaos", ID: fmt.Sprintf("%s.%d", c.Name, c.Inc), Slots: c.Slots,
@@ -218,7 +236,11 @@ func runSweeper(ctx context.Context, c childConfig, f *fleet.Fleet, log *slog.Lo
 	if err := q.Err(); err != nil {
 		return err
 	}
-	return f.RunSweeper(ctx, fleet.SweeperOptions{Interval: c.SweepInterval, Queue: c.queueOptions(), Logger: log})
+	for _, name := range c.FlowQueues {
+		fleet.NewQueue[job](f, name, c.queueOptions())
+	}
+	return f.RunSweeper(ctx, fleet.SweeperOptions{Interval: c.SweepInterval, Queue: c.queueOptions(), Logger: log,
+		SubmitGrace: c.SubmitGrace})
 }
 
 // handler is the automation: it "works" in steps of at most step, checking

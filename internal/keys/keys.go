@@ -72,11 +72,12 @@ const (
 	KindField     Kind = "tag field"     // segment
 	KindSchedule  Kind = "schedule name" // segment
 	KindGroup     Kind = "group name"    // segment
+	KindFlow      Kind = "flow id"       // segment
 )
 
 func (c Kind) segment() bool {
 	switch c {
-	case KindNamespace, KindQueue, KindPool, KindType, KindWorker, KindField, KindSchedule, KindGroup:
+	case KindNamespace, KindQueue, KindPool, KindType, KindWorker, KindField, KindSchedule, KindGroup, KindFlow:
 		return true
 	}
 	return false

@@ -76,30 +76,48 @@ type Queue struct {
 	// available, for waiting reserves to wake on; GroupPending counts the
 	// tasks on the groups' lists.
 	Signal, GroupPending string
+
+	// The keys of flows, tracked tasks and progress (docs/FLOWS.md,
+	// docs/SCHEMA.md), each Pending plus a suffix of QueueSuffixes (those
+	// with Flow set), which the flow scripts build the same way. Flow and
+	// FlowOut are prefixes, before a task id: a tracked task's flow record
+	// (hash) and the refs of its dependents (set). Outbox is a zset of the
+	// tracked tasks that ended and whose end is not yet passed on (id ->
+	// server ms); Waiting a zset of the tasks that wait (id -> server ms
+	// made while uncommitted, +inf once committed); Progress a hash of the
+	// running tasks' progress (id -> "<lease token> <json>").
+	Flow, FlowOut, Outbox, Waiting, Progress string
 }
 
 // QueueSuffixes are the suffixes, after Pending, of Queue's keys of
-// priorities, groups and GlobalConcurrency, with the names the queue
-// scripts know them by.
+// priorities, groups and GlobalConcurrency, and of flows (Flow set), with
+// the names the queue scripts know them by (each set in a block of its
+// own, so that a script that uses no flow key builds none).
 // queueAt spells them from this table; Parse and Spell read them back by
 // their family.
 var QueueSuffixes = []struct {
 	Lua, Suffix string
 	Family      Family
 	Key         func(*Queue) *string
+	Flow        bool
 }{
-	{"PRIO", ":prio", FamQueuePrio, func(q *Queue) *string { return &q.Prio }},
-	{"GROUPS", ":groups", FamQueueGroups, func(q *Queue) *string { return &q.Groups }},
-	{"GSTATE", ":gstate", FamQueueGroupState, func(q *Queue) *string { return &q.GroupState }},
-	{"GBLOCKED", ":gblocked", FamQueueGroupBlocked, func(q *Queue) *string { return &q.GroupBlocked }},
-	{"GLIMITS", ":glimits", FamQueueGroupLimits, func(q *Queue) *string { return &q.GroupLimits }},
-	{"GPAUSED", ":gpaused", FamQueueGroupPaused, func(q *Queue) *string { return &q.GroupPaused }},
-	{"RUNNING", ":running", FamQueueRunning, func(q *Queue) *string { return &q.Running }},
-	{"GROUP", ":g:", FamQueueGroup, func(q *Queue) *string { return &q.Group }},
-	{"GRUN", ":grun:", FamQueueGroupRun, func(q *Queue) *string { return &q.GroupRun }},
-	{"GRATE", ":grate:", FamQueueGroupRate, func(q *Queue) *string { return &q.GroupRate }},
-	{"SIGNAL", ":signal", FamQueueSignal, func(q *Queue) *string { return &q.Signal }},
-	{"GPENDING", ":gpending", FamQueueGroupPending, func(q *Queue) *string { return &q.GroupPending }},
+	{"PRIO", ":prio", FamQueuePrio, func(q *Queue) *string { return &q.Prio }, false},
+	{"GROUPS", ":groups", FamQueueGroups, func(q *Queue) *string { return &q.Groups }, false},
+	{"GSTATE", ":gstate", FamQueueGroupState, func(q *Queue) *string { return &q.GroupState }, false},
+	{"GBLOCKED", ":gblocked", FamQueueGroupBlocked, func(q *Queue) *string { return &q.GroupBlocked }, false},
+	{"GLIMITS", ":glimits", FamQueueGroupLimits, func(q *Queue) *string { return &q.GroupLimits }, false},
+	{"GPAUSED", ":gpaused", FamQueueGroupPaused, func(q *Queue) *string { return &q.GroupPaused }, false},
+	{"RUNNING", ":running", FamQueueRunning, func(q *Queue) *string { return &q.Running }, false},
+	{"GROUP", ":g:", FamQueueGroup, func(q *Queue) *string { return &q.Group }, false},
+	{"GRUN", ":grun:", FamQueueGroupRun, func(q *Queue) *string { return &q.GroupRun }, false},
+	{"GRATE", ":grate:", FamQueueGroupRate, func(q *Queue) *string { return &q.GroupRate }, false},
+	{"SIGNAL", ":signal", FamQueueSignal, func(q *Queue) *string { return &q.Signal }, false},
+	{"GPENDING", ":gpending", FamQueueGroupPending, func(q *Queue) *string { return &q.GroupPending }, false},
+	{"FLOW", ":flow:", FamQueueFlow, func(q *Queue) *string { return &q.Flow }, true},
+	{"FOUT", ":fout:", FamQueueFlowOut, func(q *Queue) *string { return &q.FlowOut }, true},
+	{"OUTBOX", ":outbox", FamQueueOutbox, func(q *Queue) *string { return &q.Outbox }, true},
+	{"WAITING", ":waiting", FamQueueWaiting, func(q *Queue) *string { return &q.Waiting }, true},
+	{"PROGRESS", ":progress", FamQueueProgress, func(q *Queue) *string { return &q.Progress }, true},
 }
 
 // Queue returns the keys of queue name.

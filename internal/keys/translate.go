@@ -46,34 +46,44 @@ const (
 	FamQueueGroupRate    Family = "queue:grate"    // fleet:queue:<name>:grate:<group> (short-lived)
 	FamQueueSignal       Family = "queue:signal"   // fleet:queue:<name>:signal
 	FamQueueGroupPending Family = "queue:gpending" // fleet:queue:<name>:gpending
-	FamPool              Family = "pool"           // fleet:pool:<name>
-	FamPoolClaim         Family = "pool:claim"     // fleet:pool:<name>:claim:<item>
-	FamPoolAll           Family = "pidx:all"       // fleet:pidx:<pool>:all (derived)
-	FamPoolExp           Family = "pidx:exp"       // fleet:pidx:<pool>:exp (derived)
-	FamPoolTags          Family = "pidx:tags"      // fleet:pidx:<pool>:tags (derived; members are key names)
-	FamPoolSignal        Family = "pidx:sig"       // fleet:pidx:<pool>:sig (derived)
-	FamPoolScan          Family = "pidx:scan"      // fleet:pidx:<pool>:scan (derived)
-	FamPoolTagIndex      Family = "pidx:t"         // fleet:pidx:<pool>:t:<field>:<canon> (derived)
-	FamPoolOwner         Family = "pidx:own"       // fleet:pidx:<pool>:own:<item> (derived)
-	FamPoolFree          Family = "pidx:free"      // fleet:pidx:<pool>:free (derived)
-	FamPoolHeld          Family = "pidx:held"      // fleet:pidx:<pool>:held (derived)
-	FamPoolBad           Family = "pidx:bad"       // fleet:pidx:<pool>:bad (derived)
-	FamPoolForeign       Family = "pidx:foreign"   // fleet:pidx:<pool>:foreign (derived)
-	FamPoolFields        Family = "pidx:fields"    // fleet:pidx:<pool>:fields (derived)
-	FamPoolSweep         Family = "pidx:sweep"     // fleet:pidx:<pool>:sweep (derived)
-	FamPoolToken         Family = "pidx:tok"       // fleet:pidx:<pool>:tok:<token> (derived)
-	FamWorkerHardware    Family = "wkr:hardware"   // wkr:<type>:<id>:hardware
-	FamWorkerConfig      Family = "wkr:config"     // wkr:<type>:<id>:config
-	FamWorkerGen         Family = "wkr:gen"        // wkr:<type>:<id>:gen
-	FamWorkerState       Family = "wkr:state"      // wkr:<type>:<id>:state
-	FamWorkerStats       Family = "wkr:stats"      // wkr:<type>:<id>:stats
-	FamWorkers           Family = "wkrs"           // wkrs:<type>
-	FamAllWorkers        Family = "wkrs:all"       // wkrs:all
-	FamStream            Family = "stream"         // stream:<type>
+	// The keys of flows and progress (docs/FLOWS.md): flow and fout are
+	// prefixes of a task's keys, whose id is the Key's Item.
+	FamQueueFlow      Family = "queue:flow"     // fleet:queue:<name>:flow:<id>
+	FamQueueFlowOut   Family = "queue:fout"     // fleet:queue:<name>:fout:<id>
+	FamQueueOutbox    Family = "queue:outbox"   // fleet:queue:<name>:outbox
+	FamQueueWaiting   Family = "queue:waiting"  // fleet:queue:<name>:waiting
+	FamQueueProgress  Family = "queue:progress" // fleet:queue:<name>:progress
+	FamFlow           Family = "flow"           // fleet:flow:<id>
+	FamFlowMembers    Family = "flow:m"         // fleet:flow:<id>:m
+	FamFlows          Family = "flows"          // fleet:flows (derived)
+	FamPool           Family = "pool"           // fleet:pool:<name>
+	FamPoolClaim      Family = "pool:claim"     // fleet:pool:<name>:claim:<item>
+	FamPoolAll        Family = "pidx:all"       // fleet:pidx:<pool>:all (derived)
+	FamPoolExp        Family = "pidx:exp"       // fleet:pidx:<pool>:exp (derived)
+	FamPoolTags       Family = "pidx:tags"      // fleet:pidx:<pool>:tags (derived; members are key names)
+	FamPoolSignal     Family = "pidx:sig"       // fleet:pidx:<pool>:sig (derived)
+	FamPoolScan       Family = "pidx:scan"      // fleet:pidx:<pool>:scan (derived)
+	FamPoolTagIndex   Family = "pidx:t"         // fleet:pidx:<pool>:t:<field>:<canon> (derived)
+	FamPoolOwner      Family = "pidx:own"       // fleet:pidx:<pool>:own:<item> (derived)
+	FamPoolFree       Family = "pidx:free"      // fleet:pidx:<pool>:free (derived)
+	FamPoolHeld       Family = "pidx:held"      // fleet:pidx:<pool>:held (derived)
+	FamPoolBad        Family = "pidx:bad"       // fleet:pidx:<pool>:bad (derived)
+	FamPoolForeign    Family = "pidx:foreign"   // fleet:pidx:<pool>:foreign (derived)
+	FamPoolFields     Family = "pidx:fields"    // fleet:pidx:<pool>:fields (derived)
+	FamPoolSweep      Family = "pidx:sweep"     // fleet:pidx:<pool>:sweep (derived)
+	FamPoolToken      Family = "pidx:tok"       // fleet:pidx:<pool>:tok:<token> (derived)
+	FamWorkerHardware Family = "wkr:hardware"   // wkr:<type>:<id>:hardware
+	FamWorkerConfig   Family = "wkr:config"     // wkr:<type>:<id>:config
+	FamWorkerGen      Family = "wkr:gen"        // wkr:<type>:<id>:gen
+	FamWorkerState    Family = "wkr:state"      // wkr:<type>:<id>:state
+	FamWorkerStats    Family = "wkr:stats"      // wkr:<type>:<id>:stats
+	FamWorkers        Family = "wkrs"           // wkrs:<type>
+	FamAllWorkers     Family = "wkrs:all"       // wkrs:all
+	FamStream         Family = "stream"         // stream:<type>
 )
 
 var (
-	singles = map[string]Family{"catalog": FamCatalog, "meta": FamMeta, "migrate": FamMigrate, "queues": FamQueues, "pools": FamPools}
+	singles = map[string]Family{"catalog": FamCatalog, "meta": FamMeta, "migrate": FamMigrate, "queues": FamQueues, "pools": FamPools, "flows": FamFlows}
 	// queueTails maps what follows a queue's name to its key's family.
 	queueTails = map[string]Family{
 		"":                  FamQueuePending,
@@ -167,7 +177,7 @@ func (k Keys) entity(rest string) (name, tail string, ok bool) {
 func (k Keys) parseFleet(rest string) (Key, bool) {
 	fam, rest, _ := strings.Cut(rest, ":")
 	switch fam {
-	case "catalog", "meta", "migrate", "queues", "pools":
+	case "catalog", "meta", "migrate", "queues", "pools", "flows":
 		if rest != "" {
 			return Key{}, false
 		}
@@ -215,7 +225,11 @@ func (k Keys) parseFleet(rest string) (Key, bool) {
 		for _, x := range QueueSuffixes {
 			if strings.HasSuffix(x.Suffix, ":") {
 				if g, ok := strings.CutPrefix(tail, x.Suffix); ok {
-					return Key{Family: x.Family, Name: name, Item: g, Shard: shard}, Check(KindGroup, g) == nil
+					kind := KindGroup
+					if x.Flow {
+						kind = KindItem // a task id
+					}
+					return Key{Family: x.Family, Name: name, Item: g, Shard: shard}, Check(kind, g) == nil
 				}
 			} else if tail == x.Suffix {
 				return Key{Family: x.Family, Name: name, Shard: shard}, true
@@ -223,6 +237,18 @@ func (k Keys) parseFleet(rest string) (Key, bool) {
 		}
 		f, known := queueTails[tail]
 		return Key{Family: f, Name: name, Shard: shard}, known && !(f == FamQueueShards && (shard > 0 || !k.tagged))
+	case "flow":
+		id, tail, ok := k.entity(rest)
+		if !ok || Check(KindFlow, id) != nil {
+			return Key{}, false
+		}
+		switch tail {
+		case "":
+			return Key{Family: FamFlow, Name: id}, true
+		case ":m":
+			return Key{Family: FamFlowMembers, Name: id}, true
+		}
+		return Key{}, false
 	case "pool":
 		name, tail, ok := k.entity(rest)
 		if !ok || Check(KindPool, name) != nil {
@@ -342,6 +368,12 @@ func (k Keys) Spell(p Key) (string, bool) {
 		return k.Migrate(), true
 	case FamQueues:
 		return k.Queues(), true
+	case FamFlows:
+		return k.Flows(), true
+	case FamFlow:
+		return k.Flow(p.Name).Record, true
+	case FamFlowMembers:
+		return k.Flow(p.Name).Members, true
 	case FamPools:
 		return k.Pools(), true
 	case FamQueuePending:
@@ -365,7 +397,8 @@ func (k Keys) Spell(p Key) (string, bool) {
 	case FamQueueShards:
 		return k.Queue(p.Name).Shards, k.tagged && p.Shard == 0
 	case FamQueuePrio, FamQueueGroups, FamQueueGroupState, FamQueueGroupBlocked, FamQueueGroupLimits, FamQueueGroupPaused,
-		FamQueueRunning, FamQueueGroup, FamQueueGroupRun, FamQueueGroupRate, FamQueueSignal, FamQueueGroupPending:
+		FamQueueRunning, FamQueueGroup, FamQueueGroupRun, FamQueueGroupRate, FamQueueSignal, FamQueueGroupPending,
+		FamQueueFlow, FamQueueFlowOut, FamQueueOutbox, FamQueueWaiting, FamQueueProgress:
 		qk := q()
 		for _, x := range QueueSuffixes {
 			if x.Family == p.Family {

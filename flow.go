@@ -1,0 +1,451 @@
+package fleet
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fleet-go/fleet/internal/keys"
+)
+
+// Flows: tasks that wait for other tasks, by id, in any queue
+// (SubmitOptions.After, the Flow builder), and the submit protocol that
+// batches share (batch.go). docs/FLOWS.md is the design: the states of a
+// task that waits, its keys, and why a dependent never runs early, is
+// released once, and is never stranded, across slots on a cluster.
+
+// Defaults and bounds of flows.
+const (
+	// DefaultFlowRetention is how long the end of a tracked task (a task of
+	// a flow or batch, one submitted with SubmitOptions.After or Track) stays
+	// recorded (fleet:queue:<name>:result:<id>), for Queue.Wait, Lookup and
+	// later dependencies; and how long a done flow's or batch's status
+	// stays readable. A queue's longer QueueOptions.Retention wins.
+	DefaultFlowRetention = time.Hour
+	// MaxFlowSteps bounds the tasks of one Flow (and of one Batch.Add).
+	MaxFlowSteps = 10_000
+)
+
+// The timings of the flows' recovery (docs/FLOWS.md).
+const (
+	// flowDriveAfter is how old an outbox entry must be before a sweeper
+	// passes it on: the process that ended the task does it at once.
+	flowDriveAfter = 2 * time.Second
+	// flowNewTTL is how long a flow's record lives before its commit.
+	flowNewTTL = time.Hour
+	// flowPage is how many dependents, members or records one step handles.
+	flowPage = 500
+)
+
+var (
+	flowPutScript         = newScript("flow_put.lua")
+	flowWatchScript       = newScript("flow_watch.lua")
+	flowApplyScript       = newScript("flow_apply.lua")
+	flowMarkScript        = newScript("flow_mark.lua")
+	flowDropScript        = newScript("flow_drop.lua")
+	flowUnwatchScript     = newScript("flow_unwatch.lua")
+	flowNewScript         = newScript("flow_new.lua")
+	flowForgetScript      = newScript("flow_forget.lua")
+	flowCommitScript      = newScript("flow_commit.lua")
+	flowCountScript       = newScript("flow_count.lua")
+	flowFinScript         = newScript("flow_fin.lua")
+	flowCloseScript       = newScript("flow_close.lua")
+	flowResolveScript     = newScript("flow_resolve.lua")
+	flowCancelScript      = newScript("flow_cancel.lua")
+	flowCancelTasksScript = newScript("flow_cancel_tasks.lua")
+	flowOutScript         = newScript("flow_out.lua")
+	flowOutDoneScript     = newScript("flow_out_done.lua")
+	flowSweepScript       = newScript("flow_sweep.lua")
+)
+
+// FailurePolicy says what a dependency's failure does to the task that
+// waits for it (Dependency.Policy).
+type FailurePolicy int
+
+const (
+	// FailDependent, the default: a dependency that is dead-lettered or
+	// cancelled dead-letters the task (with ErrDependencyFailed's error),
+	// which never runs; its own dependents are told in turn.
+	FailDependent FailurePolicy = iota
+	// IgnoreFailure: the task runs once the dependency ended, however it
+	// ended; its handler can tell which dependencies failed
+	// (Task.Dependencies, ResultOf).
+	IgnoreFailure
+)
+
+// String names the policy: "fail" or "ignore".
+func (p FailurePolicy) String() string {
+	switch p {
+	case FailDependent:
+		return "fail"
+	case IgnoreFailure:
+		return "ignore"
+	}
+	return "FailurePolicy(" + strconv.Itoa(int(p)) + ")"
+}
+
+// code is the policy as a flow record holds it.
+func (p FailurePolicy) code() string {
+	if p == IgnoreFailure {
+		return "i"
+	}
+	return "f"
+}
+
+// Dependency is one edge: the task waits for task ID of queue Queue (a task
+// of the same Flow, or one that exists already), under Policy.
+type Dependency struct {
+	// Queue is the dependency's queue.
+	Queue string
+	// ID is the dependency's task id.
+	ID string
+	// Policy says what the dependency's failure does. Defaults to
+	// FailDependent.
+	Policy FailurePolicy
+}
+
+// DependOn returns dependencies on the tasks ids of queue q (a *Queue[T],
+// or anything with its name), under FailDependent.
+func DependOn(q interface{ Name() string }, ids ...string) []Dependency {
+	out := make([]Dependency, len(ids))
+	for i, id := range ids {
+		out[i] = Dependency{Queue: q.Name(), ID: id}
+	}
+	return out
+}
+
+// Ignoring returns deps under IgnoreFailure: the dependent runs whether
+// they succeed or fail.
+func Ignoring(deps ...Dependency) []Dependency {
+	out := slices.Clone(deps)
+	for i := range out {
+		out[i].Policy = IgnoreFailure
+	}
+	return out
+}
+
+// DependencyState is what a task that waited knows of one of its
+// dependencies (Task.Dependencies).
+type DependencyState struct {
+	// Queue and ID name the dependency. A batch's callback has one
+	// dependency, the batch: Queue is empty and ID is the batch's id.
+	Queue string `json:"queue"`
+	ID    string `json:"id"`
+	// Policy is the edge's.
+	Policy FailurePolicy `json:"policy"`
+	// Status is how it ended: TaskDone, TaskDead or TaskCanceled; TaskWaiting
+	// while it has not (a task whose other dependency failed).
+	Status TaskStatus `json:"status"`
+	// Result is the dependency's result (JSON) when it succeeded: "null"
+	// when it set none; a batch's status for a batch's callback.
+	Result json.RawMessage `json:"result,omitempty"`
+	// Error is its error when it did not succeed.
+	Error string `json:"error,omitempty"`
+}
+
+// refOf is the ref of task id of shard c (docs/FLOWS.md): "<queue> <id>",
+// or "<queue>:<i> <id>" for shard i > 0 of a sharded queue.
+func refOf(c *queueCore, id string) string {
+	if c.k.Shard > 0 {
+		return c.name + ":" + strconv.Itoa(c.k.Shard) + " " + id
+	}
+	return c.name + " " + id
+}
+
+// flowRef is the ref of flow (or batch) id, as its callbacks name it.
+func flowRef(id string) string { return ":f " + id }
+
+// parseRef takes a task's ref apart: its queue's name, its shard, its id.
+func parseRef(ref string) (name string, shard int, id string, ok bool) {
+	q, id, ok := strings.Cut(ref, " ")
+	if !ok || id == "" || strings.HasPrefix(q, ":") {
+		return "", 0, "", false
+	}
+	if n, s, cut := strings.Cut(q, ":"); cut {
+		i, err := strconv.Atoi(s)
+		if err != nil || i <= 0 || i >= keys.MaxShards {
+			return "", 0, "", false
+		}
+		q, shard = n, i
+	}
+	return q, shard, id, keys.Check(keys.KindQueue, q) == nil
+}
+
+// coreOfRef returns the shard core and the id of a task's ref.
+func (f *Fleet) coreOfRef(ref string) (*queueCore, string, bool) {
+	name, shard, id, ok := parseRef(ref)
+	if !ok || (shard > 0 && !f.keys.Tagged()) {
+		return nil, "", false
+	}
+	return f.coreOf(name, QueueOptions{}).top().sub(shard), id, true
+}
+
+// withTrack returns body with "track": ms, the field that makes a task
+// tracked (docs/SCHEMA.md), before its closing brace.
+func withTrack(body string, ms int64) string {
+	return body[:len(body)-1] + `,"track":` + strconv.FormatInt(ms, 10) + "}"
+}
+
+// keepFor is how long the end of a tracked task of c stays recorded: the
+// flow's retention, or the queue's Retention when longer (ms).
+func keepFor(c *queueCore, flow time.Duration) int64 {
+	return max(flow, c.opts.Retention, time.Millisecond).Milliseconds()
+}
+
+// checkDeps checks dependencies: names, ids, policies, no repeats.
+func checkDeps(deps []Dependency) error {
+	seen := make(map[Dependency]bool, len(deps))
+	for i, d := range deps {
+		what := "SubmitOptions.After[" + strconv.Itoa(i) + "]"
+		switch {
+		case keys.Check(keys.KindQueue, d.Queue) != nil:
+			return fmt.Errorf("%w: %s: queue %q is not a queue name", ErrInvalidArgument, what, d.Queue)
+		case d.ID == "" || len(d.ID) > 1024 || strings.ContainsAny(d.ID, " \t\r\n") || !isText(d.ID):
+			return fmt.Errorf("%w: %s: task id %q must be 1 to 1024 bytes of text without white space", ErrInvalidArgument, what, d.ID)
+		case d.Policy != FailDependent && d.Policy != IgnoreFailure:
+			return fmt.Errorf("%w: %s: policy %v is not FailDependent or IgnoreFailure", ErrInvalidArgument, what, d.Policy)
+		}
+		key := Dependency{Queue: d.Queue, ID: d.ID}
+		if seen[key] {
+			return fmt.Errorf("%w: %s: task %s of queue %s is named twice", ErrInvalidArgument, what, d.ID, d.Queue)
+		}
+		seen[key] = true
+	}
+	return nil
+}
+
+// checkFlowOptions refuses the options that a tracked task cannot have.
+func checkFlowOptions(opts SubmitOptions) error {
+	if opts.DedupKey != "" || opts.UniqueFor != 0 {
+		return fmt.Errorf("%w: SubmitOptions.DedupKey and UniqueFor are not for a tracked task (After, Track, a Flow or a Batch)", ErrInvalidArgument)
+	}
+	return checkDeps(opts.After)
+}
+
+// Flow builds a set of tasks over any queues, each of which may wait for
+// others (of the flow, or that exist already), and submits them in one
+// call (Submit): all of them or none. Add its tasks with AddStep. A Flow is
+// safe for concurrent use; it is submitted once.
+type Flow struct {
+	f    *Fleet
+	id   string
+	keep time.Duration
+
+	mu        sync.Mutex
+	steps     []*FlowStep
+	byID      map[string]*FlowStep
+	err       error
+	submitted bool
+}
+
+// FlowOptions configures a Flow. The zero value means the defaults.
+type FlowOptions struct {
+	// Retention is how long the end of each of the flow's tasks stays
+	// recorded once it ended, and the flow's status once the flow is done.
+	// Defaults to DefaultFlowRetention.
+	Retention time.Duration
+}
+
+// NewFlow returns an empty flow of f. Bad options are kept and returned
+// by Submit.
+func NewFlow(f *Fleet, opts FlowOptions) *Flow {
+	fl := &Flow{f: f, keep: opts.Retention, byID: map[string]*FlowStep{}}
+	switch {
+	case f == nil:
+		fl.err = fmt.Errorf("%w: NewFlow needs a Fleet", ErrInvalidArgument)
+	case opts.Retention < 0:
+		fl.err = fmt.Errorf("%w: FlowOptions.Retention %v is negative", ErrInvalidArgument, opts.Retention)
+	}
+	if fl.keep == 0 {
+		fl.keep = DefaultFlowRetention
+	}
+	var err error
+	if fl.id, err = newTaskID(); err != nil && fl.err == nil {
+		fl.err = err
+	}
+	return fl
+}
+
+// ID returns the flow's id (for CancelFlow and FlowStatus).
+func (fl *Flow) ID() string { return fl.id }
+
+// FlowStep is one task of a Flow.
+type FlowStep struct {
+	fl   *Flow
+	c    *queueCore // its shard's
+	id   string
+	body string
+	opts SubmitOptions
+	deps []Dependency
+	err  error
+}
+
+// ID returns the task's id, fixed when the step was added.
+func (s *FlowStep) ID() string { return s.id }
+
+// Queue returns the name of the task's queue.
+func (s *FlowStep) Queue() string {
+	if s.c == nil {
+		return ""
+	}
+	return s.c.name
+}
+
+// Dependency returns the dependency on this step, under FailDependent.
+func (s *FlowStep) Dependency() Dependency { return Dependency{Queue: s.Queue(), ID: s.id} }
+
+// Steps returns the dependencies on steps, under FailDependent.
+func Steps(steps ...*FlowStep) []Dependency {
+	out := make([]Dependency, len(steps))
+	for i, s := range steps {
+		out[i] = s.Dependency()
+	}
+	return out
+}
+
+// After adds dependencies to the step (on steps of the flow, or tasks that
+// exist already), after those of its SubmitOptions.After. It returns s.
+func (s *FlowStep) After(deps ...Dependency) *FlowStep {
+	s.fl.mu.Lock()
+	defer s.fl.mu.Unlock()
+	s.deps = append(s.deps, deps...)
+	return s
+}
+
+// AddStep adds a task of queue q with payload to the flow, waiting for
+// opts.After (and what FlowStep.After adds). Its payload and options are
+// checked now; an error is kept in the step and returned by Submit.
+// opts.DedupKey and UniqueFor are refused.
+func AddStep[T any](fl *Flow, q *Queue[T], payload T, opts SubmitOptions) *FlowStep {
+	s := &FlowStep{fl: fl, opts: opts, deps: slices.Clone(opts.After)}
+	fl.mu.Lock()
+	defer fl.mu.Unlock()
+	s.err = func() error {
+		switch {
+		case q == nil || q.queueCore == nil:
+			return fmt.Errorf("%w: AddStep needs a queue", ErrInvalidArgument)
+		case q.err != nil:
+			return q.err
+		case fl.f != nil && q.f != fl.f:
+			return fmt.Errorf("%w: queue %s is of another Fleet than the flow", ErrInvalidArgument, q.name)
+		case fl.submitted:
+			return fmt.Errorf("%w: the flow was submitted already", ErrInvalidArgument)
+		}
+		if err := q.checkSubmit(opts); err != nil {
+			return err
+		}
+		if err := checkFlowOptions(opts); err != nil {
+			return err
+		}
+		b, err := q.encodePayload(payload)
+		if err != nil {
+			return err
+		}
+		if s.id, err = newTaskID(); err != nil {
+			return err
+		}
+		s.c = q.pick(cmp.Or(opts.Group, opts.ShardKey))
+		s.body = withTrack(newBody(s.id, b, opts), keepFor(q.queueCore, fl.keep))
+		return nil
+	}()
+	if s.err == nil {
+		fl.byID[s.id] = s
+	}
+	fl.steps = append(fl.steps, s)
+	return s
+}
+
+// Submit writes every task of the flow, each waiting for its dependencies,
+// in one call: either all are written (and those that wait for nothing are
+// on their queues) or none. A task that waits is not reservable until every
+// dependency it waits for succeeded (under IgnoreFailure: ended); then it
+// goes to its queue once. It may return ErrInvalidArgument (a bad step, a
+// dependency named twice, a cycle, a step depending on itself, more than
+// MaxFlowSteps tasks, a live dependency that is not tracked: nothing is
+// written), ErrTaskNotFound (a dependency that is unknown, or ended without
+// a record of its end), ErrDependencyFailed (a dependency under
+// FailDependent that failed already), ErrUnavailable (the outcome is
+// unknown: the flow may be written or not; a flow left half written is
+// dropped by the sweeper), and the errors of Submit.
+func (fl *Flow) Submit(ctx context.Context) error {
+	fl.mu.Lock()
+	defer fl.mu.Unlock()
+	const op = "submit flow"
+	if fl.err != nil {
+		return opErr(op, fl.id, fl.err)
+	}
+	if fl.submitted {
+		return opErr(op, fl.id, fmt.Errorf("%w: the flow was submitted already", ErrInvalidArgument))
+	}
+	if err := fl.f.alive(ctx); err != nil {
+		return opErr(op, fl.id, err)
+	}
+	p, err := fl.plan()
+	if err != nil {
+		return opErr(op, fl.id, err)
+	}
+	fl.submitted = true
+	// Each queue joins the registry (fleet:queues), so that a sweeper finds
+	// its flows' keys.
+	seen := map[*queueCore]bool{}
+	for _, t := range p.tasks {
+		if top := t.c.top(); !seen[top] {
+			seen[top] = true
+			if err := top.register(ctx); err != nil {
+				return opErr(op, fl.id, err)
+			}
+		}
+	}
+	return opErr(op, fl.id, fl.f.submitPlan(ctx, p))
+}
+
+// plan checks the flow and makes its plan: every edge resolved, no cycle.
+func (fl *Flow) plan() (*flowPlan, error) {
+	switch n := len(fl.steps); {
+	case n == 0:
+		return nil, fmt.Errorf("%w: the flow has no step", ErrInvalidArgument)
+	case n > MaxFlowSteps:
+		return nil, fmt.Errorf("%w: the flow has %d steps, more than MaxFlowSteps %d", ErrInvalidArgument, n, MaxFlowSteps)
+	}
+	p := &flowPlan{mode: "flow", flow: fl.id, keep: fl.keep, ext: map[string]*extDep{}}
+	at := make(map[*FlowStep]int, len(fl.steps))
+	for i, s := range fl.steps {
+		if s.err != nil {
+			return nil, within("step "+strconv.Itoa(i), s.err)
+		}
+		at[s] = i
+		t := &flowTask{c: s.c, id: s.id, body: s.body, flow: fl.id, ready: s.opts.NotBefore}
+		p.tasks = append(p.tasks, t)
+	}
+	for i, s := range fl.steps {
+		if err := checkDeps(s.deps); err != nil {
+			return nil, within("step "+strconv.Itoa(i), err)
+		}
+		t := p.tasks[i]
+		for _, d := range s.deps {
+			if o := fl.byID[d.ID]; o != nil {
+				if o.c.name != d.Queue {
+					return nil, within("step "+strconv.Itoa(i), fmt.Errorf("%w: task %s is a step of queue %s, not %s", ErrInvalidArgument, d.ID, o.c.name, d.Queue))
+				}
+				if o == s {
+					return nil, within("step "+strconv.Itoa(i), fmt.Errorf("%w: task %s depends on itself", ErrInvalidArgument, s.id))
+				}
+				j := at[o]
+				t.deps = append(t.deps, flowDep{ref: refOf(o.c, o.id), policy: d.Policy.code(), from: j})
+				p.tasks[j].outs = append(p.tasks[j].outs, refOf(t.c, t.id))
+				continue
+			}
+			p.addExt(d, i)
+		}
+	}
+	if cyc := p.cycle(); cyc != "" {
+		return nil, fmt.Errorf("%w: the flow has a cycle: %s", ErrInvalidArgument, cyc)
+	}
+	return p, nil
+}

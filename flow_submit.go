@@ -1,0 +1,642 @@
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// The submit of tracked tasks (docs/FLOWS.md, "Submitting"), which a
+// Flow, SubmitOptions.After and Track, and a Batch share: a plan of
+// records, put in their queues' slots, committed in their flow's, then
+// marked.
+
+// flowPlan is what a submit of tracked tasks writes (docs/FLOWS.md,
+// "Submitting"): a flow's steps, a batch's callbacks or an add's tasks, or
+// lone tasks (mode "").
+type flowPlan struct {
+	mode  string // "flow", "batch", "add", or "" (tasks without a flow)
+	flow  string // the flow's (batch's) id
+	keep  time.Duration
+	cbs   string // a batch's callbacks as JSON (flow_new.lua)
+	tasks []*flowTask
+	ext   map[string]*extDep // dependencies outside the plan, by queue and id
+	order []*extDep          // ext in the order they were named
+	// stopAt, set by a test (export_flow_test.go), ends the submit after
+	// that step, undoing nothing: as if its process died there.
+	stopAt int
+}
+
+// flowTask is one task of a plan.
+type flowTask struct {
+	c     *queueCore // its shard's
+	id    string
+	body  string
+	flow  string // its flow (member), or ""
+	cb    string // the batch whose callback it is, or ""
+	ready time.Time
+	now   bool // no flow, no dependency (SubmitOptions.Track): committed and released at put
+	deps  []flowDep
+	outs  []string // the refs of its dependents in the plan
+	idx   int
+}
+
+// flowDep is one dependency of a plan's task.
+type flowDep struct {
+	ref    string
+	policy string  // "f", "i", "s"
+	from   int     // the index of an in-plan dependency, or -1
+	ext    *extDep // a dependency outside the plan, or nil
+}
+
+// extDep is a dependency outside the plan: a task that exists already.
+type extDep struct {
+	c       *queueCore // its queue's
+	id      string
+	at      *queueCore // the shard that holds it, once looked at
+	state   string     // flow_watch's answer: "live", "ok", "x", "c"
+	detail  string     // its result or error, once ended
+	waiters []int      // the plan's tasks that wait for it
+	fails   bool       // one of them waits under FailDependent
+}
+
+func (p *flowPlan) addExt(d Dependency, task int) {
+	key := d.Queue + " " + d.ID
+	e := p.ext[key]
+	if e == nil {
+		e = &extDep{c: p.tasks[task].c.f.coreOf(d.Queue, QueueOptions{}).top(), id: d.ID}
+		p.ext[key] = e
+		p.order = append(p.order, e)
+	}
+	e.waiters = append(e.waiters, task)
+	e.fails = e.fails || d.Policy == FailDependent
+	p.tasks[task].deps = append(p.tasks[task].deps, flowDep{policy: d.Policy.code(), from: -1, ext: e})
+}
+
+// cycle returns a cycle of the plan's in-plan edges, spelled as task ids,
+// or "".
+func (p *flowPlan) cycle() string {
+	const (
+		white = iota
+		grey
+		black
+	)
+	color := make([]int, len(p.tasks))
+	var path []int
+	var found []int
+	var visit func(i int) bool
+	visit = func(i int) bool {
+		color[i] = grey
+		path = append(path, i)
+		for _, d := range p.tasks[i].deps {
+			if d.from < 0 {
+				continue
+			}
+			switch color[d.from] {
+			case grey:
+				k := slices.Index(path, d.from)
+				found = append(slices.Clone(path[k:]), d.from)
+				return true
+			case white:
+				if visit(d.from) {
+					return true
+				}
+			}
+		}
+		path = path[:len(path)-1]
+		color[i] = black
+		return false
+	}
+	for i := range p.tasks {
+		if color[i] == white && visit(i) {
+			ids := make([]string, len(found))
+			for j, k := range found {
+				ids[j] = p.tasks[k].id
+			}
+			return strings.Join(ids, " waits for ") // each waits for the next
+		}
+	}
+	return ""
+}
+
+// submitPlan writes a plan (docs/FLOWS.md, "Submitting"): it looks at the
+// dependencies outside it, opens the flow, puts the records, watches the
+// dependencies, tells the records what ended already, commits, and marks.
+// A failure before the commit drops what it wrote.
+func (f *Fleet) submitPlan(ctx context.Context, p *flowPlan) error {
+	for i, t := range p.tasks {
+		t.idx = i
+	}
+	// 0. The dependencies outside the plan.
+	if err := f.lookExt(ctx, p); err != nil {
+		return err
+	}
+	for _, t := range p.tasks {
+		for i, d := range t.deps {
+			if d.ext != nil {
+				t.deps[i].ref = refOf(d.ext.at, d.ext.id)
+			}
+		}
+	}
+	// 1. The flow.
+	if p.mode == "flow" || p.mode == "batch" {
+		kind := p.mode
+		ok, err := flowNewScript.Exec(ctx, f.client, f.flowKeys(p.flow)[:1],
+			[]string{kind, millis(p.keep), p.cbs, millis(flowNewTTL)}).AsInt64()
+		if err != nil {
+			return err
+		}
+		if ok != 1 {
+			return fmt.Errorf("flow %s exists already", p.flow) // cannot happen: a new id
+		}
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			f.abortPlan(ctx, p)
+		}
+	}()
+	died := func(step int) bool {
+		if p.stopAt != step {
+			return false
+		}
+		committed = true // a test's crash: nothing is undone
+		return true
+	}
+	if died(1) {
+		return nil
+	}
+	// 2. The records.
+	if err := f.putPlan(ctx, p); err != nil {
+		return err
+	}
+	if died(2) {
+		return nil
+	}
+	// 3 and 4. Watch the live dependencies; tell the records what ended.
+	if err := f.watchExt(ctx, p); err != nil {
+		return err
+	}
+	if died(3) {
+		return nil
+	}
+	// 5. Commit.
+	if p.mode != "" {
+		args := []string{p.mode, "0"}
+		var cbs []string
+		for _, t := range p.tasks {
+			if t.cb != "" {
+				cbs = append(cbs, refOf(t.c, t.id))
+			}
+		}
+		args[1] = strconv.Itoa(len(cbs))
+		args = append(args, cbs...)
+		for _, t := range p.tasks {
+			if t.flow != "" {
+				args = append(args, refOf(t.c, t.id))
+			}
+		}
+		res, err := flowCommitScript.Exec(ctx, f.client, f.flowKeys(p.flow), args).ToString()
+		if err != nil {
+			return err
+		}
+		switch res {
+		case "ok":
+		case "closed":
+			return fmt.Errorf("%w: batch %s", ErrBatchClosed, p.flow)
+		case "gone":
+			return fmt.Errorf("%w: %s is gone (its submit took longer than %v, or the batch is done)", ErrFlowNotFound, p.flow, flowNewTTL)
+		default:
+			return fmt.Errorf("the submit of flow %s was aborted: it took longer than the sweepers' SubmitGrace to commit", p.flow)
+		}
+	}
+	committed = true
+	if died(4) {
+		return nil
+	}
+	// 6. Mark: the tasks with nothing to wait for go to their queues.
+	return f.markPlan(ctx, p)
+}
+
+// flowKeys returns the keys of flow id, as its scripts take them.
+func (f *Fleet) flowKeys(id string) []string {
+	k := f.keys.Flow(id)
+	return []string{k.Record, k.Members}
+}
+
+// lookExt looks at every dependency outside the plan (flow_watch.lua,
+// without adding a ref), on every shard of its queue, and refuses what
+// cannot be waited for.
+func (f *Fleet) lookExt(ctx context.Context, p *flowPlan) error {
+	if len(p.order) == 0 {
+		return nil
+	}
+	type look struct {
+		e *extDep
+		s *queueCore
+	}
+	var looks []look
+	var execs []rueidis.LuaExec
+	for _, e := range p.order {
+		for _, s := range e.c.shardsOf(ctx) {
+			looks = append(looks, look{e, s})
+			execs = append(execs, rueidis.LuaExec{Keys: s.keys(s.k.Result + e.id), Args: []string{e.id, ""}})
+		}
+	}
+	rank := func(s string) int {
+		switch s {
+		case "none":
+			return 0
+		case "plain":
+			return 1
+		}
+		return 2
+	}
+	best := map[*extDep][]string{}
+	for i, r := range flowWatchScript.ExecMulti(ctx, f.client, execs...) {
+		got, err := r.AsStrSlice()
+		if err != nil {
+			return err
+		}
+		if len(got) == 0 {
+			return unexpectedReply("flow watch", 0)
+		}
+		lk := looks[i]
+		if old, ok := best[lk.e]; !ok || rank(got[0]) > rank(old[0]) {
+			best[lk.e] = got
+			lk.e.at = lk.s
+		}
+	}
+	for _, e := range p.order {
+		got := best[e]
+		switch got[0] {
+		case "none":
+			return fmt.Errorf("%w: task %s of queue %s is unknown, or ended without a record of its end: its outcome is not known", ErrTaskNotFound, e.id, e.c.name)
+		case "plain":
+			return fmt.Errorf("%w: task %s of queue %s is not tracked: its end will not be recorded (submit it with SubmitOptions.Track, or in a Flow)", ErrInvalidArgument, e.id, e.c.name)
+		}
+		e.state, e.detail = endOf(got)
+		if e.state != "live" && e.state != "ok" && e.fails {
+			return fmt.Errorf("%w: task %s of queue %s ended as %s: %s", ErrDependencyFailed, e.id, e.c.name, outcomeStatus(e.state), e.detail)
+		}
+	}
+	return nil
+}
+
+// endOf reads flow_watch's answer: "live", or how the task ended ("ok",
+// "x", "c") with its result or error.
+func endOf(got []string) (state, detail string) {
+	arg := func() string {
+		if len(got) > 1 {
+			return got[1]
+		}
+		return ""
+	}
+	switch got[0] {
+	case "live", "ok", "x", "c":
+		return got[0], arg()
+	case "rec":
+		return recordEnd(arg())
+	case "dead":
+		var d struct {
+			Error string `json:"error"`
+		}
+		_ = json.Unmarshal([]byte(arg()), &d)
+		if strings.HasPrefix(d.Error, ErrCanceled.Error()) {
+			return "c", d.Error
+		}
+		return "x", d.Error
+	}
+	return "x", "unknown end " + got[0]
+}
+
+// recordEnd reads an end record (:result:<id>): how the task ended and
+// its result or error.
+func recordEnd(rec string) (state, detail string) {
+	var r struct {
+		Status string          `json:"status"`
+		Result json.RawMessage `json:"result"`
+		Error  string          `json:"error"`
+	}
+	_ = json.Unmarshal([]byte(rec), &r)
+	switch r.Status {
+	case "", string(TaskDone):
+		if len(r.Result) == 0 {
+			return "ok", "null"
+		}
+		return "ok", string(r.Result)
+	case string(TaskCanceled):
+		return "c", r.Error
+	}
+	return "x", r.Error
+}
+
+// outcomeStatus is the TaskStatus of an outcome code.
+func outcomeStatus(code string) TaskStatus {
+	switch code {
+	case "ok", "+":
+		return TaskDone
+	case "x":
+		return TaskDead
+	case "c":
+		return TaskCanceled
+	}
+	return TaskWaiting
+}
+
+// putPlan puts the plan's records (flow_put.lua), one script per shard
+// and flowPage tasks, in one round trip.
+func (f *Fleet) putPlan(ctx context.Context, p *flowPlan) error {
+	type rec struct {
+		ID   string     `json:"id"`
+		B    string     `json:"b"`
+		N    string     `json:"n"`
+		F    string     `json:"f"`
+		CB   string     `json:"cb"`
+		At   string     `json:"at"`
+		Keep string     `json:"keep"`
+		D    [][]string `json:"d"`
+		O    []string   `json:"o"`
+		K    string     `json:"k,omitempty"`
+	}
+	var execs []rueidis.LuaExec
+	var who [][]*flowTask
+	for c, ts := range p.byCore() {
+		for chunk := range slices.Chunk(ts, flowPage) {
+			args := make([]string, 0, len(chunk))
+			for _, t := range chunk {
+				r := rec{ID: t.id, B: t.body, N: strconv.Itoa(len(t.deps)), F: t.flow, CB: t.cb, At: "0",
+					Keep: strconv.FormatInt(keepFor(t.c, p.keep), 10), D: make([][]string, len(t.deps)), O: t.outs}
+				if r.O == nil {
+					r.O = []string{}
+				}
+				if t.now {
+					r.K = "1"
+				}
+				if !t.ready.IsZero() {
+					r.At = strconv.FormatInt(t.ready.UnixMilli(), 10)
+				}
+				for i, d := range t.deps {
+					r.D[i] = []string{d.ref, d.policy}
+				}
+				b, err := json.Marshal(r)
+				if err != nil {
+					return err
+				}
+				args = append(args, string(b))
+			}
+			execs = append(execs, rueidis.LuaExec{Keys: c.keys(), Args: args})
+			who = append(who, chunk)
+		}
+	}
+	var first error
+	for i, r := range flowPutScript.ExecMulti(ctx, f.client, execs...) {
+		got, err := r.ToString()
+		if err != nil {
+			first = cmpErr(first, err)
+			continue
+		}
+		ids := make([]string, len(who[i]))
+		for j, t := range who[i] {
+			ids[j] = t.id
+			if j >= len(got) || got[j] == '0' {
+				first = cmpErr(first, fmt.Errorf("task %s exists already", t.id)) // cannot happen: new ids
+			}
+		}
+		f.afterRelease(who[i][0].c, ids, got)
+	}
+	return first
+}
+
+// byCore groups the plan's tasks by their shard, in a stable order.
+func (p *flowPlan) byCore() map[*queueCore][]*flowTask {
+	out := map[*queueCore][]*flowTask{}
+	for _, t := range p.tasks {
+		out[t.c] = append(out[t.c], t)
+	}
+	return out
+}
+
+// watchExt adds the plan's tasks to the dependents of the live dependencies
+// outside it (flow_watch.lua), then tells the tasks the outcomes of those
+// that ended (flow_apply.lua), all before the commit.
+func (f *Fleet) watchExt(ctx context.Context, p *flowPlan) error {
+	type watch struct {
+		e *extDep
+		t *flowTask
+	}
+	var ws []watch
+	var execs []rueidis.LuaExec
+	for _, e := range p.order {
+		if e.state != "live" {
+			continue
+		}
+		for _, i := range e.waiters {
+			t := p.tasks[i]
+			ws = append(ws, watch{e, t})
+			execs = append(execs, rueidis.LuaExec{Keys: e.at.keys(e.at.k.Result + e.id), Args: []string{e.id, refOf(t.c, t.id)}})
+		}
+	}
+	type tell struct {
+		t                    *flowTask
+		ref, outcome, detail string
+	}
+	var tells []tell
+	for i, r := range flowWatchScript.ExecMulti(ctx, f.client, execs...) {
+		got, err := r.AsStrSlice()
+		if err != nil {
+			return err
+		}
+		if len(got) == 0 {
+			return unexpectedReply("flow watch", 0)
+		}
+		if got[0] == "live" {
+			continue
+		}
+		st, detail := endOf(got)
+		ws[i].e.state, ws[i].e.detail = st, detail // ended meanwhile
+	}
+	for _, e := range p.order {
+		if e.state == "live" {
+			continue
+		}
+		if e.state != "ok" && e.fails {
+			return fmt.Errorf("%w: task %s of queue %s ended as %s: %s", ErrDependencyFailed, e.id, e.c.name, outcomeStatus(e.state), e.detail)
+		}
+		for _, i := range e.waiters {
+			tells = append(tells, tell{t: p.tasks[i], ref: refOf(e.at, e.id), outcome: e.state, detail: e.detail})
+		}
+	}
+	if len(tells) == 0 {
+		return nil
+	}
+	byCore := map[*queueCore][]string{}
+	for _, tl := range tells {
+		byCore[tl.t.c] = append(byCore[tl.t.c], tl.t.id, tl.ref, tl.outcome, tl.detail)
+	}
+	_, err := f.applyAll(ctx, byCore)
+	return err
+}
+
+// applyArgs are flow_apply.lua's and flow_mark.lua's first arguments.
+func applyArgs(c *queueCore) []string {
+	return []string{ErrDependencyFailed.Error(), strconv.Itoa(c.opts.DeadMax)}
+}
+
+// applyAll runs flow_apply.lua on each shard for its quads (id, ref,
+// outcome, detail), flowPage at a time, in one round trip; it wakes the
+// shards where a task was released, and hands the tasks that failed to the
+// driver (their end is to be passed on). It returns the codes per shard.
+func (f *Fleet) applyAll(ctx context.Context, quads map[*queueCore][]string) (map[*queueCore]string, error) {
+	var execs []rueidis.LuaExec
+	var cores []*queueCore
+	var ids [][]string
+	for c, qs := range quads {
+		for chunk := range slices.Chunk(qs, 4*flowPage) {
+			execs = append(execs, rueidis.LuaExec{Keys: c.keys(), Args: append(applyArgs(c), chunk...)})
+			cores = append(cores, c)
+			var is []string
+			for i := 0; i < len(chunk); i += 4 {
+				is = append(is, chunk[i])
+			}
+			ids = append(ids, is)
+		}
+	}
+	out := map[*queueCore]string{}
+	var first error
+	for i, r := range flowApplyScript.ExecMulti(ctx, f.client, execs...) {
+		codes, err := r.ToString()
+		if err != nil {
+			first = cmpErr(first, err)
+			continue
+		}
+		out[cores[i]] += codes
+		f.afterRelease(cores[i], ids[i], codes)
+	}
+	return out, first
+}
+
+// afterRelease acts on the codes of flow_apply or flow_mark for ids of c:
+// the released ones wake c's reserves, the failed ones are passed on.
+func (f *Fleet) afterRelease(c *queueCore, ids []string, codes string) {
+	woke := false
+	for j := 0; j < len(codes) && j < len(ids); j++ {
+		switch codes[j] {
+		case '2':
+			if !woke {
+				c.wakeLocal()
+				c.look.soon()
+				woke = true
+			}
+			f.released(c, ids[j])
+		case '3':
+			f.flows.add(c, ids[j])
+		}
+	}
+}
+
+// markPlan marks the plan's records committed (flow_mark.lua).
+func (f *Fleet) markPlan(ctx context.Context, p *flowPlan) error {
+	var execs []rueidis.LuaExec
+	var cores []*queueCore
+	var ids [][]string
+	for c, ts := range p.byCore() {
+		ts = slices.DeleteFunc(slices.Clone(ts), func(t *flowTask) bool { return t.now }) // committed at put
+		for chunk := range slices.Chunk(ts, flowPage) {
+			is := make([]string, len(chunk))
+			for i, t := range chunk {
+				is[i] = t.id
+			}
+			execs = append(execs, rueidis.LuaExec{Keys: c.keys(), Args: append(applyArgs(c), is...)})
+			cores, ids = append(cores, c), append(ids, is)
+		}
+	}
+	var first error
+	for i, r := range flowMarkScript.ExecMulti(ctx, f.client, execs...) {
+		codes, err := r.ToString()
+		if err != nil {
+			first = cmpErr(first, err)
+			continue
+		}
+		if p.mode == "" && strings.Contains(codes, "0") {
+			// A lone task's mark is its commit: a record gone is one that
+			// a sweeper aborted (its submit looked dead).
+			first = cmpErr(first, errors.New("the submit was aborted: it took longer than the sweepers' SubmitGrace"))
+		}
+		f.afterRelease(cores[i], ids[i], codes)
+	}
+	return first
+}
+
+// abortPlan drops what a submit that did not commit wrote (flow_drop.lua,
+// flow_unwatch.lua, flow_forget.lua), within a few seconds whether or not
+// ctx ended. What it cannot drop, the sweeper drops after SweeperOptions.SubmitGrace.
+func (f *Fleet) abortPlan(ctx context.Context, p *flowPlan) {
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	byCore := map[*queueCore][]string{}
+	for c, ts := range p.byCore() {
+		for _, t := range ts {
+			byCore[c] = append(byCore[c], t.id)
+		}
+	}
+	f.dropRecords(actx, byCore)
+	if p.mode == "flow" || p.mode == "batch" {
+		_ = flowForgetScript.Exec(actx, f.client, f.flowKeys(p.flow), nil).Error()
+	}
+}
+
+// dropRecords drops the uncommitted records of ids, by shard
+// (flow_drop.lua), and takes their refs out of the dependents of the
+// dependencies they named (flow_unwatch.lua). It returns how many it
+// dropped.
+func (f *Fleet) dropRecords(ctx context.Context, ids map[*queueCore][]string) int {
+	var execs []rueidis.LuaExec
+	var cores []*queueCore
+	why := ErrCanceled.Error() + ": its submit was aborted"
+	for c, is := range ids {
+		for chunk := range slices.Chunk(is, flowPage) {
+			execs = append(execs, rueidis.LuaExec{Keys: c.keys(), Args: append([]string{why}, chunk...)})
+			cores = append(cores, c)
+		}
+	}
+	unwatch := map[*queueCore][]string{}
+	dropped := 0
+	for i, r := range flowDropScript.ExecMulti(ctx, f.client, execs...) {
+		got, err := r.AsStrSlice()
+		if err != nil {
+			continue
+		}
+		// Per task dropped: its id, the count of its dependencies, their refs.
+		for j := 0; j+1 < len(got); {
+			f.flows.add(cores[i], got[j]) // one that ended cancelled (xo) is passed on; another is a no-op
+			ref := refOf(cores[i], got[j])
+			n, _ := strconv.Atoi(got[j+1])
+			j += 2
+			dropped++
+			for ; n > 0 && j < len(got); n-- {
+				if dc, did, ok := f.coreOfRef(got[j]); ok {
+					unwatch[dc] = append(unwatch[dc], did, ref)
+				}
+				j++
+			}
+		}
+	}
+	var uexecs []rueidis.LuaExec
+	for c, ps := range unwatch {
+		for chunk := range slices.Chunk(ps, 2*flowPage) {
+			uexecs = append(uexecs, rueidis.LuaExec{Keys: c.keys(), Args: chunk})
+		}
+	}
+	for _, r := range flowUnwatchScript.ExecMulti(ctx, f.client, uexecs...) {
+		_ = r.Error() // a ref left goes with its dependency's record; told, it is a no-op
+	}
+	return dropped
+}

@@ -1,0 +1,137 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Waiting for a task to end (docs/FLOWS.md, "Waiting for a task"):
+// Queue.Wait, and ResultOf with Await.
+
+// waitRecheck is how often a waiter looks again at a task whose end may
+// be recorded nowhere (not tracked, acked on a queue without Retention):
+// only such a task's disappearance is noticed this way.
+const waitRecheck = 5 * time.Second
+
+// Wait blocks until task id of the queue ends, and returns its record:
+// done (with its result), dead, or canceled. It wakes on the task's end
+// record (fleet:queue:<name>:result:<id>) through client-side caching's
+// invalidation, so within a round trip of the end, whichever process ended
+// it; it looks again after a reconnect (a Redis restart, a failover),
+// since the server's tracking is reset then. A task that ended and whose
+// end is recorded returns at once.
+//
+// A task's end is recorded when it is tracked (SubmitOptions.Track or
+// After, a Flow, a Batch), or, for an ack, when the acking handle has
+// QueueOptions.Retention (a dead letter is seen in the dead letters). A
+// task whose end is recorded nowhere is seen to be gone at the next look
+// (every few seconds), and Wait then returns ErrTaskNotFound. Without
+// client-side caching (Options.DisableCache) Wait looks again on a capped
+// backoff instead of waiting for an invalidation.
+//
+// It returns the record with a nil error for a task done, with
+// ErrTaskFailed (and the task's last error) for a dead one, with
+// ErrCanceled for a cancelled one. May return ErrTaskNotFound,
+// ErrInvalidArgument (an empty id), ctx's error, ErrClosed, ErrUnavailable.
+func (q *queueCore) Wait(ctx context.Context, id string) (TaskRecord, error) {
+	const op = "wait"
+	if err := q.ready(ctx); err != nil {
+		return TaskRecord{ID: id}, opErr(op, q.name, err)
+	}
+	if id == "" || len(id) > 1024 {
+		return TaskRecord{ID: id}, opErr(op, q.name, fmt.Errorf("%w: task id of %d bytes", ErrInvalidArgument, len(id)))
+	}
+	f := q.f
+	shards := q.shardsOf(ctx)
+	keys := make([]string, 0, 2*len(shards))
+	for _, s := range shards {
+		keys = append(keys, s.k.Result+id)
+	}
+	for _, s := range shards {
+		keys = append(keys, s.k.Dead)
+	}
+	wake, quit := make(chan struct{}, 1), make(chan struct{})
+	defer close(quit)
+	for _, k := range keys {
+		ch, stop := f.watch.listen(k)
+		defer stop()
+		go func() { // ends with Wait
+			for {
+				select {
+				case <-ch:
+					poke(wake)
+				case <-quit:
+					return
+				}
+			}
+		}()
+	}
+	bo := backoff{min: 5 * time.Millisecond, max: time.Second}
+	for {
+		// Arm: read the end records (and the dead letters' length) through
+		// the cache, so that the server tells us when they change.
+		if f.cache {
+			for i, k := range keys {
+				if i < len(shards) {
+					v, err := f.track(ctx, k)
+					if err != nil {
+						return TaskRecord{ID: id}, opErr(op, q.name, err)
+					}
+					if v != nil {
+						r := recordOf(id, []string{"done", *v})
+						return r, opErr(op, q.name, waitErr(r))
+					}
+					continue
+				}
+				if err := f.client.DoCache(ctx, f.client.B().Llen().Key(k).Cache(), f.cacheTTL).Error(); err != nil {
+					return TaskRecord{ID: id}, opErr(op, q.name, err)
+				}
+			}
+		}
+		r, err := q.Lookup(ctx, id)
+		if err != nil {
+			return r, err
+		}
+		switch r.Status {
+		case TaskDone, TaskDead, TaskCanceled:
+			return r, opErr(op, q.name, waitErr(r))
+		}
+		d := waitRecheck
+		if !f.cache {
+			d = bo.next()
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return r, opErr(op, q.name, ctx.Err())
+		case <-f.done:
+			t.Stop()
+			return r, opErr(op, q.name, ErrClosed)
+		case <-wake:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// waitErr is Wait's error for an ended task's record: nil when done.
+func waitErr(r TaskRecord) error {
+	switch r.Status {
+	case TaskDead:
+		return fmt.Errorf("%w: task %s: %s", ErrTaskFailed, r.ID, r.LastError)
+	case TaskCanceled:
+		return fmt.Errorf("%w: task %s: %s", ErrCanceled, r.ID, r.LastError)
+	}
+	return nil
+}
+
+// ResultOption is an option of ResultOf.
+type ResultOption func(*resultOptions)
+
+type resultOptions struct{ wait bool }
+
+// Await makes ResultOf wait for the task to end (Queue.Wait), instead of
+// answering ErrTaskNotFound while it has not.
+func Await() ResultOption { return func(o *resultOptions) { o.wait = true } }
