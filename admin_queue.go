@@ -25,18 +25,6 @@ func (f *Fleet) Queue(name string) *Queue[json.RawMessage] {
 	return &Queue[json.RawMessage]{queueCore: f.coreOf(name, QueueOptions{})}
 }
 
-// coreOf returns the core of queue name: the one of the NewQueue that
-// this process made for the name, else a core of its own with opts,
-// marked byName.
-func (f *Fleet) coreOf(name string, opts QueueOptions) *queueCore {
-	if e, ok := f.queues.Load(name); ok {
-		return e.(queueEntry).core()
-	}
-	c := newQueueCore(f, name, opts)
-	c.byName = true
-	return c
-}
-
 // QueueCounts is one queue's line of an Overview.
 type QueueCounts struct {
 	// Name is the queue's name.

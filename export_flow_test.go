@@ -10,17 +10,17 @@ import (
 // flowDriveAfter and SweeperOptions.SubmitGrace), so that tests of the recovery take
 // no minute.
 func SetFlowTimings(f *Fleet, driveAfter, grace time.Duration) {
-	f.flows.mu.Lock()
-	f.flows.driveAfter, f.flows.grace = driveAfter, grace
-	f.flows.mu.Unlock()
+	f.flowEnds().mu.Lock()
+	f.flowEnds().driveAfter, f.flowEnds().grace = driveAfter, grace
+	f.flowEnds().mu.Unlock()
 }
 
 // StopFlowDriver makes f pass on no end of its own, as if its process died
 // right after each end step: only a sweeper passes them on.
 func StopFlowDriver(f *Fleet) {
-	f.flows.mu.Lock()
-	f.flows.off = true
-	f.flows.mu.Unlock()
+	f.flowEnds().mu.Lock()
+	f.flowEnds().off = true
+	f.flowEnds().mu.Unlock()
 }
 
 // SubmitFlowUntil submits fl as Submit does, but stops after step (1 open,

@@ -44,7 +44,7 @@ type Fleet struct {
 	looks    sync.Map         // queue name -> *schedLook (queue_reserve.go)
 	now      func() time.Time // this process's clock, for values no other process compares
 	obs      *Observer        // Options.Observer's copy, or nil (observe.go)
-	flows    *flowDriver      // passes on the ends of tracked tasks (flow_drive.go)
+	flows    any              // the *flowDriver that passes on the ends of tracked tasks (flow_drive.go: flowEnds); untyped, so that fleet.go needs no flow file
 	progress sync.Map         // progress hash key -> the sweep's HSCAN cursor (flow_drive.go)
 
 	workersMu sync.Mutex

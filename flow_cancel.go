@@ -159,7 +159,7 @@ func (f *Fleet) finishCancel(ctx context.Context, id string) error {
 			for j := 0; j < len(codes) && j < len(ids[i]); j++ {
 				switch codes[j] {
 				case '1':
-					f.flows.add(cores[i], ids[i][j])
+					f.flowEnds().add(cores[i], ids[i][j])
 				case 'r':
 					if err := f.Publish(ctx, f.keys.CancelTopic(cores[i].name), ids[i][j]); err != nil {
 						return err
@@ -190,7 +190,7 @@ func (f *Fleet) flowOp(ctx context.Context, mode, id string) error {
 // callbacks of a batch that Close completed) that a crash stopped: the
 // registry's entries older than flowDriveAfter, batch at most per sweep.
 func (f *Fleet) sweepFlowOps(ctx context.Context, batch int) (int, error) {
-	after, _ := f.flows.timings()
+	after, _ := f.flowEnds().timings()
 	ids, err := flowOpsScript.Exec(ctx, f.client, []string{f.keys.Flows()},
 		[]string{"due", millis(after), strconv.Itoa(batch)}).AsStrSlice()
 	if err != nil {

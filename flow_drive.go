@@ -37,6 +37,9 @@ type flowDriver struct {
 	driveAfter, grace time.Duration
 }
 
+// flowEnds is f's flow driver (Fleet.flows, made by Open).
+func (f *Fleet) flowEnds() *flowDriver { return f.flows.(*flowDriver) }
+
 // add hands the end of task id of shard c to the driver.
 func (d *flowDriver) add(c *queueCore, id string) {
 	if c == nil || id == "" {
@@ -123,7 +126,7 @@ func (d *flowDriver) loop() {
 // flowEnded hands the end of r to the driver when r is tracked.
 func (f *Fleet) flowEnded(r *reservation) {
 	if r.track > 0 {
-		f.flows.add(r.c, r.id)
+		f.flowEnds().add(r.c, r.id)
 	}
 }
 
@@ -132,7 +135,7 @@ func (f *Fleet) flowEnded(r *reservation) {
 func (f *Fleet) flowsAcked(acks []*reservation, codes []endCode) {
 	for i, r := range acks {
 		if r.track > 0 && i < len(codes) && codes[i] == endDone {
-			f.flows.add(r.c, r.id)
+			f.flowEnds().add(r.c, r.id)
 		}
 	}
 }
@@ -322,42 +325,41 @@ func (f *Fleet) completeFlow(ctx context.Context, id, cbs, status string) error 
 // it passes on the ends older than flowDriveAfter, resolves the submits
 // uncommitted for SweeperOptions.SubmitGrace, and drops a page of progress values
 // whose task is no longer reserved.
-func (q *queueCore) sweepFlows(ctx context.Context, batch int, grace time.Duration, st *SweepStats) error {
+// It returns how many ends it passed on and submits it resolved.
+func (q *queueCore) sweepFlows(ctx context.Context, batch int, grace time.Duration) (passed, resolved int, err error) {
 	f := q.f
 	cur := "0"
 	if v, ok := f.progress.Load(q.k.Progress); ok {
 		cur = v.(string)
 	}
-	after, g := f.flows.timings()
+	after, g := f.flowEnds().timings()
 	grace = cmp.Or(g, grace)
 	got, err := flowSweepScript.Exec(ctx, f.client, q.keys(),
 		[]string{millis(after), millis(grace), strconv.Itoa(batch), cur}).AsStrSlice()
 	if err != nil {
-		return err
+		return 0, 0, err
 	}
 	n, _ := strconv.Atoi(got[0])
 	if len(got) < n+3 {
-		return unexpectedReply("flow sweep", len(got))
+		return 0, 0, unexpectedReply("flow sweep", len(got))
 	}
 	outs := got[1 : 1+n]
 	m, _ := strconv.Atoi(got[1+n])
 	stale := got[2+n : len(got)-1]
 	if len(stale) != 2*m {
-		return unexpectedReply("flow sweep", len(got))
+		return 0, 0, unexpectedReply("flow sweep", len(got))
 	}
 	f.progress.Store(q.k.Progress, got[len(got)-1])
 	if len(outs) > 0 {
 		if err := f.drive(ctx, map[*queueCore][]string{q: outs}); err != nil {
-			return err
+			return 0, 0, err
 		}
-		st.EndsPassed += len(outs)
+		passed = len(outs)
 	}
 	if len(stale) > 0 {
-		k, err := f.resolve(ctx, q, stale)
-		st.SubmitsResolved += k
-		return err
+		resolved, err = f.resolve(ctx, q, stale)
 	}
-	return nil
+	return passed, resolved, err
 }
 
 // resolve decides the records of q that stayed uncommitted past the grace

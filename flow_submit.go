@@ -537,7 +537,7 @@ func (f *Fleet) afterRelease(c *queueCore, ids []string, codes string) {
 			}
 			f.released(c, ids[j])
 		case '3':
-			f.flows.add(c, ids[j])
+			f.flowEnds().add(c, ids[j])
 		}
 	}
 }
@@ -616,7 +616,7 @@ func (f *Fleet) dropRecords(ctx context.Context, ids map[*queueCore][]string) in
 		}
 		// Per task dropped: its id, the count of its dependencies, their refs.
 		for j := 0; j+1 < len(got); {
-			f.flows.add(cores[i], got[j]) // one that ended cancelled (xo) is passed on; another is a no-op
+			f.flowEnds().add(cores[i], got[j]) // one that ended cancelled (xo) is passed on; another is a no-op
 			ref := refOf(cores[i], got[j])
 			n, _ := strconv.Atoi(got[j+1])
 			j += 2

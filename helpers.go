@@ -157,3 +157,11 @@ func htmlSafeASCII(s string) bool {
 	}
 	return true
 }
+
+// cmpErr keeps the first error of a series: first, else err.
+func cmpErr(first, err error) error {
+	if first == nil {
+		return err
+	}
+	return first
+}

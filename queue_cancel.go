@@ -75,7 +75,7 @@ func (q *queueCore) Cancel(ctx context.Context, id string) error {
 	case n == 0:
 		err = fmt.Errorf("%w: %s", ErrTaskNotFound, id)
 	case n == 1:
-		q.f.flows.add(in, id) // a tracked task's end waits in its outbox: pass it on
+		q.f.flowEnds().add(in, id) // a tracked task's end waits in its outbox: pass it on
 	case n == 2:
 		err = q.f.Publish(ctx, q.f.keys.CancelTopic(q.name), id)
 	case n == 3:

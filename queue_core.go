@@ -74,6 +74,18 @@ func newQueueCore(f *Fleet, name string, opts QueueOptions) *queueCore {
 	return c
 }
 
+// coreOf returns the core of queue name: the one of the NewQueue that
+// this process made for the name, else a core of its own with opts,
+// marked byName.
+func (f *Fleet) coreOf(name string, opts QueueOptions) *queueCore {
+	if e, ok := f.queues.Load(name); ok {
+		return e.(queueEntry).core()
+	}
+	c := newQueueCore(f, name, opts)
+	c.byName = true
+	return c
+}
+
 // Name returns the queue's name.
 func (q *queueCore) Name() string { return q.name }
 

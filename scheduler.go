@@ -156,13 +156,6 @@ func (s *scheduler) round(ctx context.Context, now time.Time) (time.Time, error)
 	return next, first
 }
 
-func cmpErr(first, err error) error {
-	if first == nil {
-		return err
-	}
-	return first
-}
-
 // maxOnTime bounds how many on-time ticks one call handles; older ones
 // count as missed.
 const maxOnTime = 1000

@@ -432,5 +432,8 @@ func (q *queueCore) sweepShard(ctx context.Context, qo QueueOptions, opts Sweepe
 		return err
 	}
 	st.Trimmed += int(n)
-	return q.sweepFlows(ctx, batch, opts.SubmitGrace, st) // flow_drive.go
+	passed, resolved, err := q.sweepFlows(ctx, batch, opts.SubmitGrace) // flow_drive.go
+	st.EndsPassed += passed
+	st.SubmitsResolved += resolved
+	return err
 }
