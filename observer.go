@@ -56,6 +56,10 @@ type Observer struct {
 	// passed on its last dependency's end, or the commit of its submit.
 	// A release happens once; a call whose reply was lost reports none.
 	Released func(ctx context.Context, e ReleaseEvent)
+	// Progressed is called after Task.Progress stored a task's progress
+	// value, with the ctx of that call (a handler's, in a worker: its
+	// span, if a tracer put one there).
+	Progressed func(ctx context.Context, e ProgressEvent)
 }
 
 // ReleaseEvent is what Observer.Released sees of a release.

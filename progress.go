@@ -54,7 +54,11 @@ func (r *reservation) Progress(ctx context.Context, v any) error {
 	if endCode(code) != endDone {
 		return opErr(op, q.name, fmt.Errorf("%w: task %s", ErrLeaseLost, r.id))
 	}
-	ev, _ := json.Marshal(ProgressEvent{Queue: q.name, ID: r.id, Progress: b})
+	pe := ProgressEvent{Queue: q.name, ID: r.id, Progress: b}
+	if o := q.f.obs; o != nil && o.Progressed != nil {
+		o.Progressed(ctx, pe)
+	}
+	ev, _ := json.Marshal(pe)
 	_ = q.f.publishRaw(ctx, q.f.keys.Event(q.f.keys.ProgressTopic(q.name)), string(ev))
 	return nil
 }

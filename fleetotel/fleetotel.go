@@ -30,6 +30,9 @@
 //   - fleet.tasks.lease_expired {task}: reservations whose lease ran out,
 //     found by a sweeper (RunSweeper, Sweep) of a Fleet with the Observer;
 //     each is counted as failed and as retried or dead-lettered too.
+//   - fleet.tasks.released {task}: tasks released onto their queue by a
+//     Fleet with the Observer once the tasks they waited for ended
+//     (fleet.SubmitOptions.After, flows).
 //
 // Histograms:
 //
@@ -80,7 +83,9 @@
 // tick, so a tick makes one span per scheduler, and only the one that wrote
 // the task has fleet.submit.written 1 (and the task's handler span as a
 // child). A handler that hands work on reads its task's trace context with
-// fleet.Task.TraceContext (or TaskInfo.Trace in a middleware).
+// fleet.Task.TraceContext (or TaskInfo.Trace in a middleware). Each
+// fleet.Task.Progress call from a handler adds an event "progress" to its
+// process span, with fleet.task.progress, the value's JSON (cut to 1 KiB).
 package fleetotel
 
 import (
@@ -142,6 +147,7 @@ type Telemetry struct {
 	limitNames bool
 
 	submitted, processed, failed, retried, dead, expired metric.Int64Counter
+	released                                             metric.Int64Counter
 	limits                                               metric.Int64Counter
 	process, lockWait, claimWait, semWait                metric.Float64Histogram
 	gDepth, gInFlight, gScheduled, gDead                 metric.Int64ObservableGauge
@@ -233,6 +239,7 @@ func New(opts Options) (*Telemetry, error) {
 	t.retried = counter("fleet.tasks.retried", "Failed task runs scheduled for another attempt.")
 	t.dead = counter("fleet.tasks.dead_lettered", "Tasks moved to the dead letters.")
 	t.expired = counter("fleet.tasks.lease_expired", "Reservations whose lease ran out, found by a sweeper.")
+	t.released = counter("fleet.tasks.released", "Tasks released onto their queue once the tasks they waited for ended.")
 	t.process = seconds("messaging.process.duration", "Duration of task handler runs.")
 	t.lockWait = seconds("fleet.lock.wait.duration", "Time Lock.Acquire took, waiting included.")
 	t.claimWait = seconds("fleet.pool.claim.wait.duration", "Time a pool Claim took, waiting included.")
@@ -288,7 +295,31 @@ func (t *Telemetry) Observer() *fleet.Observer {
 		ClaimWaited:     t.claimWaited,
 		Limited:         t.limited,
 		SemaphoreWaited: t.semaphoreWaited,
+		Released:        t.releasedTask,
+		Progressed:      t.progressed,
 	}
+}
+
+func (t *Telemetry) releasedTask(ctx context.Context, e fleet.ReleaseEvent) {
+	t.released.Add(ctx, 1, t.queue(e.Queue).queueAdd...)
+}
+
+// maxProgressAttr bounds the progress value a span event carries.
+const maxProgressAttr = 1 << 10
+
+// progressed adds an event "progress" to the span of ctx (a handler's
+// process span, under the Middleware), with the value's JSON, cut to
+// maxProgressAttr bytes.
+func (t *Telemetry) progressed(ctx context.Context, e fleet.ProgressEvent) {
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
+		return
+	}
+	v := string(e.Progress)
+	if len(v) > maxProgressAttr {
+		v = v[:maxProgressAttr]
+	}
+	span.AddEvent("progress", trace.WithAttributes(attribute.String("fleet.task.progress", v)))
 }
 
 func (t *Telemetry) submit(ctx context.Context, e fleet.SubmitEvent) (map[string]string, func(int, error)) {

@@ -586,3 +586,70 @@ func TestObserveQueuesArgs(t *testing.T) {
 		t.Fatal("negative timeout accepted")
 	}
 }
+
+// TestProgressAndRelease: Task.Progress in a handler adds "progress"
+// events to its process span (the value cut to 1 KiB), and the tasks
+// released onto their queue are counted in fleet.tasks.released.
+func TestProgressAndRelease(t *testing.T) {
+	each(t, func(t *testing.T, tg target) {
+		p := prefix(t)
+		k := newKit(t, fleetotel.Options{})
+		f := open(t, tg, p, k.tel.Observer())
+		q := fleet.NewQueue[page](f, "steps", fleet.QueueOptions{})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		long := strings.Repeat("x", 2000)
+		var ran atomic.Int64
+		worker(t, f, q, k.tel.Middleware(), func(ctx context.Context, tk *fleet.Task[page]) error {
+			if tk.Payload.URL == "first" {
+				if err := tk.Progress(ctx, map[string]int{"done": 1}); err != nil {
+					return err
+				}
+				if err := tk.Progress(ctx, long); err != nil {
+					return err
+				}
+			}
+			ran.Add(1)
+			return nil
+		})
+		first, err := q.SubmitWith(ctx, page{URL: "first"}, fleet.SubmitOptions{Track: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := q.SubmitWith(ctx, page{URL: "second"}, fleet.SubmitOptions{After: fleet.DependOn(q, first)}); err != nil {
+			t.Fatal(err)
+		}
+		processSpans := func() int {
+			n := 0
+			for _, s := range k.ended() {
+				if s.Name == "process steps" {
+					n++
+				}
+			}
+			return n
+		}
+		waitFor(t, 20*time.Second, func() bool { return ran.Load() == 2 && processSpans() == 2 }, "the two tasks did not both run")
+		var events []string
+		for _, s := range k.ended() {
+			for _, ev := range s.Events {
+				if ev.Name != "progress" {
+					continue
+				}
+				v := attrs(ev.Attributes)["fleet.task.progress"]
+				if len(v) > 20 {
+					v = fmt.Sprintf("%d bytes of %q", len(v), v[:3])
+				}
+				events = append(events, v)
+			}
+		}
+		if want := []string{`{"done":1}`, `1024 bytes of "\"xx"`}; !slices.Equal(events, want) {
+			t.Fatalf("progress events %q, want %q", events, want)
+		}
+		waitFor(t, 10*time.Second, func() bool {
+			pts := points(t, k.metricsOf(t)["fleet.tasks.released"])
+			// first at its submit's commit (a tracked task waits until
+			// then), second once first ended.
+			return slices.Equal(pts, []string{"messaging.destination.name=steps,messaging.system=fleet: 2"})
+		}, "releases counted: %q", points(t, k.metricsOf(t)["fleet.tasks.released"]))
+	})
+}
