@@ -98,28 +98,96 @@ func libText(lib string) string {
 // those that they call, in the libraries' order (which declares a name
 // before its users). Every block costs a closure (and its garbage) on
 // every run of a script, so only those in use go.
+//
+// A call written lazy.<name> (in the script or a block) makes name's block
+// lazy in that script, with the blocks only it calls: they are made inside
+// the table lazy's __index, at the first use of any of them in a run, so
+// that a run which takes the common path (a queue without groups, an ack
+// of tasks that hold no permit) makes none of them. The lazy blocks see
+// every eager one, which are all made before them.
 func linked(name string) string {
-	body := mustRead(name)
-	used := make([]bool, len(blocks))
-	for scan := []string{withoutComments(body)}; len(scan) > 0; {
-		text := scan[len(scan)-1]
+	body := withoutComments(mustRead(name))
+	eager := closureInto(make([]bool, len(blocks)), nil, body)
+	lazy := make([]bool, len(blocks))
+	var lazyNames []string
+	for grown := true; grown; {
+		grown = false
+		texts := []string{body}
+		for i, b := range blocks {
+			if eager[i] || lazy[i] {
+				texts = append(texts, withoutComments(b.text))
+			}
+		}
+		for _, t := range texts {
+			for _, n := range lazyRefs(t) {
+				if slices.Contains(lazyNames, n) {
+					continue
+				}
+				lazyNames, grown = append(lazyNames, n), true
+				for i, b := range blocks {
+					if !eager[i] && !lazy[i] && slices.Contains(b.names, n) {
+						lazy[i] = true
+						closureInto(lazy, eager, withoutComments(b.text))
+					}
+				}
+			}
+		}
+	}
+	var sb strings.Builder
+	if len(lazyNames) > 0 {
+		sb.WriteString("-- lazy holds the blocks that only some runs call, made at the first use\n-- of one (scripts.go: linked).\nlocal lazy = {}\n\n")
+	}
+	for i, b := range blocks {
+		if eager[i] {
+			sb.WriteString(b.text)
+			sb.WriteString("\n\n")
+		}
+	}
+	if len(lazyNames) > 0 {
+		sb.WriteString("setmetatable(lazy, {__index = function(t, k)\n")
+		for i, b := range blocks {
+			if lazy[i] {
+				sb.WriteString(b.text)
+				sb.WriteString("\n\n")
+			}
+		}
+		slices.Sort(lazyNames)
+		for _, n := range lazyNames {
+			sb.WriteString("rawset(t, '" + n + "', " + n + ")\n")
+		}
+		sb.WriteString("setmetatable(t, nil)\nreturn rawget(t, k)\nend})\n\n")
+	}
+	sb.WriteString(mustRead(name))
+	return sb.String()
+}
+
+// closureInto marks in used the blocks that Lua text calls, and those
+// that they call, leaving out the blocks marked in skip (nil: none); it
+// returns used.
+func closureInto(used, skip []bool, text string) []bool {
+	for scan := []string{text}; len(scan) > 0; {
+		t := scan[len(scan)-1]
 		scan = scan[:len(scan)-1]
 		for i, b := range blocks {
-			if !used[i] && refersTo(text, b.names) {
+			if !used[i] && (skip == nil || !skip[i]) && refersTo(t, b.names) {
 				used[i] = true
 				scan = append(scan, withoutComments(b.text))
 			}
 		}
 	}
-	var sb strings.Builder
-	for i, b := range blocks {
-		if used[i] {
-			sb.WriteString(b.text)
-			sb.WriteString("\n\n")
-		}
+	return used
+}
+
+// lazyRef finds the lazy.<name> uses of Lua text.
+var lazyRef = regexp.MustCompile(`(?:^|[^A-Za-z0-9_.:])lazy\.([A-Za-z_][A-Za-z0-9_]*)`)
+
+// lazyRefs returns the names that Lua text uses as lazy.<name>.
+func lazyRefs(text string) []string {
+	var out []string
+	for _, m := range lazyRef.FindAllStringSubmatch(text, -1) {
+		out = append(out, m[1])
 	}
-	sb.WriteString(body)
-	return sb.String()
+	return out
 }
 
 // refersTo reports whether Lua text uses one of names: as a word of its

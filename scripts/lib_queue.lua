@@ -604,8 +604,8 @@ local function ack_all(from, keys)
           'PX', ARGV[i + 4])
       end
       local g = ARGV[i + 7]
-      task_done(id, g ~= '' and g or nil)
-      flow_ended(id, ARGV[i + 8], 'ok', result)
+      lazy.task_done(id, g ~= '' and g or nil)
+      if ARGV[i + 8] ~= '' then lazy.flow_ended(id, ARGV[i + 8], 'ok', result) end
     end
     res[plain + j] = code
   end

@@ -89,7 +89,7 @@ local function undo(popped, from, out, dead, e, registered, grun)
         -- take_fair may have taken it out of the round (emptied): back
         -- in, unless it is blocked (it comes back by itself then).
         woken[src] = true
-        pcall(group_wake, src)
+        pcall(lazy.group_wake, src)
       end
     end
   end
@@ -117,7 +117,7 @@ local function take(acked)
     local first = redis.call('ZRANGE', SCHEDULED, 0, 0, 'WITHSCORES')
     if #first > 0 then
       if tonumber(first[2]) * 1000 <= now then
-        move_due(now, tonumber(ARGV[4]))
+        lazy.move_due(now, tonumber(ARGV[4]))
         signal = signal or redis.call('GET', SIGNAL)
       else
         out[3] = first[2]
@@ -126,7 +126,7 @@ local function take(acked)
   end
   local cap = policy_num(raw, 'global_concurrency')
   if cap > 0 then
-    local room = cap - held(RUNNING, now)
+    local room = cap - lazy.held(RUNNING, now)
     if room <= 0 then
       redis.call('HSET', GSTATE, CAP_WAIT, '1')
       local first = redis.call('ZRANGE', RUNNING, 0, 0, 'WITHSCORES')
@@ -137,7 +137,7 @@ local function take(acked)
   end
   local popped, from, complete = {}, {}, true
   if signal then
-    local ok, wake, all = pcall(take_fair, n, now, popped, from, raw, tonumber(ARGV[2]))
+    local ok, wake, all = pcall(lazy.take_fair, n, now, popped, from, raw, tonumber(ARGV[2]))
     if not ok then return undo(popped, from, out, 0, wake, false) end
     if wake then out[4] = string.format('%d', wake) end
     complete = all
