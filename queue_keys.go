@@ -57,24 +57,22 @@ func queueKeyBlock() string {
 	for i, s := range queueScriptKeys {
 		names[i], refs[i], types[i] = s.lua, "KEYS["+strconv.Itoa(i+1)+"]", "'"+s.typ+"'"
 	}
-	var fnames, frefs, lnames, lrefs []string
+	// One block per derived key: a script makes only the keys it uses
+	// (and a lazy block's only when it runs: scripts.go, linked).
+	var derived strings.Builder
 	for _, s := range keys.QueueSuffixes {
+		what := "of priorities and groups (internal/keys, docs/SCHEMA.md)"
 		if s.Flow {
-			lnames, lrefs = append(lnames, s.Lua), append(lrefs, "PENDING .. '"+s.Suffix+"'")
-		} else {
-			fnames, frefs = append(fnames, s.Lua), append(frefs, "PENDING .. '"+s.Suffix+"'")
+			what = "of flows and progress (docs/FLOWS.md)"
 		}
+		derived.WriteString("-- A key " + what + ", built from PENDING: it shares the queue's slot.\n" +
+			"local " + s.Lua + " = PENDING .. '" + s.Suffix + "'\n\n")
 	}
 	return "-- The queue's keys, KEYS[1..8] of every queue script (queue_core.go).\n" +
 		"local " + strings.Join(names, ", ") + " = " + strings.Join(refs, ", ") + "\n\n" +
 		"-- The types of KEYS[1..8], for wrong_types (lib_types.lua).\n" +
 		"local QUEUE_TYPES = {" + strings.Join(types, ", ") + "}\n\n" +
-		"-- The keys of priorities and groups (and prefixes of a group's), built\n" +
-		"-- from PENDING: each shares the queue's slot (internal/keys, docs/SCHEMA.md).\n" +
-		"local " + strings.Join(fnames, ", ") + " = " + strings.Join(frefs, ", ") + "\n\n" +
-		"-- The keys of flows and progress (and prefixes of a tracked task's),\n" +
-		"-- built from PENDING: each shares the queue's slot (docs/FLOWS.md).\n" +
-		"local " + strings.Join(lnames, ", ") + " = " + strings.Join(lrefs, ", ") + "\n\n" +
+		derived.String() +
 		"-- How much earlier a task counts as ready per level of priority, in ms\n" +
 		"-- (PriorityStep).\n" +
 		"local PRIORITY_STEP_MS = " + strconv.FormatInt(PriorityStep.Milliseconds(), 10)
