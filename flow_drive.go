@@ -321,6 +321,63 @@ func (f *Fleet) completeFlow(ctx context.Context, id, cbs, status string) error 
 	return flowFinScript.Exec(ctx, f.client, f.flowKeys(id), nil).Error()
 }
 
+// applyArgs are flow_apply.lua's and flow_mark.lua's first arguments.
+func applyArgs(c *queueCore) []string {
+	return []string{ErrDependencyFailed.Error(), strconv.Itoa(c.opts.DeadMax)}
+}
+
+// applyAll runs flow_apply.lua on each shard for its quads (id, ref,
+// outcome, detail), flowPage at a time, in one round trip; it wakes the
+// shards where a task was released, and hands the tasks that failed to the
+// driver (their end is to be passed on). It returns the codes per shard.
+func (f *Fleet) applyAll(ctx context.Context, quads map[*queueCore][]string) (map[*queueCore]string, error) {
+	var execs []rueidis.LuaExec
+	var cores []*queueCore
+	var ids [][]string
+	for c, qs := range quads {
+		for chunk := range slices.Chunk(qs, 4*flowPage) {
+			execs = append(execs, rueidis.LuaExec{Keys: c.keys(), Args: append(applyArgs(c), chunk...)})
+			cores = append(cores, c)
+			var is []string
+			for i := 0; i < len(chunk); i += 4 {
+				is = append(is, chunk[i])
+			}
+			ids = append(ids, is)
+		}
+	}
+	out := map[*queueCore]string{}
+	var first error
+	for i, r := range flowApplyScript.ExecMulti(ctx, f.client, execs...) {
+		codes, err := r.ToString()
+		if err != nil {
+			first = cmpErr(first, err)
+			continue
+		}
+		out[cores[i]] += codes
+		f.afterRelease(cores[i], ids[i], codes)
+	}
+	return out, first
+}
+
+// afterRelease acts on the codes of flow_apply or flow_mark for ids of c:
+// the released ones wake c's reserves, the failed ones are passed on.
+func (f *Fleet) afterRelease(c *queueCore, ids []string, codes string) {
+	woke := false
+	for j := 0; j < len(codes) && j < len(ids); j++ {
+		switch codes[j] {
+		case '2':
+			if !woke {
+				c.wakeLocal()
+				c.look.soon()
+				woke = true
+			}
+			f.released(c, ids[j])
+		case '3':
+			f.flowEnds().add(c, ids[j])
+		}
+	}
+}
+
 // sweepFlows is the sweep of q's shard for its flows (flow_sweep.lua):
 // it passes on the ends older than flowDriveAfter, resolves the submits
 // uncommitted for SweeperOptions.SubmitGrace, and drops a page of progress values

@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 )
 
@@ -60,6 +61,18 @@ type Observer struct {
 	// value, with the ctx of that call (a handler's, in a worker: its
 	// span, if a tracer put one there).
 	Progressed func(ctx context.Context, e ProgressEvent)
+}
+
+// ProgressEvent is a progress value that Task.Progress stored: what
+// Observer.Progressed sees, and what the queue's progress topic carries
+// (fleet:progress:<queue>; Queue.WatchProgress).
+type ProgressEvent struct {
+	// Queue is the task's queue.
+	Queue string `json:"queue"`
+	// ID is the task's id.
+	ID string `json:"id"`
+	// Progress is the value (JSON).
+	Progress json.RawMessage `json:"progress"`
 }
 
 // ReleaseEvent is what Observer.Released sees of a release.

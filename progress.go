@@ -14,17 +14,6 @@ const MaxProgressBytes = 4 << 10
 
 var queueProgressScript = newScript("queue_progress.lua")
 
-// ProgressEvent is a progress value published on a queue's progress topic
-// (fleet:progress:<queue>; Queue.WatchProgress).
-type ProgressEvent struct {
-	// Queue is the task's queue.
-	Queue string `json:"queue"`
-	// ID is the task's id.
-	ID string `json:"id"`
-	// Progress is the value (JSON).
-	Progress json.RawMessage `json:"progress"`
-}
-
 // Progress stores v, encoded as JSON (at most MaxProgressBytes), as the
 // task's progress: Lookup (TaskRecord.Progress) and fleetctl show the last
 // value while this reservation holds the task, and it is published on the

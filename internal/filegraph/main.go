@@ -45,13 +45,28 @@ func main() {
 	}
 }
 
-func run(dir string, tests, verbose bool, long int, methods string) error {
-	fset := token.NewFileSet()
+// graph is a package's files and the names they use from one another.
+type graph struct {
+	fset  *token.FileSet
+	files []*ast.File
+	tpkg  *types.Package
+	nodes map[string]bool
+	edges map[string]map[string][]string // from -> to -> names
+	lines int
+}
+
+// name is the file of p.
+func (g *graph) name(p token.Pos) string { return filepath.Base(g.fset.Position(p).Filename) }
+
+// load type-checks the package in dir (with its _test.go files when
+// tests) and finds its files' edges.
+func load(dir string, tests bool) (*graph, error) {
+	g := &graph{fset: token.NewFileSet(), nodes: map[string]bool{}, edges: map[string]map[string][]string{}}
+	fset := g.fset
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	var files []*ast.File
 	pkgName := ""
 	for _, e := range entries {
 		n := e.Name()
@@ -60,53 +75,64 @@ func run(dir string, tests, verbose bool, long int, methods string) error {
 		}
 		f, err := parser.ParseFile(fset, filepath.Join(dir, n), nil, 0)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if strings.HasSuffix(f.Name.Name, "_test") {
 			continue // the external test package
 		}
 		pkgName = f.Name.Name
-		files = append(files, f)
+		g.files = append(g.files, f)
 	}
-	if len(files) == 0 {
-		return fmt.Errorf("no package in %s", dir)
+	if len(g.files) == 0 {
+		return nil, fmt.Errorf("no package in %s", dir)
 	}
+	files := g.files
 	sort.Slice(files, func(i, j int) bool { return fset.File(files[i].Pos()).Name() < fset.File(files[j].Pos()).Name() })
 	info := &types.Info{Uses: map[*ast.Ident]types.Object{}, Selections: map[*ast.SelectorExpr]*types.Selection{}}
 	conf := types.Config{Importer: importer.ForCompiler(fset, "source", nil), Error: func(error) {}}
-	tpkg, _ := conf.Check(pkgName, fset, files, info)
-
-	name := func(p token.Pos) string { return filepath.Base(fset.Position(p).Filename) }
-	edges := map[string]map[string][]string{} // from -> to -> names
-	nodes := map[string]bool{}
-	lines := 0
+	g.tpkg, _ = conf.Check(pkgName, fset, files, info)
 	for _, f := range files {
-		nodes[name(f.Pos())] = true
-		lines += fset.File(f.Pos()).LineCount()
+		g.nodes[g.name(f.Pos())] = true
+		g.lines += fset.File(f.Pos()).LineCount()
 	}
 	add := func(at token.Pos, obj types.Object) {
-		if obj == nil || obj.Pkg() != tpkg || !obj.Pos().IsValid() {
+		if obj == nil || obj.Pkg() != g.tpkg || !obj.Pos().IsValid() {
 			return
 		}
-		if !declaredOutsideFuncs(obj, tpkg) {
+		if !declaredOutsideFuncs(obj, g.tpkg) {
 			return // a local variable, parameter or type of a function
 		}
-		from, to := name(at), name(obj.Pos())
-		if from == to || !nodes[to] {
+		from, to := g.name(at), g.name(obj.Pos())
+		if from == to || !g.nodes[to] {
 			return
 		}
-		if edges[from] == nil {
-			edges[from] = map[string][]string{}
+		if g.edges[from] == nil {
+			g.edges[from] = map[string][]string{}
 		}
-		if !slices.Contains(edges[from][to], obj.Name()) {
-			edges[from][to] = append(edges[from][to], obj.Name())
+		if !slices.Contains(g.edges[from][to], obj.Name()) {
+			g.edges[from][to] = append(g.edges[from][to], obj.Name())
 		}
 	}
 	for id, obj := range info.Uses {
 		add(id.Pos(), obj)
 	}
-	sets := tarjan(nodes, edges)
+	return g, nil
+}
+
+// sets are g's strongly connected sets of files, largest first.
+func (g *graph) sets() [][]string {
+	sets := tarjan(g.nodes, g.edges)
 	sort.SliceStable(sets, func(i, j int) bool { return len(sets[i]) > len(sets[j]) })
+	return sets
+}
+
+func run(dir string, tests, verbose bool, long int, methods string) error {
+	g, err := load(dir, tests)
+	if err != nil {
+		return err
+	}
+	fset, files, tpkg, nodes, edges, lines, name := g.fset, g.files, g.tpkg, g.nodes, g.edges, g.lines, g.name
+	sets := g.sets()
 	fmt.Printf("files %d, lines %d, largest strongly connected set %d files\n", len(nodes), lines, len(sets[0]))
 	for i, s := range sets {
 		if len(s) < 2 {
