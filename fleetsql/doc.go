@@ -39,9 +39,8 @@
 //
 // [Outbox.MigrationSQL] returns the SQL for the outbox's dialect and
 // table name ([Options.Table], default "fleet_outbox"), and
-// [Outbox.Migrate] runs it; both tables are created with IF NOT EXISTS,
-// and tables of an earlier version are upgraded in place (rows kept).
-// SchemaVersion is 2. The outbox table:
+// [Outbox.Migrate] runs it; both tables are created with IF NOT EXISTS.
+// SchemaVersion is 1. The outbox table:
 //
 //	id             uuid / CHAR(36)     PRIMARY KEY, a UUIDv7 made by Submit (time-ordered)
 //	queue          text / VARCHAR(512) the queue's name
@@ -50,16 +49,6 @@
 //	unique_ms      bigint              SubmitOptions.UniqueFor in milliseconds, 0 for none
 //	not_before_ms  bigint, NULL        SubmitOptions.NotBefore in unix milliseconds
 //	created_at     timestamptz / DATETIME(6), the database's clock
-//	options        text / LONGTEXT, NULL  the per-task options set (version 2): a JSON
-//	                                   object of "priority", "max_attempts", "timeout_ms",
-//	                                   "expires_at_ms" (unix ms), "meta" and "group"
-//
-// Version 1 had no options column: Migrate adds it (ALTER TABLE ... ADD
-// COLUMN), and so does MigrationSQL's ALTER TABLE ... ADD COLUMN IF NOT
-// EXISTS (PostgreSQL, MariaDB; see MigrationSQL for MySQL 8.0). A row
-// written by a version 1 build has a NULL options column and relays as
-// before. A relay of this version needs the column: it fails with the
-// database's error on a table that lacks it, so run the migration first.
 //
 // The dead-row table (the same name plus "_dead") has the same columns
 // plus dead_at and reason. A row goes there, with the submit's error as
@@ -67,16 +56,12 @@
 // unknown to the relay's process (fleet.ErrQueueNotFound), its payload no
 // longer decodes into the queue's type (fleet.ErrInvalidJSON, also for a
 // row edited by hand into garbage) or validates (fleet.ErrInvalidPayload,
-// fleet.ErrPayloadTooLarge), its dedup key or options are not valid
-// (edited by hand: fleet.ErrInvalidArgument), or its SubmitOptions.ExpiresAt
-// passed before it was relayed ("expired before it was relayed": an
-// expired task never runs). A dead row never holds up the rows behind it.
-// To try one again, copy it back: INSERT INTO fleet_outbox (id, queue,
-// payload, dedup_key, unique_ms, not_before_ms, created_at, options)
-// SELECT id, queue, payload, dedup_key, unique_ms, not_before_ms,
-// created_at, options FROM fleet_outbox_dead WHERE id = ..., and delete it
-// from the dead rows. A table that does not exist makes Submit, Relay and
-// RelayOnce fail with [ErrNoTable], whose message
+// fleet.ErrPayloadTooLarge), or its dedup key is not one (edited by hand).
+// A dead row never holds up the rows behind it. To try one again, copy it
+// back: INSERT INTO fleet_outbox SELECT id, queue, payload, dedup_key,
+// unique_ms, not_before_ms, created_at FROM fleet_outbox_dead WHERE id =
+// ..., and delete it from the dead rows. A table that does not exist
+// makes Submit, Relay and RelayOnce fail with [ErrNoTable], whose message
 // names the migration to run.
 //
 // # The window

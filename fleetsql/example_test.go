@@ -84,8 +84,7 @@ func ExampleOutbox_MigrationSQL() {
 	// 	dedup_key     VARCHAR(512) NULL,
 	// 	unique_ms     BIGINT NOT NULL DEFAULT 0,
 	// 	not_before_ms BIGINT NULL,
-	// 	created_at    DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
-	// 	options       LONGTEXT NULL
+	// 	created_at    DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
 	// ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 	//
 	// CREATE TABLE IF NOT EXISTS `order_tasks_dead` (
@@ -97,13 +96,8 @@ func ExampleOutbox_MigrationSQL() {
 	// 	not_before_ms BIGINT NULL,
 	// 	created_at    DATETIME(6) NOT NULL,
 	// 	dead_at       DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
-	// 	reason        TEXT NOT NULL,
-	// 	options       LONGTEXT NULL
+	// 	reason        TEXT NOT NULL
 	// ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
-	//
-	// ALTER TABLE `order_tasks` ADD COLUMN IF NOT EXISTS options LONGTEXT NULL;
-	//
-	// ALTER TABLE `order_tasks_dead` ADD COLUMN IF NOT EXISTS options LONGTEXT NULL;
 }
 
 // exampleDB is testDB for examples: it exits with how to get a server

@@ -147,10 +147,10 @@ func New(db *sql.DB, opts Options) (*Outbox, error) {
 	o.listen = o.dialect == PostgreSQL && drv == PostgreSQL
 	o.qTable, o.qDead = o.quote(o.table), o.quote(o.dead)
 	if o.dialect == PostgreSQL {
-		o.insert = `INSERT INTO ` + o.qTable + ` (id, queue, payload, dedup_key, unique_ms, not_before_ms, options) VALUES ($1, $2, $3, $4, $5, $6, $7)`
-		o.insertNotify = `WITH r AS (INSERT INTO ` + o.qTable + ` (id, queue, payload, dedup_key, unique_ms, not_before_ms, options) VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING 1) SELECT pg_notify($8, '') FROM r`
+		o.insert = `INSERT INTO ` + o.qTable + ` (id, queue, payload, dedup_key, unique_ms, not_before_ms) VALUES ($1, $2, $3, $4, $5, $6)`
+		o.insertNotify = `WITH r AS (INSERT INTO ` + o.qTable + ` (id, queue, payload, dedup_key, unique_ms, not_before_ms) VALUES ($1, $2, $3, $4, $5, $6) RETURNING 1) SELECT pg_notify($7, '') FROM r`
 	} else {
-		o.insert = `INSERT INTO ` + o.qTable + ` (id, queue, payload, dedup_key, unique_ms, not_before_ms, options) VALUES (?, ?, ?, ?, ?, ?, ?)`
+		o.insert = `INSERT INTO ` + o.qTable + ` (id, queue, payload, dedup_key, unique_ms, not_before_ms) VALUES (?, ?, ?, ?, ?, ?)`
 	}
 	return o, nil
 }

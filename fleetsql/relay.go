@@ -191,7 +191,7 @@ func (o *Outbox) newRelay(f *fleet.Fleet, opts RelayOptions) (*relay, error) {
 		return nil, err
 	}
 	r := &relay{o: o, f: f, opts: opts, log: opts.Logger.With("table", o.table)}
-	cols := `queue, payload, dedup_key, unique_ms, not_before_ms, options`
+	cols := `queue, payload, dedup_key, unique_ms, not_before_ms`
 	// A look for a row that no relay holds, outside a transaction (the
 	// lock ends with the statement).
 	r.probe = `SELECT 1 FROM ` + o.qTable + ` LIMIT 1 FOR UPDATE SKIP LOCKED`
@@ -203,9 +203,9 @@ func (o *Outbox) newRelay(f *fleet.Fleet, opts RelayOptions) (*relay, error) {
 		// transaction.
 		r.take = `DELETE FROM ` + o.qTable + ` WHERE id IN (SELECT id FROM ` + o.qTable + ` ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED)` +
 			` RETURNING id::text, ` + cols + `, created_at`
-		r.dead = `INSERT INTO ` + o.qDead + ` (id, ` + cols + `, created_at, reason) VALUES ($1::uuid, $2, $3, $4, $5, $6, $7, $8, $9)` +
+		r.dead = `INSERT INTO ` + o.qDead + ` (id, ` + cols + `, created_at, reason) VALUES ($1::uuid, $2, $3, $4, $5, $6, $7, $8)` +
 			` ON CONFLICT (id) DO UPDATE SET reason = EXCLUDED.reason, dead_at = now()`
-		r.back = `INSERT INTO ` + o.qTable + ` (id, ` + cols + `, created_at) VALUES ($1::uuid, $2, $3, $4, $5, $6, $7, $8)`
+		r.back = `INSERT INTO ` + o.qTable + ` (id, ` + cols + `, created_at) VALUES ($1::uuid, $2, $3, $4, $5, $6, $7)`
 	} else {
 		// READ COMMITTED: a locking read then takes no gap locks, which
 		// would hold up the application's inserts.
@@ -353,14 +353,13 @@ type row struct {
 	dedup              sql.NullString
 	uniqueMS           int64
 	notBefore          sql.NullInt64
-	options            sql.NullString // the per-task options (options.go)
-	created            any            // PostgreSQL: created_at, to write back
+	created            any // PostgreSQL: created_at, to write back
 }
 
 // values returns the row's columns in the order of relay.dead and
 // relay.back (PostgreSQL).
 func (w row) values() []any {
-	return []any{w.id, w.queue, w.payload, w.dedup, w.uniqueMS, w.notBefore, w.options, w.created}
+	return []any{w.id, w.queue, w.payload, w.dedup, w.uniqueMS, w.notBefore, w.created}
 }
 
 type outcomeKind int
@@ -481,7 +480,7 @@ func (r *relay) lock(ctx context.Context, tx *sql.Tx) ([]row, error) {
 	var out []row
 	for rs.Next() {
 		var w row
-		dst := []any{&w.id, &w.queue, &w.payload, &w.dedup, &w.uniqueMS, &w.notBefore, &w.options}
+		dst := []any{&w.id, &w.queue, &w.payload, &w.dedup, &w.uniqueMS, &w.notBefore}
 		if r.o.dialect == PostgreSQL {
 			dst = append(dst, &w.created)
 		}
@@ -565,13 +564,6 @@ func (r *relay) submit(ctx context.Context, w row) outcome {
 	}
 	if w.notBefore.Valid {
 		opts.NotBefore = time.UnixMilli(w.notBefore.Int64)
-	}
-	if err := applyOptions(w.options, &opts); err != nil {
-		return outcome{kind: dead, err: err}
-	}
-	if !opts.ExpiresAt.IsZero() && !opts.ExpiresAt.After(time.Now()) {
-		// It never runs: not a task, a dead row.
-		return outcome{kind: dead, err: fmt.Errorf("expired before it was relayed (SubmitOptions.ExpiresAt %s)", opts.ExpiresAt.UTC().Format(time.RFC3339Nano))}
 	}
 	sctx, cancel := context.WithTimeout(ctx, r.opts.SubmitTimeout)
 	defer cancel()

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
@@ -45,18 +44,6 @@ const KeyPrefix = "fleetsql:"
 //     is longer than the relay's window. As for SubmitWith, it needs DedupKey.
 //   - ShardKey must be empty or equal to DedupKey: the task goes to the
 //     shard of its dedup key, and concurrent relays keep no order anyway.
-//   - The per-task options (Priority, MaxAttempts, Timeout, ExpiresAt,
-//     Metadata, Group) are kept in the row's options column and go with
-//     the task. They are checked here with the queue's rules
-//     (fleet.Queue.CheckOptions, as the relay will submit the row, its
-//     dedup key included), so bad options fail here and write nothing. A
-//     row whose ExpiresAt passed before it was relayed never becomes a
-//     task: it goes to the dead rows as expired. A Group on a sharded
-//     queue is refused: the relay's dedup key picks the shard, and a
-//     group's tasks must all go to the group's.
-//   - After and Track are refused: a tracked task takes no dedup key, on
-//     which the relay's exactly-once rests. Submit the flow once the
-//     transaction committed, or track the row's task in the application.
 //
 // May return ErrNoTable (run the migration), fleet.ErrInvalidArgument, the
 // queue's own error (Queue.Err), and the database's errors. On PostgreSQL a
@@ -74,8 +61,6 @@ func Submit[T any](ctx context.Context, tx *sql.Tx, o *Outbox, q *fleet.Queue[T]
 		return "", fmt.Errorf("fleetsql: %s %q: %w: dedup key of %d bytes must be valid text of at most %d bytes", op, q.Name(), fleet.ErrInvalidArgument, len(opts.DedupKey), maxKey)
 	case opts.ShardKey != "" && opts.ShardKey != opts.DedupKey:
 		return "", fmt.Errorf("fleetsql: %s %q: %w: SubmitOptions.ShardKey %q: an outbox task goes to the shard of its dedup key (leave ShardKey empty, or make it the DedupKey)", op, q.Name(), fleet.ErrInvalidArgument, opts.ShardKey)
-	case len(opts.After) > 0 || opts.Track:
-		return "", fmt.Errorf("fleetsql: %s %q: %w: SubmitOptions.After and Track are not for an outbox task (a tracked task takes no dedup key, on which the relay's exactly-once rests)", op, q.Name(), fleet.ErrInvalidArgument)
 	}
 	raw, err := q.Encode(payload)
 	if err != nil {
@@ -86,21 +71,6 @@ func Submit[T any](ctx context.Context, tx *sql.Tx, o *Outbox, q *fleet.Queue[T]
 		return "", fmt.Errorf("fleetsql: %s: row id: %w", op, err)
 	}
 	id := u.String()
-	// The options as the relay will submit them (its dedup key and window
-	// included), checked with the queue's rules.
-	relayed := opts
-	if relayed.DedupKey == "" {
-		relayed.DedupKey = KeyPrefix + id
-	}
-	relayed.UniqueFor = max(relayed.UniqueFor, DefaultWindow)
-	relayed.NotBefore = time.Time{}
-	if err := q.CheckOptions(relayed); err != nil {
-		return "", fmt.Errorf("fleetsql: %s: %w", op, err)
-	}
-	options, err := encodeOptions(opts)
-	if err != nil {
-		return "", fmt.Errorf("fleetsql: %s: %w: options: %w", op, fleet.ErrInvalidArgument, err)
-	}
 	var dedup, notBefore any
 	if opts.DedupKey != "" {
 		dedup = opts.DedupKey
@@ -108,7 +78,7 @@ func Submit[T any](ctx context.Context, tx *sql.Tx, o *Outbox, q *fleet.Queue[T]
 	if !opts.NotBefore.IsZero() {
 		notBefore = opts.NotBefore.UnixMilli()
 	}
-	stmt, args := o.insert, []any{id, q.Name(), string(raw), dedup, opts.UniqueFor.Milliseconds(), notBefore, options}
+	stmt, args := o.insert, []any{id, q.Name(), string(raw), dedup, opts.UniqueFor.Milliseconds(), notBefore}
 	if o.notify() {
 		stmt, args = o.insertNotify, append(args, o.channel)
 	}
