@@ -224,9 +224,10 @@ func (o *Outbox) newRelay(f *fleet.Fleet, opts RelayOptions) (*relay, error) {
 //
 // Each batch is one transaction: it locks up to Batch rows with FOR
 // UPDATE SKIP LOCKED (so replicas take disjoint rows), submits each with
-// fleet.Fleet.SubmitJSONWith, a dedup key derived from the row (KeyPrefix
-// plus its id, or its SubmitOptions.DedupKey) and a unique window of
-// RelayOptions.Window, then deletes the rows whose submit was answered
+// fleet.Fleet.SubmitJSONWith, the row's options (those Submit was given),
+// a dedup key derived from the row (KeyPrefix plus its id, or its
+// SubmitOptions.DedupKey) and a unique window of RelayOptions.Window,
+// then deletes the rows whose submit was answered
 // (a new task or a duplicate) and commits. A relay that dies anywhere in
 // between leaves its rows behind (the database aborts its transaction);
 // the next relay that takes them submits them again, and the held dedup
@@ -234,10 +235,24 @@ func (o *Outbox) newRelay(f *fleet.Fleet, opts RelayOptions) (*relay, error) {
 // within the window (see doc.go for the limits).
 //
 // A row whose queue no NewQueue of this process made, whose payload no
-// longer decodes into the queue's type or validates, or that was edited
-// into something the queue refuses, goes to the dead-row table
-// (DeadTable) with the reason, in the same transaction; it never holds up
-// the rows behind it. When Redis does not answer, the answered rows of
+// longer decodes into the queue's type or validates, whose options column
+// does not decode, or that was edited into something the queue refuses,
+// goes to the dead-row table (DeadTable) with the reason, in the same
+// transaction; it never holds up the rows behind it.
+//
+// So does a row whose SubmitOptions.ExpiresAt passed before a relay took
+// it (by the relay's clock), with the reason "fleetsql: expired before it
+// was relayed": no task is submitted. The core refuses an ExpiresAt in the
+// past, and a task made only to be dead-lettered would carry an ExpiresAt
+// and a NotBefore that the application never set. And an expiry in the
+// outbox is an outbox incident (the relays or Redis were down longer than
+// the task's life), which an operator looks for among the rows the relay
+// could not deliver, not among the queue's expired tasks, which measure
+// its workers; the dead row keeps the options, to edit and copy back if
+// the task should run after all. Code that acts on the queue's "expired"
+// dead letters must watch the dead rows too. A row taken again after a
+// relay died past its submit may be there while its task is in the queue
+// (the reason says so). When Redis does not answer, the answered rows of
 // the batch are deleted, the others stay, and the relay backs off (up to
 // RetryMax); when the database fails, it backs off the same way.
 //

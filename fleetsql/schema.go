@@ -38,7 +38,11 @@ const SchemaVersion = 2
 // DATETIME(6) and TEXT, in InnoDB with utf8mb4. The ADD COLUMN IF NOT
 // EXISTS is MariaDB's (10.0.2 and later); MySQL 8.0 has no such clause:
 // there, run Migrate, or run the ALTER statements without IF NOT EXISTS,
-// once, on tables of version 1 only.
+// once, on tables of version 1 only. An ALTER TABLE waits for the
+// transactions that hold the table (relays' batches, the application's
+// Submits) and holds up the ones that come after it, even when the column
+// is there already; Migrate runs one only on a table that lacks the
+// column.
 func (o *Outbox) MigrationSQL() string {
 	var s []string
 	for _, m := range o.migration() {
