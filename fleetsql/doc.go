@@ -103,14 +103,17 @@
 // stay, with NULL options, and are relayed as before. Adding a nullable
 // column last rewrites no row (PostgreSQL; MariaDB 10.3 and MySQL 8.0.12
 // add it instantly), but it takes a brief exclusive lock on the table,
-// behind the transactions that hold it;
-// Migrate alters only a table that lacks the column, so running it at
-// every start costs a look. Upgrade in this order: run the migration (the
-// relays and Submits of version 1 go on working with the new column, which
-// they leave NULL), then deploy the relays of version 2, then the code
-// that submits with per-task options. A relay of version 1 relays a row
-// written with options without them, and a Submit or relay of version 2
-// on a table of version 1 fails with ErrNoTable.
+// behind the transactions that hold it (on PostgreSQL even when the
+// column is there already). Migrate alters only a table that lacks the
+// column, so running it at every start costs a look.
+//
+// Upgrade in this order: run the migration (the relays and Submits of
+// version 1 go on working on the new column, which they leave NULL), then
+// deploy the relays of version 2, then the code that submits with
+// per-task options. A relay of version 1 relays a row written with
+// options without them (and loses them from a row it moves to the dead
+// rows or, on PostgreSQL, puts back). A Submit or relay of version 2 on a
+// table of version 1 fails with ErrNoTable, naming the migration.
 //
 // # The window
 //

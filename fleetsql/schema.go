@@ -38,11 +38,11 @@ const SchemaVersion = 2
 // DATETIME(6) and TEXT, in InnoDB with utf8mb4. The ADD COLUMN IF NOT
 // EXISTS is MariaDB's (10.0.2 and later); MySQL 8.0 has no such clause:
 // there, run Migrate, or run the ALTER statements without IF NOT EXISTS,
-// once, on tables of version 1 only. An ALTER TABLE waits for the
-// transactions that hold the table (relays' batches, the application's
-// Submits) and holds up the ones that come after it, even when the column
-// is there already; Migrate runs one only on a table that lacks the
-// column.
+// once, on tables of version 1 only. On PostgreSQL an ALTER TABLE waits
+// for the transactions that hold the table (relays' batches, the
+// application's Submits) and holds up the ones that come after it, even
+// when the column is there already; Migrate runs one only on a table that
+// lacks the column.
 func (o *Outbox) MigrationSQL() string {
 	var s []string
 	for _, m := range o.migration() {
@@ -54,11 +54,12 @@ func (o *Outbox) MigrationSQL() string {
 // Migrate brings the outbox's tables to SchemaVersion on its database,
 // one statement at a time: it creates the tables that do not exist, and
 // adds the columns that tables of an older version lack, keeping their
-// rows. It runs MigrationSQL's statements, but that it looks for each
+// rows. It runs MigrationSQL's statements, except that it looks for each
 // column first (SELECT options ... WHERE 1 = 0) and alters only a table
-// that lacks it: an ALTER TABLE takes an exclusive lock on the table even
-// when the column is there, which would queue the application's inserts
-// behind the relays' open transactions at every run. On MySQL it adds the
+// that lacks it: on PostgreSQL an ALTER TABLE takes an exclusive lock on
+// the table even when the column is there (tested), which would queue the
+// application's inserts behind the relays' open transactions at every
+// run. On MySQL it adds the
 // column without IF NOT EXISTS and takes "duplicate column" (another
 // Migrate's) for done, which MariaDB and MySQL 8.0 both understand.
 //
