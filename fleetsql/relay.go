@@ -227,8 +227,8 @@ func (o *Outbox) newRelay(f *fleet.Fleet, opts RelayOptions) (*relay, error) {
 // fleet.Fleet.SubmitJSONWith, the row's options (those Submit was given),
 // a dedup key derived from the row (KeyPrefix plus its id, or its
 // SubmitOptions.DedupKey) and a unique window of RelayOptions.Window,
-// then deletes the rows whose submit was answered
-// (a new task or a duplicate) and commits. A relay that dies anywhere in
+// then deletes the rows whose submit was answered (a new task or a
+// duplicate) and commits. A relay that dies anywhere in
 // between leaves its rows behind (the database aborts its transaction);
 // the next relay that takes them submits them again, and the held dedup
 // key makes that a no-op. So each committed row becomes exactly one task,
@@ -252,9 +252,11 @@ func (o *Outbox) newRelay(f *fleet.Fleet, opts RelayOptions) (*relay, error) {
 // the task should run after all. Code that acts on the queue's "expired"
 // dead letters must watch the dead rows too. A row taken again after a
 // relay died past its submit may be there while its task is in the queue
-// (the reason says so). When Redis does not answer, the answered rows of
-// the batch are deleted, the others stay, and the relay backs off (up to
-// RetryMax); when the database fails, it backs off the same way.
+// (the reason says so).
+//
+// When Redis does not answer, the answered rows of the batch are deleted,
+// the others stay, and the relay backs off (up to RetryMax); when the
+// database fails, it backs off the same way.
 //
 // On PostgreSQL through pgx's stdlib driver the relay holds one
 // connection of the pool to LISTEN on the channel that Submit notifies,
