@@ -277,8 +277,8 @@ func v1(d fleetsql.Dialect, table, dead string) []string {
 }
 
 // Tables of SchemaVersion 1 with rows in them: Submit and the relay refuse
-// them with ErrNoTable naming the migration; Migrate (twice) upgrades them
-// in place, and so do MigrationSQL's statements run as a migration tool
+// them with ErrNoTable naming the migration; Migrate (three at once, then
+// again) upgrades them in place, and so do MigrationSQL's statements run as a migration tool
 // would (twice); the old rows are intact and relayed, a dead row copied
 // back with doc.go's SQL is relayed, and a new row carries its options.
 func TestMigrateUpgradesV1(t *testing.T) {
@@ -330,10 +330,18 @@ func TestMigrateUpgradesV1(t *testing.T) {
 		check("RelayOnce", err)
 		check("Relay", o.Relay(ctx, f, fleetsql.RelayOptions{}))
 
-		for range 2 {
-			if err := o.Migrate(ctx); err != nil {
-				t.Fatal(err)
+		// Three Migrates at once (hosts starting together), then one more.
+		errs := make(chan error, 3)
+		for range 3 {
+			go func() { errs <- o.Migrate(ctx) }()
+		}
+		for range 3 {
+			if err := <-errs; err != nil {
+				t.Fatalf("concurrent Migrate: %v", err)
 			}
+		}
+		if err := o.Migrate(ctx); err != nil {
+			t.Fatal(err)
 		}
 		// The other pair, through MigrationSQL's statements.
 		legacy, err := fleetsql.New(db, fleetsql.Options{Table: "legacy"})

@@ -245,28 +245,26 @@ func (o *Outbox) tableErr(op string, err error) error {
 
 // isNoTable reports PostgreSQL's undefined_table (42P01) and MySQL's
 // ER_NO_SUCH_TABLE (1146).
-func isNoTable(err error) bool {
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		return pe.Code == "42P01"
-	}
-	var me *mysql.MySQLError
-	if errors.As(err, &me) {
-		return me.Number == 1146
-	}
-	return false
-}
+func isNoTable(err error) bool { return isDBError(err, "42P01", 1146) }
 
 // isNoColumn reports PostgreSQL's undefined_column (42703) and MySQL's
 // ER_BAD_FIELD_ERROR (1054): a table of an older SchemaVersion.
-func isNoColumn(err error) bool {
+func isNoColumn(err error) bool { return isDBError(err, "42703", 1054) }
+
+// isDupColumn reports PostgreSQL's duplicate_column (42701) and MySQL's
+// ER_DUP_FIELDNAME (1060).
+func isDupColumn(err error) bool { return isDBError(err, "42701", 1060) }
+
+// isDBError reports whether err is PostgreSQL's error of SQLSTATE pgCode
+// or MySQL's error number myNumber.
+func isDBError(err error, pgCode string, myNumber uint16) bool {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
-		return pe.Code == "42703"
+		return pe.Code == pgCode
 	}
 	var me *mysql.MySQLError
 	if errors.As(err, &me) {
-		return me.Number == 1054
+		return me.Number == myNumber
 	}
 	return false
 }

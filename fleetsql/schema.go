@@ -2,10 +2,7 @@ package fleetsql
 
 import (
 	"context"
-	"errors"
 	"strings"
-
-	"github.com/go-sql-driver/mysql"
 )
 
 // SchemaVersion is the version of the tables that MigrationSQL creates.
@@ -61,7 +58,8 @@ func (o *Outbox) MigrationSQL() string {
 // application's inserts behind the relays' open transactions at every
 // run. On MySQL it adds the
 // column without IF NOT EXISTS and takes "duplicate column" (another
-// Migrate's) for done, which MariaDB and MySQL 8.0 both understand.
+// Migrate's) for done, which MariaDB and MySQL 8.0 both understand; so
+// several processes may upgrade the same tables at once.
 //
 // A relay of version 1 relays the rows of an upgraded table without their
 // options: upgrade the tables first, then the relays, then the code that
@@ -82,12 +80,7 @@ func (o *Outbox) Migrate(ctx context.Context) error {
 		if m.mysqlAlter != "" {
 			s = m.mysqlAlter
 		}
-		_, err := o.db.ExecContext(ctx, s)
-		var me *mysql.MySQLError
-		if m.mysqlAlter != "" && errors.As(err, &me) && me.Number == 1060 { // ER_DUP_FIELDNAME: another Migrate added it
-			err = nil
-		}
-		if err != nil {
+		if _, err := o.db.ExecContext(ctx, s); err != nil && !isDupColumn(err) { // a column that another Migrate added meanwhile
 			return o.tableErr("migrate", err)
 		}
 	}
