@@ -108,7 +108,7 @@
 // column, so running it at every start costs a look.
 //
 // Upgrade in this order: run the migration (the relays and Submits of
-// version 1 go on working on the new column, which they leave NULL), then
+// version 1 go on working with the new column, which they leave NULL), then
 // deploy the relays of version 2, then the code that submits with
 // per-task options. A relay of version 1 relays a row written with
 // options without them (and loses them from a row it moves to the dead

@@ -278,9 +278,10 @@ func v1(d fleetsql.Dialect, table, dead string) []string {
 
 // Tables of SchemaVersion 1 with rows in them: Submit and the relay refuse
 // them with ErrNoTable naming the migration; Migrate (three at once, then
-// again) upgrades them in place, and so do MigrationSQL's statements run as a migration tool
-// would (twice); the old rows are intact and relayed, a dead row copied
-// back with doc.go's SQL is relayed, and a new row carries its options.
+// again) upgrades them in place, and so do MigrationSQL's statements run
+// as a migration tool would (twice); the old rows are intact and relayed,
+// and so is a row that v1's Submit writes on the upgraded table, a dead
+// row copied back with doc.go's SQL, and a new row with its options.
 func TestMigrateUpgradesV1(t *testing.T) {
 	forEach(t, func(t *testing.T, d fleetsql.Dialect) {
 		db, _ := testDB(t, d)
@@ -291,9 +292,11 @@ func TestMigrateUpgradesV1(t *testing.T) {
 			}
 		}
 		ph := func(i int) string { return placeholder(d, i) }
-		// Rows as v1's Submit wrote them, and a dead row as its relay did.
+		// Rows as v1's Submit wrote them (rows 0 and 1 now, row 2 on the
+		// upgraded table), and a dead row as its relay did.
 		var old []string
-		for n := range 3 {
+		v1Submit := func(n int) {
+			t.Helper()
 			id := uuid.Must(uuid.NewV7()).String()
 			old = append(old, id)
 			if _, err := db.ExecContext(ctx, `INSERT INTO fleet_outbox (id, queue, payload, dedup_key, unique_ms, not_before_ms) VALUES (`+
@@ -301,6 +304,8 @@ func TestMigrateUpgradesV1(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		v1Submit(0)
+		v1Submit(1)
 		deadID := uuid.Must(uuid.NewV7()).String()
 		if _, err := db.ExecContext(ctx, `INSERT INTO fleet_outbox_dead (id, queue, payload, dedup_key, unique_ms, not_before_ms, created_at, reason)
 			VALUES (`+ph(1)+`, 'jobs', '{"n":3}', NULL, 0, NULL, CURRENT_TIMESTAMP, 'no such queue')`, deadID); err != nil {
@@ -343,6 +348,7 @@ func TestMigrateUpgradesV1(t *testing.T) {
 		if err := o.Migrate(ctx); err != nil {
 			t.Fatal(err)
 		}
+		v1Submit(2)
 		// The other pair, through MigrationSQL's statements.
 		legacy, err := fleetsql.New(db, fleetsql.Options{Table: "legacy"})
 		if err != nil {
