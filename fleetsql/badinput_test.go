@@ -12,16 +12,18 @@ import (
 	"github.com/fleet-go/fleet/fleetsql"
 )
 
-// Rows edited by hand into garbage, and a row whose queue this process
-// does not know, go to the dead rows with the reason; the good rows
-// around them are relayed in the same batch.
+// Rows edited by hand into garbage (their payload, dedup key or options
+// column), and a row whose queue this process does not know, go to the
+// dead rows with the reason, and the garbage kept; the good rows around
+// them are relayed in the same batch, a row given good options by hand
+// too.
 func TestRelayDeadRows(t *testing.T) {
 	forEach(t, func(t *testing.T, d fleetsql.Dialect) {
 		o, db, _ := newOutbox(t, d)
 		f, _ := openFleet(t, sharedRedis(t).URL())
 		q := fleet.NewQueue[Job](f, jobs, fleet.QueueOptions{})
 		ctx := context.Background()
-		submitRows(t, db, o, q, 0, 8, 8)
+		submitRows(t, db, o, q, 0, 12, 12)
 		ids := rowIDs(t, db, o)
 		tbl := quoted(o, o.Table())
 		ph := func(i int) string {
@@ -31,12 +33,18 @@ func TestRelayDeadRows(t *testing.T) {
 			return "?"
 		}
 		edits := map[int]struct{ set, why string }{
-			1: {"payload = 'not json {'", "bad task JSON"},
-			3: {`payload = '{"n": "three"}'`, "bad task JSON"},
-			4: {`payload = '{"n": 4, "extra": 1}'`, "bad task JSON"},
-			5: {`payload = '{"n": -5}'`, "invalid task payload"},
-			6: {"queue = 'nosuch'", "no such queue"},
-			7: {"dedup_key = 'a\tb'", "invalid argument"},
+			1:  {"payload = 'not json {'", "bad task JSON"},
+			3:  {`payload = '{"n": "three"}'`, "bad task JSON"},
+			4:  {`payload = '{"n": 4, "extra": 1}'`, "bad task JSON"},
+			5:  {`payload = '{"n": -5}'`, "invalid task payload"},
+			6:  {"queue = 'nosuch'", "no such queue"},
+			7:  {"dedup_key = 'a\tb'", "invalid argument"},
+			8:  {"options = 'not json'", "the options column does not decode"},
+			9:  {`options = '{"priority": 1, "colour": "red"}'`, `the options column does not decode: json: unknown field "colour"`},
+			10: {`options = '{"priority": 12}'`, "SubmitOptions.Priority 12"},
+		}
+		if _, err := db.ExecContext(ctx, "UPDATE "+tbl+` SET options = '{"max_attempts": 4}' WHERE id = `+ph(1), ids[11]); err != nil {
+			t.Fatal(err)
 		}
 		for i, e := range edits {
 			if _, err := db.ExecContext(ctx, "UPDATE "+tbl+" SET "+e.set+" WHERE id = "+ph(1), ids[i]); err != nil {
@@ -44,13 +52,16 @@ func TestRelayDeadRows(t *testing.T) {
 			}
 		}
 		st, err := o.RelayOnce(ctx, f, fleetsql.RelayOptions{})
-		if err != nil || st != (fleetsql.RelayStats{Taken: 8, Relayed: 2, Dead: 6}) {
+		if err != nil || st != (fleetsql.RelayStats{Taken: 12, Relayed: 3, Dead: 9}) {
 			t.Fatalf("relay: %+v, %v", st, err)
 		}
 		l := newLedger()
 		l.drain(t, q, 200*time.Millisecond)
-		if l.total() != 2 || l.tasks(0) != 1 || l.tasks(2) != 1 {
-			t.Fatalf("tasks %v, want rows 0 and 2", l.ids)
+		if l.total() != 3 || l.tasks(0) != 1 || l.tasks(2) != 1 || l.tasks(11) != 1 {
+			t.Fatalf("tasks %v, want rows 0, 2 and 11", l.ids)
+		}
+		if c := optionsColumn(t, db, o, o.DeadTable())[ids[8]]; c.String != "not json" {
+			t.Errorf("dead row 8's options %+v, want the garbage kept", c)
 		}
 		if n := count(t, db, o, o.Table()); n != 0 {
 			t.Fatalf("%d rows left in the outbox", n)

@@ -8,9 +8,9 @@
 // guarantee:
 //
 //  1. [Submit] writes the task as a row of the outbox table inside the
-//     caller's *sql.Tx, after validating the payload with the queue's
-//     rules (so a bad payload fails the caller, not the relay). It never
-//     touches Redis.
+//     caller's *sql.Tx, after checking the payload and the options with
+//     the queue's rules (so bad ones fail the caller, not the relay). It
+//     never touches Redis.
 //  2. [Outbox.Relay], running in the background of any number of hosts,
 //     takes committed rows in batches (FOR UPDATE SKIP LOCKED, in a
 //     transaction that stays open), and submits each to its queue with a
@@ -40,7 +40,7 @@
 // [Outbox.MigrationSQL] returns the SQL for the outbox's dialect and
 // table name ([Options.Table], default "fleet_outbox"), and
 // [Outbox.Migrate] runs it; both tables are created with IF NOT EXISTS.
-// SchemaVersion is 1. The outbox table:
+// [SchemaVersion] is 2. The outbox table:
 //
 //	id             uuid / CHAR(36)     PRIMARY KEY, a UUIDv7 made by Submit (time-ordered)
 //	queue          text / VARCHAR(512) the queue's name
@@ -49,20 +49,71 @@
 //	unique_ms      bigint              SubmitOptions.UniqueFor in milliseconds, 0 for none
 //	not_before_ms  bigint, NULL        SubmitOptions.NotBefore in unix milliseconds
 //	created_at     timestamptz / DATETIME(6), the database's clock
+//	options        text / TEXT, NULL   the per-task options (version 2), a JSON object
+//
+// The options column holds the per-task options of SubmitOptions that
+// are set, and is NULL when none is (a row as version 1 wrote it):
+//
+//	{"priority":5,"max_attempts":3,"timeout_ms":1500,"expires_at_ms":1767225600000,
+//	 "metadata":{"k":"v"},"group":"tenant-a"}
+//
+// Priority, MaxAttempts and Group as they are; Timeout in milliseconds (at
+// least 1, as the core keeps it); ExpiresAt in unix milliseconds; Metadata
+// as a JSON object of strings. The relay reads it strictly (an unknown
+// field or trailing data is refused) and the core checks the values at
+// the submit. Submit checks every option with the queue's rules first
+// (Queue.CheckOptions), so bad options fail the caller's transaction.
+// Two of them meet the outbox's own rules:
+//   - ExpiresAt: a row whose ExpiresAt passed before a relay took it is not
+//     submitted; it goes to the dead rows, with the reason "fleetsql:
+//     expired before it was relayed" (see [Outbox.Relay] for why there and
+//     not in the queue's dead letters).
+//   - Group on a sharded queue is refused by Submit: the relay submits
+//     every task with a dedup key, and a sharded queue keeps a group's
+//     tasks on the group's shard, where the key cannot be held.
 //
 // The dead-row table (the same name plus "_dead") has the same columns
-// plus dead_at and reason. A row goes there, with the submit's error as
-// its reason, when the relay's submit refuses it for good: its queue is
-// unknown to the relay's process (fleet.ErrQueueNotFound), its payload no
-// longer decodes into the queue's type (fleet.ErrInvalidJSON, also for a
-// row edited by hand into garbage) or validates (fleet.ErrInvalidPayload,
-// fleet.ErrPayloadTooLarge), or its dedup key is not one (edited by hand).
-// A dead row never holds up the rows behind it. To try one again, copy it
-// back: INSERT INTO fleet_outbox SELECT id, queue, payload, dedup_key,
-// unique_ms, not_before_ms, created_at FROM fleet_outbox_dead WHERE id =
-// ..., and delete it from the dead rows. A table that does not exist
-// makes Submit, Relay and RelayOnce fail with [ErrNoTable], whose message
-// names the migration to run.
+// plus dead_at and reason (before options, which version 2 added last). A
+// row goes there, with the submit's error as its reason, when the relay's
+// submit refuses it for good: its queue is unknown to the relay's process
+// (fleet.ErrQueueNotFound), its payload no longer decodes into the
+// queue's type (fleet.ErrInvalidJSON, also for a row edited by hand into
+// garbage) or validates (fleet.ErrInvalidPayload,
+// fleet.ErrPayloadTooLarge), its dedup key or options are not valid ones
+// (fleet.ErrInvalidArgument; edited by hand), its options column does not
+// decode, or its ExpiresAt passed. A dead row never holds up the rows
+// behind it. To try one again, copy it back, naming the columns (their
+// order differs between the tables):
+//
+//	INSERT INTO fleet_outbox (id, queue, payload, dedup_key, unique_ms, not_before_ms, options, created_at)
+//	SELECT id, queue, payload, dedup_key, unique_ms, not_before_ms, options, created_at
+//	FROM fleet_outbox_dead WHERE id = ...;
+//	DELETE FROM fleet_outbox_dead WHERE id = ...;
+//
+// A table that does not exist, or lacks a column of this version, makes
+// Submit, Relay and RelayOnce fail with [ErrNoTable], whose message names
+// the migration to run.
+//
+// # Upgrading from SchemaVersion 1
+//
+// Version 2 added the options column to both tables. Migrate, or
+// MigrationSQL's statements (ALTER TABLE ... ADD COLUMN IF NOT EXISTS
+// options, on PostgreSQL and MariaDB; MySQL 8.0 has no IF NOT EXISTS
+// there, so run Migrate), upgrade tables of version 1 in place: their rows
+// stay, with NULL options, and are relayed as before. Adding a nullable
+// column last rewrites no row (PostgreSQL; MariaDB 10.3 and MySQL 8.0.12
+// add it instantly), but it takes a brief exclusive lock on the table,
+// behind the transactions that hold it (on PostgreSQL even when the
+// column is there already). Migrate alters only a table that lacks the
+// column, so running it at every start costs a look.
+//
+// Upgrade in this order: run the migration (the relays and Submits of
+// version 1 go on working with the new column, which they leave NULL), then
+// deploy the relays of version 2, then the code that submits with
+// per-task options. A relay of version 1 relays a row written with
+// options without them (and loses them from a row it moves to the dead
+// rows or, on PostgreSQL, puts back). A Submit or relay of version 2 on a
+// table of version 1 fails with ErrNoTable, naming the migration.
 //
 // # The window
 //

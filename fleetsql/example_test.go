@@ -14,8 +14,8 @@ import (
 )
 
 // A rolled-back transaction makes no task; a committed one makes one,
-// once the relay ran (here one batch of it: RelayOnce; a host runs Relay
-// in the background).
+// with the options it was submitted with, once the relay ran (here one
+// batch of it: RelayOnce; a host runs Relay in the background).
 func ExampleSubmit() {
 	ctx := context.Background()
 	db, done := exampleDB() // a throwaway database on FLEETSQL_POSTGRES_URL, or the local server
@@ -37,7 +37,8 @@ func ExampleSubmit() {
 		if err != nil {
 			log.Fatal(err)
 		}
-		if _, err := fleetsql.Submit(ctx, tx, ob, q, Job{N: n}, fleet.SubmitOptions{}); err != nil {
+		opts := fleet.SubmitOptions{Priority: 3, Metadata: map[string]string{"order": fmt.Sprint("A-", n)}}
+		if _, err := fleetsql.Submit(ctx, tx, ob, q, Job{N: n}, opts); err != nil {
 			log.Fatal(err)
 		}
 		if commit {
@@ -56,12 +57,12 @@ func ExampleSubmit() {
 		log.Fatal(err)
 	}
 	for _, t := range ts {
-		fmt.Println("task of row", t.Payload.N)
+		fmt.Println("task of row", t.Payload.N, "for order", t.Metadata()["order"])
 		_ = t.Ack(ctx)
 	}
 	// Output:
 	// taken 1, relayed 1, <nil>
-	// task of row 1
+	// task of row 1 for order A-1
 }
 
 // The migration for MariaDB, with a table name of one's own.
@@ -84,7 +85,8 @@ func ExampleOutbox_MigrationSQL() {
 	// 	dedup_key     VARCHAR(512) NULL,
 	// 	unique_ms     BIGINT NOT NULL DEFAULT 0,
 	// 	not_before_ms BIGINT NULL,
-	// 	created_at    DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
+	// 	created_at    DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+	// 	options       TEXT NULL
 	// ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 	//
 	// CREATE TABLE IF NOT EXISTS `order_tasks_dead` (
@@ -96,8 +98,13 @@ func ExampleOutbox_MigrationSQL() {
 	// 	not_before_ms BIGINT NULL,
 	// 	created_at    DATETIME(6) NOT NULL,
 	// 	dead_at       DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
-	// 	reason        TEXT NOT NULL
+	// 	reason        TEXT NOT NULL,
+	// 	options       TEXT NULL
 	// ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+	//
+	// ALTER TABLE `order_tasks` ADD COLUMN IF NOT EXISTS options TEXT NULL;
+	//
+	// ALTER TABLE `order_tasks_dead` ADD COLUMN IF NOT EXISTS options TEXT NULL;
 }
 
 // exampleDB is testDB for examples: it exits with how to get a server

@@ -21,7 +21,8 @@ import (
 // fleet.ErrInvalidPayload or fleet.ErrPayloadTooLarge, as Queue.Submit's do.
 var (
 	// ErrNoTable is returned by Submit, Relay and RelayOnce when the outbox
-	// table or its dead-row table does not exist. The message names the
+	// table or its dead-row table does not exist, or lacks a column of this
+	// SchemaVersion (a table of an older version). The message names the
 	// migration to run: Outbox.Migrate, or the SQL of Outbox.MigrationSQL.
 	ErrNoTable = errors.New("fleetsql: outbox table missing")
 	// ErrDialect is returned by New when the dialect is not given and the
@@ -147,13 +148,17 @@ func New(db *sql.DB, opts Options) (*Outbox, error) {
 	o.listen = o.dialect == PostgreSQL && drv == PostgreSQL
 	o.qTable, o.qDead = o.quote(o.table), o.quote(o.dead)
 	if o.dialect == PostgreSQL {
-		o.insert = `INSERT INTO ` + o.qTable + ` (id, queue, payload, dedup_key, unique_ms, not_before_ms) VALUES ($1, $2, $3, $4, $5, $6)`
-		o.insertNotify = `WITH r AS (INSERT INTO ` + o.qTable + ` (id, queue, payload, dedup_key, unique_ms, not_before_ms) VALUES ($1, $2, $3, $4, $5, $6) RETURNING 1) SELECT pg_notify($7, '') FROM r`
+		o.insert = `INSERT INTO ` + o.qTable + ` (` + insertCols + `) VALUES ($1, $2, $3, $4, $5, $6, $7)`
+		o.insertNotify = `WITH r AS (INSERT INTO ` + o.qTable + ` (` + insertCols + `) VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING 1) SELECT pg_notify($8, '') FROM r`
 	} else {
-		o.insert = `INSERT INTO ` + o.qTable + ` (id, queue, payload, dedup_key, unique_ms, not_before_ms) VALUES (?, ?, ?, ?, ?, ?)`
+		o.insert = `INSERT INTO ` + o.qTable + ` (` + insertCols + `) VALUES (?, ?, ?, ?, ?, ?, ?)`
 	}
 	return o, nil
 }
+
+// insertCols are the columns that Submit writes, in the order of its
+// arguments.
+const insertCols = `id, queue, payload, dedup_key, unique_ms, not_before_ms, options`
 
 // notify reports whether this Submit is to notify (PostgreSQL): the first
 // in each NotifyInterval.
@@ -231,32 +236,46 @@ func (o *Outbox) tableErr(op string, err error) error {
 		return fmt.Errorf("fleetsql: %s: %w: %s or %s does not exist in this database: run the migration (Outbox.Migrate, or the SQL of Outbox.MigrationSQL): %w",
 			op, ErrNoTable, o.table, o.dead, err)
 	}
+	if isNoColumn(err) {
+		return fmt.Errorf("fleetsql: %s: %w: %s or %s lacks a column of schema version %d (a table of an older version): run the migration (Outbox.Migrate, or the SQL of Outbox.MigrationSQL), which upgrades it in place: %w",
+			op, ErrNoTable, o.table, o.dead, SchemaVersion, err)
+	}
 	return fmt.Errorf("fleetsql: %s: %w", op, err)
 }
 
 // isNoTable reports PostgreSQL's undefined_table (42P01) and MySQL's
 // ER_NO_SUCH_TABLE (1146).
-func isNoTable(err error) bool {
+func isNoTable(err error) bool { return isDBError(err, "42P01", 1146) }
+
+// isNoColumn reports PostgreSQL's undefined_column (42703) and MySQL's
+// ER_BAD_FIELD_ERROR (1054): a table of an older SchemaVersion.
+func isNoColumn(err error) bool { return isDBError(err, "42703", 1054) }
+
+// isDupColumn reports PostgreSQL's duplicate_column (42701) and MySQL's
+// ER_DUP_FIELDNAME (1060).
+func isDupColumn(err error) bool { return isDBError(err, "42701", 1060) }
+
+// isDBError reports whether err is PostgreSQL's error of SQLSTATE pgCode
+// or MySQL's error number myNumber.
+func isDBError(err error, pgCode string, myNumber uint16) bool {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
-		return pe.Code == "42P01"
+		return pe.Code == pgCode
 	}
 	var me *mysql.MySQLError
 	if errors.As(err, &me) {
-		return me.Number == 1146
+		return me.Number == myNumber
 	}
 	return false
 }
 
-// check returns ErrNoTable unless both tables exist (and the columns the
-// relay reads), in one query of each.
+// check returns ErrNoTable unless both tables exist with the columns the
+// relay reads, in one query of each.
 func (o *Outbox) check(ctx context.Context) error {
 	for _, t := range []string{o.qTable, o.qDead} {
-		rows, err := o.db.QueryContext(ctx, `SELECT id, queue, payload, dedup_key, unique_ms, not_before_ms, created_at FROM `+t+` WHERE 1 = 0`)
-		if err != nil {
+		if err := o.hasColumns(ctx, t, `id, queue, payload, dedup_key, unique_ms, not_before_ms, created_at, options`); err != nil {
 			return o.tableErr("check tables", err)
 		}
-		rows.Close()
 	}
 	return nil
 }

@@ -191,7 +191,7 @@ func (o *Outbox) newRelay(f *fleet.Fleet, opts RelayOptions) (*relay, error) {
 		return nil, err
 	}
 	r := &relay{o: o, f: f, opts: opts, log: opts.Logger.With("table", o.table)}
-	cols := `queue, payload, dedup_key, unique_ms, not_before_ms`
+	cols := `queue, payload, dedup_key, unique_ms, not_before_ms, options`
 	// A look for a row that no relay holds, outside a transaction (the
 	// lock ends with the statement).
 	r.probe = `SELECT 1 FROM ` + o.qTable + ` LIMIT 1 FOR UPDATE SKIP LOCKED`
@@ -203,9 +203,9 @@ func (o *Outbox) newRelay(f *fleet.Fleet, opts RelayOptions) (*relay, error) {
 		// transaction.
 		r.take = `DELETE FROM ` + o.qTable + ` WHERE id IN (SELECT id FROM ` + o.qTable + ` ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED)` +
 			` RETURNING id::text, ` + cols + `, created_at`
-		r.dead = `INSERT INTO ` + o.qDead + ` (id, ` + cols + `, created_at, reason) VALUES ($1::uuid, $2, $3, $4, $5, $6, $7, $8)` +
+		r.dead = `INSERT INTO ` + o.qDead + ` (id, ` + cols + `, created_at, reason) VALUES ($1::uuid, $2, $3, $4, $5, $6, $7, $8, $9)` +
 			` ON CONFLICT (id) DO UPDATE SET reason = EXCLUDED.reason, dead_at = now()`
-		r.back = `INSERT INTO ` + o.qTable + ` (id, ` + cols + `, created_at) VALUES ($1::uuid, $2, $3, $4, $5, $6, $7)`
+		r.back = `INSERT INTO ` + o.qTable + ` (id, ` + cols + `, created_at) VALUES ($1::uuid, $2, $3, $4, $5, $6, $7, $8)`
 	} else {
 		// READ COMMITTED: a locking read then takes no gap locks, which
 		// would hold up the application's inserts.
@@ -224,22 +224,39 @@ func (o *Outbox) newRelay(f *fleet.Fleet, opts RelayOptions) (*relay, error) {
 //
 // Each batch is one transaction: it locks up to Batch rows with FOR
 // UPDATE SKIP LOCKED (so replicas take disjoint rows), submits each with
-// fleet.Fleet.SubmitJSONWith, a dedup key derived from the row (KeyPrefix
-// plus its id, or its SubmitOptions.DedupKey) and a unique window of
-// RelayOptions.Window, then deletes the rows whose submit was answered
-// (a new task or a duplicate) and commits. A relay that dies anywhere in
+// fleet.Fleet.SubmitJSONWith, the row's options (those Submit was given),
+// a dedup key derived from the row (KeyPrefix plus its id, or its
+// SubmitOptions.DedupKey) and a unique window of RelayOptions.Window,
+// then deletes the rows whose submit was answered (a new task or a
+// duplicate) and commits. A relay that dies anywhere in
 // between leaves its rows behind (the database aborts its transaction);
 // the next relay that takes them submits them again, and the held dedup
 // key makes that a no-op. So each committed row becomes exactly one task,
 // within the window (see doc.go for the limits).
 //
 // A row whose queue no NewQueue of this process made, whose payload no
-// longer decodes into the queue's type or validates, or that was edited
-// into something the queue refuses, goes to the dead-row table
-// (DeadTable) with the reason, in the same transaction; it never holds up
-// the rows behind it. When Redis does not answer, the answered rows of
-// the batch are deleted, the others stay, and the relay backs off (up to
-// RetryMax); when the database fails, it backs off the same way.
+// longer decodes into the queue's type or validates, whose options column
+// does not decode, or that was edited into something the queue refuses,
+// goes to the dead-row table (DeadTable) with the reason, in the same
+// transaction; it never holds up the rows behind it.
+//
+// So does a row whose SubmitOptions.ExpiresAt passed before a relay took
+// it (by the relay's clock), with the reason "fleetsql: expired before it
+// was relayed": no task is submitted. The core refuses an ExpiresAt in the
+// past, and a task made only to be dead-lettered would carry an ExpiresAt
+// and a NotBefore that the application never set. And an expiry in the
+// outbox is an outbox incident (the relays or Redis were down longer than
+// the task's life), which an operator looks for among the rows the relay
+// could not deliver, not among the queue's expired tasks, which measure
+// its workers; the dead row keeps the options, to edit and copy back if
+// the task should run after all. Code that acts on the queue's "expired"
+// dead letters must watch the dead rows too. A row taken again after a
+// relay died past its submit may be there while its task is in the queue
+// (the reason says so).
+//
+// When Redis does not answer, the answered rows of the batch are deleted,
+// the others stay, and the relay backs off (up to RetryMax); when the
+// database fails, it backs off the same way.
 //
 // On PostgreSQL through pgx's stdlib driver the relay holds one
 // connection of the pool to LISTEN on the channel that Submit notifies,
@@ -353,13 +370,14 @@ type row struct {
 	dedup              sql.NullString
 	uniqueMS           int64
 	notBefore          sql.NullInt64
-	created            any // PostgreSQL: created_at, to write back
+	options            sql.NullString // the per-task options (options.go)
+	created            any            // PostgreSQL: created_at, to write back
 }
 
 // values returns the row's columns in the order of relay.dead and
 // relay.back (PostgreSQL).
 func (w row) values() []any {
-	return []any{w.id, w.queue, w.payload, w.dedup, w.uniqueMS, w.notBefore, w.created}
+	return []any{w.id, w.queue, w.payload, w.dedup, w.uniqueMS, w.notBefore, w.options, w.created}
 }
 
 type outcomeKind int
@@ -480,7 +498,7 @@ func (r *relay) lock(ctx context.Context, tx *sql.Tx) ([]row, error) {
 	var out []row
 	for rs.Next() {
 		var w row
-		dst := []any{&w.id, &w.queue, &w.payload, &w.dedup, &w.uniqueMS, &w.notBefore}
+		dst := []any{&w.id, &w.queue, &w.payload, &w.dedup, &w.uniqueMS, &w.notBefore, &w.options}
 		if r.o.dialect == PostgreSQL {
 			dst = append(dst, &w.created)
 		}
@@ -565,6 +583,14 @@ func (r *relay) submit(ctx context.Context, w row) outcome {
 	if w.notBefore.Valid {
 		opts.NotBefore = time.UnixMilli(w.notBefore.Int64)
 	}
+	if w.options.Valid {
+		if err := decodeOptions(w.options.String, &opts); err != nil {
+			return outcome{kind: dead, err: err}
+		}
+	}
+	if expired(opts.ExpiresAt) {
+		return outcome{kind: dead, err: errExpiredRow(opts.ExpiresAt)}
+	}
 	sctx, cancel := context.WithTimeout(ctx, r.opts.SubmitTimeout)
 	defer cancel()
 	_, err := r.f.SubmitJSONWith(sctx, w.queue, []byte(w.payload), opts)
@@ -573,10 +599,24 @@ func (r *relay) submit(ctx context.Context, w row) outcome {
 		return outcome{kind: relayed}
 	case errors.Is(err, fleet.ErrDuplicate):
 		return outcome{kind: duplicate}
+	case errors.Is(err, fleet.ErrInvalidArgument) && expired(opts.ExpiresAt):
+		return outcome{kind: dead, err: errExpiredRow(opts.ExpiresAt)} // it passed during the call
 	case permanent(err):
 		return outcome{kind: dead, err: err}
 	}
 	return outcome{kind: kept, err: err}
+}
+
+// expired reports whether a row's ExpiresAt is set and passed, by this
+// process's clock (the one the core's check of ExpiresAt reads).
+func expired(at time.Time) bool { return !at.IsZero() && !at.After(time.Now()) }
+
+// errExpiredRow is the reason of a row whose ExpiresAt passed before the
+// relay took it: the core refuses a task that expired already, and the
+// relay submits none. See Relay.
+func errExpiredRow(at time.Time) error {
+	return fmt.Errorf("fleetsql: expired before it was relayed: SubmitOptions.ExpiresAt %s passed (relay's clock %s), so no task was submitted (unless an earlier relay died after submitting it)",
+		at.UTC().Format(time.RFC3339Nano), time.Now().UTC().Format(time.RFC3339Nano))
 }
 
 // permanent reports the submit errors that the same row would get again:

@@ -6,13 +6,16 @@ import (
 )
 
 // SchemaVersion is the version of the tables that MigrationSQL creates.
-// A later version will come with the SQL that upgrades this one.
-const SchemaVersion = 1
+// Version 2 added the options column (SubmitOptions' per-task options) to
+// both tables; MigrationSQL and Migrate upgrade a table of version 1 in
+// place.
+const SchemaVersion = 2
 
 // MigrationSQL returns the statements that create the outbox table and its
-// dead-row table, for the outbox's dialect and table name, each ending in
-// ";" and separated by blank lines, for a migration tool. Each is
-// idempotent (CREATE TABLE IF NOT EXISTS). On PostgreSQL:
+// dead-row table, and upgrade tables of an older SchemaVersion, for the
+// outbox's dialect and table name, each ending in ";" and separated by
+// blank lines, for a migration tool. Each is idempotent (CREATE TABLE IF
+// NOT EXISTS, ALTER TABLE ... ADD COLUMN IF NOT EXISTS). On PostgreSQL:
 //
 //	CREATE TABLE IF NOT EXISTS "fleet_outbox" (
 //	    id            uuid        PRIMARY KEY,  -- UUIDv7 made by Submit
@@ -21,28 +24,90 @@ const SchemaVersion = 1
 //	    dedup_key     text,                     -- SubmitOptions.DedupKey, or NULL
 //	    unique_ms     bigint      NOT NULL DEFAULT 0,  -- SubmitOptions.UniqueFor
 //	    not_before_ms bigint,                   -- SubmitOptions.NotBefore, unix ms, or NULL
-//	    created_at    timestamptz NOT NULL DEFAULT now()
+//	    created_at    timestamptz NOT NULL DEFAULT now(),
+//	    options       text                      -- the per-task options, a JSON object, or NULL
 //	);
+//	ALTER TABLE "fleet_outbox" ADD COLUMN IF NOT EXISTS options text;
 //
-// and "fleet_outbox_dead" with the same columns plus dead_at and reason.
-// On MySQL the types are CHAR(36), VARCHAR(512), LONGTEXT, BIGINT and
-// DATETIME(6), in InnoDB with utf8mb4.
+// and "fleet_outbox_dead" with the same columns plus dead_at and reason
+// (before options, which version 2 added last, as the upgrade does). On
+// MySQL the types are CHAR(36), VARCHAR(512), LONGTEXT, BIGINT,
+// DATETIME(6) and TEXT, in InnoDB with utf8mb4. The ADD COLUMN IF NOT
+// EXISTS is MariaDB's (10.0.2 and later); MySQL 8.0 has no such clause:
+// there, run Migrate, or run the ALTER statements without IF NOT EXISTS,
+// once, on tables of version 1 only. On PostgreSQL an ALTER TABLE waits
+// for the transactions that hold the table (relays' batches, the
+// application's Submits) and holds up the ones that come after it, even
+// when the column is there already; Migrate runs one only on a table that
+// lacks the column.
 func (o *Outbox) MigrationSQL() string {
-	return strings.Join(o.migration(), ";\n\n") + ";\n"
+	var s []string
+	for _, m := range o.migration() {
+		s = append(s, m.sql)
+	}
+	return strings.Join(s, ";\n\n") + ";\n"
 }
 
-// Migrate runs MigrationSQL's statements on the outbox's database, one at
-// a time: tables that exist are left as they are.
+// Migrate brings the outbox's tables to SchemaVersion on its database,
+// one statement at a time: it creates the tables that do not exist, and
+// adds the columns that tables of an older version lack, keeping their
+// rows. It runs MigrationSQL's statements, except that it looks for each
+// column first (SELECT options ... WHERE 1 = 0) and alters only a table
+// that lacks it: on PostgreSQL an ALTER TABLE takes an exclusive lock on
+// the table even when the column is there (tested), which would queue the
+// application's inserts behind the relays' open transactions at every
+// run. On MySQL it adds the
+// column without IF NOT EXISTS and takes "duplicate column" (another
+// Migrate's) for done, which MariaDB and MySQL 8.0 both understand; so
+// several processes may upgrade the same tables at once.
+//
+// A relay of version 1 relays the rows of an upgraded table without their
+// options: upgrade the tables first, then the relays, then the code that
+// submits with per-task options. A Submit or a relay of this version on a
+// table of version 1 fails with ErrNoTable, naming the migration.
 func (o *Outbox) Migrate(ctx context.Context) error {
-	for _, s := range o.migration() {
-		if _, err := o.db.ExecContext(ctx, s); err != nil {
+	for _, m := range o.migration() {
+		if m.column != "" {
+			err := o.hasColumns(ctx, m.table, m.column)
+			if err == nil {
+				continue
+			}
+			if !isNoColumn(err) {
+				return o.tableErr("migrate", err)
+			}
+		}
+		s := m.sql
+		if m.mysqlAlter != "" {
+			s = m.mysqlAlter
+		}
+		if _, err := o.db.ExecContext(ctx, s); err != nil && !isDupColumn(err) { // a column that another Migrate added meanwhile
 			return o.tableErr("migrate", err)
 		}
 	}
 	return nil
 }
 
-func (o *Outbox) migration() []string {
+// hasColumns returns nil when table (quoted) has columns (a list), and
+// the database's error (isNoColumn for a missing one) when not.
+func (o *Outbox) hasColumns(ctx context.Context, table, columns string) error {
+	rows, err := o.db.QueryContext(ctx, `SELECT `+columns+` FROM `+table+` WHERE 1 = 0`)
+	if err != nil {
+		return err
+	}
+	return rows.Close()
+}
+
+// step is one statement of the migration. An upgrade's adds column to
+// table (quoted), and Migrate runs it only when the column is missing;
+// mysqlAlter, when set, is what Migrate runs in its place: the same ALTER
+// without IF NOT EXISTS, for MySQL 8.0.
+type step struct {
+	sql           string
+	table, column string
+	mysqlAlter    string
+}
+
+func (o *Outbox) migration() []step {
 	if o.dialect == MySQL {
 		const cols = `
 	id            CHAR(36) CHARACTER SET ascii NOT NULL PRIMARY KEY,
@@ -51,15 +116,27 @@ func (o *Outbox) migration() []string {
 	dedup_key     VARCHAR(512) NULL,
 	unique_ms     BIGINT NOT NULL DEFAULT 0,
 	not_before_ms BIGINT NULL,`
+		const options = `
+	options       TEXT NULL`
 		const tail = `
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`
-		return []string{
-			`CREATE TABLE IF NOT EXISTS ` + o.qTable + ` (` + cols + `
-	created_at    DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)` + tail,
-			`CREATE TABLE IF NOT EXISTS ` + o.qDead + ` (` + cols + `
+		alter := func(t string) step {
+			return step{
+				sql:        `ALTER TABLE ` + t + ` ADD COLUMN IF NOT EXISTS options TEXT NULL`,
+				table:      t,
+				column:     "options",
+				mysqlAlter: `ALTER TABLE ` + t + ` ADD COLUMN options TEXT NULL`,
+			}
+		}
+		return []step{
+			{sql: `CREATE TABLE IF NOT EXISTS ` + o.qTable + ` (` + cols + `
+	created_at    DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),` + options + tail},
+			{sql: `CREATE TABLE IF NOT EXISTS ` + o.qDead + ` (` + cols + `
 	created_at    DATETIME(6) NOT NULL,
 	dead_at       DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
-	reason        TEXT NOT NULL` + tail,
+	reason        TEXT NOT NULL,` + options + tail},
+			alter(o.qTable),
+			alter(o.qDead),
 		}
 	}
 	const cols = `
@@ -69,14 +146,18 @@ func (o *Outbox) migration() []string {
 	dedup_key     text,
 	unique_ms     bigint      NOT NULL DEFAULT 0,
 	not_before_ms bigint,`
-	return []string{
-		`CREATE TABLE IF NOT EXISTS ` + o.qTable + ` (` + cols + `
-	created_at    timestamptz NOT NULL DEFAULT now()
-)`,
-		`CREATE TABLE IF NOT EXISTS ` + o.qDead + ` (` + cols + `
+	const options = `
+	options       text`
+	return []step{
+		{sql: `CREATE TABLE IF NOT EXISTS ` + o.qTable + ` (` + cols + `
+	created_at    timestamptz NOT NULL DEFAULT now(),` + options + `
+)`},
+		{sql: `CREATE TABLE IF NOT EXISTS ` + o.qDead + ` (` + cols + `
 	created_at    timestamptz NOT NULL,
 	dead_at       timestamptz NOT NULL DEFAULT now(),
-	reason        text        NOT NULL
-)`,
+	reason        text        NOT NULL,` + options + `
+)`},
+		{sql: `ALTER TABLE ` + o.qTable + ` ADD COLUMN IF NOT EXISTS options text`, table: o.qTable, column: "options"},
+		{sql: `ALTER TABLE ` + o.qDead + ` ADD COLUMN IF NOT EXISTS options text`, table: o.qDead, column: "options"},
 	}
 }

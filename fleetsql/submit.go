@@ -4,16 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"strings"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 
 	"github.com/fleet-go/fleet"
 )
-
-// maxKey bounds a dedup key, in bytes, as the core does.
-const maxKey = 512
 
 // KeyPrefix starts the dedup key that the relay gives the task of a row
 // without a SubmitOptions.DedupKey: the task's key is KeyPrefix plus the
@@ -25,14 +20,16 @@ const KeyPrefix = "fleetsql:"
 // exists in the queue if and only if tx commits: the relay (Relay) moves
 // the committed row there, once. Submit never touches Redis.
 //
-// It validates payload with the queue's rules first (Queue.Encode), so a
-// bad payload fails here with fleet.ErrInvalidPayload or
-// fleet.ErrPayloadTooLarge and nothing is written: the caller decides
-// whether its transaction goes on. On PostgreSQL the same statement calls
-// pg_notify (at most once per Options.NotifyInterval), which the server
-// delivers to the relays only at commit, and never after a rollback.
+// It checks opts (Queue.CheckOptions) and validates payload (Queue.Encode)
+// with the queue's rules first, so that bad options fail here with
+// fleet.ErrInvalidArgument naming the field, and a bad payload with
+// fleet.ErrInvalidPayload or fleet.ErrPayloadTooLarge, and nothing is
+// written: the caller decides whether its transaction goes on. On
+// PostgreSQL the same statement calls pg_notify (at most once per
+// Options.NotifyInterval), which the server delivers to the relays only at
+// commit, and never after a rollback.
 //
-// opts are Queue.SubmitWith's:
+// opts are Queue.SubmitWith's, and the task gets them all:
 //   - NotBefore delays the task: the relay submits the row at once and the
 //     task waits in the queue's :scheduled set.
 //   - DedupKey, when set, is the task's dedup key in place of KeyPrefix plus
@@ -44,6 +41,15 @@ const KeyPrefix = "fleetsql:"
 //     is longer than the relay's window. As for SubmitWith, it needs DedupKey.
 //   - ShardKey must be empty or equal to DedupKey: the task goes to the
 //     shard of its dedup key, and concurrent relays keep no order anyway.
+//   - Priority, MaxAttempts, Timeout, ExpiresAt, Metadata and Group are
+//     kept in the row's options column and given to the task as they are.
+//     ExpiresAt must be in the future now, as for SubmitWith; a row whose
+//     ExpiresAt passed before the relay took it is not submitted, and goes
+//     to the dead rows with the reason "expired before it was relayed"
+//     (see Relay). Group is refused on a sharded queue (QueueOptions.Shards
+//     over 1): the relay submits every task with a dedup key, and the core
+//     refuses a dedup key beside a Group there, since the group's shard is
+//     not the key's.
 //
 // May return ErrNoTable (run the migration), fleet.ErrInvalidArgument, the
 // queue's own error (Queue.Err), and the database's errors. On PostgreSQL a
@@ -53,18 +59,22 @@ func Submit[T any](ctx context.Context, tx *sql.Tx, o *Outbox, q *fleet.Queue[T]
 	switch {
 	case tx == nil || o == nil || q == nil:
 		return "", fmt.Errorf("fleetsql: %s: %w: Submit needs a *sql.Tx, an *Outbox and a *fleet.Queue", op, fleet.ErrInvalidArgument)
-	case opts.UniqueFor < 0:
-		return "", fmt.Errorf("fleetsql: %s %q: %w: SubmitOptions.UniqueFor %v is negative", op, q.Name(), fleet.ErrInvalidArgument, opts.UniqueFor)
-	case opts.UniqueFor > 0 && opts.DedupKey == "":
-		return "", fmt.Errorf("fleetsql: %s %q: %w: SubmitOptions.UniqueFor needs a DedupKey", op, q.Name(), fleet.ErrInvalidArgument)
-	case opts.DedupKey != "" && (len(opts.DedupKey) > maxKey || !isText(opts.DedupKey)):
-		return "", fmt.Errorf("fleetsql: %s %q: %w: dedup key of %d bytes must be valid text of at most %d bytes", op, q.Name(), fleet.ErrInvalidArgument, len(opts.DedupKey), maxKey)
 	case opts.ShardKey != "" && opts.ShardKey != opts.DedupKey:
 		return "", fmt.Errorf("fleetsql: %s %q: %w: SubmitOptions.ShardKey %q: an outbox task goes to the shard of its dedup key (leave ShardKey empty, or make it the DedupKey)", op, q.Name(), fleet.ErrInvalidArgument, opts.ShardKey)
+	case opts.Group != "" && q.Options().Shards > 1:
+		return "", fmt.Errorf("fleetsql: %s %q: %w: SubmitOptions.Group on a sharded queue (%d shards): the relay submits every outbox task with a dedup key, which its exactly-once rests on, and a sharded queue keeps a group's tasks on the group's shard, where their keys cannot be held (the core refuses DedupKey beside Group there): submit grouped tasks of a sharded queue with Queue.SubmitWith after the commit, or use an unsharded queue",
+			op, q.Name(), fleet.ErrInvalidArgument, q.Options().Shards)
+	}
+	if err := q.CheckOptions(opts); err != nil {
+		return "", fmt.Errorf("fleetsql: %s: %w", op, err)
 	}
 	raw, err := q.Encode(payload)
 	if err != nil {
 		return "", fmt.Errorf("fleetsql: %s: %w", op, err)
+	}
+	options, err := encodeOptions(opts)
+	if err != nil {
+		return "", fmt.Errorf("fleetsql: %s %q: %w", op, q.Name(), err)
 	}
 	u, err := uuid.NewV7()
 	if err != nil {
@@ -78,7 +88,7 @@ func Submit[T any](ctx context.Context, tx *sql.Tx, o *Outbox, q *fleet.Queue[T]
 	if !opts.NotBefore.IsZero() {
 		notBefore = opts.NotBefore.UnixMilli()
 	}
-	stmt, args := o.insert, []any{id, q.Name(), string(raw), dedup, opts.UniqueFor.Milliseconds(), notBefore}
+	stmt, args := o.insert, []any{id, q.Name(), string(raw), dedup, opts.UniqueFor.Milliseconds(), notBefore, options}
 	if o.notify() {
 		stmt, args = o.insertNotify, append(args, o.channel)
 	}
@@ -86,10 +96,4 @@ func Submit[T any](ctx context.Context, tx *sql.Tx, o *Outbox, q *fleet.Queue[T]
 		return "", o.tableErr(op, err)
 	}
 	return id, nil
-}
-
-// isText is the core's rule for dedup keys: valid UTF-8 with no control
-// characters.
-func isText(s string) bool {
-	return utf8.ValidString(s) && strings.IndexFunc(s, func(r rune) bool { return r < ' ' || r == 0x7f }) < 0
 }

@@ -174,8 +174,9 @@ func TestSubmitOptions(t *testing.T) {
 	})
 }
 
-// A payload that fails the queue's rules fails Submit and writes nothing:
-// the caller's transaction goes on.
+// A payload that fails the queue's rules, or options that fail them,
+// fail Submit (naming the option) and write nothing: the caller's
+// transaction goes on.
 func TestSubmitInvalidPayload(t *testing.T) {
 	forEach(t, func(t *testing.T, d fleetsql.Dialect) {
 		o, db, _ := newOutbox(t, d)
@@ -188,22 +189,39 @@ func TestSubmitInvalidPayload(t *testing.T) {
 		}
 		defer tx.Rollback()
 		for _, c := range []struct {
-			p    Job
-			opts fleet.SubmitOptions
-			want error
+			p     Job
+			opts  fleet.SubmitOptions
+			want  error
+			names string // what the message names
 		}{
-			{Job{N: -1}, fleet.SubmitOptions{}, fleet.ErrInvalidPayload},
-			{Job{Note: strings.Repeat("x", 21)}, fleet.SubmitOptions{}, fleet.ErrInvalidPayload},
-			{Job{Note: strings.Repeat("é", 20)}, fleet.SubmitOptions{}, fleet.ErrPayloadTooLarge},
-			{Job{}, fleet.SubmitOptions{UniqueFor: time.Hour}, fleet.ErrInvalidArgument},
-			{Job{}, fleet.SubmitOptions{UniqueFor: -1}, fleet.ErrInvalidArgument},
-			{Job{}, fleet.SubmitOptions{DedupKey: "a\nb"}, fleet.ErrInvalidArgument},
-			{Job{}, fleet.SubmitOptions{DedupKey: strings.Repeat("k", 513)}, fleet.ErrInvalidArgument},
-			{Job{}, fleet.SubmitOptions{ShardKey: "s"}, fleet.ErrInvalidArgument},
+			{Job{N: -1}, fleet.SubmitOptions{}, fleet.ErrInvalidPayload, "n (fails gte=0)"},
+			{Job{Note: strings.Repeat("x", 21)}, fleet.SubmitOptions{}, fleet.ErrInvalidPayload, "note (fails max=20)"},
+			{Job{Note: strings.Repeat("é", 20)}, fleet.SubmitOptions{}, fleet.ErrPayloadTooLarge, "MaxPayloadBytes"},
+			{Job{}, fleet.SubmitOptions{UniqueFor: time.Hour}, fleet.ErrInvalidArgument, "UniqueFor"},
+			{Job{}, fleet.SubmitOptions{UniqueFor: -1}, fleet.ErrInvalidArgument, "UniqueFor"},
+			{Job{}, fleet.SubmitOptions{DedupKey: "a\nb"}, fleet.ErrInvalidArgument, "dedup key"},
+			{Job{}, fleet.SubmitOptions{DedupKey: strings.Repeat("k", 513)}, fleet.ErrInvalidArgument, "dedup key"},
+			{Job{}, fleet.SubmitOptions{ShardKey: "s"}, fleet.ErrInvalidArgument, "ShardKey"},
+			{Job{}, fleet.SubmitOptions{Priority: fleet.MaxPriority + 1}, fleet.ErrInvalidArgument, "Priority"},
+			{Job{}, fleet.SubmitOptions{Priority: -1}, fleet.ErrInvalidArgument, "Priority"},
+			{Job{}, fleet.SubmitOptions{MaxAttempts: -1}, fleet.ErrInvalidArgument, "MaxAttempts"},
+			{Job{}, fleet.SubmitOptions{Timeout: -time.Second}, fleet.ErrInvalidArgument, "Timeout"},
+			{Job{}, fleet.SubmitOptions{ExpiresAt: time.Now().Add(-time.Second)}, fleet.ErrInvalidArgument, "ExpiresAt"},
+			{Job{}, fleet.SubmitOptions{Metadata: map[string]string{"": "x"}}, fleet.ErrInvalidArgument, "Metadata"},
+			{Job{}, fleet.SubmitOptions{Metadata: map[string]string{"k": strings.Repeat("x", fleet.MaxMetadataBytes)}}, fleet.ErrInvalidArgument, "Metadata"},
+			{Job{}, fleet.SubmitOptions{Group: "bad{group}"}, fleet.ErrInvalidArgument, "Group"},
+			{Job{}, fleet.SubmitOptions{Group: "g", Priority: 1}, fleet.ErrInvalidArgument, "Priority"},
 		} {
-			if _, err := fleetsql.Submit(ctx, tx, o, q, c.p, c.opts); !errors.Is(err, c.want) {
-				t.Errorf("Submit(%+v, %+v) = %v, want %v", c.p, c.opts, err, c.want)
+			if _, err := fleetsql.Submit(ctx, tx, o, q, c.p, c.opts); !errors.Is(err, c.want) || !strings.Contains(err.Error(), c.names) {
+				t.Errorf("Submit(%+v, %+v) = %v, want %v naming %s", c.p, c.opts, err, c.want, c.names)
 			}
+		}
+		// A Group on a sharded queue: the relay's dedup key cannot be held
+		// beside it.
+		sharded := fleet.NewQueue[Job](f, "sharded", fleet.QueueOptions{Shards: 4})
+		if _, err := fleetsql.Submit(ctx, tx, o, sharded, Job{}, fleet.SubmitOptions{Group: "g"}); !errors.Is(err, fleet.ErrInvalidArgument) ||
+			!strings.Contains(err.Error(), "SubmitOptions.Group on a sharded queue (4 shards)") {
+			t.Errorf("Submit with a Group to a sharded queue = %v, want ErrInvalidArgument saying why", err)
 		}
 		bad := fleet.NewQueue[Job](f, "bad{name}", fleet.QueueOptions{})
 		if _, err := fleetsql.Submit(ctx, tx, o, bad, Job{}, fleet.SubmitOptions{}); !errors.Is(err, fleet.ErrInvalidName) {
@@ -219,8 +237,8 @@ func TestSubmitInvalidPayload(t *testing.T) {
 		if err := tx.Commit(); err != nil {
 			t.Fatal(err)
 		}
-		if n := count(t, db, o, o.Table()); n != 1 {
-			t.Fatalf("%d rows, want the one good row", n)
+		if n, dead := count(t, db, o, o.Table()), count(t, db, o, o.DeadTable()); n != 1 || dead != 0 {
+			t.Fatalf("%d rows (and %d dead), want the one good row", n, dead)
 		}
 	})
 }
