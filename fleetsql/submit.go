@@ -50,6 +50,9 @@ const KeyPrefix = "fleetsql:"
 //     over 1): the relay submits every task with a dedup key, and the core
 //     refuses a dedup key beside a Group there, since the group's shard is
 //     not the key's.
+//   - After and Track are refused: a tracked task takes no dedup key, on
+//     which the relay's exactly-once rests. Submit a flow once the
+//     transaction committed.
 //
 // May return ErrNoTable (run the migration), fleet.ErrInvalidArgument, the
 // queue's own error (Queue.Err), and the database's errors. On PostgreSQL a
@@ -61,6 +64,8 @@ func Submit[T any](ctx context.Context, tx *sql.Tx, o *Outbox, q *fleet.Queue[T]
 		return "", fmt.Errorf("fleetsql: %s: %w: Submit needs a *sql.Tx, an *Outbox and a *fleet.Queue", op, fleet.ErrInvalidArgument)
 	case opts.ShardKey != "" && opts.ShardKey != opts.DedupKey:
 		return "", fmt.Errorf("fleetsql: %s %q: %w: SubmitOptions.ShardKey %q: an outbox task goes to the shard of its dedup key (leave ShardKey empty, or make it the DedupKey)", op, q.Name(), fleet.ErrInvalidArgument, opts.ShardKey)
+	case len(opts.After) > 0 || opts.Track:
+		return "", fmt.Errorf("fleetsql: %s %q: %w: SubmitOptions.After and Track are not for an outbox task (a tracked task takes no dedup key, on which the relay's exactly-once rests): submit the flow after the commit", op, q.Name(), fleet.ErrInvalidArgument)
 	case opts.Group != "" && q.Options().Shards > 1:
 		return "", fmt.Errorf("fleetsql: %s %q: %w: SubmitOptions.Group on a sharded queue (%d shards): the relay submits every outbox task with a dedup key, which its exactly-once rests on, and a sharded queue keeps a group's tasks on the group's shard, where their keys cannot be held (the core refuses DedupKey beside Group there): submit grouped tasks of a sharded queue with Queue.SubmitWith after the commit, or use an unsharded queue",
 			op, q.Name(), fleet.ErrInvalidArgument, q.Options().Shards)

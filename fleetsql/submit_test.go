@@ -211,6 +211,8 @@ func TestSubmitInvalidPayload(t *testing.T) {
 			{Job{}, fleet.SubmitOptions{Metadata: map[string]string{"k": strings.Repeat("x", fleet.MaxMetadataBytes)}}, fleet.ErrInvalidArgument, "Metadata"},
 			{Job{}, fleet.SubmitOptions{Group: "bad{group}"}, fleet.ErrInvalidArgument, "Group"},
 			{Job{}, fleet.SubmitOptions{Group: "g", Priority: 1}, fleet.ErrInvalidArgument, "Priority"},
+			{Job{}, fleet.SubmitOptions{Track: true}, fleet.ErrInvalidArgument, "After and Track"},
+			{Job{}, fleet.SubmitOptions{After: fleet.DependOn(q, "01a23e41-a462-7083-9884-c4c0c5642e14")}, fleet.ErrInvalidArgument, "After and Track"},
 		} {
 			if _, err := fleetsql.Submit(ctx, tx, o, q, c.p, c.opts); !errors.Is(err, c.want) || !strings.Contains(err.Error(), c.names) {
 				t.Errorf("Submit(%+v, %+v) = %v, want %v naming %s", c.p, c.opts, err, c.want, c.names)
