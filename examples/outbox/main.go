@@ -119,20 +119,25 @@ func run(dbURL string, orders int) error {
 		}
 	}
 
-	// Wait for every placed order to be shipped.
+	// Wait for every placed order to be shipped, and its task acked.
 	var shipped, left int
 	for {
 		if err := db.QueryRowContext(ctx, `SELECT count(*) FILTER (WHERE shipped_at IS NOT NULL), (SELECT count(*) FROM fleet_outbox) FROM orders`).Scan(&shipped, &left); err != nil {
 			return err
 		}
-		if shipped == placed && left == 0 {
+		mu.Lock()
+		acked := ran
+		mu.Unlock()
+		// A row is shipped before its task is acked: wait for both, so
+		// stopping the worker cannot cut an ack short.
+		if shipped == placed && left == 0 && acked == placed {
 			break
 		}
 		select {
 		case err := <-relayErr:
 			return fmt.Errorf("relay: %w", err)
 		case <-ctx.Done():
-			return fmt.Errorf("%d of %d orders shipped, %d rows in the outbox: %w", shipped, placed, left, ctx.Err())
+			return fmt.Errorf("%d of %d orders shipped, %d acked, %d rows in the outbox: %w", shipped, placed, acked, left, ctx.Err())
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
