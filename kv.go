@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -16,7 +17,16 @@ import (
 // KV is a namespace of named values with optional TTLs
 // (fleet:kv:<ns>:<key>). Reads go through client-side caching: a repeated
 // read costs no round trip, and a write by any client reaches the next read
-// through the server's invalidation. A KV is safe for concurrent use.
+// through the server's invalidation.
+//
+// What a cached read guarantees: it sees every write made through its own
+// Fleet (read your writes); a write made elsewhere once the server's
+// invalidation has reached this Fleet, which may lag the write's
+// acknowledgement by its delivery time; and never a value that was
+// overwritten more than Options.CacheTTL (2s by default) before the read,
+// also while this Fleet's connection is stalled or partitioned. For a read
+// that is linearizable with every write, make it under WithFreshReads.
+// A KV is safe for concurrent use.
 type KV struct {
 	f    *Fleet
 	ns   string
@@ -230,6 +240,28 @@ func (kv *KV) GetString(ctx context.Context, key string) (string, bool, error) {
 	return textOf(s), true, nil
 }
 
+type freshReadsKey struct{}
+
+// WithFreshReads returns a ctx under which KV reads (Get, GetString,
+// GetAs) skip the client-side cache and read the server's value, as a
+// Fleet with Options.DisableCache does: such a read costs a round trip,
+// and is linearizable with every write on a single Redis node (it returns
+// the value of the last write acknowledged before it began, or of one
+// concurrent with it).
+func WithFreshReads(ctx context.Context) context.Context {
+	freshCalls.Store(true)
+	return context.WithValue(ctx, freshReadsKey{}, true)
+}
+
+// freshCalls says whether WithFreshReads was ever called in this process:
+// until it is, no read looks for it in its ctx.
+var freshCalls atomic.Bool
+
+// freshRead says whether ctx asks for fresh reads.
+func freshRead(ctx context.Context) bool {
+	return freshCalls.Load() && ctx.Value(freshReadsKey{}) != nil
+}
+
 // get reads the stored text of key.
 func (kv *KV) get(ctx context.Context, key string) (string, bool, error) {
 	k, err := kv.key(ctx, key)
@@ -239,10 +271,11 @@ func (kv *KV) get(ctx context.Context, key string) (string, bool, error) {
 	c := kv.f.client
 	var res rueidis.RedisResult
 	w := kv.f.watch
-	if kv.f.cache && w.stale(k) {
+	cached := kv.f.cache && !freshRead(ctx)
+	if cached && w.stale(k) {
 		w.settle(ctx, k, settleFor)
 	}
-	if kv.f.cache && !w.stale(k) {
+	if cached && !w.stale(k) {
 		w.readCached(k, kv.f.cacheTTL)
 		res = c.DoCache(ctx, c.B().Get().Key(k).Cache(), kv.f.cacheTTL)
 	} else {

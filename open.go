@@ -15,9 +15,10 @@ import (
 
 // Defaults of Options.
 const (
-	// DefaultCacheTTL bounds how long a client-side cached read is kept.
-	// Invalidation from the server keeps it fresh long before that.
-	DefaultCacheTTL = time.Minute
+	// DefaultCacheTTL is how stale a client-side cached read may be at
+	// most (Options.CacheTTL). The server's invalidation keeps a cached
+	// value fresh far sooner, as long as it is heard.
+	DefaultCacheTTL = 2 * time.Second
 	// DefaultDialTimeout bounds connecting to a node.
 	DefaultDialTimeout = 5 * time.Second
 )
@@ -66,8 +67,21 @@ type Options struct {
 	// DisableCache turns off client-side caching, for servers without RESP3
 	// client tracking. Reads then always go to the server.
 	DisableCache bool
-	// CacheTTL bounds how long a cached read is kept. Defaults to
-	// DefaultCacheTTL.
+	// CacheTTL bounds how stale a cached read may be. A value read through
+	// the client-side cache (KV reads, and the catalog, schedule and shard
+	// reads of workers) is served only until CacheTTL after the send of
+	// the read that fetched it from the server; after that the next read
+	// goes to the server again. So a cached read returns a value that was
+	// current less than CacheTTL before it, however late the server's
+	// invalidation is, and while this Fleet hears nothing from the server
+	// (a stalled or partitioned connection) it serves cached values for at
+	// most CacheTTL: then its reads wait on the server, until their ctx
+	// ends or the connection is found dead (ErrUnavailable). Within that
+	// bound, a read sees every write made through its own Fleet (read your
+	// writes), and a write by another process once its invalidation
+	// arrives (tens of microseconds on a local network). WithFreshReads
+	// gives a read that always goes to the server. Defaults to
+	// DefaultCacheTTL (2s).
 	CacheTTL time.Duration
 	// DialTimeout bounds connecting to a node. Defaults to DefaultDialTimeout.
 	DialTimeout time.Duration
