@@ -53,6 +53,20 @@ func ExampleKV() {
 	// false
 }
 
+// A read that must see every write acknowledged before it, in any process,
+// skips the client-side cache; the others keep reading from it.
+func ExampleWithFreshReads() {
+	f, done := exampleFleet("fresh")
+	defer done()
+	ctx := context.Background()
+
+	kv := f.KV("leader")
+	_ = kv.Set(ctx, "term", 7, 0)
+	term, _, _ := fleet.GetAs[int](fleet.WithFreshReads(ctx), kv, "term")
+	fmt.Println(term)
+	// Output: 7
+}
+
 func ExampleCounter() {
 	f, done := exampleFleet("counter")
 	defer done()
