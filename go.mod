@@ -3,6 +3,7 @@ module github.com/fleet-go/fleet
 go 1.26.0
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/chromedp/chromedp v0.23.1
 	github.com/go-playground/validator/v10 v10.30.6
 	github.com/google/uuid v1.6.0
