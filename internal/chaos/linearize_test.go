@@ -151,6 +151,7 @@ func TestLinearizable(t *testing.T) {
 				op := linOp{client: ci, key: i % linKeys}
 				c, cancel := opCtx()
 				k := strconv.Itoa(op.key)
+				var err error
 				op.call = now()
 				switch r := (i * 7919) % 10; {
 				case r < 4:
