@@ -23,6 +23,16 @@
 // and no key of a flow is left but the end and flow records with their
 // retention (docs/FLOWS.md).
 //
+// TestLinearizable (linearize_test.go) checks fleet against models it did
+// not write, with porcupine (github.com/anishathalye/porcupine): three
+// clients (each a writing Fleet and a Fleet that reads through its cache,
+// all behind proxies) under cuts, blackholes, held replies and
+// redis-server SIGKILL/SIGTERM restarts. Fresh KV reads with Set and Delete
+// must be linearizable (a register per key), and so must Counter's Incr
+// and Get; cached reads must be no staler than Options.CacheTTL; Lock
+// grants must carry growing fences and never overlap, and Semaphore holds
+// never pass the limit. It runs for -lin.time (8 s in CI).
+//
 // The single node is a redis-server of the suite's own (it restarts it),
 // with a proxy in front of every process. On the cluster no proxy can sit
 // in front (the cluster redirects clients past it) and the servers are
