@@ -65,7 +65,15 @@ func main() {
 	faultEvery := flag.Duration("fault-every", 4*time.Second, "one fault this often")
 	sample := flag.Duration("sample", 10*time.Second, "sampling interval")
 	out := flag.String("out", "soak-out", "directory for samples.csv, summary.txt and soak.png")
+	replot := flag.Bool("replot", false, "only draw soak.png again from -out's samples.csv")
 	flag.Parse()
+	if *replot {
+		if err := plot(*out, *workers); err != nil {
+			fmt.Fprintln(os.Stderr, "soak:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(*tasks, *workers, *slots, *backlog, *rate, *faultEvery, *sample, *out); err != nil {
 		fmt.Fprintln(os.Stderr, "soak:", err)
 		os.Exit(1)
@@ -359,7 +367,7 @@ func run(tasks, workers, slots, backlog, rate int, faultEvery, sample time.Durat
 	if err := os.WriteFile(filepath.Join(out, "summary.txt"), []byte(sum.String()), 0o644); err != nil {
 		return err
 	}
-	return plot(out, names, len(procs))
+	return plot(out, len(procs))
 }
 
 // documented reports whether a key left after the drain is one that
@@ -415,7 +423,7 @@ func trendOf(rows [][]float64, c int) (trend, mean float64) {
 }
 
 // plot draws the series with gnuplot into soak.png, when gnuplot is here.
-func plot(out string, names []string, workers int) error {
+func plot(out string, workers int) error {
 	if _, err := exec.LookPath("gnuplot"); err != nil {
 		fmt.Println("soak: no gnuplot on PATH (apt-get install -y gnuplot-nox): no plot")
 		return nil
@@ -427,10 +435,11 @@ func plot(out string, names []string, workers int) error {
 	}
 	script := strings.Join([]string{
 		`set datafile separator ","`,
-		`set terminal pngcairo size 1200,900 font ",9"`,
+		`set terminal pngcairo size 1200,900 font ",9" noenhanced`,
+		`set yrange [0:*]`,
 		`set output "soak.png"`,
 		`set key autotitle columnhead`,
-		`set multiplot layout 3,2 title "fleet soak: ` + names[0] + ` (s) on x"`,
+		`set multiplot layout 3,2 title "fleet soak: seconds on x"`,
 		`set title "tasks done"`, `plot "samples.csv" using 1:2 with lines notitle`,
 		`set title "redis used_memory (MB)"`, `plot "samples.csv" using 1:3 with lines notitle`,
 		`set title "redis keys"`, `plot "samples.csv" using 1:4 with lines notitle`,
