@@ -1,0 +1,311 @@
+package chaos
+
+// The models and checks of TestLinearizable, and the proof that they fail
+// on the histories they exist to catch.
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+func toPorcupine(ops []linOp) []porcupine.Operation {
+	out := make([]porcupine.Operation, len(ops))
+	for i, op := range ops {
+		out[i] = porcupine.Operation{ClientId: op.client, Input: op, Call: op.call, Output: op, Return: op.ret}
+	}
+	return out
+}
+
+// checkPorcupine checks a history against m, writing porcupine's HTML of
+// a failing one into dir.
+func checkPorcupine(t *testing.T, report func(string, ...any), name string, m porcupine.Model, ops []porcupine.Operation, dir string) {
+	t.Helper()
+	res, info := porcupine.CheckOperationsVerbose(m, ops, 5*time.Minute)
+	switch res {
+	case porcupine.Ok:
+		t.Logf("%s: %d operations, linearizable", name, len(ops))
+	case porcupine.Unknown:
+		report("%s: porcupine gave up on %d operations (timed out)", name, len(ops))
+	default:
+		path := filepath.Join(dir, "porcupine-"+name+".html")
+		if err := porcupine.VisualizePath(m, info, path); err != nil {
+			t.Logf("%s: cannot write the visualisation: %v", name, err)
+		}
+		report("%s: the history of %d operations is NOT linearizable; see %s", name, len(ops), path)
+	}
+}
+
+// register is a KV key's state: its value, or absent.
+type register struct {
+	val string
+	ok  bool
+}
+
+var kvModel = porcupine.Model{
+	Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
+		by := map[int][]porcupine.Operation{}
+		for _, op := range h {
+			k := op.Input.(linOp).key
+			by[k] = append(by[k], op)
+		}
+		out := make([][]porcupine.Operation, 0, len(by))
+		for _, ops := range by {
+			out = append(out, ops)
+		}
+		return out
+	},
+	Init: func() any { return register{} },
+	Step: func(state, input, _ any) (bool, any) {
+		s, op := state.(register), input.(linOp)
+		switch op.kind {
+		case "set":
+			return true, register{val: op.arg, ok: true}
+		case "del":
+			return true, register{}
+		}
+		return op.ok == s.ok && op.out == s.val, s
+	},
+	DescribeOperation: func(input, _ any) string {
+		op := input.(linOp)
+		switch op.kind {
+		case "set":
+			return fmt.Sprintf("set(k%d, %s)", op.key, op.arg)
+		case "del":
+			return fmt.Sprintf("del(k%d)", op.key)
+		}
+		if !op.ok {
+			return fmt.Sprintf("get(k%d) -> absent", op.key)
+		}
+		return fmt.Sprintf("get(k%d) -> %s", op.key, op.out)
+	},
+	DescribeState: func(state any) string {
+		if s := state.(register); s.ok {
+			return s.val
+		}
+		return "absent"
+	},
+}
+
+// counterState is the counter's value, and how many increments of unknown
+// outcome it has taken so far.
+type counterState struct{ val, unknowns int64 }
+
+// counterModel checks Incr and Get. An increment of unknown outcome may
+// take effect at any time after its invocation, or never: rather than as
+// operations that never return (which porcupine would have to place in
+// every order, exponential in their number), they are counted in each
+// known operation's budget, the unknown increments invoked before it
+// returned (resolveUnknown). A known operation may find the counter
+// higher than its state by up to the unused budget: those increments took
+// effect just before it.
+var counterModel = porcupine.Model{
+	Init: func() any { return counterState{} },
+	Step: func(state, input, _ any) (bool, any) {
+		s, op := state.(counterState), input.(linOp)
+		out, err := strconv.ParseInt(op.out, 10, 64)
+		if err != nil {
+			return false, s
+		}
+		seen := out // the value the op saw before its own increment
+		if op.kind == "incr" {
+			seen--
+		}
+		jump := seen - s.val
+		if jump < 0 || s.unknowns+jump > op.budget {
+			return false, s
+		}
+		return true, counterState{val: out, unknowns: s.unknowns + jump}
+	},
+	DescribeOperation: func(input, _ any) string {
+		op := input.(linOp)
+		return fmt.Sprintf("%s -> %s (unknown incrs before: %d)", op.kind, op.out, op.budget)
+	},
+	DescribeState: func(state any) string {
+		s := state.(counterState)
+		return fmt.Sprintf("%d (%d unknown incrs in it)", s.val, s.unknowns)
+	},
+}
+
+// resolveUnknown drops the increments of unknown outcome from a counter
+// history, and gives each remaining operation its budget: how many of
+// them were invoked before it returned.
+func resolveUnknown(ops []linOp) []linOp {
+	var calls []int64
+	var known []linOp
+	for _, op := range ops {
+		if op.ret == never {
+			calls = append(calls, op.call)
+		} else {
+			known = append(known, op)
+		}
+	}
+	slices.Sort(calls)
+	for i := range known {
+		n, _ := slices.BinarySearch(calls, known[i].ret)
+		known[i].budget = int64(n)
+	}
+	return known
+}
+
+// staleReads returns the cached reads that fail bounded staleness against
+// the writes: a read of value v fails when every write of v (a delete, or
+// the start, for absent) was overwritten, by a write of another value
+// begun after it ended, more than bound before the read began; or when no
+// write of v began before the read ended.
+func staleReads(writes, reads []linOp, bound int64) []string {
+	type w struct {
+		call, ret int64
+		val       register
+	}
+	byKey := map[int][]w{}
+	for k := range linKeys {
+		byKey[k] = []w{{call: -1, ret: -1}} // the start: absent
+	}
+	for _, op := range writes {
+		switch op.kind {
+		case "set":
+			byKey[op.key] = append(byKey[op.key], w{op.call, op.ret, register{op.arg, true}})
+		case "del":
+			byKey[op.key] = append(byKey[op.key], w{op.call, op.ret, register{}})
+		}
+	}
+	var bad []string
+	for _, r := range reads {
+		got := register{r.out, r.ok}
+		ws := byKey[r.key]
+		possible := false
+		for _, c := range ws {
+			if c.val != got || c.call > r.ret {
+				continue
+			}
+			overwritten := false
+			for _, o := range ws {
+				if o.val != got && o.ret != never && o.call > c.ret && o.ret < r.call-bound {
+					overwritten = true
+					break
+				}
+			}
+			if !overwritten {
+				possible = true
+				break
+			}
+		}
+		if !possible {
+			bad = append(bad, fmt.Sprintf("client %d read k%d = %v at %v", r.client, r.key, got, time.Duration(r.call)))
+		}
+	}
+	return bad
+}
+
+// checkHolds checks that at most limit holds overlap at any instant, and,
+// with fences, that each grant's fence is greater than every grant's that
+// ended before it began.
+func checkHolds(hs []hold, limit int, fences bool) error {
+	type edge struct {
+		at int64
+		d  int
+	}
+	var edges []edge
+	for _, h := range hs {
+		if h.end > h.ret {
+			edges = append(edges, edge{h.ret, 1}, edge{h.end, -1})
+		}
+	}
+	slices.SortFunc(edges, func(a, b edge) int {
+		if a.at != b.at {
+			return int(min(max(a.at-b.at, -1), 1))
+		}
+		return a.d - b.d // an end before a start at the same instant
+	})
+	n := 0
+	for _, e := range edges {
+		if n += e.d; n > limit {
+			return fmt.Errorf("%d holds at %v, over the limit %d", n, time.Duration(e.at), limit)
+		}
+	}
+	if fences {
+		for _, a := range hs {
+			for _, b := range hs {
+				if a.ret < b.call && b.fence <= a.fence {
+					return fmt.Errorf("fence %d granted at %v after fence %d granted at %v", b.fence, time.Duration(b.ret), a.fence, time.Duration(a.ret))
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// The checks fail on the histories they exist to catch.
+func TestLinearizableCheckersCatch(t *testing.T) {
+	ms := int64(time.Millisecond)
+	// The witness of a cached read from before invalidations had a bound:
+	// del acknowledged, and 42 µs later another client reads the value.
+	writes := []linOp{
+		{client: 0, kind: "set", key: 0, arg: "1", call: 0, ret: 1 * ms},
+		{client: 0, kind: "del", key: 0, call: 2 * ms, ret: 3 * ms},
+	}
+	read := linOp{client: 1, kind: "get", key: 0, out: "1", ok: true, call: 3*ms + 42_000, ret: 4 * ms}
+	if bad := staleReads(writes, []linOp{read}, 0); len(bad) != 1 {
+		t.Errorf("a read 42µs after the delete with a bound of 0: %v, want it flagged", bad)
+	}
+	if bad := staleReads(writes, []linOp{read}, int64(linCacheTTL)); len(bad) != 0 {
+		t.Errorf("a read 42µs after the delete within the bound: %v, want none flagged", bad)
+	}
+	late := read
+	late.call, late.ret = 3*ms+int64(linCacheTTL)+1, 3*ms+int64(linCacheTTL)+2
+	if bad := staleReads(writes, []linOp{late}, int64(linCacheTTL)); len(bad) != 1 {
+		t.Errorf("a read past the bound: %v, want it flagged", bad)
+	}
+	unwritten := linOp{client: 1, kind: "get", key: 0, out: "9", ok: true, call: 5 * ms, ret: 6 * ms}
+	if bad := staleReads(writes, []linOp{unwritten}, int64(linCacheTTL)); len(bad) != 1 {
+		t.Errorf("a read of a value never written: %v, want it flagged", bad)
+	}
+	// A fresh read that misses an acknowledged write is not linearizable.
+	kv := append(slices.Clone(writes), linOp{client: 1, kind: "get", key: 0, out: "1", ok: true, call: 4 * ms, ret: 5 * ms})
+	if porcupine.CheckOperations(kvModel, toPorcupine(kv)) {
+		t.Error("kv: a read of a deleted value after the delete passed")
+	}
+	if !porcupine.CheckOperations(kvModel, toPorcupine(writes)) {
+		t.Error("kv: a plain set and delete failed")
+	}
+	// Two increments that both return 1, one after the other.
+	ctr := []linOp{{kind: "incr", out: "1", call: 0, ret: 1}, {client: 1, kind: "incr", out: "1", call: 2, ret: 3}}
+	if porcupine.CheckOperations(counterModel, toPorcupine(ctr)) {
+		t.Error("counter: two increments to 1 passed")
+	}
+	// An increment of unknown outcome may apply later, or never.
+	ctr[1].ret, ctr[1].out = never, ""
+	applied := append(slices.Clone(ctr), linOp{kind: "get", out: "1", call: 4, ret: 5}, linOp{kind: "get", out: "2", call: 6, ret: 7})
+	if !porcupine.CheckOperations(counterModel, toPorcupine(resolveUnknown(applied))) {
+		t.Error("counter: an unknown increment applied late failed")
+	}
+	if !porcupine.CheckOperations(counterModel, toPorcupine(resolveUnknown(applied[:3]))) {
+		t.Error("counter: an unknown increment never applied failed")
+	}
+	early := append(slices.Clone(ctr), linOp{kind: "get", out: "2", call: 1, ret: 1}) // before the unknown incr's call
+	if porcupine.CheckOperations(counterModel, toPorcupine(resolveUnknown(early))) {
+		t.Error("counter: a get that saw an increment not yet invoked passed")
+	}
+	if porcupine.CheckOperations(counterModel, toPorcupine(resolveUnknown(append(applied, linOp{kind: "get", out: "1", call: 8, ret: 9})))) {
+		t.Error("counter: a get that went back passed")
+	}
+	// Overlapping holds, and a fence that goes back.
+	if err := checkHolds([]hold{{ret: 0, end: 10, fence: 1}, {call: 5, ret: 6, end: 12, fence: 2}}, 1, true); err == nil {
+		t.Error("lock: overlapping holds passed")
+	}
+	if err := checkHolds([]hold{{ret: 0, end: 10, fence: 2}, {call: 11, ret: 12, end: 14, fence: 1}}, 1, true); err == nil {
+		t.Error("lock: a lower fence after a higher one passed")
+	}
+	if err := checkHolds([]hold{{ret: 0, end: 10}, {ret: 1, end: 10}, {ret: 2, end: 10}}, 2, false); err == nil {
+		t.Error("semaphore: three holds of two passed")
+	}
+	if err := checkHolds([]hold{{ret: 0, end: 10, fence: 1}, {call: 10, ret: 11, end: 14, fence: 2}}, 1, true); err != nil {
+		t.Errorf("lock: holds one after the other: %v", err)
+	}
+}
