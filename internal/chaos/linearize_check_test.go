@@ -157,50 +157,103 @@ func resolveUnknown(ops []linOp) []linOp {
 // the writes: a read of value v fails when every write of v (a delete, or
 // the start, for absent) was overwritten, by a write of another value
 // begun after it ended, more than bound before the read began; or when no
-// write of v began before the read ended.
+// write of v began before the read ended. Set values are unique, so a
+// value other than absent has one write; absent has the start and every
+// delete. It runs in O(n log n): each write's overwrite time (the earliest
+// end of a known write of another value begun after it ended) comes from
+// suffix minima over the writes sorted by their call.
 func staleReads(writes, reads []linOp, bound int64) []string {
 	type w struct {
-		call, ret int64
-		val       register
+		call, ret   int64
+		val         register
+		overwritten int64 // the earliest end of a write of another value begun after this one ended
 	}
-	byKey := map[int][]w{}
-	for k := range linKeys {
-		byKey[k] = []w{{call: -1, ret: -1}} // the start: absent
-	}
+	byKey := map[int][]*w{}
 	for _, op := range writes {
 		switch op.kind {
 		case "set":
-			byKey[op.key] = append(byKey[op.key], w{op.call, op.ret, register{op.arg, true}})
+			byKey[op.key] = append(byKey[op.key], &w{call: op.call, ret: op.ret, val: register{op.arg, true}})
 		case "del":
-			byKey[op.key] = append(byKey[op.key], w{op.call, op.ret, register{}})
+			byKey[op.key] = append(byKey[op.key], &w{call: op.call, ret: op.ret, val: register{}})
 		}
+	}
+	type index struct {
+		sets    map[string]*w
+		absent  []*w    // the start and the deletes, by call
+		bestAbs []int64 // bestAbs[i]: the latest overwrite of absent[:i+1]
+	}
+	idx := map[int]*index{}
+	for k := range linKeys {
+		ws := byKey[k]
+		slices.SortFunc(ws, func(a, b *w) int { return cmpInt(a.call, b.call) })
+		// Suffix minima of the known writes' ends: of all, and of the sets.
+		minAll, minSet := make([]int64, len(ws)+1), make([]int64, len(ws)+1)
+		minAll[len(ws)], minSet[len(ws)] = never, never
+		for i := len(ws) - 1; i >= 0; i-- {
+			minAll[i], minSet[i] = minAll[i+1], minSet[i+1]
+			if ws[i].ret != never {
+				minAll[i] = min(minAll[i], ws[i].ret)
+				if ws[i].val.ok {
+					minSet[i] = min(minSet[i], ws[i].ret)
+				}
+			}
+		}
+		after := func(t int64, suffix []int64) int64 { // the earliest known end of a write called after t
+			i, _ := slices.BinarySearchFunc(ws, t+1, func(x *w, t int64) int { return cmpInt(x.call, t) })
+			return suffix[i]
+		}
+		ix := &index{sets: map[string]*w{}}
+		ix.absent = append(ix.absent, &w{call: -1, ret: -1, overwritten: after(-1, minSet)})
+		for _, x := range ws {
+			if x.ret == never {
+				x.overwritten = never // it may take effect at any time: never certainly overwritten
+			} else if x.val.ok {
+				x.overwritten = after(x.ret, minAll)
+			} else {
+				x.overwritten = after(x.ret, minSet)
+			}
+			if x.val.ok {
+				ix.sets[x.val.val] = x
+			} else {
+				ix.absent = append(ix.absent, x)
+			}
+		}
+		best := int64(-1 << 62)
+		for _, x := range ix.absent {
+			best = max(best, x.overwritten)
+			ix.bestAbs = append(ix.bestAbs, best)
+		}
+		idx[k] = ix
 	}
 	var bad []string
 	for _, r := range reads {
-		got := register{r.out, r.ok}
-		ws := byKey[r.key]
+		ix := idx[r.key]
 		possible := false
-		for _, c := range ws {
-			if c.val != got || c.call > r.ret {
-				continue
+		if r.ok {
+			if c := ix.sets[r.out]; c != nil && c.call <= r.ret {
+				possible = c.overwritten >= r.call-bound
 			}
-			overwritten := false
-			for _, o := range ws {
-				if o.val != got && o.ret != never && o.call > c.ret && o.ret < r.call-bound {
-					overwritten = true
-					break
-				}
-			}
-			if !overwritten {
-				possible = true
-				break
-			}
+		} else {
+			// The deletes called before the read ended: is any not certainly
+			// overwritten before r.call-bound?
+			n, _ := slices.BinarySearchFunc(ix.absent, r.ret+1, func(x *w, t int64) int { return cmpInt(x.call, t) })
+			possible = n > 0 && ix.bestAbs[n-1] >= r.call-bound
 		}
 		if !possible {
-			bad = append(bad, fmt.Sprintf("client %d read k%d = %v at %v", r.client, r.key, got, time.Duration(r.call)))
+			bad = append(bad, fmt.Sprintf("client %d read k%d = %v at %v", r.client, r.key, register{r.out, r.ok}, time.Duration(r.call)))
 		}
 	}
 	return bad
+}
+
+func cmpInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
 }
 
 // checkHolds checks that at most limit holds overlap at any instant, and,
