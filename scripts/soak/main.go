@@ -12,7 +12,8 @@
 // tasks a second, keeping the backlog under -backlog. Every -fault-every one fault, in turn: a
 // worker SIGKILLed and started again, a worker SIGSTOPped for two leases
 // then SIGCONTed, redis-server SIGKILLed and restarted. A sweep runs every
-// second, timed. Every -sample it writes a row of samples.csv; at the end
+// second, timed, and removes the workers not heard from for 30 s (the
+// registrations of the killed ones). Every -sample it writes a row of samples.csv; at the end
 // it waits for the queue to drain, lists the keys left, fits a line to the
 // last 80% of each series and says whether its trend over that span is
 // within 5% of the series' mean, and plots the series with gnuplot
@@ -248,7 +249,7 @@ func run(tasks, workers, slots, backlog, rate int, faultEvery, sample time.Durat
 			case <-time.After(time.Second):
 			}
 			t0 := time.Now()
-			if _, err := f.Sweep(ctx, fleet.SweeperOptions{}); err == nil {
+			if _, err := f.Sweep(ctx, fleet.SweeperOptions{RemoveWorkersAfter: 30 * time.Second}); err == nil {
 				d := time.Since(t0)
 				sweepMu.Lock()
 				sweepMax, sweepSum, sweeps = max(sweepMax, d), sweepSum+d, sweeps+1
