@@ -135,17 +135,18 @@ var (
 	sentinelBinErr  error
 )
 
-// sentinelBin finds how to run a sentinel: redis-sentinel from PATH, else
-// redis-server --sentinel (redis-sentinel is a link to redis-server).
+// sentinelBin finds how to run a sentinel: redis-sentinel (or
+// FLEET_REDIS_SENTINEL) from PATH, else the server (redis-server, or
+// FLEET_REDIS_SERVER) with --sentinel (redis-sentinel is a link to it).
 func sentinelBin() ([]string, error) {
 	sentinelBinOnce.Do(func() {
-		if p, err := exec.LookPath("redis-sentinel"); err == nil {
+		if p, err := exec.LookPath(sentinelProgram()); err == nil {
 			sentinelBinArgs = []string{p}
 			return
 		}
-		if p, err := exec.LookPath("redis-server"); err == nil {
+		if p, err := exec.LookPath(serverProgram()); err == nil {
 			out, err := exec.Command(p, "--version").CombinedOutput()
-			if err == nil && strings.Contains(string(out), "Redis server") {
+			if err == nil && strings.Contains(string(out), " server v=") { // Redis or Valkey
 				sentinelBinArgs = []string{p, "--sentinel"}
 				return
 			}

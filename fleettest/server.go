@@ -11,6 +11,10 @@
 // replica's promotion; StartProxy puts a TCP proxy that can cut or freeze
 // connections in front of one.
 //
+// FLEET_REDIS_SERVER, FLEET_REDIS_CLI and FLEET_REDIS_SENTINEL name other
+// programs to run in place of redis-server, redis-cli and redis-sentinel,
+// such as Valkey's valkey-server and valkey-cli (EnvServer).
+//
 // Servers keep nothing on disk beyond a temporary directory, listen on
 // 127.0.0.1 only, and die with the process that started them (Linux), so a
 // crashed test leaves no server behind.
@@ -100,9 +104,10 @@ func FreePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// Available reports whether redis-server and redis-cli are on PATH.
+// Available reports whether redis-server and redis-cli (or the programs
+// that FLEET_REDIS_SERVER and FLEET_REDIS_CLI name) are on PATH.
 func Available() error {
-	for _, bin := range []string{"redis-server", "redis-cli"} {
+	for _, bin := range []string{serverProgram(), cliProgram()} {
 		if _, err := exec.LookPath(bin); err != nil {
 			return ErrNoRedisServer
 		}
@@ -188,7 +193,7 @@ func startServer(ctx context.Context, cfg Config) (*Server, error) {
 func (s *Server) start(ctx context.Context) error {
 	bin := s.bin
 	if len(bin) == 0 {
-		bin = []string{"redis-server"}
+		bin = []string{serverProgram()}
 	}
 	cmd := exec.Command(bin[0], append(append([]string(nil), bin[1:]...), s.args...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -343,7 +348,7 @@ func (s *Server) Cli(ctx context.Context, args ...string) (string, error) {
 // not the command line) when it is not "".
 func cliAuth(ctx context.Context, port int, password string, args ...string) (string, error) {
 	full := append([]string{"-h", "127.0.0.1", "-p", strconv.Itoa(port)}, args...)
-	cmd := exec.CommandContext(ctx, "redis-cli", full...)
+	cmd := exec.CommandContext(ctx, cliProgram(), full...)
 	if password != "" {
 		cmd.Env = append(os.Environ(), "REDISCLI_AUTH="+password)
 	}
