@@ -165,3 +165,20 @@ func cmpErr(first, err error) error {
 	}
 	return first
 }
+
+// parseLeaseEntry reads an entry of a queue's :processing:lease hash (its
+// reservation's token, then " c" when Queue.Cancel asked the running task
+// to stop; docs/SCHEMA.md): the token, the worker whose name goes before
+// the token's last '/' ("" for a raw Reserve), and whether it was asked
+// to stop.
+func parseLeaseEntry(entry string) (token, worker string, canceled bool) {
+	token, _, _ = strings.Cut(entry, " ")
+	if i := strings.LastIndexByte(token, '/'); i > 0 {
+		worker = token[:i]
+	}
+	return token, worker, leaseCanceled(entry)
+}
+
+// leaseCanceled reports whether a lease entry says Queue.Cancel asked its
+// task to stop.
+func leaseCanceled(entry string) bool { return strings.HasSuffix(entry, " c") }

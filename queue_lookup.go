@@ -158,11 +158,8 @@ func recordOf(id string, res []string) TaskRecord {
 	switch r.Status {
 	case TaskActive:
 		if len(res) > 3 {
-			tok, _, _ := strings.Cut(res[2], " ")
-			r.CancelRequested = strings.HasSuffix(res[2], " c")
-			if i := strings.LastIndexByte(tok, '/'); i > 0 {
-				r.Worker = tok[:i]
-			}
+			tok, worker, canceled := parseLeaseEntry(res[2])
+			r.Worker, r.CancelRequested = worker, canceled
 			r.Deadline = scoreTime(res[3])
 			// A progress value shows while its reservation holds the task.
 			if len(res) > 4 && tok != "" {

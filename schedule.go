@@ -62,7 +62,7 @@ func Cron(spec string) Spec {
 		s.err = fmt.Errorf("%w: cron spec %q: @every ticks relative to each process's clock; use fleet.Every", ErrInvalidArgument, spec)
 		return s
 	}
-	sched, err := cronParser.Parse(spec)
+	sched, err := parseCron(spec)
 	if err != nil {
 		s.err = fmt.Errorf("%w: cron spec %q: %v", ErrInvalidArgument, spec, err)
 		return s
@@ -72,6 +72,17 @@ func Cron(spec string) Spec {
 	}
 	s.cron = sched
 	return s
+}
+
+// parseCron parses spec with the cron parser, whose panics (it panics on
+// "TZ=" with nothing after it) become errors.
+func parseCron(spec string) (sched cron.Schedule, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("not a cron spec (%v)", r)
+		}
+	}()
+	return cronParser.Parse(spec)
 }
 
 // String returns the spec as stored ("every 100" in ms, or "cron <spec>").

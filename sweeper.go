@@ -390,7 +390,7 @@ func (q *queueCore) sweepShard(ctx context.Context, qo QueueOptions, opts Sweepe
 			switch attempts := w.Attempts + 1; {
 			case err != nil:
 				next, bury = deadEntry(body, attempts, "lease ran out, and "+err.Error()), "1"
-			case strings.HasSuffix(token, " c"):
+			case leaseCanceled(token):
 				// Queue.Cancel asked for it to stop while it ran: it never
 				// runs again.
 				next, bury = deadEntry(body, attempts, ErrCanceled.Error()+": its lease ran out before its worker ended it"), "c"
