@@ -217,11 +217,28 @@ func (f *Fleet) nodes() ([]string, map[string]rueidis.Client) {
 	return addrs, nodes
 }
 
+// hintTTL is how long a cached read that only tells a waiter when to look
+// again (a queue's pending length and signal, a pool's or semaphore's
+// count, a lock's holder) is kept: such a read returns nothing to the
+// caller, and a stale one costs at most a poll, so it need not refetch
+// every CacheTTL (which would add a round trip every 2 s to each idle
+// waiter).
+const hintTTL = time.Minute
+
 // track reads key through the client-side cache so that the server sends an
 // invalidation when it next changes. It returns the cached or fresh value
-// (nil when the key does not exist).
+// (nil when the key does not exist), at most CacheTTL stale.
 func (f *Fleet) track(ctx context.Context, key string) (*string, error) {
-	res := f.client.DoCache(ctx, f.client.B().Get().Key(key).Cache(), f.cacheTTL)
+	return f.trackFor(ctx, key, f.cacheTTL)
+}
+
+// hint is track for a read that only says when to look again (hintTTL).
+func (f *Fleet) hint(ctx context.Context, key string) (*string, error) {
+	return f.trackFor(ctx, key, hintTTL)
+}
+
+func (f *Fleet) trackFor(ctx context.Context, key string, ttl time.Duration) (*string, error) {
+	res := f.client.DoCache(ctx, f.client.B().Get().Key(key).Cache(), ttl)
 	s, err := res.ToString()
 	if rueidis.IsRedisNil(err) {
 		return nil, nil

@@ -144,7 +144,7 @@ func (l *Lock) wait(ctx context.Context, token string, hold time.Duration, until
 		// Arm the server's invalidation for the key, and catch a release
 		// that came between the failed try and now.
 		d, err := l.f.napFor(&bo, pttl, func() (bool, error) {
-			held, err := l.f.track(ctx, l.key)
+			held, err := l.f.hint(ctx, l.key)
 			return err == nil && held == nil, err
 		})
 		if err != nil {

@@ -68,8 +68,9 @@ type Options struct {
 	// client tracking. Reads then always go to the server.
 	DisableCache bool
 	// CacheTTL bounds how stale a cached read may be. A value read through
-	// the client-side cache (KV reads, and the catalog, schedule and shard
-	// reads of workers) is served only until CacheTTL after the send of
+	// the client-side cache (KV reads; the catalog, the schedules, a
+	// queue's pause flag and a worker's config generation; the end records
+	// Queue.Wait reads) is served only until CacheTTL after the send of
 	// the read that fetched it from the server; after that the next read
 	// goes to the server again. So a cached read returns a value that was
 	// current less than CacheTTL before it, however late the server's
@@ -80,8 +81,10 @@ type Options struct {
 	// bound, a read sees every write made through its own Fleet (read your
 	// writes), and a write by another process once its invalidation
 	// arrives (tens of microseconds on a local network). WithFreshReads
-	// gives a read that always goes to the server. Defaults to
-	// DefaultCacheTTL (2s).
+	// gives a read that always goes to the server. (Cached reads that only
+	// tell a waiter when to look again, such as a queue's length, keep
+	// their entries up to a minute: a stale one costs a poll, not a wrong
+	// answer.) Defaults to DefaultCacheTTL (2s).
 	CacheTTL time.Duration
 	// DialTimeout bounds connecting to a node. Defaults to DefaultDialTimeout.
 	DialTimeout time.Duration

@@ -366,10 +366,10 @@ func (q *Query[P, T]) wait(ctx context.Context, opts ClaimOptions) (*Claim[P, T]
 		if f.cache {
 			// Arm the server's invalidations before looking, so that a put
 			// or release after the look wakes us.
-			if _, err := f.track(ctx, c.idx.Signal); err != nil && ctx.Err() == nil {
+			if _, err := f.hint(ctx, c.idx.Signal); err != nil && ctx.Err() == nil {
 				return nil, err
 			}
-			r := f.client.DoCache(ctx, f.client.B().Hlen().Key(c.hash).Cache(), f.cacheTTL)
+			r := f.client.DoCache(ctx, f.client.B().Hlen().Key(c.hash).Cache(), hintTTL)
 			if err := r.Error(); err != nil && !rueidis.IsRedisNil(err) && ctx.Err() == nil {
 				return nil, err
 			}

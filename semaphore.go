@@ -174,7 +174,7 @@ func (s *Semaphore) wait(ctx context.Context, _ string, hold time.Duration, unti
 		// Arm the server's invalidation for the key, and catch a release
 		// that came between the failed try and now.
 		d, err := s.f.napFor(&bo, next, func() (bool, error) {
-			n, err := s.f.client.DoCache(ctx, s.f.client.B().Zcard().Key(s.key).Cache(), s.f.cacheTTL).AsInt64()
+			n, err := s.f.client.DoCache(ctx, s.f.client.B().Zcard().Key(s.key).Cache(), hintTTL).AsInt64()
 			return err == nil && n < int64(s.limit), err
 		})
 		if err != nil {
