@@ -5,6 +5,7 @@ package chaos
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -23,7 +24,8 @@ func toPorcupine(ops []linOp) []porcupine.Operation {
 }
 
 // checkPorcupine checks a history against m, writing porcupine's HTML of
-// a failing one into dir.
+// a failing one into dir (a new temporary directory, kept, when dir is
+// ""), and says where.
 func checkPorcupine(t *testing.T, report func(string, ...any), name string, m porcupine.Model, ops []porcupine.Operation, dir string) {
 	t.Helper()
 	res, info := porcupine.CheckOperationsVerbose(m, ops, 5*time.Minute)
@@ -33,6 +35,12 @@ func checkPorcupine(t *testing.T, report func(string, ...any), name string, m po
 	case porcupine.Unknown:
 		report("%s: porcupine gave up on %d operations (timed out)", name, len(ops))
 	default:
+		if dir == "" {
+			var err error
+			if dir, err = os.MkdirTemp("", "fleet-porcupine-"); err != nil {
+				t.Logf("%s: no directory for the visualisation: %v", name, err)
+			}
+		}
 		path := filepath.Join(dir, "porcupine-"+name+".html")
 		if err := porcupine.VisualizePath(m, info, path); err != nil {
 			t.Logf("%s: cannot write the visualisation: %v", name, err)

@@ -367,10 +367,7 @@ func runLinearizable(ctx context.Context, t *testing.T, env linEnv, report func(
 	t.Logf("faults: %v; ops: kv %d, cached kv %d, counter %d, lock grants %d, permits %d",
 		faults, len(kvH.ops), len(cachedH.ops), len(counterH.ops), len(lockH.hs), len(semH.hs))
 
-	dir := *flagDir
-	if dir == "" {
-		dir = t.TempDir()
-	}
+	dir := *flagDir // "": a directory of its own, made for a failing history and kept
 	checkPorcupine(t, report, "kv", kvModel, toPorcupine(kvH.ops), dir)
 	checkPorcupine(t, report, "counter", counterModel, toPorcupine(resolveUnknown(counterH.ops)), dir)
 	t.Logf("cached reads certainly stale (bound 0): %d of %d; past 100ms: %d", len(staleReads(kvH.ops, cachedH.ops, 0)), len(cachedH.ops),
