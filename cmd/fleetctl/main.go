@@ -176,31 +176,51 @@ func usage(w io.Writer) {
 
 // run is main without os.Exit, for tests.
 func run(args []string, stdout, stderr io.Writer, tty bool) int {
-	a := &app{conn: conn{timeout: 5 * time.Minute}, out: stdout, err: stderr, in: stdin, tty: tty, ttyIn: stdinTTY}
+	a, cmd, fs, code, ok := parse(args, stdout, stderr, tty)
+	if !ok {
+		return code
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, a.timeout)
+	defer cancel()
+	if err := a.open(ctx); err != nil {
+		return a.fail(err)
+	}
+	defer a.f.Close()
+	return cmd.run(ctx, a, fs.Args())
+}
+
+// parse reads the command line: the app with its connection flags, the
+// command and its flag set, parsed. When the line asks for no more (help,
+// a usage error, an unknown command), ok is false and code is the exit
+// code; what it had to say went to stderr.
+func parse(args []string, stdout, stderr io.Writer, tty bool) (a *app, cmd *command, fs *flag.FlagSet, code int, ok bool) {
+	a = &app{conn: conn{timeout: 5 * time.Minute}, out: stdout, err: stderr, in: stdin, tty: tty, ttyIn: stdinTTY}
 	top := flag.NewFlagSet("fleetctl", flag.ContinueOnError)
 	top.SetOutput(stderr)
 	a.conn.bind(top)
 	top.Usage = func() { usage(stderr) }
 	if err := top.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
+			return a, nil, nil, exitOK, false
 		}
-		return exitUsage
+		return a, nil, nil, exitUsage, false
 	}
 	if top.NArg() == 0 {
 		usage(stderr)
-		return exitUsage
+		return a, nil, nil, exitUsage, false
 	}
-	cmd, ok := commands[top.Arg(0)]
-	if !ok {
+	cmd, known := commands[top.Arg(0)]
+	if !known {
 		if a.json {
-			return a.problem(exitUsage, fmt.Sprintf("unknown command %q", top.Arg(0)))
+			return a, nil, nil, a.problem(exitUsage, fmt.Sprintf("unknown command %q", top.Arg(0))), false
 		}
 		fmt.Fprintf(stderr, "fleetctl: unknown command %q\n", top.Arg(0))
 		usage(stderr)
-		return exitUsage
+		return a, nil, nil, exitUsage, false
 	}
-	fs := flag.NewFlagSet("fleetctl "+cmd.name, flag.ContinueOnError)
+	fs = flag.NewFlagSet("fleetctl "+cmd.name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	a.conn.bind(fs)
 	if cmd.flags != nil {
@@ -212,19 +232,11 @@ func run(args []string, stdout, stderr io.Writer, tty bool) int {
 	}
 	if err := fs.Parse(interleave(fs, top.Args()[1:])); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
+			return a, cmd, fs, exitOK, false
 		}
-		return exitUsage
+		return a, cmd, fs, exitUsage, false
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	ctx, cancel := context.WithTimeout(ctx, a.timeout)
-	defer cancel()
-	if err := a.open(ctx); err != nil {
-		return a.fail(err)
-	}
-	defer a.f.Close()
-	return cmd.run(ctx, a, fs.Args())
+	return a, cmd, fs, 0, true
 }
 
 // interleave moves flags that follow positional arguments before them, so
