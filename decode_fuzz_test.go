@@ -214,3 +214,33 @@ func FuzzOpenURL(f *testing.F) {
 		}
 	})
 }
+
+// FuzzWorkerConfig: a stored worker config (wkr:<type>:<id>:config, which
+// UpdateConfig and other clients write) decodes into a config struct with
+// its validate tags, or says why not; a merge patch over it (UpdateConfig's
+// way) never panics and encodes.
+func FuzzWorkerConfig(f *testing.F) {
+	f.Add([]byte(`{"user_agent":"bot/1","limit":3}`), []byte(`{"limit":null}`))
+	f.Add([]byte(`{"user_agent":""}`), []byte(`[]`))
+	f.Add([]byte(`not json`), []byte(`{"a":{"b":1}}`))
+	type config struct {
+		UserAgent string `json:"user_agent" validate:"required"`
+		Limit     int    `json:"limit" validate:"gte=0"`
+	}
+	f.Fuzz(func(t *testing.T, stored, patch []byte) {
+		if c, err := decodeConfig[config](stored); err == nil && (c.UserAgent == "" || c.Limit < 0) {
+			t.Fatalf("%q decoded into %+v past its validate tags", stored, c)
+		}
+		target, err := decodeJSON(stored)
+		if err != nil {
+			return
+		}
+		p, err := decodeJSON(patch)
+		if err != nil {
+			return
+		}
+		if _, err := encodeJSON(mergePatch(target, p)); err != nil {
+			t.Fatalf("a merge of decoded JSON does not encode: %v", err)
+		}
+	})
+}
