@@ -55,8 +55,15 @@ type Fleet struct {
 	closeOnce sync.Once
 	spawnMu   sync.Mutex    // orders spawn's wg.Add before Close's wg.Wait
 	done      chan struct{} // closed by Close: background work ends
+	life      context.Context
+	endLife   context.CancelFunc // cancels life, right after done closes
 	wg        sync.WaitGroup
 }
+
+// doneCtx is a ctx that ends when Close begins stopping background work
+// (with done), for calls made on behalf of callers who each wait on a ctx
+// of their own (queue_ackgroup.go).
+func (f *Fleet) doneCtx() context.Context { return f.life }
 
 // Layout returns the key layout in use.
 func (f *Fleet) Layout() Layout { return f.layout }
@@ -94,6 +101,7 @@ func (f *Fleet) Close() error {
 		f.closed.Store(true)
 		f.spawnMu.Unlock()
 		close(f.done)
+		f.endLife()
 		f.watch.closeAll()
 		f.wg.Wait()
 		f.closeClient()

@@ -142,6 +142,7 @@ func Open(ctx context.Context, opts Options) (*Fleet, error) {
 		obs:      copyObserver(opts.Observer),
 	}
 	f.flows = &flowDriver{f: f}
+	f.life, f.endLife = context.WithCancel(context.Background())
 	if f.cacheTTL == 0 {
 		f.cacheTTL = DefaultCacheTTL
 	}

@@ -44,6 +44,8 @@ type queueCore struct {
 	booked     limitBooking // a rate-limit token booked ahead (queue_limit.go)
 
 	// Sharding (queue_shard.go).
+	acks ackGroup // Task.Ack's group commit (queue_ackgroup.go)
+
 	root   *queueCore    // the core a shard's core belongs to; nil for a queue's own
 	subs   sync.Map      // shard index -> *queueCore, the shards' cores made so far
 	rr     atomic.Uint64 // round-robin counter of submits

@@ -92,16 +92,19 @@ func (r *reservation) keeps() bool {
 // window, SubmitOptions.UniqueFor, and its record for
 // QueueOptions.Retention). An ack is a reserve with nothing to take
 // (queueCore.take): the one ack step of the scripts (ack_all), which a
-// worker's acks run in the call that takes their next tasks. May return
+// worker's acks run in the call that takes their next tasks. The acks
+// that concurrent callers make of one queue while one is in flight go
+// together in the next call (queue_ackgroup.go); each caller still waits
+// on its own ctx only. May return
 // ErrLeaseLost (the deadline passed and the task was re-queued; nothing
 // changes), ErrUnavailable.
 func (r *reservation) Ack(ctx context.Context) error {
 	q := r.c
 	err := q.ready(ctx)
 	if err == nil {
-		var res reserved
-		res, err = q.take(ctx, reserveReq{acks: []*reservation{r}})
-		if err == nil && (len(res.acks) != 1 || res.acks[0] != endDone) {
+		var code endCode
+		code, err = q.groupAck(ctx, r)
+		if err == nil && code != endDone {
 			err = fmt.Errorf("%w: task %s", ErrLeaseLost, r.id)
 		}
 		q.f.taskEnded(ctx, q.name, r.id, TaskProcessed, err == nil)
