@@ -113,5 +113,9 @@ func TestAckGroup(t *testing.T) {
 		t.Fatalf("Stats = %+v, %v; want nothing in flight", st, err)
 	}
 	// The group goes idle (its flusher ends once none wait).
-	waitUntil(t, func() bool { q.acks.mu.Lock(); defer q.acks.mu.Unlock(); return !q.acks.busy && len(q.acks.pending) == 0 })
+	waitUntil(t, func() bool {
+		q.acks.mu.Lock()
+		defer q.acks.mu.Unlock()
+		return !q.acks.busy && len(q.acks.pending) == 0
+	})
 }
