@@ -335,44 +335,56 @@ func (h *handler) taskEnd(id string, err error) {
 	}
 }
 
-// runReserver is a client without the worker runtime: it calls Reserve
-// with short ctxs (20-400 ms, so that under held replies, blackholes and
-// restarts many end while the reserve script is in flight: the abandon
-// path), runs each task it got with a ctx that ends at Task.Deadline less
-// a margin (it does not extend), and acks, nacks or releases it.
+// reserverLoops is how many reserve loops a reserver process runs.
+const reserverLoops = 4
+
+// runReserver is a client without the worker runtime: reserverLoops
+// goroutines each call Reserve with short ctxs (20-400 ms, so that under
+// held replies, blackholes and restarts many end while the reserve script
+// is in flight: the abandon path), run each task they got with a ctx that
+// ends at Task.Deadline less a margin (they do not extend), and ack, nack
+// or release it. Their acks overlap, so they go through Task.Ack's group
+// commit, with ctxs of 50 ms to 5 s: some end while their ack waits for a
+// call (it is never sent) or is in flight (its outcome unknown).
 func runReserver(ctx context.Context, c childConfig, f *fleet.Fleet, rec *recorder) error {
 	q := fleet.NewQueue[job](f, c.Queue, c.queueOptions())
 	if err := q.Err(); err != nil {
 		return err
 	}
 	h := &handler{rec: rec, run: fmt.Sprintf("%s.%d", c.Name, c.Inc)}
-	g := newRNG(time.Now().UnixNano())
 	margin := c.Lease / 10
-	for ctx.Err() == nil {
-		rctx, cancel := context.WithTimeout(ctx, g.between(20*time.Millisecond, 400*time.Millisecond))
-		tasks, _ := q.Reserve(rctx, 1+g.intn(3), g.between(0, 200*time.Millisecond))
-		cancel()
-		if len(tasks) == 0 && ctx.Err() == nil {
-			sleep(ctx, 10*time.Millisecond)
-		}
-		for _, t := range tasks {
-			hctx, hcancel := context.WithDeadlineCause(ctx, t.Deadline().Add(-margin),
-				fmt.Errorf("%w: reserver: past Task.Deadline", fleet.ErrLeaseLost))
-			herr := h.work(hctx, -1, t)
-			hcancel()
-			ectx, ecancel := context.WithTimeout(context.Background(), 5*time.Second)
-			switch {
-			case herr == nil:
-				h.taskEnd(t.ID, t.Ack(ectx))
-			case errors.Is(herr, fleet.ErrLeaseLost) || ctx.Err() != nil:
-				_ = t.Release(ectx) // uncounted; ErrLeaseLost when a sweeper has it
-				h.taskEnd(t.ID, herr)
-			default:
-				_ = t.Nack(ectx, herr)
-				h.taskEnd(t.ID, herr)
+	var wg sync.WaitGroup
+	for range reserverLoops {
+		wg.Go(func() {
+			g := newRNG(time.Now().UnixNano())
+			for ctx.Err() == nil {
+				rctx, cancel := context.WithTimeout(ctx, g.between(20*time.Millisecond, 400*time.Millisecond))
+				tasks, _ := q.Reserve(rctx, 1+g.intn(3), g.between(0, 200*time.Millisecond))
+				cancel()
+				if len(tasks) == 0 && ctx.Err() == nil {
+					sleep(ctx, 10*time.Millisecond)
+				}
+				for _, t := range tasks {
+					hctx, hcancel := context.WithDeadlineCause(ctx, t.Deadline().Add(-margin),
+						fmt.Errorf("%w: reserver: past Task.Deadline", fleet.ErrLeaseLost))
+					herr := h.work(hctx, -1, t)
+					hcancel()
+					ectx, ecancel := context.WithTimeout(context.Background(), g.between(50*time.Millisecond, 5*time.Second))
+					switch {
+					case herr == nil:
+						h.taskEnd(t.ID, t.Ack(ectx))
+					case errors.Is(herr, fleet.ErrLeaseLost) || ctx.Err() != nil:
+						_ = t.Release(ectx) // uncounted; ErrLeaseLost when a sweeper has it
+						h.taskEnd(t.ID, herr)
+					default:
+						_ = t.Nack(ectx, herr)
+						h.taskEnd(t.ID, herr)
+					}
+					ecancel()
+				}
 			}
-			ecancel()
-		}
+		})
 	}
+	wg.Wait()
 	return nil
 }

@@ -142,6 +142,7 @@ func (p *proc) start(url string, slots int) error {
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), envRole+"="+url+" "+p.stats, "FLEET_SOAK_SLOTS="+strconv.Itoa(slots))
 	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // a worker dies with the soak
 	if err := cmd.Start(); err != nil {
 		return err
 	}
