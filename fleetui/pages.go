@@ -25,7 +25,6 @@ func parsePages() map[string]*template.Template {
 		"when":   when,
 		"seg":    url.PathEscape,
 		"add":    func(a, b int) int { return a + b },
-		"age":    age,
 	}
 	out := make(map[string]*template.Template, len(pageNames))
 	for _, n := range pageNames {
@@ -34,20 +33,6 @@ func parsePages() map[string]*template.Template {
 		out[n] = template.Must(template.New(n).Funcs(funcs).ParseFS(assets, "assets/templates/layout.html", "assets/templates/"+n+".html"))
 	}
 	return out
-}
-
-// age spells a latency for a table: "–" for none, else rounded to a unit
-// that reads at a glance.
-func age(d time.Duration) string {
-	switch {
-	case d <= 0:
-		return "–"
-	case d < time.Second:
-		return d.Round(time.Millisecond).String()
-	case d < time.Minute:
-		return d.Round(100 * time.Millisecond).String()
-	}
-	return d.Round(time.Second).String()
 }
 
 // pretty indents JSON, with <, > and & left as they are (html/template
@@ -235,11 +220,6 @@ func (h *handler) queue(w http.ResponseWriter, r *http.Request) {
 		h.redisErr(w, r, err)
 		return
 	}
-	groups, err := h.f.Queue(name).Groups(ctx)
-	if err != nil {
-		h.redisErr(w, r, err)
-		return
-	}
 	data := struct {
 		Name                     string
 		Stats                    fleet.QueueStats
@@ -251,8 +231,7 @@ func (h *handler) queue(w http.ResponseWriter, r *http.Request) {
 		PendingFrom, DeadFrom    int
 		ScheduledFrom            int
 		RequeueAllN, PurgeDeadsN int64
-		Groups                   []fleet.GroupInfo
-	}{Name: name, Stats: st, Pending: pending, Scheduled: scheduled, Dead: dead, Groups: groups,
+	}{Name: name, Stats: st, Pending: pending, Scheduled: scheduled, Dead: dead,
 		PendingP:    h.pagerFor(r, "pending", pages[0], st.Pending),
 		ScheduledP:  h.pagerFor(r, "scheduled", pages[1], st.Scheduled),
 		DeadP:       h.pagerFor(r, "dead", pages[2], st.Dead),
