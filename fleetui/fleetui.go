@@ -195,6 +195,18 @@ func Handler(f *fleet.Fleet, opts Options) http.Handler {
 	m.HandleFunc("POST /queues/{name}/requeue", h.mutate(h.requeue))
 	m.HandleFunc("POST /queues/{name}/requeue-all", h.mutate(h.requeueAll))
 	m.HandleFunc("POST /queues/{name}/purge", h.mutate(h.purge))
+	m.HandleFunc("POST /queues/{name}/pause", h.mutate(h.pauseQueue(true)))
+	m.HandleFunc("POST /queues/{name}/resume", h.mutate(h.pauseQueue(false)))
+	m.HandleFunc("POST /queues/{name}/batch", h.mutate(h.batch))
+	m.HandleFunc("GET /queues/{name}/groups", h.groups)
+	m.HandleFunc("GET /queues/{name}/{list}", h.list)
+	m.HandleFunc("GET /queues/{name}/tasks/{id}", h.task)
+	m.HandleFunc("POST /queues/{name}/tasks/{id}/{action}", h.mutate(h.taskAction))
+	m.HandleFunc("GET /search", h.search)
+	m.HandleFunc("GET /flows/{id}", h.flow)
+	m.HandleFunc("GET /schedules", h.schedules)
+	m.HandleFunc("POST /schedules/{sched}/pause", h.pauseSchedule(true))
+	m.HandleFunc("POST /schedules/{sched}/resume", h.pauseSchedule(false))
 	m.HandleFunc("GET /workers", h.workerTypes)
 	m.HandleFunc("GET /workers/{type}", h.workersOfType)
 	m.HandleFunc("GET /workers/{type}/{id}", h.worker)
@@ -257,24 +269,31 @@ func (h *handler) checkCSRF(r *http.Request) bool {
 	return got != "" && hmac.Equal([]byte(got), []byte(h.token(c.Value)))
 }
 
-// mutate guards a mutation: read-only, body size, CSRF, a known queue.
-func (h *handler) mutate(do func(w http.ResponseWriter, r *http.Request, queue string)) http.HandlerFunc {
+// guard guards a mutation: read-only, body size, CSRF.
+func (h *handler) guard(do http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if h.o.ReadOnly {
 			h.fail(w, r, http.StatusForbidden, "the dashboard is read-only")
 			return
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+		r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
 		if !h.checkCSRF(r) {
 			h.fail(w, r, http.StatusForbidden, "missing or invalid CSRF token: reload the page and try again")
 			return
 		}
+		do(w, r)
+	}
+}
+
+// mutate guards a mutation of a queue: guard, and a known queue.
+func (h *handler) mutate(do func(w http.ResponseWriter, r *http.Request, queue string)) http.HandlerFunc {
+	return h.guard(func(w http.ResponseWriter, r *http.Request) {
 		name := r.PathValue("name")
 		if !h.known(w, r, fleet.RegistryQueue, name, "queue") {
 			return
 		}
 		do(w, r, name)
-	}
+	})
 }
 
 // known answers 404 (or 500 when Redis fails) unless the registry of kind
@@ -338,7 +357,7 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, status int, msg s
 func (h *handler) redisErr(w http.ResponseWriter, r *http.Request, err error) {
 	status := http.StatusInternalServerError
 	switch {
-	case errors.Is(err, fleet.ErrInvalidName):
+	case errors.Is(err, fleet.ErrInvalidName), errors.Is(err, fleet.ErrScheduleNotFound), errors.Is(err, fleet.ErrFlowNotFound):
 		status = http.StatusNotFound
 	case errors.Is(err, fleet.ErrInvalidArgument):
 		status = http.StatusBadRequest
