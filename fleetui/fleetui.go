@@ -15,6 +15,17 @@
 //     at a time, with the payloads pretty-printed; a dead letter can be
 //     re-queued, and all of them re-queued or purged, each after a
 //     confirmation;
+//   - a task (search it by id or dedup key from any page): its state,
+//     queue, attempts, last error, payload, result, metadata, progress,
+//     times, worker and lease deadline, and the tasks it waits for; the
+//     actions its state allows: cancel (running or pending), delete
+//     (pending or scheduled), run now (scheduled), re-queue (dead);
+//   - a queue's tasks by state (pending, scheduled, running with worker and
+//     lease deadline, dead), paginated by cursors that stay correct while
+//     the queue changes (lists.go), with batch actions on a selection
+//     after a confirmation; the queue's latency, and its pause and resume;
+//   - a queue's groups (depth, running, limits, state), a flow's or
+//     batch's state and counts, the schedules with pause and resume;
 //   - the workers of a type (state, last seen, the stored and the applied
 //     config gen, stats, last error) and one worker's slots;
 //   - the pools, and a pool's items and claims by tag value;
@@ -44,7 +55,8 @@
 //
 // # Mutations and CSRF
 //
-// Re-queueing and purging take a POST with a CSRF token; Options.ReadOnly
+// Every action (re-queue, purge, the task actions, batches, pause and
+// resume) takes a POST with a CSRF token; Options.ReadOnly
 // hides them and refuses their POSTs with 403. The first response sets a
 // random session cookie (HttpOnly, SameSite=Strict, scoped to the prefix);
 // the token in each form is the HMAC-SHA256 of that cookie under a key of
@@ -54,7 +66,7 @@
 //
 // # Authentication
 //
-// The dashboard has none of its own: it can re-queue and purge, so wrap it
+// The dashboard has none of its own: it can cancel, delete and re-queue tasks, so wrap it
 // in the host's authentication, as Example_auth shows.
 package fleetui
 
@@ -101,8 +113,8 @@ type Options struct {
 	// the host's ServeMux, which passes the whole path on. It must start
 	// and end with '/'. Defaults to DefaultPrefix.
 	Prefix string
-	// ReadOnly hides the mutations (re-queue, re-queue all, purge) and
-	// refuses their POSTs with 403. Defaults to false.
+	// ReadOnly hides the mutations (re-queue, purge, the task actions,
+	// batches, pause and resume) and refuses their POSTs with 403. Defaults to false.
 	ReadOnly bool
 	// CSRFKey is the HMAC key of the CSRF tokens, at least 16 bytes. Give
 	// every replica behind one load balancer the same key. Defaults to 32
