@@ -295,3 +295,52 @@ func (q *queueCore) RunNow(ctx context.Context, id string) error {
 	}
 	return opErr(op, q.name, fmt.Errorf("%w: no scheduled task has id %s", ErrTaskNotFound, id))
 }
+
+// FlowMember is one task of a flow or batch, as FlowMembers reads it.
+type FlowMember struct {
+	// Queue and ID name the task; Queue is "" for a member fleet cannot
+	// read as a task ref (ID is then the ref as stored).
+	Queue string `json:"queue"`
+	ID    string `json:"id"`
+	// State is where the task is in the flow: "pending" (not ended),
+	// "succeeded", "failed", "canceled", "aborted" (its submit took longer
+	// than the grace) or "callback" (a batch's callback).
+	State string `json:"state"`
+}
+
+// flowMemberStates names the states of fleet:flow:<id>:m.
+var flowMemberStates = map[string]string{"p": "pending", "+": "succeeded", "x": "failed", "c": "canceled", "a": "aborted", "k": "callback"}
+
+// FlowMembers lists the tasks of flow (or batch) id with their states
+// (fleet:flow:<id>:m, one HGETALL), sorted by queue and id; none for an
+// unknown flow (FlowStatus says whether it exists). For the edges between
+// them, Queue.Lookup gives each waiting task's dependencies. May return
+// ErrInvalidArgument (a bad id), ErrUnavailable.
+func (f *Fleet) FlowMembers(ctx context.Context, id string) ([]FlowMember, error) {
+	const op = "flow members"
+	if err := f.alive(ctx); err != nil {
+		return nil, opErr(op, id, err)
+	}
+	if err := checkFlowID(id); err != nil {
+		return nil, opErr(op, id, err)
+	}
+	m, err := f.client.Do(ctx, f.client.B().Hgetall().Key(f.keys.Flow(id).Members).Build()).AsStrMap()
+	if err != nil {
+		return nil, opErr(op, id, err)
+	}
+	out := make([]FlowMember, 0, len(m))
+	for ref, st := range m {
+		fm := FlowMember{ID: ref, State: flowMemberStates[st]}
+		if fm.State == "" {
+			fm.State = st
+		}
+		if name, _, tid, ok := parseRef(ref); ok {
+			fm.Queue, fm.ID = name, tid
+		}
+		out = append(out, fm)
+	}
+	slices.SortFunc(out, func(a, b FlowMember) int {
+		return cmp.Or(strings.Compare(a.Queue, b.Queue), strings.Compare(a.ID, b.ID))
+	})
+	return out, nil
+}

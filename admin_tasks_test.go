@@ -3,6 +3,7 @@ package fleet_test
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -139,6 +140,34 @@ func TestRunningDedupRunNow(t *testing.T) {
 		}
 		if err := got2[0].Ack(c); err != nil {
 			t.Fatal(err)
+		}
+	})
+}
+
+// TestFlowMembers: a flow's tasks are listed with their queues and states.
+func TestFlowMembers(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		t.Parallel()
+		e := open(t, tg)
+		c := ctx(t)
+		q := fleet.NewQueue[job](e.F, "fm", fleet.QueueOptions{})
+		fl := fleet.NewFlow(e.F, fleet.FlowOptions{Retention: time.Minute})
+		a := fleet.AddStep(fl, q, job{URL: "https://example.com/a"}, fleet.SubmitOptions{})
+		b := fleet.AddStep(fl, q, job{URL: "https://example.com/b"}, fleet.SubmitOptions{After: fleet.Steps(a)})
+		if err := fl.Submit(c); err != nil {
+			t.Fatal(err)
+		}
+		ms, err := e.F.FlowMembers(c, fl.ID())
+		want := []fleet.FlowMember{{Queue: "fm", ID: a.ID(), State: "pending"}, {Queue: "fm", ID: b.ID(), State: "pending"}}
+		slices.SortFunc(want, func(x, y fleet.FlowMember) int { return strings.Compare(x.ID, y.ID) })
+		if err != nil || !slices.Equal(ms, want) {
+			t.Fatalf("members %+v %v, want %+v", ms, err, want)
+		}
+		if ms, err := e.F.FlowMembers(c, "nosuch"); err != nil || len(ms) != 0 {
+			t.Fatalf("unknown flow: %v %v", ms, err)
+		}
+		if _, err := e.F.FlowMembers(c, ""); !errors.Is(err, fleet.ErrInvalidArgument) {
+			t.Fatalf("empty id: %v", err)
 		}
 	})
 }

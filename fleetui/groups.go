@@ -27,8 +27,21 @@ func (h *handler) groups(w http.ResponseWriter, r *http.Request) {
 		}{name, gs}})
 }
 
-// flow shows a flow's (or batch's) state and the counts of its tasks
-// (Fleet.FlowStatus); a task page lists a waiting task's dependencies.
+// flowNode is one task of a flow's page.
+type flowNode struct {
+	fleet.FlowMember
+	Status fleet.TaskStatus // where a not-ended task is now, by Lookup
+	Deps   []fleet.DependencyState
+}
+
+// maxFlowLookups bounds the Lookups of a flow's page (one per task that
+// has not ended).
+const maxFlowLookups = 200
+
+// flow shows a flow's (or batch's) state, the counts of its tasks
+// (Fleet.FlowStatus) and each task with its state (Fleet.FlowMembers);
+// a task that has not ended is looked up for where it is now and, while
+// it waits, the tasks it waits for.
 func (h *handler) flow(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	st, err := h.f.FlowStatus(r.Context(), id)
@@ -40,7 +53,31 @@ func (h *handler) flow(w http.ResponseWriter, r *http.Request) {
 		h.redisErr(w, r, err)
 		return
 	}
-	h.render(w, r, http.StatusOK, "flow", page{Title: "Flow " + id, Nav: "overview", Data: st})
+	ms, err := h.f.FlowMembers(r.Context(), id)
+	if err != nil {
+		h.redisErr(w, r, err)
+		return
+	}
+	nodes, looked := make([]flowNode, len(ms)), 0
+	for i, m := range ms {
+		nodes[i] = flowNode{FlowMember: m}
+		if m.State != "pending" || m.Queue == "" || looked == maxFlowLookups {
+			continue
+		}
+		looked++
+		rec, err := h.f.Queue(m.Queue).Lookup(r.Context(), m.ID)
+		if err == nil {
+			nodes[i].Status, nodes[i].Deps = rec.Status, rec.Dependencies
+		} else if !errors.Is(err, fleet.ErrTaskNotFound) {
+			h.redisErr(w, r, err)
+			return
+		}
+	}
+	h.render(w, r, http.StatusOK, "flow", page{Title: "Flow " + id, Nav: "overview",
+		Data: struct {
+			Status fleet.FlowStatus
+			Nodes  []flowNode
+		}{st, nodes}})
 }
 
 // schedules lists the schedules (Fleet.Schedules), each with pause or

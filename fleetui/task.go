@@ -81,7 +81,6 @@ func (h *handler) search(w http.ResponseWriter, r *http.Request) {
 type taskView struct {
 	Queue   string
 	Rec     fleet.TaskRecord
-	Shard   int // -1: unknown
 	Actions []string
 	Did     string
 	Metas   []metaRow
