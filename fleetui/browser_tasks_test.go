@@ -150,7 +150,21 @@ func TestBrowserTasks(t *testing.T) {
 		t.Fatalf("worker %q", wk)
 	}
 	shot("task-running")
+	// The running list shows a task that starts while it is open, without
+	// a reload, with its worker.
 	do("the running list", chromedp.Navigate(b.Srv.URL+"/fleet/queues/jobs/running"), chromedp.WaitVisible(chromedp.CSS(`tr[data-id="`+slow+`"]`)))
+	eval(`window.__noReload = "still here"`)
+	slow2, err := b.Q.Submit(c, job{Note: "slow"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitJS("the second task shows as running", `document.querySelector('tr[data-id="`+slow2+`"]') !== null`)
+	if marker := eval(`String(window.__noReload)`); marker != "still here" {
+		t.Fatalf("the running list reloaded (marker %q)", marker)
+	}
+	if wk := text(`tr[data-id="` + slow2 + `"] td.worker`); wk != "jobs|w-1" {
+		t.Fatalf("running list worker %q", wk)
+	}
 	shot("running-list")
 	do("back to the task", chromedp.Navigate(b.Srv.URL+"/fleet/queues/jobs/tasks/"+slow), chromedp.WaitVisible(chromedp.CSS(`#state`)))
 	eval(`window.__noReload = "still here"`)
