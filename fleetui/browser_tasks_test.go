@@ -150,6 +150,15 @@ func TestBrowserTasks(t *testing.T) {
 		t.Fatalf("worker %q", wk)
 	}
 	shot("task-running")
+	if os.Getenv("FLEETUI_README_SHOT") == "1" {
+		png, err := chromedp.Run(step(), chromedp.Screenshot(chromedp.CSS("body")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join("..", "docs", "fleetui-task.png"), png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	// The running list shows a task that starts while it is open, without
 	// a reload, with its worker.
 	do("the running list", chromedp.Navigate(b.Srv.URL+"/fleet/queues/jobs/running"), chromedp.WaitVisible(chromedp.CSS(`tr[data-id="`+slow+`"]`)))
