@@ -224,8 +224,10 @@ func (q *queueCore) ScheduledAfter(ctx context.Context, after TaskCursor, count 
 
 // DedupTask returns the id of the task that holds dedup key key
 // (SubmitOptions.DedupKey) while it is pending, scheduled or in flight
-// (fleet:queue:<name>:dedup), one HGET per shard. May return
-// ErrTaskNotFound (no live task holds the key), ErrInvalidArgument (an
+// (fleet:queue:<name>:dedup), or that held it and was acked within its
+// UniqueFor window (fleet:queue:<name>:unique:<key>): one HGET and one
+// GET per shard, in one round trip. May return
+// ErrTaskNotFound (no task holds the key), ErrInvalidArgument (an
 // empty key), ErrInvalidName, ErrWrongType, ErrUnavailable.
 func (q *queueCore) DedupTask(ctx context.Context, key string) (string, error) {
 	const op = "dedup task"
@@ -237,9 +239,12 @@ func (q *queueCore) DedupTask(ctx context.Context, key string) (string, error) {
 	}
 	c := q.f.client
 	shards := q.shardsOf(ctx)
-	cmds := make(rueidis.Commands, len(shards))
-	for i, s := range shards {
-		cmds[i] = c.B().Hget().Key(s.k.Dedup).Field(key).Build()
+	cmds := make(rueidis.Commands, 0, 2*len(shards))
+	for _, s := range shards {
+		cmds = append(cmds, c.B().Hget().Key(s.k.Dedup).Field(key).Build())
+	}
+	for _, s := range shards {
+		cmds = append(cmds, c.B().Get().Key(s.k.Unique+key).Build())
 	}
 	for _, r := range c.DoMulti(ctx, cmds...) {
 		id, err := r.ToString()

@@ -125,6 +125,22 @@ func TestRunningDedupRunNow(t *testing.T) {
 		if got, err := q.DedupTask(c, "k7"); err != nil || got != id {
 			t.Fatalf("dedup k7: %q %v, want %s", got, err, id)
 		}
+		// An acked task of UniqueFor holds its key for the window.
+		uq := fleet.NewQueue[job](e.F, "rn", fleet.QueueOptions{})
+		uid, err := uq.SubmitWith(c, job{URL: "https://example.com/", N: 8}, fleet.SubmitOptions{DedupKey: "k8", UniqueFor: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ut, err := uq.Reserve(c, 1, 0)
+		if err != nil || len(ut) != 1 || ut[0].ID != uid {
+			t.Fatalf("reserve unique %v %v", ut, err)
+		}
+		if err := ut[0].Ack(c); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := q.DedupTask(c, "k8"); err != nil || got != uid {
+			t.Fatalf("dedup k8 after ack: %q %v, want %s", got, err, uid)
+		}
 		if _, err := q.DedupTask(c, "nope"); !errors.Is(err, fleet.ErrTaskNotFound) {
 			t.Fatalf("dedup nope: %v", err)
 		}
