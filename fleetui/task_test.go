@@ -262,6 +262,32 @@ func TestListsAndBatch(t *testing.T) {
 		if st := b.stats(t); st != (fleet.QueueStats{Pending: 2, InFlight: 1}) {
 			t.Fatalf("after batch delete: %+v", st)
 		}
+		// Cancel the running one from the running list.
+		code, loc = b.post(t, "/fleet/queues/jobs/batch", url.Values{"csrf": {tok}, "action": {"cancel"}, "list": {"running"}, "id": {ids[0]}})
+		if code != http.StatusSeeOther || loc != "/fleet/queues/jobs/running?did=batch-cancel&n=1" {
+			t.Fatalf("batch cancel: %d %q", code, loc)
+		}
+		if rec, err := b.Q.Lookup(c, ids[0]); err != nil || rec.Status != fleet.TaskActive || !rec.CancelRequested {
+			t.Fatalf("after batch cancel: %+v %v", rec, err)
+		}
+		// The scheduled list pages by cursor: three tasks, two a page.
+		var sched []string
+		for i := range 3 {
+			id, err := b.Q.SubmitWith(c, job{Note: "s"}, fleet.SubmitOptions{NotBefore: time.Now().Add(time.Duration(i+1) * time.Hour)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sched = append(sched, id)
+		}
+		code, body = b.get(t, "/fleet/queues/jobs/scheduled")
+		next = regexp.MustCompile(`href="(\?[^"]+)" rel="next"`).FindStringSubmatch(body)
+		if code != http.StatusOK || !slices.Equal(rows(body), sched[:2]) || next == nil {
+			t.Fatalf("scheduled page 1: %d %v", code, rows(body))
+		}
+		code, body = b.get(t, "/fleet/queues/jobs/scheduled"+strings.ReplaceAll(next[1], "&amp;", "&"))
+		if code != http.StatusOK || !slices.Equal(rows(body), sched[2:]) {
+			t.Fatalf("scheduled page 2: %d %v", code, rows(body))
+		}
 		// Pause and resume.
 		if code, _ := b.post(t, "/fleet/queues/jobs/pause", url.Values{"csrf": {tok}}); code != http.StatusSeeOther {
 			t.Fatalf("pause %d", code)
