@@ -39,6 +39,15 @@
 // counts change without a reload; they also ask for confirmations. The
 // Content-Security-Policy allows scripts and styles from the handler only.
 //
+// # Cost on Redis
+//
+// A list page reads one page (a pending or dead page looks for its cursor
+// in a window of a few pages around it), whatever the queue holds. Finding
+// a waiting or dead task (the search, a task page, an action) reads its
+// queue in one script, O(N) in the tasks waiting and dead (Queue.Lookup):
+// a waiting task's page therefore polls at a tenth of Options.Refresh, a
+// running one's (O(1)) at Refresh, an ended one's not at all.
+//
 // # Rates
 //
 // The handler keeps no history in Redis and runs nothing between requests.

@@ -112,10 +112,16 @@ func (h *handler) task(w http.ResponseWriter, r *http.Request) {
 		v.Metas = append(v.Metas, metaRow{k, rec.Metadata[k]})
 	}
 	v.Did = didText(r.URL.Query().Get("did"), r.URL.Query().Get("n"))
+	// The page polls itself while the task may change. Lookup is O(1) for
+	// a running task but scans the queue for a waiting one (O(N)), so a
+	// waiting task's page polls at a tenth of the pace, and an ended one's
+	// not at all.
 	refresh := int64(0)
 	switch rec.Status {
 	case fleet.TaskDone, fleet.TaskDead, fleet.TaskCanceled:
-		refresh = -1 // it changes no more by itself
+		refresh = -1
+	case fleet.TaskPending, fleet.TaskScheduled, fleet.TaskWaiting:
+		refresh = 10 * h.o.Refresh.Milliseconds()
 	}
 	h.render(w, r, http.StatusOK, "task", page{Title: "Task " + id, Nav: "overview", Refresh: refresh, Data: v})
 }
