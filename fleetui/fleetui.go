@@ -15,6 +15,17 @@
 //     at a time, with the payloads pretty-printed; a dead letter can be
 //     re-queued, and all of them re-queued or purged, each after a
 //     confirmation;
+//   - a task (search it by id or dedup key from any page): its state,
+//     queue, attempts, last error, payload, result, metadata, progress,
+//     times, worker and lease deadline, and the tasks it waits for; the
+//     actions its state allows: cancel (running or pending), delete
+//     (pending or scheduled), run now (scheduled), re-queue (dead);
+//   - a queue's tasks by state (pending, scheduled, running with worker and
+//     lease deadline, dead), paginated by cursors that stay correct while
+//     the queue changes (lists.go), with batch actions on a selection
+//     after a confirmation; the queue's latency, and its pause and resume;
+//   - a queue's groups (depth, running, limits, state), a flow's or
+//     batch's state and counts, the schedules with pause and resume;
 //   - the workers of a type (state, last seen, the stored and the applied
 //     config gen, stats, last error) and one worker's slots;
 //   - the pools, and a pool's items and claims by tag value;
@@ -27,6 +38,15 @@
 // page being shown every Options.Refresh and swap in its new content, so
 // counts change without a reload; they also ask for confirmations. The
 // Content-Security-Policy allows scripts and styles from the handler only.
+//
+// # Cost on Redis
+//
+// A list page reads one page (a pending or dead page looks for its cursor
+// in a window of a few pages around it), whatever the queue holds. Finding
+// a waiting or dead task (the search, a task page, an action) reads its
+// queue in one script, O(N) in the tasks waiting and dead (Queue.Lookup):
+// a waiting task's page therefore polls at a tenth of Options.Refresh, a
+// running one's (O(1)) at Refresh, an ended one's not at all.
 //
 // # Rates
 //
@@ -44,7 +64,8 @@
 //
 // # Mutations and CSRF
 //
-// Re-queueing and purging take a POST with a CSRF token; Options.ReadOnly
+// Every action (re-queue, purge, the task actions, batches, pause and
+// resume) takes a POST with a CSRF token; Options.ReadOnly
 // hides them and refuses their POSTs with 403. The first response sets a
 // random session cookie (HttpOnly, SameSite=Strict, scoped to the prefix);
 // the token in each form is the HMAC-SHA256 of that cookie under a key of
@@ -54,7 +75,7 @@
 //
 // # Authentication
 //
-// The dashboard has none of its own: it can re-queue and purge, so wrap it
+// The dashboard has none of its own: it can cancel, delete and re-queue tasks, so wrap it
 // in the host's authentication, as Example_auth shows.
 package fleetui
 
@@ -101,8 +122,8 @@ type Options struct {
 	// the host's ServeMux, which passes the whole path on. It must start
 	// and end with '/'. Defaults to DefaultPrefix.
 	Prefix string
-	// ReadOnly hides the mutations (re-queue, re-queue all, purge) and
-	// refuses their POSTs with 403. Defaults to false.
+	// ReadOnly hides the mutations (re-queue, purge, the task actions,
+	// batches, pause and resume) and refuses their POSTs with 403. Defaults to false.
 	ReadOnly bool
 	// CSRFKey is the HMAC key of the CSRF tokens, at least 16 bytes. Give
 	// every replica behind one load balancer the same key. Defaults to 32
@@ -195,6 +216,18 @@ func Handler(f *fleet.Fleet, opts Options) http.Handler {
 	m.HandleFunc("POST /queues/{name}/requeue", h.mutate(h.requeue))
 	m.HandleFunc("POST /queues/{name}/requeue-all", h.mutate(h.requeueAll))
 	m.HandleFunc("POST /queues/{name}/purge", h.mutate(h.purge))
+	m.HandleFunc("POST /queues/{name}/pause", h.mutate(h.pauseQueue(true)))
+	m.HandleFunc("POST /queues/{name}/resume", h.mutate(h.pauseQueue(false)))
+	m.HandleFunc("POST /queues/{name}/batch", h.mutate(h.batch))
+	m.HandleFunc("GET /queues/{name}/groups", h.groups)
+	m.HandleFunc("GET /queues/{name}/{list}", h.list)
+	m.HandleFunc("GET /queues/{name}/tasks/{id}", h.task)
+	m.HandleFunc("POST /queues/{name}/tasks/{id}/{action}", h.mutate(h.taskAction))
+	m.HandleFunc("GET /search", h.search)
+	m.HandleFunc("GET /flows/{id}", h.flow)
+	m.HandleFunc("GET /schedules", h.schedules)
+	m.HandleFunc("POST /schedules/{sched}/pause", h.pauseSchedule(true))
+	m.HandleFunc("POST /schedules/{sched}/resume", h.pauseSchedule(false))
 	m.HandleFunc("GET /workers", h.workerTypes)
 	m.HandleFunc("GET /workers/{type}", h.workersOfType)
 	m.HandleFunc("GET /workers/{type}/{id}", h.worker)
@@ -257,24 +290,31 @@ func (h *handler) checkCSRF(r *http.Request) bool {
 	return got != "" && hmac.Equal([]byte(got), []byte(h.token(c.Value)))
 }
 
-// mutate guards a mutation: read-only, body size, CSRF, a known queue.
-func (h *handler) mutate(do func(w http.ResponseWriter, r *http.Request, queue string)) http.HandlerFunc {
+// guard guards a mutation: read-only, body size, CSRF.
+func (h *handler) guard(do http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if h.o.ReadOnly {
 			h.fail(w, r, http.StatusForbidden, "the dashboard is read-only")
 			return
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+		r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
 		if !h.checkCSRF(r) {
 			h.fail(w, r, http.StatusForbidden, "missing or invalid CSRF token: reload the page and try again")
 			return
 		}
+		do(w, r)
+	}
+}
+
+// mutate guards a mutation of a queue: guard, and a known queue.
+func (h *handler) mutate(do func(w http.ResponseWriter, r *http.Request, queue string)) http.HandlerFunc {
+	return h.guard(func(w http.ResponseWriter, r *http.Request) {
 		name := r.PathValue("name")
 		if !h.known(w, r, fleet.RegistryQueue, name, "queue") {
 			return
 		}
 		do(w, r, name)
-	}
+	})
 }
 
 // known answers 404 (or 500 when Redis fails) unless the registry of kind
@@ -338,7 +378,7 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, status int, msg s
 func (h *handler) redisErr(w http.ResponseWriter, r *http.Request, err error) {
 	status := http.StatusInternalServerError
 	switch {
-	case errors.Is(err, fleet.ErrInvalidName):
+	case errors.Is(err, fleet.ErrInvalidName), errors.Is(err, fleet.ErrScheduleNotFound), errors.Is(err, fleet.ErrFlowNotFound):
 		status = http.StatusNotFound
 	case errors.Is(err, fleet.ErrInvalidArgument):
 		status = http.StatusBadRequest

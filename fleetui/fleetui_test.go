@@ -361,7 +361,7 @@ func TestReadOnly(t *testing.T) {
 		b := newBed(t, tg, fleetui.Options{ReadOnly: true})
 		id := b.bury(t, "x", "y")
 		code, body := b.get(t, "/fleet/queues/jobs")
-		if code != http.StatusOK || strings.Contains(body, "<form") || !strings.Contains(body, id) {
+		if code != http.StatusOK || strings.Contains(body, `method="post"`) || !strings.Contains(body, id) {
 			t.Fatalf("read-only queue page %d shows forms or lacks the dead letter:\n%s", code, body)
 		}
 		// Even with a valid token (from a handler that is not read-only

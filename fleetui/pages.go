@@ -17,7 +17,7 @@ import (
 )
 
 // pageNames are the templates under assets/templates, each with the layout.
-var pageNames = []string{"overview", "queue", "workertypes", "workers", "worker", "pools", "pool", "streams", "stream", "catalog", "error"}
+var pageNames = []string{"overview", "queue", "workertypes", "workers", "worker", "pools", "pool", "streams", "stream", "catalog", "error", "task", "list", "groups", "flow", "schedules"}
 
 func parsePages() map[string]*template.Template {
 	funcs := template.FuncMap{
@@ -25,6 +25,7 @@ func parsePages() map[string]*template.Template {
 		"when":   when,
 		"seg":    url.PathEscape,
 		"add":    func(a, b int) int { return a + b },
+		"dur":    dur,
 	}
 	out := make(map[string]*template.Template, len(pageNames))
 	for _, n := range pageNames {
@@ -236,14 +237,7 @@ func (h *handler) queue(w http.ResponseWriter, r *http.Request) {
 		ScheduledP:  h.pagerFor(r, "scheduled", pages[1], st.Scheduled),
 		DeadP:       h.pagerFor(r, "dead", pages[2], st.Dead),
 		PendingFrom: (pages[0]-1)*size + 1, ScheduledFrom: (pages[1]-1)*size + 1, DeadFrom: (pages[2]-1)*size + 1}
-	switch r.URL.Query().Get("did") {
-	case "requeued":
-		data.Did = "Re-queued 1 dead letter."
-	case "requeued-all":
-		data.Did = "Re-queued " + strconv.Itoa(atoi(r.URL.Query().Get("n"))) + " dead letters."
-	case "purged":
-		data.Did = "Purged " + strconv.Itoa(atoi(r.URL.Query().Get("n"))) + " dead letters."
-	}
+	data.Did = didText(r.URL.Query().Get("did"), r.URL.Query().Get("n"))
 	h.render(w, r, http.StatusOK, "queue", page{Title: "Queue " + name, Nav: "overview", Data: data})
 }
 
@@ -525,4 +519,12 @@ func (h *handler) catalog(w http.ResponseWriter, r *http.Request) {
 			Rows []catalogRow
 			Bad  []string
 		}{rows, bad}})
+}
+
+// dur shows a duration to the millisecond, "–" for none.
+func dur(d time.Duration) string {
+	if d <= 0 {
+		return "–"
+	}
+	return d.Round(time.Millisecond).String()
 }

@@ -41,7 +41,9 @@
         .then(function (html) {
           var next = new DOMParser().parseFromString(html, "text/html").getElementById("live");
           var cur = document.getElementById("live");
-          if (next && cur && !(dlg && dlg.open) && cur.innerHTML !== next.innerHTML) {
+          // A selection in progress (a checked box) is not swapped away.
+          var busy = cur && cur.querySelector("input[type=checkbox]:checked");
+          if (next && cur && !busy && !(dlg && dlg.open) && cur.innerHTML !== next.innerHTML) {
             cur.replaceWith(document.importNode(next, true));
           }
           status.textContent = "live · " + new Date().toLocaleTimeString();
