@@ -173,11 +173,6 @@ func (p *proc) read() (rss, goroutines int64) {
 	return rss, goroutines
 }
 
-type series struct {
-	name string
-	vals []float64
-}
-
 func run(tasks, workers, slots, backlog, rate int, faultEvery, sample time.Duration, out string) error {
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer cancel()
