@@ -11,6 +11,11 @@ import (
 	"time"
 )
 
+// maxCommit bounds the tasks one group commit acks (and takes), a
+// worker's (worker_commit.go) or Task.Ack's: a call stays a few hundred
+// arguments whatever the slot count.
+const maxCommit = 256
+
 // groupAckTimeout bounds a group call, which no caller's ctx bounds: each
 // caller waits on its own ctx instead.
 const groupAckTimeout = 30 * time.Second

@@ -11,10 +11,6 @@ import (
 	"sync"
 )
 
-// maxCommit bounds the tasks one group commit acks (and takes): a call
-// stays a few hundred arguments whatever the slot count.
-const maxCommit = 256
-
 // maxInFlight is how many group calls of one worker may be in flight at
 // once (acker.max defaults to it): a slot that finishes while fewer are
 // makes a call at once; past it, the acks wait for a call to end and go
