@@ -172,11 +172,7 @@ func (q *queueCore) Running(ctx context.Context, after TaskCursor, count int) ([
 				}
 			}
 			if l, err := leases[i].ToString(); err == nil {
-				tok, _, _ := strings.Cut(l, " ")
-				t.CancelRequested = strings.HasSuffix(l, " c")
-				if j := strings.LastIndexByte(tok, '/'); j > 0 {
-					t.Worker = tok[:j]
-				}
+				_, t.Worker, t.CancelRequested = parseLeaseEntry(l)
 			}
 			out = append(out, t)
 		}
