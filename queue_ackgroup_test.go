@@ -3,30 +3,26 @@ package fleet
 import (
 	"context"
 	"errors"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/fleet-go/fleet/fleettest"
+	"github.com/fleet-go/fleet/internal/costmeter"
 )
 
 // evalshaCalls reads how many EVALSHA calls s has served.
 func evalshaCalls(t *testing.T, s *fleettest.Server) int {
 	t.Helper()
-	out, err := s.Cli(context.Background(), "INFO", "commandstats")
+	out, err := s.Cli(context.Background(), "INFO", "commandstats", "cpu")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for line := range strings.SplitSeq(out, "\n") {
-		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:calls="); ok {
-			v, _, _ := strings.Cut(rest, ",")
-			n, _ := strconv.Atoi(v)
-			return n
-		}
+	snap, err := costmeter.Parse(out)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return 0
+	return int(snap.Calls["evalsha"])
 }
 
 // TestAckGroup: concurrent Task.Acks of one queue share a call. With the
