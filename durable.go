@@ -111,8 +111,15 @@ func (d *durableClient) wait(n int, slot uint16) rueidis.Completed {
 	return w
 }
 
-// Do sends cmd, and WAIT after it when it writes.
+// Do sends cmd, and WAIT after it when it writes. Every command fleet sends
+// is pinned (never recycled by rueidis): rueidis puts a command back in
+// its pool once a reply came, and when the reply came on a new connection
+// (the first one broke while it wrote the command, and rueidis sent it
+// again) the old connection's writer read it with no happens-before edge
+// to the reuse, which the race detector reports (TestLinearizable saw it,
+// as redis-server restarted under EVALSHA).
 func (d *durableClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	cmd = cmd.Pin()
 	n, err := d.need(ctx)
 	if err != nil {
 		return rueidis.NewErrorResult(err)
@@ -132,6 +139,9 @@ func (d *durableClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.R
 // cluster) when one of them writes. A write whose WAIT falls short fails
 // with ErrNotDurable.
 func (d *durableClient) DoMulti(ctx context.Context, multi ...rueidis.Completed) []rueidis.RedisResult {
+	for i := range multi {
+		multi[i] = multi[i].Pin() // see Do
+	}
 	n, err := d.need(ctx)
 	if err != nil {
 		out := make([]rueidis.RedisResult, len(multi))
@@ -247,4 +257,17 @@ func (f *Fleet) checkReplicas(ctx context.Context, min int) error {
 		}
 	}
 	return nil
+}
+
+// DoCache reads cmd through the client-side cache, pinned (see Do).
+func (d *durableClient) DoCache(ctx context.Context, cmd rueidis.Cacheable, ttl time.Duration) rueidis.RedisResult {
+	return d.Client.DoCache(ctx, cmd.Pin(), ttl)
+}
+
+// DoMultiCache reads multi through the client-side cache, pinned (see Do).
+func (d *durableClient) DoMultiCache(ctx context.Context, multi ...rueidis.CacheableTTL) []rueidis.RedisResult {
+	for i := range multi {
+		multi[i].Cmd = multi[i].Cmd.Pin()
+	}
+	return d.Client.DoMultiCache(ctx, multi...)
 }
