@@ -240,6 +240,15 @@ func startProxied(t *testing.T, through fleet.Options) *proxied {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = wf.Close() })
+	// rueidis spreads commands over a few connections at random, and dials
+	// each on its first command: dial them all now, or a test that holds
+	// the replies back would find a command stuck behind the handshake of
+	// a new connection (whose replies the proxy holds too).
+	for range 64 {
+		if _, err := wf.Counter("warm").Get(ctx(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	tg := redistest.Target{URL: s.URL()}
 	raw := redistest.Client(t, tg)
 	return &proxied{S: s, P: p, Direct: direct, Through: wf, E: &env{F: direct, Raw: raw, Tg: tg}, Raw: raw}
