@@ -93,13 +93,8 @@ func (h *handler) task(w http.ResponseWriter, r *http.Request) {
 	if !h.known(w, r, fleet.RegistryQueue, name, "queue") {
 		return
 	}
-	rec, err := h.f.Queue(name).Lookup(r.Context(), id)
-	if errors.Is(err, fleet.ErrTaskNotFound) || errors.Is(err, fleet.ErrInvalidArgument) {
-		h.fail(w, r, http.StatusNotFound, "no task "+strconv.Quote(id)+" in queue "+strconv.Quote(name))
-		return
-	}
-	if err != nil {
-		h.redisErr(w, r, err)
+	rec, ok := h.lookup(w, r, name, id)
+	if !ok {
 		return
 	}
 	v := taskView{Queue: name, Rec: rec}
@@ -126,6 +121,22 @@ func (h *handler) task(w http.ResponseWriter, r *http.Request) {
 	h.render(w, r, http.StatusOK, "task", page{Title: "Task " + id, Nav: "overview", Refresh: refresh, Data: v})
 }
 
+// lookup reads task id of queue name, answering 404 for an unknown id
+// (or one that could be no task's) and the Redis error otherwise; ok is
+// false when it answered.
+func (h *handler) lookup(w http.ResponseWriter, r *http.Request, name, id string) (fleet.TaskRecord, bool) {
+	rec, err := h.f.Queue(name).Lookup(r.Context(), id)
+	if errors.Is(err, fleet.ErrTaskNotFound) || errors.Is(err, fleet.ErrInvalidArgument) {
+		h.fail(w, r, http.StatusNotFound, "no task "+strconv.Quote(id)+" in queue "+strconv.Quote(name))
+		return rec, false
+	}
+	if err != nil {
+		h.redisErr(w, r, err)
+		return rec, false
+	}
+	return rec, true
+}
+
 // taskAction runs one action on one task, after checking that its state
 // allows it.
 func (h *handler) taskAction(w http.ResponseWriter, r *http.Request, name string) {
@@ -135,13 +146,8 @@ func (h *handler) taskAction(w http.ResponseWriter, r *http.Request, name string
 		return
 	}
 	qu := h.f.Queue(name)
-	rec, err := qu.Lookup(r.Context(), id)
-	if errors.Is(err, fleet.ErrTaskNotFound) || errors.Is(err, fleet.ErrInvalidArgument) {
-		h.fail(w, r, http.StatusNotFound, "no task "+strconv.Quote(id)+" in queue "+strconv.Quote(name))
-		return
-	}
-	if err != nil {
-		h.redisErr(w, r, err)
+	rec, ok := h.lookup(w, r, name, id)
+	if !ok {
 		return
 	}
 	if !slices.Contains(taskActions[action], rec.Status) {
