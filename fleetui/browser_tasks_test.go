@@ -73,49 +73,8 @@ func TestBrowserTasks(t *testing.T) {
 		deads = append(deads, ts[0].ID)
 	}
 
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chrome), chromedp.NoSandbox, chromedp.Headless, chromedp.DisableGPU,
-		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 900))...)
-	defer cancelAlloc()
-	bctx, cancelBrowser := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
-	defer cancelBrowser()
-	if err := chromedp.Do(bctx); err != nil {
-		t.Fatalf("start %s: %v (%s)", chrome, err, howToChromium)
-	}
-	step := func() context.Context {
-		sctx, cancel := context.WithTimeout(bctx, 90*time.Second)
-		t.Cleanup(cancel)
-		return sctx
-	}
-	do := func(what string, actions ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(step(), actions...); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
-	text := func(sel string) string {
-		t.Helper()
-		s, err := chromedp.Run(step(), chromedp.Text(chromedp.CSS(sel)))
-		if err != nil {
-			t.Fatalf("text of %s: %v", sel, err)
-		}
-		return s
-	}
-	eval := func(expr string) string {
-		t.Helper()
-		s, err := chromedp.Run(step(), chromedp.Evaluate[string](expr))
-		if err != nil {
-			t.Fatalf("evaluate %s: %v", expr, err)
-		}
-		return s
-	}
-	waitJS := func(what, expr string) {
-		t.Helper()
-		if _, err := chromedp.Run(step(), chromedp.Poll[bool](expr,
-			chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(80*time.Second))); err != nil {
-			t.Fatalf("wait until %s: %v", what, err)
-		}
-	}
+	br := startBrowser(t, chrome)
+	step, do, text, eval, waitJS := br.step, br.do, br.text, br.eval, br.waitJS
 	shot := func(name string) {
 		t.Helper()
 		png, err := chromedp.Run(step(), chromedp.FullScreenshot(100))
@@ -230,6 +189,5 @@ func TestBrowserTasks(t *testing.T) {
 		t.Fatalf("task page payload %q", p)
 	}
 	shot("task-xss")
-	cancelBrowser()
-	cancelAlloc()
+	br.close()
 }

@@ -107,53 +107,8 @@ func TestBrowser(t *testing.T) {
 		t.Fatalf("claim: %v %v", cl, err)
 	}
 
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chrome), chromedp.NoSandbox, chromedp.Headless, chromedp.DisableGPU,
-		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 900))...)
-	defer cancelAlloc()
-	bctx, cancelBrowser := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
-	defer cancelBrowser()
-	// The first run starts the browser; it takes no timeout of its own
-	// (that would stop the browser with it). Every step after is bounded
-	// and waits on an exact condition, never a sleep: under load the
-	// browser is slow, not wrong.
-	if err := chromedp.Do(bctx); err != nil {
-		t.Fatalf("start %s: %v (%s)", chrome, err, howToChromium)
-	}
-	step := func() context.Context {
-		sctx, cancel := context.WithTimeout(bctx, 90*time.Second)
-		t.Cleanup(cancel)
-		return sctx
-	}
-	do := func(what string, actions ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(step(), actions...); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
-	text := func(sel string) string {
-		t.Helper()
-		s, err := chromedp.Run(step(), chromedp.Text(chromedp.CSS(sel)))
-		if err != nil {
-			t.Fatalf("text of %s: %v", sel, err)
-		}
-		return s
-	}
-	eval := func(expr string) string {
-		t.Helper()
-		s, err := chromedp.Run(step(), chromedp.Evaluate[string](expr))
-		if err != nil {
-			t.Fatalf("evaluate %s: %v", expr, err)
-		}
-		return s
-	}
-	waitJS := func(what, expr string) {
-		t.Helper()
-		if _, err := chromedp.Run(step(), chromedp.Poll[bool](expr,
-			chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(80*time.Second))); err != nil {
-			t.Fatalf("wait until %s: %v", what, err)
-		}
-	}
+	br := startBrowser(t, chrome)
+	step, do, text, eval, waitJS := br.step, br.do, br.text, br.eval, br.waitJS
 	save := func(name string, png []byte) {
 		t.Helper()
 		if err := os.WriteFile(name, png, 0o644); err != nil {
@@ -240,6 +195,70 @@ func TestBrowser(t *testing.T) {
 	shot("stream")
 
 	// Close the browser before the server, so no request is left open.
-	cancelBrowser()
-	cancelAlloc()
+	br.close()
+}
+
+// browser is a headless Chromium for one test, with the steps the tests
+// take. The first run starts the browser; it takes no timeout of its own
+// (that would stop the browser with it). Every step after is bounded and
+// waits on an exact condition, never a sleep: under load the browser is
+// slow, not wrong.
+type browser struct {
+	t     *testing.T
+	ctx   context.Context
+	close func() // stops the browser (also at the test's end)
+}
+
+func startBrowser(t *testing.T, chrome string) *browser {
+	t.Helper()
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chrome), chromedp.NoSandbox, chromedp.Headless, chromedp.DisableGPU,
+		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 900))...)
+	bctx, cancelBrowser := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
+	stop := func() { cancelBrowser(); cancelAlloc() }
+	t.Cleanup(stop)
+	if err := chromedp.Do(bctx); err != nil {
+		t.Fatalf("start %s: %v (%s)", chrome, err, howToChromium)
+	}
+	return &browser{t: t, ctx: bctx, close: stop}
+}
+
+// step is a ctx for one step: 90 s at most.
+func (b *browser) step() context.Context {
+	sctx, cancel := context.WithTimeout(b.ctx, 90*time.Second)
+	b.t.Cleanup(cancel)
+	return sctx
+}
+
+func (b *browser) do(what string, actions ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	if err := chromedp.Do(b.step(), actions...); err != nil {
+		b.t.Fatalf("%s: %v", what, err)
+	}
+}
+
+func (b *browser) text(sel string) string {
+	b.t.Helper()
+	s, err := chromedp.Run(b.step(), chromedp.Text(chromedp.CSS(sel)))
+	if err != nil {
+		b.t.Fatalf("text of %s: %v", sel, err)
+	}
+	return s
+}
+
+func (b *browser) eval(expr string) string {
+	b.t.Helper()
+	s, err := chromedp.Run(b.step(), chromedp.Evaluate[string](expr))
+	if err != nil {
+		b.t.Fatalf("evaluate %s: %v", expr, err)
+	}
+	return s
+}
+
+func (b *browser) waitJS(what, expr string) {
+	b.t.Helper()
+	if _, err := chromedp.Run(b.step(), chromedp.Poll[bool](expr,
+		chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(80*time.Second))); err != nil {
+		b.t.Fatalf("wait until %s: %v", what, err)
+	}
 }
