@@ -16,7 +16,14 @@ import (
 	"github.com/fleet-go/fleet/internal/redistest"
 )
 
-func TestMain(m *testing.M) { redistest.Main(m) }
+// TestMain runs the tests against the harness's servers. Their Fleets keep
+// no history unless a test asks (Options.HistoryFlush): many tests count
+// the commands a call sends, or read the keys it leaves, and a flush of the
+// history (history.go) could land in between. history_test.go turns it on.
+func TestMain(m *testing.M) {
+	fleet.SetDefaultHistoryFlush(-1)
+	redistest.Main(m)
+}
 
 // env is one test's Fleet on one target, with a raw client to arrange and
 // assert what is in Redis, and the test's key prefix.

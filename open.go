@@ -116,6 +116,12 @@ type Options struct {
 	// ReplicaTimeout bounds how long a write waits for MinReplicas
 	// replicas. Defaults to DefaultReplicaTimeout.
 	ReplicaTimeout time.Duration
+	// HistoryFlush is how often this Fleet adds the task ends it counted
+	// (its acks, nacks, dead letters and sweeps) to the queues' history
+	// (Queue.History; one script per queue counted, plus a depth sample of
+	// each once a minute). A negative value keeps no history. Defaults to
+	// DefaultHistoryFlush (5s).
+	HistoryFlush time.Duration
 }
 
 // Open connects to Redis, detects a cluster, and picks the key layout.
@@ -140,6 +146,10 @@ func Open(ctx context.Context, opts Options) (*Fleet, error) {
 		done:     make(chan struct{}),
 		now:      time.Now,
 		obs:      copyObserver(opts.Observer),
+		hist:     history{every: opts.HistoryFlush},
+	}
+	if f.hist.every == 0 {
+		f.hist.every = defaultHistoryFlush
 	}
 	f.flows = &flowDriver{f: f}
 	f.life, f.endLife = context.WithCancel(context.Background())

@@ -340,6 +340,7 @@ func (q *queueCore) sweep(ctx context.Context, opts SweeperOptions, st *SweepSta
 	} else if ok {
 		qo = qo.withPolicy(p)
 	}
+	f.histOf(q.name) // the flusher samples the depth of the queues swept (history.go)
 	before := *st
 	defer func() {
 		f.swept(ctx, SweepEvent{Queue: q.name, Requeued: st.Requeued - before.Requeued, DeadLettered: st.DeadLettered - before.DeadLettered,

@@ -56,6 +56,12 @@ type Queue struct {
 	// past the counts still in use are empty, and deletes the hash when
 	// only one shard is left. It lives with shard 0 only.
 	Shards string
+	// HistMinute and HistDay are the prefixes of the queue's history
+	// (derived; docs/SCHEMA.md), before a bucket's start in unix seconds:
+	// fleet:queue:<name>:hist:m:<hour> (hash: "<minute>:<count>" -> n, one
+	// hour of per-minute buckets) and fleet:queue:<name>:hist:d:<day>
+	// (hash: "<count>" -> n, one day). They live with shard 0 only.
+	HistMinute, HistDay string
 	// Shard is the shard these keys are of (0 for the queue's own keys).
 	Shard int
 
@@ -158,6 +164,8 @@ func queueAt(base string) Queue {
 		Unique:     base + ":unique:",
 		Paused:     base + ":paused",
 		Result:     base + ":result:",
+		HistMinute: base + ":hist:m:",
+		HistDay:    base + ":hist:d:",
 	}
 	for _, x := range QueueSuffixes {
 		*x.Key(&q) = base + x.Suffix

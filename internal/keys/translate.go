@@ -31,6 +31,8 @@ const (
 	FamQueuePolicy     Family = "queue:policy"           // ... (derived)
 	FamQueueCall       Family = "queue:call"             // fleet:queue:<name>:call:<prefix> (derived, short-lived)
 	FamQueueShards     Family = "queue:shards"           // fleet:queue:<name>:shards (derived, tagged only)
+	FamQueueHistMinute Family = "queue:hist:m"           // fleet:queue:<name>:hist:m:<hour> (derived, expiring)
+	FamQueueHistDay    Family = "queue:hist:d"           // fleet:queue:<name>:hist:d:<day> (derived, expiring)
 	// The keys of priorities, groups and GlobalConcurrency (derived;
 	// QueueSuffixes): the three ending in ":" are prefixes of a group's
 	// keys, whose name is the Key's Item.
@@ -222,6 +224,14 @@ func (k Keys) parseFleet(rest string) (Key, bool) {
 		if call, ok := strings.CutPrefix(tail, ":call:"); ok {
 			return Key{Family: FamQueueCall, Name: name, Item: call, Shard: shard}, Check(KindItem, call) == nil
 		}
+		for _, h := range []struct {
+			tail string
+			fam  Family
+		}{{":hist:m:", FamQueueHistMinute}, {":hist:d:", FamQueueHistDay}} {
+			if at, ok := strings.CutPrefix(tail, h.tail); ok {
+				return Key{Family: h.fam, Name: name, Item: at}, shard == 0 && histBucket(at)
+			}
+		}
 		for _, x := range QueueSuffixes {
 			if strings.HasSuffix(x.Suffix, ":") {
 				if g, ok := strings.CutPrefix(tail, x.Suffix); ok {
@@ -396,6 +406,10 @@ func (k Keys) Spell(p Key) (string, bool) {
 		return q().Call + p.Item, true
 	case FamQueueShards:
 		return k.Queue(p.Name).Shards, k.tagged && p.Shard == 0
+	case FamQueueHistMinute:
+		return k.Queue(p.Name).HistMinute + p.Item, p.Shard == 0 && histBucket(p.Item)
+	case FamQueueHistDay:
+		return k.Queue(p.Name).HistDay + p.Item, p.Shard == 0 && histBucket(p.Item)
 	case FamQueuePrio, FamQueueGroups, FamQueueGroupState, FamQueueGroupBlocked, FamQueueGroupLimits, FamQueueGroupPaused,
 		FamQueueRunning, FamQueueGroup, FamQueueGroupRun, FamQueueGroupRate, FamQueueSignal, FamQueueGroupPending,
 		FamQueueFlow, FamQueueFlowOut, FamQueueOutbox, FamQueueWaiting, FamQueueProgress:
@@ -472,3 +486,17 @@ func (k Keys) Translate(key string, to Keys) (string, bool) {
 // counts so far, and the source it reads). It is never copied by a
 // migration, and can be deleted once the migration is done.
 func (k Keys) Migrate() string { return k.join("fleet", "migrate") }
+
+// histBucket reports whether s spells a history bucket's start: unix
+// seconds, decimal digits without a leading zero.
+func histBucket(s string) bool {
+	if s == "" || len(s) > 12 || (s[0] == '0' && s != "0") {
+		return false
+	}
+	for i := range len(s) {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}

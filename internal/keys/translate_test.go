@@ -34,6 +34,8 @@ func TestTranslate(t *testing.T) {
 		{FamQueueDedup, "fleet:queue:q:dedup", "fleet:queue:{q}:dedup"},
 		{FamQueuePolicy, "fleet:queue:q:policy", "fleet:queue:{q}:policy"},
 		{FamQueueCall, "fleet:queue:q:call:Ab_x.", "fleet:queue:{q}:call:Ab_x."},
+		{FamQueueHistMinute, "fleet:queue:q:hist:m:1764835200", "fleet:queue:{q}:hist:m:1764835200"},
+		{FamQueueHistDay, "fleet:queue:q:hist:d:1764806400", "fleet:queue:{q}:hist:d:1764806400"},
 		{FamQueuePrio, "fleet:queue:q:prio", "fleet:queue:{q}:prio"},
 		{FamQueueGroups, "fleet:queue:q:groups", "fleet:queue:{q}:groups"},
 		{FamQueueGroupState, "fleet:queue:q:gstate", "fleet:queue:{q}:gstate"},
@@ -134,6 +136,10 @@ func TestTranslateUnknown(t *testing.T) {
 		{compat, "x:fleet:counter:"},
 		{compat, "x:fleet:queue:q:bogus"},
 		{compat, "x:fleet:queue:q:processing:other"},
+		{compat, "x:fleet:queue:q:hist:m:"},     // no bucket
+		{compat, "x:fleet:queue:q:hist:m:0123"}, // a leading zero
+		{compat, "x:fleet:queue:q:hist:d:17e9"}, // not digits
+		{compat, "x:fleet:queue:q:hist:x:17"},   // no such resolution
 		{compat, "x:fleet:pool:p:claim:"},
 		{compat, "x:fleet:pool:p:other"},
 		{compat, "x:fleet:pidx:p"},
@@ -163,6 +169,7 @@ func TestTranslateUnknown(t *testing.T) {
 		{tagged, "x:wkr:{t:i}"},
 		{tagged, "x:wkr:{t:i:j}:config"},
 		{tagged, "x:fleet:pidx:{p}"},
+		{tagged, tagged.QueueShard("q", 1).Pending + ":hist:m:60"}, // a shard keeps no history
 	} {
 		if p, ok := c.k.Parse(c.key); ok {
 			t.Errorf("tagged=%v Parse(%q) = %+v, want unknown", c.k.Tagged(), c.key, p)
