@@ -8,9 +8,12 @@
 // # Pages
 //
 //   - the overview: every queue with its depth, in flight, scheduled and
-//     dead counts, the rates of done and failed tasks over the last
-//     minutes, and a chart of each queue's depth; the pools; the worker
-//     types;
+//     dead counts, its latency, its rates of done and failed tasks over the
+//     last five minutes and its depth over the last hour; a chart of the
+//     tasks done and failed per minute over the last hour; the pools; the
+//     worker types;
+//   - a queue's history: charts of its tasks done and failed, and of its
+//     depth, over the last hour, 24 hours or 30 days;
 //   - a queue: its pending tasks, scheduled tasks and dead letters, a page
 //     at a time, with the payloads pretty-printed; a dead letter can be
 //     re-queued, and all of them re-queued or purged, each after a
@@ -48,19 +51,15 @@
 // a waiting task's page therefore polls at a tenth of Options.Refresh, a
 // running one's (O(1)) at Refresh, an ended one's not at all.
 //
-// # Rates
+// # History
 //
-// The handler keeps no history in Redis and runs nothing between requests.
-// Rates come from the workers' stats frames (wkr:<type>:<id>:stats), whose
-// done and failed counters only rise while a worker runs: each time the
-// overview is rendered (by a page load or the page's polling) the handler
-// samples them, with the queues' counts, into a small in-memory ring (one
-// sample per SampleEvery, for the last History), and the rate of a type is
-// the counters' growth over the ring's span. A counter that went down
-// (the worker restarted) counts from zero. The ring lives in the Handler,
-// so every tab shares it and a new tab sees the history at once; it is
-// empty after the host restarts, and fills only while someone looks. A
-// queue's row shows the rates of the worker type of the same name.
+// The rates and charts come from the queues' history, which every Fleet
+// that runs or sweeps a queue keeps in Redis (Queue.History,
+// Options.HistoryFlush, docs/SCHEMA.md): counts of tasks done, retried and
+// dead-lettered per minute for 24 hours and per day for 30 days, and a
+// depth sample a minute. So the charts are full when a page first opens,
+// whoever looked before, and they survive the host's restarts. The
+// handler keeps nothing of its own.
 //
 // # Mutations and CSRF
 //
@@ -107,11 +106,6 @@ const (
 	DefaultPageSize = 20
 	// DefaultRefresh is how often a page polls for new content.
 	DefaultRefresh = 2 * time.Second
-	// DefaultSampleEvery is the least time between two samples of the
-	// rates' ring.
-	DefaultSampleEvery = 5 * time.Second
-	// DefaultHistory is how far back the rates' ring reaches.
-	DefaultHistory = 10 * time.Minute
 	// MaxPageSize bounds Options.PageSize.
 	MaxPageSize = 500
 )
@@ -135,12 +129,6 @@ type Options struct {
 	// Refresh is how often a page polls for new content. Defaults to
 	// DefaultRefresh.
 	Refresh time.Duration
-	// SampleEvery is the least time between two samples of the rates'
-	// ring. Defaults to DefaultSampleEvery.
-	SampleEvery time.Duration
-	// History is how far back the rates' ring reaches. Defaults to
-	// DefaultHistory.
-	History time.Duration
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -153,12 +141,6 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Refresh == 0 {
 		o.Refresh = DefaultRefresh
 	}
-	if o.SampleEvery == 0 {
-		o.SampleEvery = DefaultSampleEvery
-	}
-	if o.History == 0 {
-		o.History = DefaultHistory
-	}
 	switch {
 	case !strings.HasPrefix(o.Prefix, "/") || !strings.HasSuffix(o.Prefix, "/"):
 		return o, fmt.Errorf("fleetui: Options.Prefix %q must start and end with '/'", o.Prefix)
@@ -168,10 +150,6 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("fleetui: Options.PageSize %d is not within 1..%d", o.PageSize, MaxPageSize)
 	case o.Refresh < 100*time.Millisecond:
 		return o, fmt.Errorf("fleetui: Options.Refresh %v is shorter than 100ms", o.Refresh)
-	case o.SampleEvery < 0:
-		return o, fmt.Errorf("fleetui: Options.SampleEvery %v is negative", o.SampleEvery)
-	case o.History < o.SampleEvery:
-		return o, fmt.Errorf("fleetui: Options.History %v is shorter than SampleEvery %v", o.History, o.SampleEvery)
 	}
 	if o.CSRFKey == nil {
 		o.CSRFKey = make([]byte, 32)
@@ -189,7 +167,6 @@ type handler struct {
 	o     Options
 	mux   *http.ServeMux
 	pages map[string]*template.Template
-	ring  *ring
 }
 
 // Handler returns the dashboard of f, to mount at opts.Prefix. It is safe
@@ -206,7 +183,7 @@ func Handler(f *fleet.Fleet, opts Options) http.Handler {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 		})
 	}
-	h := &handler{f: f, o: o, mux: http.NewServeMux(), ring: newRing(o.SampleEvery, o.History)}
+	h := &handler{f: f, o: o, mux: http.NewServeMux()}
 	h.pages = parsePages()
 	static, _ := fs.Sub(assets, "assets/static") // a constant path in the embedded tree
 	m := h.mux

@@ -50,14 +50,17 @@ func ctxFor(t *testing.T) context.Context {
 	return c
 }
 
-// newBed opens a Fleet on tg under a fresh prefix and mounts the dashboard
-// at /fleet/ of a test server.
-func newBed(t *testing.T, tg redistest.Target, opts fleetui.Options) *bed {
+// newBed opens a Fleet on tg under a fresh prefix (mods change its
+// options) and mounts the dashboard at /fleet/ of a test server.
+func newBed(t *testing.T, tg redistest.Target, opts fleetui.Options, mods ...func(*fleet.Options)) *bed {
 	t.Helper()
 	b := &bed{Raw: redistest.Client(t, tg), Prefix: redistest.Prefix(t, tg)}
 	fo := fleet.Options{URL: tg.URL, Prefix: b.Prefix, Layout: fleet.LayoutCompat}
 	if tg.Tagged {
 		fo.Layout = fleet.LayoutTagged
+	}
+	for _, m := range mods {
+		m(&fo)
 	}
 	f, err := fleet.Open(ctxFor(t), fo)
 	if err != nil {
@@ -513,8 +516,6 @@ func TestBadOptions(t *testing.T) {
 		"short key":   {true, fleetui.Options{CSRFKey: []byte("short")}, "Options.CSRFKey"},
 		"page size":   {true, fleetui.Options{PageSize: fleetui.MaxPageSize + 1}, "Options.PageSize"},
 		"refresh":     {true, fleetui.Options{Refresh: time.Millisecond}, "Options.Refresh"},
-		"history":     {true, fleetui.Options{SampleEvery: time.Minute, History: time.Second}, "Options.History"},
-		"neg. sample": {true, fleetui.Options{SampleEvery: -1}, "Options.SampleEvery"},
 	} {
 		var f *fleet.Fleet
 		if tc.f {

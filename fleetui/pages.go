@@ -2,6 +2,7 @@ package fleetui
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"html/template"
@@ -82,11 +83,13 @@ type queueRow struct {
 	Spark template.HTML
 }
 
-// typeRow is one worker type on the overview and the workers page.
+// typeRow is one worker type on the overview and the workers page: its
+// workers by state, and the tasks its live workers did since they started
+// (their stats frames' counters).
 type typeRow struct {
 	Type                          string
 	Workers, Running, Idle, Error int
-	Rates                         rates
+	Done, Failed                  int64
 }
 
 func (h *handler) overview(w http.ResponseWriter, r *http.Request) {
@@ -96,56 +99,47 @@ func (h *handler) overview(w http.ResponseWriter, r *http.Request) {
 		h.redisErr(w, r, err)
 		return
 	}
-	ws, err := h.f.Workers(ctx, fleet.WorkersFilter{})
+	types, err := h.typeRows(ctx)
 	if err != nil {
 		h.redisErr(w, r, err)
 		return
 	}
-	frames, err := h.f.StatsFrames(ctx, ws)
+	names := make([]string, len(ov.Queues))
+	for i, q := range ov.Queues {
+		names[i] = q.Name
+	}
+	hist, err := h.lastHour(ctx, names)
 	if err != nil {
 		h.redisErr(w, r, err)
 		return
 	}
-	s := sample{at: time.Now(), queues: map[string]fleet.QueueCounts{}, done: map[string]int64{}, failed: map[string]int64{}}
-	for _, q := range ov.Queues {
-		s.queues[q.Name] = q
-	}
-	for i, wi := range ws {
-		if frames[i].TS != 0 {
-			s.done[wi.Type+"|"+wi.ID], s.failed[wi.Type+"|"+wi.ID] = frames[i].Done, frames[i].Failed
-		}
-	}
-	h.ring.add(s)
-	ss := h.ring.snapshot()
-	rt, span := typeRates(ss)
-	none := rates{Done: "–", Failed: "–"}
 	data := struct {
 		Queues []queueRow
 		Pools  []fleet.PoolCounts
 		Types  []typeRow
 		Chart  template.HTML
-		Span   string
-	}{Pools: ov.Pools, Chart: doneChart(ss), Span: span.Round(time.Second).String()}
-	for _, q := range ov.Queues {
-		row := queueRow{QueueCounts: q, Rates: none, Spark: sparkline(ss, q.Name)}
-		if v, ok := rt[q.Name]; ok {
-			row.Rates = v
-		}
-		data.Queues = append(data.Queues, row)
+	}{Pools: ov.Pools, Types: types, Chart: barChart("done-chart", sum(hist), "minute")}
+	for i, q := range ov.Queues {
+		data.Queues = append(data.Queues, queueRow{QueueCounts: q, Rates: rateOf(hist[i]), Spark: depthLine("spark-"+strconv.Itoa(i), hist[i], 120, 24)})
 	}
-	data.Types = typeRows(ws, rt)
 	h.render(w, r, http.StatusOK, "overview", page{Title: "Overview", Nav: "overview", Data: data})
 }
 
-func typeRows(ws []fleet.WorkerInfo, rt map[string]rates) []typeRow {
+// typeRows reads the workers and their stats frames, by type.
+func (h *handler) typeRows(ctx context.Context) ([]typeRow, error) {
+	ws, err := h.f.Workers(ctx, fleet.WorkersFilter{})
+	if err != nil {
+		return nil, err
+	}
+	frames, err := h.f.StatsFrames(ctx, ws)
+	if err != nil {
+		return nil, err
+	}
 	by := map[string]*typeRow{}
-	for _, wi := range ws {
+	for i, wi := range ws {
 		row := by[wi.Type]
 		if row == nil {
-			row = &typeRow{Type: wi.Type, Rates: rates{Done: "–", Failed: "–"}}
-			if v, ok := rt[wi.Type]; ok {
-				row.Rates = v
-			}
+			row = &typeRow{Type: wi.Type}
 			by[wi.Type] = row
 		}
 		row.Workers++
@@ -157,12 +151,14 @@ func typeRows(ws []fleet.WorkerInfo, rt map[string]rates) []typeRow {
 		case fleet.StateError:
 			row.Error++
 		}
+		row.Done += frames[i].Done
+		row.Failed += frames[i].Failed
 	}
 	out := make([]typeRow, 0, len(by))
 	for _, k := range slices.Sorted(maps.Keys(by)) {
 		out = append(out, *by[k])
 	}
-	return out
+	return out, nil
 }
 
 // pager links the pages of one section of a page.
@@ -197,9 +193,24 @@ func (h *handler) queue(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	spanName := r.URL.Query().Get("span")
+	if spanName == "" {
+		spanName = "1h"
+	}
+	span, ok := histSpans[spanName]
+	if !ok {
+		h.fail(w, r, http.StatusBadRequest, "span must be 1h, 24h or 30d")
+		return
+	}
 	if !h.known(w, r, fleet.RegistryQueue, name, "queue") {
 		return
 	}
+	hist, err := h.f.Queue(name).History(ctx, span.span)
+	if err != nil {
+		h.redisErr(w, r, err)
+		return
+	}
+	hist = group(hist, span.group)
 	st, err := h.f.Queue(name).Stats(ctx)
 	if err != nil {
 		h.redisErr(w, r, err)
@@ -232,7 +243,12 @@ func (h *handler) queue(w http.ResponseWriter, r *http.Request) {
 		PendingFrom, DeadFrom    int
 		ScheduledFrom            int
 		RequeueAllN, PurgeDeadsN int64
+		Span                     string
+		Spans                    []string
+		Chart, Depth             template.HTML
 	}{Name: name, Stats: st, Pending: pending, Scheduled: scheduled, Dead: dead,
+		Span: spanName, Spans: []string{"1h", "24h", "30d"},
+		Chart: barChart("history-chart", hist, span.label), Depth: depthLine("depth-chart", hist, 600, 60),
 		PendingP:    h.pagerFor(r, "pending", pages[0], st.Pending),
 		ScheduledP:  h.pagerFor(r, "scheduled", pages[1], st.Scheduled),
 		DeadP:       h.pagerFor(r, "dead", pages[2], st.Dead),
@@ -283,13 +299,12 @@ func (h *handler) purge(w http.ResponseWriter, r *http.Request, name string) {
 }
 
 func (h *handler) workerTypes(w http.ResponseWriter, r *http.Request) {
-	ws, err := h.f.Workers(r.Context(), fleet.WorkersFilter{})
+	rows, err := h.typeRows(r.Context())
 	if err != nil {
 		h.redisErr(w, r, err)
 		return
 	}
-	rt, _ := typeRates(h.ring.snapshot())
-	h.render(w, r, http.StatusOK, "workertypes", page{Title: "Workers", Nav: "workers", Data: typeRows(ws, rt)})
+	h.render(w, r, http.StatusOK, "workertypes", page{Title: "Workers", Nav: "workers", Data: rows})
 }
 
 // workerRow is one worker with its last stats frame.
