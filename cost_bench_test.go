@@ -90,9 +90,14 @@ func costClient(tb testing.TB, addr string, mod func(*rueidis.ClientOption)) rue
 }
 
 // costFleet opens a Fleet on url with the documented keys (no prefix).
-func costFleet(tb testing.TB, url string) *fleet.Fleet {
+func costFleet(tb testing.TB, url string, mods ...func(*fleet.Options)) *fleet.Fleet {
 	tb.Helper()
-	f, err := fleet.Open(context.Background(), fleet.Options{URL: url})
+	// The product's default history (TestMain turns it off for the tests).
+	opts := fleet.Options{URL: url, HistoryFlush: fleet.DefaultHistoryFlush}
+	for _, m := range mods {
+		m(&opts)
+	}
+	f, err := fleet.Open(context.Background(), opts)
 	if err != nil {
 		tb.Fatal(err)
 	}

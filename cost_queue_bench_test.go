@@ -164,7 +164,9 @@ func (q *floorQueue) safeAck(ctx context.Context, id, token string) error {
 // kinds by turns: floor: RPUSH; a script LPOP+ZADD+HSET; a script
 // ZREM+HDEL. safe: the floor with the Redis work of fleet's guarantees and
 // nothing else (see safeReserve, safeAck): what fleet's scripts could cost
-// at best. fleet: Queue.Submit, Queue.Reserve(1), Task.Ack.
+// at best. fleet: Queue.Submit, Queue.Reserve(1), Task.Ack. nohist: the
+// same on a Fleet that keeps no history (Options.HistoryFlush < 0), the
+// history's cost being fleet's less nohist's.
 func BenchmarkCostBusyQueue(b *testing.B) {
 	srv := costServer(b)
 	const backlog = 100
@@ -178,7 +180,11 @@ func BenchmarkCostBusyQueue(b *testing.B) {
 			floor := newFloorQueue(costClient(b, srv.Addr, nil), "busy")
 			safe := newFloorQueue(costClient(b, srv.Addr, nil), "busy-safe")
 			q := fleet.NewQueue[costJob](costFleet(b, srv.URL()), "busy", fleet.QueueOptions{})
+			nq := fleet.NewQueue[costJob](costFleet(b, srv.URL(), noHistory), "busy-nohist", fleet.QueueOptions{})
 			for i := range backlog {
+				if _, err := nq.Submit(ctx, costJob{N: i}); err != nil {
+					b.Fatal(err)
+				}
 				if err := floor.submit(ctx, i); err != nil {
 					b.Fatal(err)
 				}
@@ -214,19 +220,28 @@ func BenchmarkCostBusyQueue(b *testing.B) {
 					}
 					return safe.safeAck(ctx, id, token)
 				})},
-				costKind{"fleet", cycles(func(ctx context.Context, i int) error {
-					if _, err := q.Submit(ctx, costJob{N: i}); err != nil {
-						return err
-					}
-					ts, err := q.Reserve(ctx, 1, 0)
-					if err != nil || len(ts) != 1 {
-						return fmt.Errorf("reserve: %d tasks, %v", len(ts), err)
-					}
-					return ts[0].Ack(ctx)
-				})})
+				costKind{"fleet", cycles(func(ctx context.Context, i int) error { return busyCycle(ctx, q, i) })},
+				costKind{"nohist", cycles(func(ctx context.Context, i int) error { return busyCycle(ctx, nq, i) })})
 		})
 	}
 }
+
+// busyCycle is one submit, Reserve(1) and Ack on q.
+func busyCycle(ctx context.Context, q *fleet.Queue[costJob], i int) error {
+	if _, err := q.Submit(ctx, costJob{N: i}); err != nil {
+		return err
+	}
+	ts, err := q.Reserve(ctx, 1, 0)
+	if err != nil || len(ts) != 1 {
+		return fmt.Errorf("reserve: %d tasks, %v", len(ts), err)
+	}
+	return ts[0].Ack(ctx)
+}
+
+// noHistory opens a Fleet that keeps no history (Options.HistoryFlush):
+// the cost benchmarks run it beside the default (kind "nohist") to
+// measure what the history costs the hot path.
+func noHistory(o *fleet.Options) { o.HistoryFlush = -1 }
 
 // BenchmarkCostIdlePickup: a consumer of one slot sleeps on an empty queue;
 // one task is submitted, picked up, handled (no-op) and acked, and the
@@ -364,7 +379,8 @@ func idlePickups(b *testing.B, srv *fleettest.Server, tap *costTap, kind string,
 // (the floor scripts), decode its payload and ack it, sleeping 100 µs when
 // the queue is empty; they run only during the floor's rounds (fleet's
 // worker, idle between its rounds, sleeps on an invalidation: only its
-// heartbeat, every 5 s, falls in the floor's rounds).
+// heartbeat, every 5 s, falls in the floor's rounds). nohist: fleet's on
+// a Fleet that keeps no history.
 func BenchmarkCostFullCycle(b *testing.B) {
 	srv := costServer(b)
 	costClean(b, srv)
@@ -413,35 +429,40 @@ func BenchmarkCostFullCycle(b *testing.B) {
 		wg.Wait()
 	}
 
-	f := costFleet(b, srv.URL())
-	q := fleet.NewQueue[costJob](f, "cycle", fleet.QueueOptions{})
-	var acked, target atomic.Int64
-	all := make(chan struct{}, 1)
-	w := fleet.NewBatchWorker(f, fleet.WorkerOptions{Type: "cost-cycle", ID: "w", Slots: costSlots,
-		OnTaskEnd: func(id string, err error) {
-			if err != nil {
-				b.Error(id, err)
-			}
-			if acked.Add(1) == target.Load() {
-				all <- struct{}{}
-			}
-		}}, q,
-		fleet.BatchFunc[costCfg, costOut, costJob](func(context.Context, *fleet.Slot[costCfg, costOut], *fleet.Task[costJob]) error {
-			return nil
-		}))
-	if err := w.Start(context.Background()); err != nil {
-		b.Fatal(err)
+	// fleetCycle is Queue.Submit and a batch worker of costSlots on a
+	// Fleet of its own (mods change its options), on queue name.
+	fleetCycle := func(name string, mods ...func(*fleet.Options)) func(*testing.B, int) {
+		f := costFleet(b, srv.URL(), mods...)
+		q := fleet.NewQueue[costJob](f, name, fleet.QueueOptions{})
+		var acked, target atomic.Int64
+		all := make(chan struct{}, 1)
+		w := fleet.NewBatchWorker(f, fleet.WorkerOptions{Type: "cost-" + name, ID: "w", Slots: costSlots,
+			OnTaskEnd: func(id string, err error) {
+				if err != nil {
+					b.Error(id, err)
+				}
+				if acked.Add(1) == target.Load() {
+					all <- struct{}{}
+				}
+			}}, q,
+			fleet.BatchFunc[costCfg, costOut, costJob](func(context.Context, *fleet.Slot[costCfg, costOut], *fleet.Task[costJob]) error {
+				return nil
+			}))
+		if err := w.Start(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = w.Stop(context.Background()) })
+		return func(b *testing.B, n int) {
+			target.Store(acked.Load() + int64(n))
+			produce(b, n, func(ctx context.Context, i int) error {
+				_, err := q.Submit(ctx, costJob{N: i})
+				return err
+			})
+			await(b, all)
+		}
 	}
-	b.Cleanup(func() { _ = w.Stop(context.Background()) })
-	fleetRound := func(b *testing.B, n int) {
-		target.Store(acked.Load() + int64(n))
-		produce(b, n, func(ctx context.Context, i int) error {
-			_, err := q.Submit(ctx, costJob{N: i})
-			return err
-		})
-		await(b, all)
-	}
-	costInterleave(b, srv, costKind{"floor", floorRound}, costKind{"fleet", fleetRound})
+	costInterleave(b, srv, costKind{"floor", floorRound}, costKind{"fleet", fleetCycle("cycle")},
+		costKind{"nohist", fleetCycle("cycle-nohist", noHistory)})
 }
 
 // costPull calls op for i = 1..n from workers goroutines, each taking the
