@@ -124,8 +124,9 @@ func (f *Fleet) typeWorkers(ctx context.Context, typ string) ([]string, error) {
 // RemoveType removes all state of automation type typ, as the documented
 // manual clean-up does: every worker of the type (found in wkrs:<type> and
 // wkrs:all) with its keys and index entries, wkrs:<type>, the stream
-// stream:<type>, the queue named typ with all its keys (derived ones too)
-// and its registry entry, and the type's catalog entry. Worker keys that no
+// stream:<type>, the queue named typ with all its keys (derived ones too:
+// its done-record index and the history of its last 25 hours and 31 days,
+// spelled by name) and its registry entry, and the type's catalog entry. Worker keys that no
 // index names are not found (Sync does not index them either); stop the
 // type's workers first, or they register again. May return ErrInvalidName,
 // ErrUnavailable.
@@ -162,12 +163,13 @@ func (f *Fleet) RemoveType(ctx context.Context, typ string) (RemoveReport, error
 	dels := rueidis.Commands{
 		c.B().Del().Key(f.keys.Workers(typ)).Build(),
 		c.B().Del().Key(f.keys.Stream(typ)).Build(),
-		c.B().Del().Key(q.Pending, q.Processing, q.Body, q.Lease, q.Scheduled, q.Dead, q.Dedup, q.Policy).Build(),
+		c.B().Del().Key(q.Pending, q.Processing, q.Body, q.Lease, q.Scheduled, q.Dead, q.Dedup, q.Policy, q.Retained).Build(),
+		c.B().Del().Key(f.historyKeys(typ)...).Build(),
 	}
 	if span > 1 {
 		// A sharded queue (QueueOptions.Shards): every shard, and the count.
 		for _, s := range f.shardKeys(typ, span)[1:] {
-			dels = append(dels, c.B().Del().Key(s.Pending, s.Processing, s.Body, s.Lease, s.Scheduled, s.Dead, s.Dedup, s.Policy).Build())
+			dels = append(dels, c.B().Del().Key(s.Pending, s.Processing, s.Body, s.Lease, s.Scheduled, s.Dead, s.Dedup, s.Policy, s.Retained).Build())
 		}
 		dels = append(dels, c.B().Del().Key(q.Shards).Build())
 	}

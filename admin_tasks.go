@@ -218,6 +218,80 @@ func (q *queueCore) ScheduledAfter(ctx context.Context, after TaskCursor, count 
 	return out, next, nil
 }
 
+// DoneTask is one done task whose record is kept (QueueOptions.Retention),
+// as Done reads it.
+type DoneTask struct {
+	// ID is the task's id.
+	ID string `json:"id"`
+	// DoneAt is when it was acked (server clock).
+	DoneAt time.Time `json:"done_at"`
+	// Attempts counts its failed runs before the one that ended it.
+	Attempts int `json:"attempts"`
+	// Worker is the worker ("type|id") that acked it; empty for a Task.Ack
+	// of your own.
+	Worker string `json:"worker,omitempty"`
+	// Result is its result (JSON); "null" when none was set.
+	Result json.RawMessage `json:"result"`
+	// Cursor is the task's position, to pass to Done for the next page.
+	Cursor TaskCursor `json:"-"`
+}
+
+// Done lists up to count (at most 1000) done tasks whose records are kept
+// (QueueOptions.Retention) after cursor after, the oldest first (by ack
+// time: fleet:queue:<name>:retained, then id), with their records: two
+// commands per shard. A record that ran out since it was indexed is left
+// out. Pass the last task's Cursor for the next page; fewer than count
+// tasks means the end (or that records ran out meanwhile: an empty page
+// is the end). May return ErrInvalidName, ErrInvalidArgument,
+// ErrWrongType, ErrUnavailable.
+func (q *queueCore) Done(ctx context.Context, after TaskCursor, count int) ([]DoneTask, error) {
+	const op = "done tasks"
+	if err := q.ready(ctx); err != nil {
+		return nil, opErr(op, q.name, err)
+	}
+	if err := checkCursorPage(after, count); err != nil {
+		return nil, opErr(op, q.name, err)
+	}
+	var out []DoneTask
+	c := q.f.client
+	for _, s := range q.shardsOf(ctx) {
+		zs, err := q.f.zAfter(ctx, s.k.Retained, after, count, memberID)
+		if err != nil {
+			return nil, opErr(op, q.name, err)
+		}
+		if len(zs) == 0 {
+			continue
+		}
+		ks := make([]string, len(zs))
+		for i, z := range zs {
+			ks[i] = s.k.Result + z.Member
+		}
+		recs, err := c.Do(ctx, c.B().Mget().Key(ks...).Build()).ToArray()
+		if err != nil {
+			return nil, opErr(op, q.name, err)
+		}
+		for i, z := range zs {
+			raw, err := recs[i].ToString()
+			if err != nil {
+				continue // ran out
+			}
+			var rec struct {
+				Result   json.RawMessage `json:"result"`
+				Attempts int             `json:"attempts"`
+				DoneAt   float64         `json:"done_at"`
+				Worker   string          `json:"worker"`
+			}
+			_ = json.Unmarshal([]byte(raw), &rec) // a record of another client may hold anything
+			out = append(out, DoneTask{ID: z.Member, DoneAt: fromUnixSeconds(z.Score), Attempts: rec.Attempts, Worker: rec.Worker,
+				Result: rec.Result, Cursor: TaskCursor{z.Score, z.Member}})
+		}
+	}
+	slices.SortFunc(out, func(a, b DoneTask) int {
+		return cmp.Or(cmp.Compare(a.Cursor.Score, b.Cursor.Score), strings.Compare(a.ID, b.ID))
+	})
+	return out[:min(count, len(out))], nil
+}
+
 // DedupTask returns the id of the task that holds dedup key key
 // (SubmitOptions.DedupKey) while it is pending, scheduled or in flight
 // (fleet:queue:<name>:dedup), or that held it and was acked within its

@@ -2,6 +2,7 @@ package fleet_test
 
 import (
 	"errors"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -184,6 +185,107 @@ func TestFlowMembers(t *testing.T) {
 		}
 		if _, err := e.F.FlowMembers(c, ""); !errors.Is(err, fleet.ErrInvalidArgument) {
 			t.Fatalf("empty id: %v", err)
+		}
+	})
+}
+
+// TestDone: the records kept by QueueOptions.Retention are indexed in
+// :retained as their acks happen, and Done lists them a page at a time
+// after a cursor, oldest first, leaving out a record that ran out; the
+// index drops the ids past the retention and expires with the last one; a
+// bad page or cursor is refused; an index of another type fails Done and
+// never an ack.
+func TestDone(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		t.Parallel()
+		e := open(t, tg)
+		c := ctx(t)
+		k := e.qk("dn")
+		q := fleet.NewQueue[job](e.F, "dn", fleet.QueueOptions{Retention: time.Minute})
+		ack := func(n int) []string {
+			t.Helper()
+			submitJobs(t, q, n)
+			tasks, err := q.Reserve(c, n, 0)
+			if err != nil || len(tasks) != n {
+				t.Fatalf("reserve %d %v", len(tasks), err)
+			}
+			var ids []string
+			for i, tk := range tasks {
+				if err := tk.SetResult(map[string]int{"n": i}); err != nil {
+					t.Fatal(err)
+				}
+				if err := tk.Ack(c); err != nil {
+					t.Fatal(err)
+				}
+				ids = append(ids, tk.ID)
+			}
+			return ids
+		}
+		ids := ack(5)
+		if got := e.zscores(t, k.Pending+":retained"); len(got) != 5 {
+			t.Fatalf(":retained %v, want the 5 ids", got)
+		}
+		if ttl := rawPTTL(t, e.Raw, k.Pending+":retained"); ttl <= 0 || ttl > 60_000 {
+			t.Fatalf(":retained PTTL %d, want within the retention", ttl)
+		}
+		var listed []string
+		var after fleet.TaskCursor
+		for page := 0; ; page++ {
+			ds, err := q.Done(c, after, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range ds {
+				if d.DoneAt.IsZero() || d.Attempts != 0 || len(d.Result) == 0 || d.Cursor.ID != d.ID {
+					t.Fatalf("done task %+v", d)
+				}
+				listed = append(listed, d.ID)
+			}
+			if len(ds) < 2 {
+				break
+			}
+			after = ds[1].Cursor
+		}
+		if !slices.Equal(slices.Sorted(slices.Values(listed)), slices.Sorted(slices.Values(ids))) {
+			t.Fatalf("listed %v, want %v", listed, ids)
+		}
+		// A record that ran out is left out.
+		e.do(t, e.Raw.B().Del().Key(e.key("fleet:queue:dn", "fleet:queue:{dn}")+":result:"+ids[0]).Build())
+		if ds, err := q.Done(c, fleet.TaskCursor{}, 10); err != nil || len(ds) != 4 || slices.ContainsFunc(ds, func(d fleet.DoneTask) bool { return d.ID == ids[0] }) {
+			t.Fatalf("after a record ran out: %v %v", ds, err)
+		}
+		for _, bad := range []struct {
+			after fleet.TaskCursor
+			n     int
+		}{{fleet.TaskCursor{}, -1}, {fleet.TaskCursor{}, 1001}, {fleet.TaskCursor{Score: math.NaN(), ID: "x"}, 1}} {
+			if _, err := q.Done(c, bad.after, bad.n); !errors.Is(err, fleet.ErrInvalidArgument) {
+				t.Fatalf("Done(%v, %d): %v, want ErrInvalidArgument", bad.after, bad.n, err)
+			}
+		}
+
+		// A short retention: the next ack drops the ids past it.
+		sq := fleet.NewQueue[job](e.F, "dn", fleet.QueueOptions{Retention: 300 * time.Millisecond})
+		time.Sleep(400 * time.Millisecond) // the records of 5 acks are older than 300 ms now
+		submitJobs(t, sq, 1)
+		tasks, err := sq.Reserve(c, 1, 0)
+		if err != nil || len(tasks) != 1 || tasks[0].Ack(c) != nil {
+			t.Fatalf("short retention: %v %v", tasks, err)
+		}
+		if got := e.zscores(t, k.Pending+":retained"); len(got) != 1 || got[0].Member != tasks[0].ID {
+			t.Fatalf(":retained %v, want only %s", got, tasks[0].ID)
+		}
+
+		// An index of another type: the ack and its record stand, Done fails.
+		e.do(t, e.Raw.B().Set().Key(k.Pending+":retained").Value("x").Build())
+		more := ack(1)
+		if _, ok := e.get(t, e.key("fleet:queue:dn", "fleet:queue:{dn}")+":result:"+more[0]); !ok {
+			t.Fatal("the record of an ack beside a wrong-type index is missing")
+		}
+		if got, _ := e.get(t, k.Pending+":retained"); got != "x" {
+			t.Fatalf("the wrong-type index became %q", got)
+		}
+		if _, err := q.Done(c, fleet.TaskCursor{}, 10); !errors.Is(err, fleet.ErrWrongType) {
+			t.Fatalf("Done over a string index: %v, want ErrWrongType", err)
 		}
 	})
 }

@@ -3,6 +3,7 @@ package fleet_test
 import (
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -94,14 +95,23 @@ func TestAdminPurgeType(t *testing.T) {
 		if _, err := fleet.NewQueue[job](e.F, "mailer", fleet.QueueOptions{}).Submit(c, jobN(3)); err != nil {
 			t.Fatal(err)
 		}
+		// The queue's done-record index and history: this hour's and a
+		// day's of three days ago.
+		sq := e.qk("scraper")
+		now := time.Now().Unix()
+		for _, k := range []string{sq.Pending + ":hist:m:" + strconv.FormatInt(now/3600*3600, 10), sq.Pending + ":hist:d:" + strconv.FormatInt(now/86400*86400-3*86400, 10)} {
+			e.do(t, e.Raw.B().Hset().Key(k).FieldValue().FieldValue("d", "1").Build())
+		}
+		e.do(t, e.Raw.B().Zadd().Key(sq.Pending+":retained").ScoreMember().ScoreMember(1, "x").Build())
 		r, err := e.F.RemoveType(c, "scraper")
 		if err != nil {
 			t.Fatal(err)
 		}
 		// 10 worker keys, the stream, and the queue's processing, body,
 		// lease, scheduled, dedup and policy (its pending list is empty;
-		// wkrs:scraper empties as its workers go, 2 entries each).
-		if r.Workers != 2 || r.Keys != 10+1+6 || r.Entries != 4+1+1 {
+		// wkrs:scraper empties as its workers go, 2 entries each), its
+		// :retained and two history buckets.
+		if r.Workers != 2 || r.Keys != 10+1+6+3 || r.Entries != 4+1+1 {
 			t.Fatalf("report %+v", r)
 		}
 		mq := e.qk("mailer")

@@ -314,3 +314,18 @@ func (q *queueCore) History(ctx context.Context, span time.Duration) ([]HistoryP
 	}
 	return points, nil
 }
+
+// historyKeys spells every bucket of queue name's history that can exist
+// now: the hours of the last 26 hours and the days of the last 32 days,
+// by this process's clock (a day's margin for the others').
+func (f *Fleet) historyKeys(name string) []string {
+	k, now := f.keys.Queue(name), f.now().Unix()
+	out := make([]string, 0, 26+32)
+	for h := range int64(26) {
+		out = append(out, k.HistMinute+strconv.FormatInt(now/3600*3600-h*3600, 10))
+	}
+	for d := range int64(32) {
+		out = append(out, k.HistDay+strconv.FormatInt(now/86400*86400-d*86400, 10))
+	}
+	return out
+}

@@ -597,11 +597,20 @@ local function ack_all(from, keys)
       end
       local result = ARGV[i + 5]
       if result == '' then result = 'null' end
-      if tonumber(ARGV[i + 4]) > 0 then
+      local keep = tonumber(ARGV[i + 4])
+      if keep > 0 then
         local worker = string.match(token, '^(.*)/[^/]*$') or ''
+        local now = now_ms()
         redis.call('SET', KEYS[keys + 2 * j - 1], '{"id":' .. cjson.encode(id) .. ',"result":' .. result ..
-          ',"attempts":' .. ARGV[i + 6] .. ',"done_at":' .. secs(now_ms()) .. ',"worker":' .. cjson.encode(worker) .. '}',
-          'PX', ARGV[i + 4])
+          ',"attempts":' .. ARGV[i + 6] .. ',"done_at":' .. secs(now) .. ',"worker":' .. cjson.encode(worker) .. '}',
+          'PX', keep)
+        -- The index of the records kept (RETAINED), for listing them: the
+        -- ids past the retention leave it, and it goes with the last one.
+        -- A derived key: one of another type fails its own commands
+        -- (pcall), never the ack.
+        redis.pcall('ZADD', RETAINED, secs(now), id)
+        redis.pcall('ZREMRANGEBYSCORE', RETAINED, '-inf', '(' .. secs(now - keep))
+        redis.pcall('PEXPIRE', RETAINED, keep)
       end
       local g = ARGV[i + 7]
       lazy.task_done(id, g ~= '' and g or nil)

@@ -93,6 +93,12 @@ type Queue struct {
 	// made while uncommitted, +inf once committed); Progress a hash of the
 	// running tasks' progress (id -> "<lease token> <json>").
 	Flow, FlowOut, Outbox, Waiting, Progress string
+
+	// Retained (a zset: task id -> done_at, unix s on the server's clock)
+	// indexes the records of the done tasks kept for QueueOptions.Retention
+	// (Result), so that they can be listed a page at a time; each ack that
+	// keeps a record adds its id and drops the ids past the retention.
+	Retained string
 }
 
 // QueueSuffixes are the suffixes, after Pending, of Queue's keys of
@@ -124,6 +130,7 @@ var QueueSuffixes = []struct {
 	{"OUTBOX", ":outbox", FamQueueOutbox, func(q *Queue) *string { return &q.Outbox }, true},
 	{"WAITING", ":waiting", FamQueueWaiting, func(q *Queue) *string { return &q.Waiting }, true},
 	{"PROGRESS", ":progress", FamQueueProgress, func(q *Queue) *string { return &q.Progress }, true},
+	{"RETAINED", ":retained", FamQueueRetained, func(q *Queue) *string { return &q.Retained }, false},
 }
 
 // Queue returns the keys of queue name.

@@ -55,6 +55,7 @@ const (
 	FamQueueOutbox    Family = "queue:outbox"   // fleet:queue:<name>:outbox
 	FamQueueWaiting   Family = "queue:waiting"  // fleet:queue:<name>:waiting
 	FamQueueProgress  Family = "queue:progress" // fleet:queue:<name>:progress
+	FamQueueRetained  Family = "queue:retained" // fleet:queue:<name>:retained (derived)
 	FamFlow           Family = "flow"           // fleet:flow:<id>
 	FamFlowMembers    Family = "flow:m"         // fleet:flow:<id>:m
 	FamFlows          Family = "flows"          // fleet:flows (derived)
@@ -412,7 +413,7 @@ func (k Keys) Spell(p Key) (string, bool) {
 		return k.Queue(p.Name).HistDay + p.Item, p.Shard == 0 && histBucket(p.Item)
 	case FamQueuePrio, FamQueueGroups, FamQueueGroupState, FamQueueGroupBlocked, FamQueueGroupLimits, FamQueueGroupPaused,
 		FamQueueRunning, FamQueueGroup, FamQueueGroupRun, FamQueueGroupRate, FamQueueSignal, FamQueueGroupPending,
-		FamQueueFlow, FamQueueFlowOut, FamQueueOutbox, FamQueueWaiting, FamQueueProgress:
+		FamQueueFlow, FamQueueFlowOut, FamQueueOutbox, FamQueueWaiting, FamQueueProgress, FamQueueRetained:
 		qk := q()
 		for _, x := range QueueSuffixes {
 			if x.Family == p.Family {
