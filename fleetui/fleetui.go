@@ -24,7 +24,8 @@
 //     actions its state allows: cancel (running or pending), delete
 //     (pending or scheduled), run now (scheduled), re-queue (dead);
 //   - a queue's tasks by state (pending, scheduled, running with worker and
-//     lease deadline, dead), paginated by cursors that stay correct while
+//     lease deadline, dead, and done while QueueOptions.Retention keeps
+//     their records), paginated by cursors that stay correct while
 //     the queue changes (lists.go), with batch actions on a selection
 //     after a confirmation; the queue's latency, and its pause and resume;
 //   - a queue's groups (depth, running, limits, state), a flow's or

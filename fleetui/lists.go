@@ -16,14 +16,15 @@ import (
 // a cursor rather than an offset, so that a page shows the tasks after the
 // last one seen however many came or went before it since:
 //
-//   - running and scheduled (sorted sets): the cursor is the last task's
-//     score and id (Queue.Running, Queue.ScheduledAfter);
+//   - running, scheduled and done (sorted sets): the cursor is the last
+//     task's score and id (Queue.Running, Queue.ScheduledAfter, Queue.Done:
+//     the done tasks whose records QueueOptions.Retention keeps);
 //   - pending and dead (lists): the cursor is the last task's id and the
 //     index it had; the next page looks for that id around the index and
 //     goes on after it. When the task left the list meanwhile (reserved,
 //     re-queued), the next page starts again from the list's head and says
 //     so: it may show a task twice, never skip one.
-var listStates = []string{"pending", "scheduled", "running", "dead"}
+var listStates = []string{"pending", "scheduled", "running", "dead", "done"}
 
 // listActions are the batch actions each list offers.
 var listActions = map[string][]string{
@@ -43,6 +44,7 @@ type listRow struct {
 	Worker   string
 	Error    string
 	Cancel   bool
+	Result   json.RawMessage // a done task's
 }
 
 // listView is the data of a list page.
@@ -66,7 +68,7 @@ func (h *handler) listWindow() int { return 4*h.o.PageSize + 100 }
 func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 	ctx, name, list := r.Context(), r.PathValue("name"), r.PathValue("list")
 	if !slices.Contains(listStates, list) {
-		h.fail(w, r, http.StatusNotFound, "no list "+strconv.Quote(list)+": want pending, scheduled, running or dead")
+		h.fail(w, r, http.StatusNotFound, "no list "+strconv.Quote(list)+": want pending, scheduled, running, dead or done")
 		return
 	}
 	qv := r.URL.Query()
@@ -80,7 +82,7 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 	if after != "" {
 		var err error
 		switch list {
-		case "running", "scheduled":
+		case "running", "scheduled", "done":
 			score, err = strconv.ParseFloat(qv.Get("score"), 64)
 			if err == nil && (math.IsNaN(score) || math.IsInf(score, 0)) {
 				err = strconv.ErrRange
@@ -92,7 +94,7 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		if err != nil {
-			h.fail(w, r, http.StatusBadRequest, "bad cursor: after needs a number (score= for running and scheduled, at= for pending and dead)")
+			h.fail(w, r, http.StatusBadRequest, "bad cursor: after needs a number (score= for running, scheduled and done, at= for pending and dead)")
 			return
 		}
 	}
@@ -121,6 +123,20 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 		}
 		if len(ts) == size {
 			c := ts[len(ts)-1].Cursor
+			next.Set("after", c.ID)
+			next.Set("score", strconv.FormatFloat(c.Score, 'f', -1, 64))
+		}
+	case "done":
+		ds, err := qu.Done(ctx, fleet.TaskCursor{Score: score, ID: after}, size)
+		if err != nil {
+			h.redisErr(w, r, err)
+			return
+		}
+		for _, d := range ds {
+			v.Rows = append(v.Rows, listRow{ID: d.ID, Attempts: d.Attempts, When: d.DoneAt, Worker: d.Worker, Result: d.Result})
+		}
+		if len(ds) == size {
+			c := ds[len(ds)-1].Cursor
 			next.Set("after", c.ID)
 			next.Set("score", strconv.FormatFloat(c.Score, 'f', -1, 64))
 		}

@@ -329,3 +329,53 @@ func TestBatchRequeueDead(t *testing.T) {
 		}
 	})
 }
+
+// TestDoneList: the done tasks whose records Retention keeps are listed
+// by cursor, oldest first, with their results escaped and no selection
+// (no batch action applies); a bad cursor is a 400.
+func TestDoneList(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		t.Parallel()
+		b := newBed(t, tg, fleetui.Options{PageSize: 2})
+		c := ctxFor(t)
+		q := fleet.NewQueue[job](b.F, "kept", fleet.QueueOptions{Retention: time.Minute})
+		for _, n := range []string{"a", "b", "c"} {
+			if _, err := q.Submit(c, job{Note: n}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ts, err := q.Reserve(c, 3, 0)
+		if err != nil || len(ts) != 3 {
+			t.Fatalf("reserve %v %v", ts, err)
+		}
+		for _, tk := range ts {
+			if err := tk.SetResult(map[string]string{"html": "<script>window.__xss=1</script>"}); err != nil {
+				t.Fatal(err)
+			}
+			if err := tk.Ack(c); err != nil {
+				t.Fatal(err)
+			}
+		}
+		done, err := q.Done(c, fleet.TaskCursor{}, 10)
+		if err != nil || len(done) != 3 {
+			t.Fatalf("Done: %v %v", done, err)
+		}
+		want := []string{done[0].ID, done[1].ID, done[2].ID}
+		code, body := b.get(t, "/fleet/queues/kept/done")
+		next := regexp.MustCompile(`href="(\?[^"]+)" rel="next"`).FindStringSubmatch(body)
+		if code != http.StatusOK || !slices.Equal(rows(body), want[:2]) || next == nil {
+			t.Fatalf("done page 1: %d %v, want %v", code, rows(body), want[:2])
+		}
+		if strings.Contains(body, "<script>window") || !strings.Contains(body, "&lt;script&gt;window.__xss=1&lt;/script&gt;") ||
+			strings.Contains(body, `type="checkbox"`) || strings.Contains(body, `id="batch-go"`) {
+			t.Fatalf("done page: a result unescaped, or a selection:\n%s", body)
+		}
+		code, body = b.get(t, "/fleet/queues/kept/done"+strings.ReplaceAll(next[1], "&amp;", "&"))
+		if code != http.StatusOK || !slices.Equal(rows(body), want[2:]) {
+			t.Fatalf("done page 2: %d %v, want %v", code, rows(body), want[2:])
+		}
+		if code, _ := b.get(t, "/fleet/queues/kept/done?after=x&score=z"); code != http.StatusBadRequest {
+			t.Fatalf("bad cursor: %d", code)
+		}
+	})
+}
