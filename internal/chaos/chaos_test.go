@@ -390,6 +390,7 @@ func (r *run) do() {
 		t.Fatal(err)
 	}
 	rep := analyze(ev, w)
+	r.checkHistory(wctx, t, direct, rep)
 	frep, fbad := r.analyzeFlows(wctx, direct, ev)
 	t.Logf("%s after %v (seed %d); submit errors %v (outcome unknown: %d, resubmitted)\n%s%s",
 		r.tg.name, elapsed.Round(time.Millisecond), s.seed, r.submitErrs, r.unknown, rep.table(), frep)
@@ -726,4 +727,27 @@ func (r *run) describe(f *fleet.Fleet) string {
 		fmt.Fprintf(&b, "  %s (%s): %v %v\n", key, typ, v, err)
 	}
 	return b.String()
+}
+
+// checkHistory reads the queue's history (history.go), which the worker
+// processes added to every few seconds through all the faults: a batch
+// sent again after its reply was lost must be added once, so the tasks
+// counted done can never exceed the tasks that were acked (each task is
+// acked once); a process killed loses what it had not added yet, so fewer
+// is allowed, and logged.
+func (r *run) checkHistory(ctx context.Context, t *testing.T, f *fleet.Fleet, rep *report) {
+	ps, err := f.Queue(queueName).History(ctx, 2*time.Hour)
+	if err != nil {
+		t.Errorf("history: %v", err)
+		return
+	}
+	var done, failed int64
+	for _, p := range ps {
+		done, failed = done+p.Done, failed+p.Failed
+	}
+	acked := rep.Acked + rep.AckedInferred + rep.ExtraAcked
+	t.Logf("history: %d tasks counted done (%d acked), %d runs counted failed", done, acked, failed)
+	if done > int64(acked) {
+		rep.Violations = append(rep.Violations, fmt.Sprintf("history: %d tasks counted done, more than the %d acked (a batch added twice)", done, acked))
+	}
 }
