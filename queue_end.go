@@ -58,6 +58,12 @@ type reservation struct {
 // fleet:queue:<name>:processing:lease while it holds.
 func (r *reservation) Token() string { return r.token }
 
+// prefix returns the token prefix of the reserve call that took r (its
+// token is prefix..i: prefix_of in lib_queue.lua).
+func (r *reservation) prefix() string {
+	return r.token[:strings.LastIndexByte(r.token, '.')+1]
+}
+
 // Deadline returns the end of the lease that this process can prove: the
 // time the reserve (or the last successful Extend) was sent, plus the
 // lease, on this process's monotonic clock. The server counts the lease
@@ -94,7 +100,7 @@ func (r *reservation) keeps() bool {
 // (queueCore.take): the one ack step of the scripts (ack_all), which a
 // worker's acks run in the call that takes their next tasks. The acks
 // that concurrent callers make of one queue while one is in flight go
-// together in the next call (queue_ackgroup.go); each caller still waits
+// together in the next call (queue_callgroup.go); each caller still waits
 // on its own ctx only. May return
 // ErrLeaseLost (the deadline passed and the task was re-queued; nothing
 // changes), ErrUnavailable.

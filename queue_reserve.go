@@ -45,7 +45,7 @@ func (q *Queue[T]) Reserve(ctx context.Context, n int, wait time.Duration) ([]*T
 	if wait < 0 {
 		return nil, opErr(op, q.name, fmt.Errorf("%w: wait %v is negative", ErrInvalidArgument, wait))
 	}
-	tasks, st, err := q.reserveTasks(ctx, reserveReq{n: n})
+	tasks, st, err := q.reserveTasks(ctx, reserveReq{n: n, shared: true})
 	if len(tasks) > 0 || wait == 0 || (err != nil && !transient(err)) {
 		return tasks, opErr(op, q.name, err)
 	}
@@ -148,7 +148,7 @@ func (q *Queue[T]) await(ctx context.Context, n int, wait time.Duration, st rese
 	tryNow, retried := false, false
 	for {
 		if tryNow {
-			tasks, s, err := q.reserveTasks(ctx, reserveReq{n: n})
+			tasks, s, err := q.reserveTasks(ctx, reserveReq{n: n, shared: true})
 			if len(tasks) > 0 {
 				w.taken()
 				return tasks, nil

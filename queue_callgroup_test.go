@@ -66,14 +66,14 @@ func TestAckGroup(t *testing.T) {
 	errs := make([]error, n-1)
 	var wg sync.WaitGroup
 	wg.Go(func() { errs[0] = tasks[0].Ack(ctx) })
-	waitUntil(t, func() bool { q.acks.mu.Lock(); defer q.acks.mu.Unlock(); return q.acks.busy })
+	waitUntil(t, func() bool { q.calls.mu.Lock(); defer q.calls.mu.Unlock(); return q.calls.busy })
 	leaving, leave := context.WithCancel(ctx)
 	left := make(chan error, 1)
 	go func() { left <- tasks[n-1].Ack(leaving) }()
 	for i := 1; i < n-1; i++ {
 		wg.Go(func() { errs[i] = tasks[i].Ack(ctx) })
 	}
-	pending := func() int { q.acks.mu.Lock(); defer q.acks.mu.Unlock(); return len(q.acks.pending) }
+	pending := func() int { q.calls.mu.Lock(); defer q.calls.mu.Unlock(); return len(q.calls.pending) }
 	waitUntil(t, func() bool { return pending() == n-1 })
 	leave()
 	select {
@@ -110,8 +110,8 @@ func TestAckGroup(t *testing.T) {
 	}
 	// The group goes idle (its flusher ends once none wait).
 	waitUntil(t, func() bool {
-		q.acks.mu.Lock()
-		defer q.acks.mu.Unlock()
-		return !q.acks.busy && len(q.acks.pending) == 0
+		q.calls.mu.Lock()
+		defer q.calls.mu.Unlock()
+		return !q.calls.busy && len(q.calls.pending) == 0
 	})
 }
