@@ -99,8 +99,9 @@ func (r *reservation) keeps() bool {
 // QueueOptions.Retention). An ack is a reserve with nothing to take
 // (queueCore.take): the one ack step of the scripts (ack_all), which a
 // worker's acks run in the call that takes their next tasks. The acks
-// that concurrent callers make of one queue while one is in flight go
-// together in the next call (queue_callgroup.go); each caller still waits
+// (and reserves) that concurrent callers make of one queue while a call of
+// it is in flight go together in the next call (queue_callgroup.go),
+// which takes the reserves' tasks after the acks; each caller still waits
 // on its own ctx only. May return
 // ErrLeaseLost (the deadline passed and the task was re-queued; nothing
 // changes), ErrUnavailable.

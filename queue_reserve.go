@@ -26,6 +26,16 @@ import (
 // uncounted, and Reserve returns none (or waits on, within wait), as a
 // worker does.
 //
+// The reserves and acks (Task.Ack) that goroutines of one Fleet make of
+// one queue while one of its calls is in flight share the next script
+// call: the acks first, then each reserve takes its share of the tasks, in
+// arrival order (queue_callgroup.go). A lone reserve goes at once, as
+// before, and each caller waits on its own ctx only: a reserve whose ctx
+// ends while it waits leaves without being sent, and one whose ctx ends
+// while its call is in flight returns ctx's error, its tasks handed back to
+// the head of the queue, uncounted, as an ungrouped reserve's are. On a
+// sharded queue, or one with a RateLimit, each reserve makes its own call.
+//
 // A body that is not a JSON object with a string id, or whose payload no
 // longer decodes into T or validates, is poison: it goes to the dead letters
 // with the reason and is not returned. (The documented original hands an
