@@ -160,7 +160,8 @@ func (q *floorQueue) safeAck(ctx context.Context, id, token string) error {
 // BenchmarkCostBusyQueue: submit -> reserve (1) -> ack of one task, on a
 // queue that always has work (a backlog of 100), from one goroutine (seq:
 // every command waits for the one before, as a lone worker does) and from
-// 16 at once (par: rueidis pipelines them, as on a busy fleet). Three
+// 16 at once (par: rueidis pipelines them, as on a busy fleet), and from
+// 50 (c50: the raw Reserve(1)/Ack loops of issue 22). Three
 // kinds by turns: floor: RPUSH; a script LPOP+ZADD+HSET; a script
 // ZREM+HDEL. safe: the floor with the Redis work of fleet's guarantees and
 // nothing else (see safeReserve, safeAck): what fleet's scripts could cost
@@ -173,7 +174,7 @@ func BenchmarkCostBusyQueue(b *testing.B) {
 	for _, mode := range []struct {
 		name        string
 		concurrency int
-	}{{"seq", 1}, {"par", 16}} {
+	}{{"seq", 1}, {"par", 16}, {"c50", 50}} {
 		b.Run(mode.name, func(b *testing.B) {
 			costClean(b, srv)
 			ctx := context.Background()

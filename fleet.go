@@ -63,7 +63,7 @@ type Fleet struct {
 
 // doneCtx is a ctx that ends when Close begins stopping background work
 // (with done), for calls made on behalf of callers who each wait on a ctx
-// of their own (queue_ackgroup.go).
+// of their own (queue_callgroup.go).
 func (f *Fleet) doneCtx() context.Context { return f.life }
 
 // Layout returns the key layout in use.

@@ -44,7 +44,7 @@ type queueCore struct {
 	booked     limitBooking // a rate-limit token booked ahead (queue_limit.go)
 
 	// Sharding (queue_shard.go).
-	acks ackGroup // Task.Ack's group commit (queue_ackgroup.go)
+	calls callGroup // Task.Ack's and Queue.Reserve's group commit (queue_callgroup.go)
 
 	root   *queueCore    // the core a shard's core belongs to; nil for a queue's own
 	subs   sync.Map      // shard index -> *queueCore, the shards' cores made so far
@@ -161,6 +161,9 @@ type reserveReq struct {
 	wantLeft bool           // learn whether tasks are left pending (reserved.drained)
 	owner    string         // the worker ("type|id") whose name goes before the tokens; "" for none
 	acks     []*reservation // acked first, in the same call: tasks of this core's shard
+	// shared: Queue.Reserve's, which may share a call with the raw calls
+	// beside it (groupReserve) where the queue allows (queueCore.reserve).
+	shared bool
 }
 
 // reserved is what one reserve did and learned.
@@ -186,12 +189,17 @@ type reserved struct {
 // may: the fetcher and Reserve sleep that long instead of spinning (the
 // token it booked meanwhile counts as taken, so a reserve that comes late
 // loses no rate). A call with acks takes from a queue without either
-// (takesWithAcks).
+// (takesWithAcks). A shared reserve (Queue.Reserve's) of a queue without
+// either shares its call with the raw calls beside it (groupReserve);
+// on a sharded or rate-limited queue it goes alone, as before.
 func (q *queueCore) reserve(ctx context.Context, req reserveReq) (reserved, error) {
 	lim := q.opts.RateLimit
 	if lim == nil || req.n == 0 || len(req.acks) > 0 {
 		if len(req.acks) == 0 && q.root == nil && req.n > 0 && q.spanOf(ctx) > 1 {
 			return q.spread(ctx, req)
+		}
+		if req.shared && lim == nil && req.n > 0 && len(req.acks) == 0 && req.owner == "" && !req.wantLeft {
+			return q.groupReserve(ctx, req)
 		}
 		return q.take(ctx, req)
 	}

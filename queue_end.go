@@ -58,6 +58,12 @@ type reservation struct {
 // fleet:queue:<name>:processing:lease while it holds.
 func (r *reservation) Token() string { return r.token }
 
+// prefix returns the token prefix of the reserve call that took r (its
+// token is prefix..i: prefix_of in lib_queue.lua).
+func (r *reservation) prefix() string {
+	return r.token[:strings.LastIndexByte(r.token, '.')+1]
+}
+
 // Deadline returns the end of the lease that this process can prove: the
 // time the reserve (or the last successful Extend) was sent, plus the
 // lease, on this process's monotonic clock. The server counts the lease
@@ -93,8 +99,9 @@ func (r *reservation) keeps() bool {
 // QueueOptions.Retention). An ack is a reserve with nothing to take
 // (queueCore.take): the one ack step of the scripts (ack_all), which a
 // worker's acks run in the call that takes their next tasks. The acks
-// that concurrent callers make of one queue while one is in flight go
-// together in the next call (queue_ackgroup.go); each caller still waits
+// (and reserves) that concurrent callers make of one queue while a call of
+// it is in flight go together in the next call (queue_callgroup.go),
+// which takes the reserves' tasks after the acks; each caller still waits
 // on its own ctx only. May return
 // ErrLeaseLost (the deadline passed and the task was re-queued; nothing
 // changes), ErrUnavailable.

@@ -26,6 +26,16 @@ import (
 // uncounted, and Reserve returns none (or waits on, within wait), as a
 // worker does.
 //
+// The reserves and acks (Task.Ack) that goroutines of one Fleet make of
+// one queue while one of its calls is in flight share the next script
+// call: the acks first, then each reserve takes its share of the tasks, in
+// arrival order (queue_callgroup.go). A lone reserve goes at once, as
+// before, and each caller waits on its own ctx only: a reserve whose ctx
+// ends while it waits leaves without being sent, and one whose ctx ends
+// while its call is in flight returns ctx's error, its tasks handed back to
+// the head of the queue, uncounted, as an ungrouped reserve's are. On a
+// sharded queue, or one with a RateLimit, each reserve makes its own call.
+//
 // A body that is not a JSON object with a string id, or whose payload no
 // longer decodes into T or validates, is poison: it goes to the dead letters
 // with the reason and is not returned. (The documented original hands an
@@ -45,7 +55,7 @@ func (q *Queue[T]) Reserve(ctx context.Context, n int, wait time.Duration) ([]*T
 	if wait < 0 {
 		return nil, opErr(op, q.name, fmt.Errorf("%w: wait %v is negative", ErrInvalidArgument, wait))
 	}
-	tasks, st, err := q.reserveTasks(ctx, reserveReq{n: n})
+	tasks, st, err := q.reserveTasks(ctx, reserveReq{n: n, shared: true})
 	if len(tasks) > 0 || wait == 0 || (err != nil && !transient(err)) {
 		return tasks, opErr(op, q.name, err)
 	}
@@ -148,7 +158,7 @@ func (q *Queue[T]) await(ctx context.Context, n int, wait time.Duration, st rese
 	tryNow, retried := false, false
 	for {
 		if tryNow {
-			tasks, s, err := q.reserveTasks(ctx, reserveReq{n: n})
+			tasks, s, err := q.reserveTasks(ctx, reserveReq{n: n, shared: true})
 			if len(tasks) > 0 {
 				w.taken()
 				return tasks, nil

@@ -1,0 +1,275 @@
+package fleet
+
+// This file group-commits the raw calls of a queue (or shard) outside a
+// worker: the Task.Acks and Queue.Reserves that callers make while a call
+// of it is in flight go together in the next call, as a batch worker's do
+// (acker): one queue_reserve.lua call acks them all, then takes the tasks
+// of every reserve and hands each caller its share.
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+)
+
+// maxCommit bounds the tasks one group commit acks (and takes), a
+// worker's (worker_commit.go) or the raw calls' (callGroup): a call stays
+// a few hundred arguments whatever the slot count.
+const maxCommit = 256
+
+// groupCallTimeout bounds a group call, which no caller's ctx bounds: each
+// caller waits on its own ctx instead.
+const groupCallTimeout = 30 * time.Second
+
+// callGroup is a queue core's raw calls waiting for a script call: acks
+// (Task.Ack) and reserves (Queue.Reserve's immediate take, where it is
+// grouped: see queueCore.reserve). A lone call is sent at once, in its
+// caller's goroutine and with its ctx, as before. Calls that come while
+// one is in flight wait; when it returns, one goroutine (spawned, so Close
+// waits for it) sends them until none wait, each script call acking up to
+// maxCommit and taking the tasks of the reserves that wait, in arrival
+// order, up to maxCommit (a lone reserve may ask for up to MaxReserve):
+// queue_reserve.lua acks first, then takes, and each reserve gets its
+// share in arrival order (the first ones theirs in full when the queue
+// runs short). No caller waits on another's ctx. A caller whose ctx ends
+// while its call waits leaves the group, and its call is never sent. An
+// ack whose ctx ends once it was sent returns ctx's error, its outcome
+// unknown to it (as any call whose ctx ends in flight). A reserve whose
+// ctx ends once it was sent returns ctx's error, and its share, when the
+// call returns, goes back to the head of the queue uncounted
+// (queue_abandon.lua, as an ungrouped reserve's whose ctx ends in flight).
+type callGroup struct {
+	mu      sync.Mutex
+	busy    bool         // a call is in flight, or about to be made
+	pending []*groupCall // waiting for a call, in arrival order
+}
+
+// groupCall is one caller's call in the group, and its outcome: an ack of
+// r, or (r nil) a reserve of up to n tasks.
+type groupCall struct {
+	r    *reservation
+	n    int
+	sent bool // taken into a call (under callGroup.mu)
+	left bool // the caller left after its call was sent: its share goes back (under callGroup.mu)
+	code endCode
+	res  reserved
+	err  error
+	done chan struct{} // closed under callGroup.mu once the outcome is set
+}
+
+// join runs c in the group: by lone, at once in the caller's goroutine,
+// when no call is in flight, else in the group's next call. It reports
+// false when ctx ended first (c left the group, or its outcome is lost to
+// the caller); the outcome is then ctx's error.
+func (q *queueCore) join(ctx context.Context, c *groupCall, lone func()) bool {
+	g := &q.calls
+	g.mu.Lock()
+	if !g.busy {
+		g.busy = true
+		g.mu.Unlock()
+		lone()
+		q.handOff()
+		return true
+	}
+	c.done = make(chan struct{})
+	g.pending = append(g.pending, c)
+	g.mu.Unlock()
+	select {
+	case <-c.done:
+		return true
+	case <-ctx.Done():
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	select {
+	case <-c.done: // the outcome came as ctx ended: it is known
+		return true
+	default:
+	}
+	if c.sent {
+		c.left = true
+	} else {
+		g.pending = slices.DeleteFunc(g.pending, func(x *groupCall) bool { return x == c })
+	}
+	return false
+}
+
+// groupAck acks r, alone or with the calls that wait beside it, and
+// returns its code (endDone, or endLost: not the caller's) or the call's
+// error.
+func (q *queueCore) groupAck(ctx context.Context, r *reservation) (endCode, error) {
+	c := &groupCall{r: r}
+	if !q.join(ctx, c, func() { c.code, c.err = q.ackOne(ctx, r) }) {
+		return endLost, ctx.Err()
+	}
+	return c.code, c.err
+}
+
+// ackOne runs the ack step for r alone (queue_ack.lua, through take).
+func (q *queueCore) ackOne(ctx context.Context, r *reservation) (endCode, error) {
+	res, err := q.take(ctx, reserveReq{acks: []*reservation{r}})
+	if err == nil && len(res.acks) == 1 {
+		return res.acks[0], nil
+	}
+	return endLost, err
+}
+
+// groupReserve is take for Queue.Reserve (req.n tasks, no acks, no owner),
+// alone or with the calls that wait beside it.
+func (q *queueCore) groupReserve(ctx context.Context, req reserveReq) (reserved, error) {
+	c := &groupCall{n: req.n}
+	if !q.join(ctx, c, func() { c.res, c.err = q.take(ctx, req) }) {
+		return reserved{nextReady: -1}, ctx.Err()
+	}
+	return c.res, c.err
+}
+
+// handOff ends a call: the calls that came meanwhile are sent by a
+// goroutine of their own (flush), or the group goes idle.
+func (q *queueCore) handOff() {
+	g := &q.calls
+	g.mu.Lock()
+	if len(g.pending) == 0 {
+		g.busy = false
+		g.mu.Unlock()
+		return
+	}
+	g.mu.Unlock()
+	if q.f.spawn(q.flush) {
+		return
+	}
+	q.closeGroup()
+}
+
+// closeGroup answers every waiting call with ErrClosed: Close has begun,
+// and nothing more is sent.
+func (q *queueCore) closeGroup() {
+	g := &q.calls
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, c := range g.pending {
+		c.code, c.res, c.err = endLost, reserved{nextReady: -1}, ErrClosed
+		close(c.done)
+	}
+	g.pending, g.busy = nil, false
+}
+
+// flush sends the waiting calls until none wait.
+func (q *queueCore) flush() {
+	g := &q.calls
+	for {
+		if q.f.closed.Load() {
+			q.closeGroup()
+			return
+		}
+		g.mu.Lock()
+		if len(g.pending) == 0 {
+			g.busy = false
+			g.mu.Unlock()
+			return
+		}
+		batch := q.nextBatch()
+		g.mu.Unlock()
+		q.send(batch)
+	}
+}
+
+// nextBatch takes the next call's batch out of pending, in arrival order:
+// acks up to maxCommit, and reserves while their tasks stay within
+// maxCommit (the first one whatever it asks). Under callGroup.mu.
+func (q *queueCore) nextBatch() []*groupCall {
+	g := &q.calls
+	var batch []*groupCall
+	acks, tasks, full := 0, 0, false
+	g.pending = slices.DeleteFunc(g.pending, func(c *groupCall) bool {
+		switch {
+		case c.r != nil && acks < maxCommit:
+			acks++
+		case c.r == nil && !full && (tasks == 0 || tasks+c.n <= maxCommit):
+			tasks += c.n
+		default:
+			// Later reserves wait behind this one: they keep their order.
+			full = full || c.r == nil
+			return false
+		}
+		c.sent = true
+		batch = append(batch, c)
+		return true
+	})
+	if len(g.pending) == 0 {
+		g.pending = nil
+	}
+	return batch
+}
+
+// send makes one script call for batch (take: the acks, then the tasks of
+// the reserves) and hands each caller its outcome: each ack its code, each
+// reserve its share of the tasks, in order. The shares of reserves whose
+// callers left go back to the queue (giveBack).
+func (q *queueCore) send(batch []*groupCall) {
+	req := reserveReq{}
+	for _, c := range batch {
+		if c.r != nil {
+			req.acks = append(req.acks, c.r)
+		} else {
+			req.n += c.n
+		}
+	}
+	ctx, cancel := context.WithTimeout(q.f.doneCtx(), groupCallTimeout)
+	res, err := q.take(ctx, req)
+	cancel()
+	if err != nil && q.f.closed.Load() && errors.Is(err, context.Canceled) {
+		err = ErrClosed // Close cancelled the call
+	}
+	tasks := res.tasks
+	var back []*reservation
+	g := &q.calls
+	g.mu.Lock()
+	i := 0
+	for _, c := range batch {
+		if c.r != nil {
+			c.code, c.err = endLost, err
+			if i < len(res.acks) {
+				// The acks are done even when the take then failed.
+				c.code, c.err = res.acks[i], nil
+			}
+			i++
+		} else {
+			share := tasks[:min(c.n, len(tasks))]
+			tasks = tasks[len(share):]
+			if c.left {
+				back = append(back, share...)
+				continue
+			}
+			c.res, c.err = res, err
+			c.res.tasks = share
+		}
+		close(c.done)
+	}
+	g.mu.Unlock()
+	if len(back) > 0 {
+		q.giveBack(back)
+	}
+}
+
+// giveBack hands back, in the background, the tasks of a group call's
+// share whose caller left while the call was in flight, as abandonReserve
+// hands back an ungrouped call's (queue_abandon.lua, given the ids: the
+// other shares of the call stay with their callers).
+func (q *queueCore) giveBack(rs []*reservation) {
+	ks := q.keys(q.k.Call + rs[0].prefix())
+	args := make([]string, 0, 2+len(rs))
+	args = append(args, rs[0].prefix(), millis(q.opts.Lease+time.Minute))
+	for _, r := range rs {
+		args = append(args, r.id)
+	}
+	q.f.abandon("reserve "+q.name, q.opts.Lease, func(ctx context.Context) error {
+		n, err := queueAbandonScript.Exec(ctx, q.f.client, ks, args).AsInt64()
+		if err == nil && n > 0 {
+			q.wakeLocal()
+		}
+		return err
+	})
+}

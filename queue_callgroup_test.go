@@ -1,0 +1,456 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fleet-go/fleet/fleettest"
+	"github.com/fleet-go/fleet/internal/costmeter"
+)
+
+// evalshaCalls reads how many EVALSHA calls s has served.
+func evalshaCalls(t *testing.T, s *fleettest.Server) int {
+	t.Helper()
+	out, err := s.Cli(context.Background(), "INFO", "commandstats", "cpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := costmeter.Parse(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int(snap.Calls["evalsha"])
+}
+
+// TestAckGroup: concurrent Task.Acks of one queue share a call. With the
+// replies held back, one ack is in flight; fifty more wait; one of them
+// whose ctx ends leaves the group at once (ctx's error) and its ack is
+// never sent; when the replies flow, the other 49 go in one script call.
+// Each caller gets its own outcome, and Redis holds exactly the one
+// reservation that was not acked, which can still be acked.
+func TestAckGroup(t *testing.T) {
+	ctx, cancelAll := context.WithTimeout(context.Background(), time.Minute)
+	defer cancelAll()
+	s, err := fleettest.StartServer(ctx, fleettest.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	p, err := fleettest.StartProxy(s.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	f, err := Open(ctx, Options{URL: p.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	q := NewQueue[int](f, "ag", QueueOptions{Lease: time.Minute})
+	const n = 51
+	for i := range n {
+		if _, err := q.Submit(ctx, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tasks, err := q.Reserve(ctx, n, 0)
+	if err != nil || len(tasks) != n {
+		t.Fatalf("Reserve = %d tasks, %v", len(tasks), err)
+	}
+	before := evalshaCalls(t, s)
+
+	p.HoldReplies()
+	errs := make([]error, n-1)
+	var wg sync.WaitGroup
+	wg.Go(func() { errs[0] = tasks[0].Ack(ctx) })
+	waitUntil(t, func() bool { q.calls.mu.Lock(); defer q.calls.mu.Unlock(); return q.calls.busy })
+	leaving, leave := context.WithCancel(ctx)
+	left := make(chan error, 1)
+	go func() { left <- tasks[n-1].Ack(leaving) }()
+	for i := 1; i < n-1; i++ {
+		wg.Go(func() { errs[i] = tasks[i].Ack(ctx) })
+	}
+	pending := func() int { q.calls.mu.Lock(); defer q.calls.mu.Unlock(); return len(q.calls.pending) }
+	waitUntil(t, func() bool { return pending() == n-1 })
+	leave()
+	select {
+	case err := <-left:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("the ack whose ctx ended returned %v, want context.Canceled", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("an ack whose ctx ended kept waiting on the group")
+	}
+	if got := pending(); got != n-2 {
+		t.Fatalf("%d acks wait after one left, want %d", got, n-2)
+	}
+	p.Thaw()
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("ack %d: %v", i, err)
+		}
+	}
+	if calls := evalshaCalls(t, s) - before; calls != 2 {
+		t.Fatalf("%d ack scripts for %d acks, want 2 (the one in flight, then the %d that waited)", calls, n-1, n-2)
+	}
+	st, err := q.Stats(ctx)
+	if err != nil || st.InFlight != 1 || st.Pending != 0 {
+		t.Fatalf("Stats = %+v, %v; want the one reservation that was not acked", st, err)
+	}
+	// The ack that left was never sent: its reservation is intact.
+	if err := tasks[n-1].Ack(ctx); err != nil {
+		t.Fatalf("acking the reservation whose ack left: %v", err)
+	}
+	if st, err := q.Stats(ctx); err != nil || st.InFlight != 0 {
+		t.Fatalf("Stats = %+v, %v; want nothing in flight", st, err)
+	}
+	// The group goes idle (its flusher ends once none wait).
+	waitUntil(t, func() bool {
+		q.calls.mu.Lock()
+		defer q.calls.mu.Unlock()
+		return !q.calls.busy && len(q.calls.pending) == 0
+	})
+}
+
+// groupServer starts a server of the test's own with a proxy in front of
+// it, and returns a Fleet through the proxy (every connection dialled
+// before a test holds replies back: see startProxied) and one on the
+// server, to arrange and assert what is stored.
+func groupServer(t *testing.T) (*fleettest.Server, *fleettest.Proxy, *Fleet, *Fleet) {
+	t.Helper()
+	ctx := context.Background()
+	s, err := fleettest.StartServer(ctx, fleettest.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	p, err := fleettest.StartProxy(s.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	through, err := Open(ctx, Options{URL: p.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = through.Close() })
+	for range 64 {
+		if _, err := through.Counter("warm").Get(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	direct, err := Open(ctx, Options{URL: s.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = direct.Close() })
+	return s, p, through, direct
+}
+
+// groupState reads q's group: whether a call is in flight, and how many
+// calls wait.
+func groupState(q *queueCore) (busy bool, pending int) {
+	q.calls.mu.Lock()
+	defer q.calls.mu.Unlock()
+	return q.calls.busy, len(q.calls.pending)
+}
+
+// heldBy plays a lone caller whose call is in flight: the calls that come
+// wait in q's group until release hands them to the group's goroutine.
+func heldBy(q *queueCore) (release func()) {
+	q.calls.mu.Lock()
+	q.calls.busy = true
+	q.calls.mu.Unlock()
+	return q.handOff
+}
+
+// queueLeft returns how many of q's keys that hold tasks (pending,
+// processing, bodies, leases) exist.
+func queueLeft(t *testing.T, f *Fleet, q *queueCore) int64 {
+	t.Helper()
+	n, err := f.client.Do(context.Background(), f.client.B().Exists().Key(q.k.Pending, q.k.Processing, q.k.Body, q.k.Lease).Build()).AsInt64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestReserveGroupDrain: 50 goroutines loop Reserve(1) and Ack until the
+// queue is empty. Every task is delivered exactly once, nothing is left
+// pending, in flight or leased, and the reserves and acks share script
+// calls: far fewer calls than reserves.
+func TestReserveGroupDrain(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s, err := fleettest.StartServer(ctx, fleettest.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	f, err := Open(ctx, Options{URL: s.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	q := NewQueue[int](f, "drain", QueueOptions{Lease: time.Minute})
+	const n, c = 3000, 50
+	items := make([]int, n)
+	for i := range items {
+		items[i] = i
+	}
+	ids, err := q.SubmitMany(ctx, items)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := evalshaCalls(t, s)
+	var mu sync.Mutex
+	got := make(map[string]int, n)
+	payloads := make(map[int]bool, n)
+	var wg sync.WaitGroup
+	errs := make(chan error, c)
+	for range c {
+		wg.Go(func() {
+			for {
+				ts, err := q.Reserve(ctx, 1, 0)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if len(ts) == 0 {
+					return
+				}
+				if len(ts) != 1 {
+					errs <- fmt.Errorf("Reserve(1) gave %d tasks", len(ts))
+					return
+				}
+				mu.Lock()
+				got[ts[0].ID]++
+				payloads[ts[0].Payload] = true
+				mu.Unlock()
+				if err := ts[0].Ack(ctx); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	calls := evalshaCalls(t, s) - before
+	if len(got) != n || len(payloads) != n {
+		t.Fatalf("%d tasks (%d payloads) delivered, want %d", len(got), len(payloads), n)
+	}
+	for _, id := range ids {
+		if got[id] != 1 {
+			t.Fatalf("task %s delivered %d times", id, got[id])
+		}
+	}
+	// Alone, every reserve and every ack is a call of its own: 2n.
+	t.Logf("%d script calls for %d reserves and %d acks", calls, n+c, n)
+	if calls > n/4 {
+		t.Fatalf("%d script calls for %d reserves and %d acks, want at most %d", calls, n+c, n, n/4)
+	}
+	if left := queueLeft(t, f, q.queueCore); left != 0 {
+		t.Fatalf("%d of pending, processing, bodies and leases left", left)
+	}
+	if dead, err := q.DeadLetters(ctx, 0, 10); err != nil || len(dead) != 0 {
+		t.Fatalf("dead letters %v, %v", dead, err)
+	}
+	if busy, pending := groupState(q.queueCore); busy || pending != 0 {
+		t.Fatalf("group busy %v with %d waiting after the drain", busy, pending)
+	}
+}
+
+// TestReserveGroupLeaves: two reserves wait in the group (B for one task,
+// then C for two); the group's call takes the three tasks, and B's ctx
+// ends while the call is in flight: B returns ctx's error at once, C gets
+// its two tasks (the queue's second and third: B's share is the first), and
+// B's task goes back to the head of the queue, uncounted, nothing of it
+// held; the call's record keeps only C's tasks.
+func TestReserveGroupLeaves(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, p, through, direct := groupServer(t)
+	opts := QueueOptions{Lease: time.Minute, MaxAttempts: 1}
+	q := NewQueue[int](through, "left", opts)
+	qd := NewQueue[int](direct, "left", opts)
+	if ts, err := q.Reserve(ctx, 1, 0); err != nil || len(ts) != 0 {
+		t.Fatalf("the first Reserve (which stores the policy) = %v, %v", ts, err)
+	}
+	ids, err := qd.SubmitMany(ctx, []int{1, 2, 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := heldBy(q.queueCore)
+	leaving, leave := context.WithCancel(ctx)
+	defer leave()
+	left := make(chan error, 1)
+	go func() {
+		ts, err := q.Reserve(leaving, 1, 0)
+		if len(ts) > 0 {
+			err = fmt.Errorf("got %d tasks", len(ts))
+		}
+		left <- err
+	}()
+	waitUntil(t, func() bool { _, n := groupState(q.queueCore); return n == 1 })
+	type result struct {
+		ts  []*Task[int]
+		err error
+	}
+	stays := make(chan result, 1)
+	go func() {
+		ts, err := q.Reserve(ctx, 2, 0)
+		stays <- result{ts, err}
+	}()
+	waitUntil(t, func() bool { _, n := groupState(q.queueCore); return n == 2 })
+	p.HoldReplies()
+	release()
+	// The group's call ran (the three tasks are reserved on the server);
+	// its reply waits in the proxy.
+	k := q.k
+	zcard := func() int64 {
+		n, _ := direct.client.Do(ctx, direct.client.B().Zcard().Key(k.Processing).Build()).AsInt64()
+		return n
+	}
+	waitUntil(t, func() bool { return zcard() == 3 })
+	leave()
+	select {
+	case err := <-left:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("the reserve whose ctx ended in flight returned %v, want context.Canceled", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a reserve whose ctx ended kept waiting on the group's call")
+	}
+	p.Thaw()
+	r := <-stays
+	if r.err != nil || len(r.ts) != 2 || r.ts[0].ID != ids[1] || r.ts[1].ID != ids[2] {
+		t.Fatalf("C's Reserve(2) = %v, %v; want tasks %v", r.ts, r.err, ids[1:])
+	}
+	llen := func() int64 {
+		n, _ := direct.client.Do(ctx, direct.client.B().Llen().Key(k.Pending).Build()).AsInt64()
+		return n
+	}
+	waitUntil(t, func() bool { return llen() == 1 })
+	if n := zcard(); n != 2 {
+		t.Fatalf("processing holds %d, want C's 2", n)
+	}
+	lease, err := direct.client.Do(ctx, direct.client.B().Hgetall().Key(k.Lease).Build()).AsStrMap()
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := r.ts[0].prefix()
+	want := map[string]string{
+		ids[1]:               r.ts[0].Token() + " ",
+		ids[2]:               r.ts[1].Token() + " ",
+		"\xffcall:" + prefix: fmt.Sprintf(`["%s","%s"]`, ids[1], ids[2]),
+	}
+	if len(lease) != len(want) {
+		t.Fatalf("lease entries %v, want C's two and the call's record of them", lease)
+	}
+	for f, v := range want {
+		if got, ok := lease[f]; !ok || !strings.HasPrefix(got, v) {
+			t.Fatalf("lease entry %q = %q, want %q...", f, got, v)
+		}
+	}
+	// B's task is reservable again, uncounted (MaxAttempts 1: it still runs).
+	ts, err := qd.Reserve(ctx, 1, 0)
+	if err != nil || len(ts) != 1 || ts[0].ID != ids[0] || ts[0].Attempts != 0 {
+		t.Fatalf("Reserve after = %v, %v; want task %s, uncounted", ts, err, ids[0])
+	}
+	for _, task := range append(ts, r.ts...) {
+		if err := task.Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := queueLeft(t, direct, qd.queueCore); n != 0 {
+		t.Fatalf("%d of pending, processing, bodies and leases left", n)
+	}
+	if dead, err := qd.DeadLetters(ctx, 0, 10); err != nil || len(dead) != 0 {
+		t.Fatalf("dead letters %v, %v", dead, err)
+	}
+	waitUntil(t, func() bool { busy, n := groupState(q.queueCore); return !busy && n == 0 })
+}
+
+// TestReserveGroupClose: Close with reserves waiting in the group returns,
+// and each waiter gets ErrClosed: whether a lone caller's call was in
+// flight (its end hands nothing on), or the group's own call (Close ends
+// it; Close waits for the group's goroutine).
+func TestReserveGroupClose(t *testing.T) {
+	for _, lead := range []string{"caller", "group"} {
+		t.Run(lead, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			_, p, through, direct := groupServer(t)
+			q := NewQueue[int](through, "close", QueueOptions{Lease: time.Minute})
+			if ts, err := q.Reserve(ctx, 1, 0); err != nil || len(ts) != 0 {
+				t.Fatalf("the first Reserve (which stores the policy) = %v, %v", ts, err)
+			}
+			if _, err := NewQueue[int](direct, "close", QueueOptions{}).SubmitMany(ctx, []int{1, 2, 3}); err != nil {
+				t.Fatal(err)
+			}
+			var release func()
+			first := make(chan error, 1)
+			if lead == "caller" {
+				p.HoldReplies()
+				go func() {
+					_, err := q.Reserve(ctx, 1, 0)
+					first <- err
+				}()
+				waitUntil(t, func() bool { busy, _ := groupState(q.queueCore); return busy })
+			} else {
+				release = heldBy(q.queueCore)
+				close(first)
+			}
+			errs := make(chan error, 2)
+			for range 2 {
+				go func() {
+					ts, err := q.Reserve(ctx, 1, 0)
+					if len(ts) > 0 {
+						err = fmt.Errorf("got %d tasks", len(ts))
+					}
+					errs <- err
+				}()
+			}
+			waitUntil(t, func() bool { _, n := groupState(q.queueCore); return n == 2 })
+			if release != nil {
+				p.HoldReplies()
+				release()
+				waitUntil(t, func() bool { _, n := groupState(q.queueCore); return n == 0 })
+			}
+			closed := make(chan error, 1)
+			go func() { closed <- through.Close() }()
+			waitUntil(t, func() bool { return through.closed.Load() })
+			if lead == "caller" {
+				p.Thaw() // the lone call's reply: its end finds the Fleet closed
+			}
+			for range 2 {
+				select {
+				case err := <-errs:
+					if !errors.Is(err, ErrClosed) {
+						t.Fatalf("a waiting reserve returned %v, want ErrClosed", err)
+					}
+				case <-time.After(10 * time.Second):
+					t.Fatal("a waiting reserve did not return after Close")
+				}
+			}
+			p.Thaw()
+			if err := <-closed; err != nil {
+				t.Fatal(err)
+			}
+			<-first
+			if busy, n := groupState(q.queueCore); busy || n != 0 {
+				t.Fatalf("group busy %v with %d waiting after Close", busy, n)
+			}
+		})
+	}
+}
