@@ -72,6 +72,12 @@ type leaseKeep struct {
 	// failed is told of an extension that failed otherwise (the next tick
 	// tries again, while the lease lasts); nil: nobody.
 	failed func(err error)
+	// stopAt, when not 0, is a monoNow at which the work's ctx ends with
+	// stopCause whatever the lease (a batch handler's timeout), on the
+	// same timer: its Err is then context.DeadlineExceeded and its
+	// Deadline that time, as for a ctx of context.WithDeadlineCause.
+	stopAt    int64
+	stopCause error
 }
 
 // keptLease is a lease kept alive while its work runs, from a timer: no
@@ -116,14 +122,27 @@ func keepLease(parent context.Context, k leaseKeep) *keptLease {
 // ctx.Err() could still say nil past the lease. It must be the outermost
 // ctx the work sees.
 func (l *keptLease) wrap(ctx context.Context) context.Context {
-	return &leaseCtx{Context: ctx, clock: l.k.clock, margin: l.k.margin, cancel: l.cancel}
+	return &leaseCtx{Context: ctx, l: l}
 }
 
-// wait is how long until the next tick: the next extension, or the end of
-// the proven lease, whichever comes first.
+// wait is how long until the next tick: the next extension, the end of
+// the proven lease or the stop, whichever comes first.
 func (l *keptLease) wait() time.Duration {
 	end := l.k.clock.end.Load() - int64(l.k.margin)
+	if l.k.stopAt != 0 {
+		end = min(end, l.k.stopAt)
+	}
 	return time.Duration(min(l.next, end) - monoNow())
+}
+
+// stopDue ends the ctx with stopCause when stopAt has come, and reports
+// whether it did.
+func (l *keptLease) stopDue(now int64) bool {
+	if l.k.stopAt == 0 || now < l.k.stopAt {
+		return false
+	}
+	l.cancel(l.k.stopCause)
+	return true
 }
 
 func (l *keptLease) tick() {
@@ -133,6 +152,9 @@ func (l *keptLease) tick() {
 		return
 	}
 	now := monoNow()
+	if l.stopDue(now) {
+		return
+	}
 	if now >= l.k.clock.end.Load()-int64(l.k.margin) {
 		l.cancel(fmt.Errorf("%w: no extension confirmed before the lease ran out", ErrLeaseLost))
 		return
@@ -173,19 +195,39 @@ func (l *keptLease) lost() bool { return errors.Is(context.Cause(l.ctx), ErrLeas
 // leaseCtx is keptLease.wrap's ctx.
 type leaseCtx struct {
 	context.Context
-	clock  *leaseClock
-	margin time.Duration
-	cancel context.CancelCauseFunc
+	l *keptLease
 }
 
 func (c *leaseCtx) Err() error {
 	if err := c.Context.Err(); err != nil {
-		return err
+		return c.stopped(err)
 	}
-	if !c.clock.usable(c.margin) {
-		c.cancel(fmt.Errorf("%w: the lease ran out before an extension was confirmed", ErrLeaseLost))
+	if now := monoNow(); !c.l.stopDue(now) && !c.l.k.clock.usable(c.l.k.margin) {
+		c.l.cancel(fmt.Errorf("%w: the lease ran out before an extension was confirmed", ErrLeaseLost))
 	}
-	return c.Context.Err()
+	return c.stopped(c.Context.Err())
+}
+
+// stopped says context.DeadlineExceeded for a ctx that its stopAt ended,
+// as a deadline's ctx would.
+func (c *leaseCtx) stopped(err error) error {
+	if err != nil && c.l.k.stopAt != 0 && context.Cause(c.l.ctx) == c.l.k.stopCause {
+		return context.DeadlineExceeded
+	}
+	return err
+}
+
+// Deadline is the stop's, when it comes before the parent's.
+func (c *leaseCtx) Deadline() (time.Time, bool) {
+	d, ok := c.Context.Deadline()
+	if c.l.k.stopAt == 0 {
+		return d, ok
+	}
+	stop := time.Now().Add(time.Duration(c.l.k.stopAt - monoNow()))
+	if !ok || stop.Before(d) {
+		return stop, true
+	}
+	return d, ok
 }
 
 // leased is what runLeased runs fn under: the lease, how to end it (end

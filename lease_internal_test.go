@@ -16,7 +16,8 @@ func TestLeaseCtxErrLooksAtTheClock(t *testing.T) {
 	clock.prove(monoNow(), time.Hour)
 	base, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
-	c := &leaseCtx{Context: base, clock: &clock, margin: time.Second, cancel: cancel}
+	l := &keptLease{k: leaseKeep{clock: &clock, margin: time.Second}, ctx: base, cancel: cancel}
+	c := l.wrap(base)
 	if err := c.Err(); err != nil {
 		t.Fatalf("Err with an hour left = %v", err)
 	}
@@ -30,3 +31,35 @@ func TestLeaseCtxErrLooksAtTheClock(t *testing.T) {
 		t.Fatal("Done not closed once Err saw the lease end")
 	}
 }
+
+// A handler's timeout on the lease's timer (leaseKeep.stopAt) ends the
+// ctx as a deadline's ctx would: Err is context.DeadlineExceeded, the cause
+// is the stop's, Deadline is the stop's; Err sees it without the timer.
+func TestLeaseCtxStop(t *testing.T) {
+	var clock leaseClock
+	clock.prove(monoNow(), time.Hour)
+	stop := errors.New("timed out")
+	base, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	at := monoNow() + int64(50*time.Millisecond)
+	l := &keptLease{k: leaseKeep{clock: &clock, margin: time.Second, stopAt: at, stopCause: stop}, ctx: base, cancel: cancel}
+	c := l.wrap(base)
+	if d, ok := c.Deadline(); !ok || time.Until(d) > 50*time.Millisecond || time.Until(d) < 0 {
+		t.Fatalf("Deadline = %v, %v; want the stop, within 50ms", d, ok)
+	}
+	if err := c.Err(); err != nil {
+		t.Fatalf("Err before the stop = %v", err)
+	}
+	for monoNow() < at {
+		time.Sleep(time.Millisecond)
+	}
+	if err := c.Err(); err != context.DeadlineExceeded || context.Cause(c) != stop {
+		t.Fatalf("Err after the stop = %v, cause %v", err, context.Cause(c))
+	}
+	select {
+	case <-c.Done():
+	default:
+		t.Fatal("Done not closed once Err saw the stop")
+	}
+}
+

@@ -176,10 +176,18 @@ func (b *batch[C, O, P]) commitQueue(ctx context.Context, c *queueCore, q *Queue
 // puts the acks of the slots that finish together, and their next tasks,
 // in one call. While the queue has more, it takes the slot's next task in
 // that call (takeQueue), so that a busy slot never waits on the fetcher.
-func (b *batch[C, O, P]) finish(ctx, soft context.Context, t *Task[P]) (*Task[P], error) {
+// The call is bounded by endTimeout (a ctx made by the slot that makes
+// it, once per call rather than per task); run bounds the cached read of
+// the pause flag.
+func (b *batch[C, O, P]) finish(run, soft context.Context, t *Task[P]) (*Task[P], error) {
 	q := t.c
-	r := &ackReq[P]{t: t, take: b.takeQueue(ctx, soft, t)}
-	b.acks.commit(r, func(reqs []*ackReq[P]) { b.commitCall(ctx, reqs) })
+	r := &ackReq[P]{t: t, take: b.takeQueue(run, soft, t)}
+	b.acks.commit(r, func(reqs []*ackReq[P]) {
+		ctx, cancel := context.WithTimeout(context.Background(), endTimeout)
+		defer cancel()
+		b.commitCall(ctx, reqs)
+	})
+	ctx := run
 	q.f.taskEnded(ctx, q.name, t.ID, TaskProcessed, r.acked == endDone)
 	var err error
 	switch r.acked {

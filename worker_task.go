@@ -80,32 +80,29 @@ func (b *batch[C, O, P]) handleTask(run, soft context.Context, s *Slot[C, O], t 
 	}
 	s.st.busy.Store(true)
 	defer s.st.busy.Store(false)
-	kept := keepLease(run, b.leaseKeep(t, margin))
-	defer kept.cancel(nil)
-	defer b.cancels.start(t.ID, kept.cancel)()
-	var hctx context.Context = kept.ctx
+	keep := b.leaseKeep(t, margin)
+	// The handler's timeout ends its ctx on the lease's timer (one timer
+	// and one ctx per task, not two).
 	to, toCause := w.opts.TaskTimeout, w.timeoutCause
 	if t.timeout > 0 {
 		to = t.timeout // SubmitOptions.Timeout
 		toCause = fmt.Errorf("%w after %v (the task's own Timeout)", ErrTaskTimeout, to)
 	}
 	if to > 0 {
-		var hcancel context.CancelFunc
-		hctx, hcancel = context.WithTimeoutCause(kept.ctx, to, toCause)
-		defer hcancel()
+		keep.stopAt, keep.stopCause = monoNow()+int64(to), toCause
 	}
-	hctx = kept.wrap(hctx) // outermost: its Err is the one called
+	kept := keepLease(run, keep)
+	defer kept.cancel(nil)
+	defer b.cancels.start(t.ID, kept.cancel)()
+	hctx := kept.wrap(kept.ctx) // outermost: its Err is the one called
 	err := protect(func() error { return b.runHandler(hctx, s, t) })
 	kept.stop()
 	cause := context.Cause(hctx)
 
-	ectx, ecancel := context.WithTimeout(context.Background(), endTimeout)
-	defer ecancel()
-	switch {
-	case err == nil:
+	if err == nil {
 		// Acked even when the lease could not be proven at the end: the
 		// ack's owner check refuses it if another took the task meanwhile.
-		next, aerr := b.finish(ectx, soft, t)
+		next, aerr := b.finish(run, soft, t)
 		if aerr != nil {
 			aerr = endErr(aerr)
 			aerr = within("task "+t.ID+": ack", aerr)
@@ -116,6 +113,10 @@ func (b *batch[C, O, P]) handleTask(run, soft context.Context, s *Slot[C, O], t 
 		w.done.Add(1)
 		w.succeed()
 		return next, nil
+	}
+	ectx, ecancel := context.WithTimeout(context.Background(), endTimeout)
+	defer ecancel()
+	switch {
 	case errors.Is(cause, ErrCanceled):
 		return nil, b.endCanceled(ectx, t, err)
 	case errors.Is(cause, ErrLeaseLost):
