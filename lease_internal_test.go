@@ -62,4 +62,3 @@ func TestLeaseCtxStop(t *testing.T) {
 		t.Fatal("Done not closed once Err saw the stop")
 	}
 }
-

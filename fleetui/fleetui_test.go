@@ -511,11 +511,11 @@ func TestBadOptions(t *testing.T) {
 		opts fleetui.Options
 		want string
 	}{
-		"nil fleet":   {false, fleetui.Options{}, "needs a *fleet.Fleet"},
-		"prefix":      {true, fleetui.Options{Prefix: "fleet"}, "Options.Prefix"},
-		"short key":   {true, fleetui.Options{CSRFKey: []byte("short")}, "Options.CSRFKey"},
-		"page size":   {true, fleetui.Options{PageSize: fleetui.MaxPageSize + 1}, "Options.PageSize"},
-		"refresh":     {true, fleetui.Options{Refresh: time.Millisecond}, "Options.Refresh"},
+		"nil fleet": {false, fleetui.Options{}, "needs a *fleet.Fleet"},
+		"prefix":    {true, fleetui.Options{Prefix: "fleet"}, "Options.Prefix"},
+		"short key": {true, fleetui.Options{CSRFKey: []byte("short")}, "Options.CSRFKey"},
+		"page size": {true, fleetui.Options{PageSize: fleetui.MaxPageSize + 1}, "Options.PageSize"},
+		"refresh":   {true, fleetui.Options{Refresh: time.Millisecond}, "Options.Refresh"},
 	} {
 		var f *fleet.Fleet
 		if tc.f {
