@@ -14,7 +14,8 @@ func SetDefaultHistoryFlush(d time.Duration) { defaultHistoryFlush = d }
 // how many batches are still unsent.
 func FlushHistory(ctx context.Context, f *Fleet) int {
 	f.flushHistoryOnce(ctx, true)
-	f.hist.mu.Lock()
-	defer f.hist.mu.Unlock()
-	return len(f.hist.unsent)
+	h := f.history()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.unsent)
 }

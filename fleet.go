@@ -46,7 +46,7 @@ type Fleet struct {
 	obs      *Observer        // Options.Observer's copy, or nil (observe.go)
 	flows    any              // the *flowDriver that passes on the ends of tracked tasks (flow_drive.go: flowEnds); untyped, so that fleet.go needs no flow file
 	progress sync.Map         // progress hash key -> the sweep's HSCAN cursor (flow_drive.go)
-	hist     history          // the task ends counted and not yet added to the queues' history (history.go)
+	hist     any              // the *history of task ends counted and not yet added to the queues' history (history.go); untyped, so that fleet.go needs no history file
 
 	workersMu sync.Mutex
 	workers   map[stopper]struct{} // started and not yet stopped: Close stops them first

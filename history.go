@@ -96,10 +96,30 @@ type histBatch struct {
 	exec   rueidis.LuaExec
 }
 
+// newHistory returns a Fleet's history of Options.HistoryFlush every (0:
+// the default; < 0: off).
+func newHistory(every time.Duration) *history {
+	if every == 0 {
+		every = defaultHistoryFlush
+	}
+	return &history{every: every}
+}
+
+// noHistory is the history of a Fleet that Open did not make: off.
+var noHistory = &history{every: -1}
+
+// history returns f's history.
+func (f *Fleet) history() *history {
+	if h, ok := f.hist.(*history); ok {
+		return h
+	}
+	return noHistory
+}
+
 // histOf returns the counts of queue, and starts the flusher on first use;
 // nil when the history is off.
 func (f *Fleet) histOf(queue string) *histCounts {
-	h := &f.hist
+	h := f.history()
 	if h.every < 0 {
 		return nil
 	}
@@ -114,6 +134,16 @@ func (f *Fleet) histOf(queue string) *histCounts {
 		})
 	}
 	return v.(*histCounts)
+}
+
+// recordEnd counts the end of task id of queue with outcome for the
+// queue's history, and tells the Observer (taskEnded), if it ended (ok).
+// Every end of a task's run goes through it.
+func (f *Fleet) recordEnd(ctx context.Context, queue, id string, outcome TaskOutcome, ok bool) {
+	if ok {
+		f.countEnd(queue, outcome, 1)
+	}
+	f.taskEnded(ctx, queue, id, outcome, ok)
 }
 
 // countEnd counts n task ends of queue with outcome, for the history.
@@ -162,7 +192,7 @@ func (f *Fleet) flushHistory() {
 // past the current minute's end when that comes first.
 func (f *Fleet) histWait() time.Duration {
 	now := f.now()
-	d := f.hist.every
+	d := f.history().every
 	if end := now.Truncate(time.Minute).Add(time.Minute + 5*time.Millisecond).Sub(now); end < d {
 		d = end
 	}
@@ -176,7 +206,7 @@ func (f *Fleet) histWait() time.Duration {
 // minute that holds the middle of the span since the last flush (the
 // flushes follow the minutes' ends, so a span rarely holds two).
 func (f *Fleet) flushHistoryOnce(ctx context.Context, sample bool) {
-	h := &f.hist
+	h := f.history()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.unsent = f.sendHistory(ctx, h.unsent); len(h.unsent) > 0 {

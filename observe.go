@@ -6,11 +6,8 @@ import (
 )
 
 // swept tells the Observer what a sweep of queue did, when it did
-// anything, and counts its re-queues and dead letters for the queue's
-// history (history.go).
+// anything.
 func (f *Fleet) swept(ctx context.Context, e SweepEvent) {
-	f.countEnd(e.Queue, TaskRetried, int64(e.Requeued))
-	f.countEnd(e.Queue, TaskDeadLettered, int64(e.DeadLettered))
 	if f.obs != nil && f.obs.Swept != nil && e.Requeued+e.DeadLettered+e.Moved+e.Trimmed > 0 {
 		f.obs.Swept(ctx, e)
 	}
@@ -94,11 +91,8 @@ func (d submitDone) call(written int, err error) {
 }
 
 // taskEnded tells the Observer that task id of queue ended with outcome,
-// if it did (ok), and counts it for the queue's history (history.go).
+// if it did (ok).
 func (f *Fleet) taskEnded(ctx context.Context, queue, id string, outcome TaskOutcome, ok bool) {
-	if ok {
-		f.countEnd(queue, outcome, 1)
-	}
 	if ok && f.obs != nil && f.obs.TaskEnded != nil {
 		f.obs.TaskEnded(ctx, TaskEndEvent{Queue: queue, ID: id, Outcome: outcome})
 	}

@@ -146,11 +146,8 @@ func Open(ctx context.Context, opts Options) (*Fleet, error) {
 		done:     make(chan struct{}),
 		now:      time.Now,
 		obs:      copyObserver(opts.Observer),
-		hist:     history{every: opts.HistoryFlush},
 	}
-	if f.hist.every == 0 {
-		f.hist.every = defaultHistoryFlush
-	}
+	f.hist = newHistory(opts.HistoryFlush)
 	f.flows = &flowDriver{f: f}
 	f.life, f.endLife = context.WithCancel(context.Background())
 	if f.cacheTTL == 0 {

@@ -114,7 +114,7 @@ func (r *reservation) Ack(ctx context.Context) error {
 		if err == nil && code != endDone {
 			err = fmt.Errorf("%w: task %s", ErrLeaseLost, r.id)
 		}
-		q.f.taskEnded(ctx, q.name, r.id, TaskProcessed, err == nil)
+		q.f.recordEnd(ctx, q.name, r.id, TaskProcessed, err == nil)
 	}
 	return opErr("ack", q.name, err)
 }
@@ -239,18 +239,18 @@ func (r *reservation) finish(ctx context.Context, mode, cause string, after time
 	case endLost:
 		return fmt.Errorf("%w: task %s", ErrLeaseLost, r.id)
 	case endCanceled:
-		q.f.taskEnded(ctx, q.name, r.id, TaskDeadLettered, true)
+		q.f.recordEnd(ctx, q.name, r.id, TaskDeadLettered, true)
 		q.f.flowEnded(r)
 		if mode == "release" || mode == "snooze" {
 			return fmt.Errorf("%w: task %s went to the dead letters instead (Queue.Cancel asked it to stop)", ErrCanceled, r.id)
 		}
 	case endBuried:
-		q.f.taskEnded(ctx, q.name, r.id, TaskDeadLettered, true)
+		q.f.recordEnd(ctx, q.name, r.id, TaskDeadLettered, true)
 		q.f.flowEnded(r)
 	case endDone:
 		switch mode {
 		case "nack":
-			q.f.taskEnded(ctx, q.name, r.id, TaskRetried, true)
+			q.f.recordEnd(ctx, q.name, r.id, TaskRetried, true)
 			q.look.soon() // a retry waits in :scheduled now
 		case "release":
 			q.wakeLocal()

@@ -343,8 +343,11 @@ func (q *queueCore) sweep(ctx context.Context, opts SweeperOptions, st *SweepSta
 	f.histOf(q.name) // the flusher samples the depth of the queues swept (history.go)
 	before := *st
 	defer func() {
-		f.swept(ctx, SweepEvent{Queue: q.name, Requeued: st.Requeued - before.Requeued, DeadLettered: st.DeadLettered - before.DeadLettered,
-			Moved: st.Moved - before.Moved, Trimmed: st.Trimmed - before.Trimmed})
+		e := SweepEvent{Queue: q.name, Requeued: st.Requeued - before.Requeued, DeadLettered: st.DeadLettered - before.DeadLettered,
+			Moved: st.Moved - before.Moved, Trimmed: st.Trimmed - before.Trimmed}
+		f.countEnd(q.name, TaskRetried, int64(e.Requeued)) // the queue's history (history.go)
+		f.countEnd(q.name, TaskDeadLettered, int64(e.DeadLettered))
+		f.swept(ctx, e)
 	}()
 	if !f.keys.Tagged() {
 		return q.sweepShard(ctx, qo, opts, st)

@@ -188,7 +188,7 @@ func (b *batch[C, O, P]) finish(run, soft context.Context, t *Task[P]) (*Task[P]
 		b.commitCall(ctx, reqs)
 	})
 	ctx := run
-	q.f.taskEnded(ctx, q.name, t.ID, TaskProcessed, r.acked == endDone)
+	q.f.recordEnd(ctx, q.name, t.ID, TaskProcessed, r.acked == endDone)
 	var err error
 	switch r.acked {
 	case endDone: // acked (a failed take was logged by the call's maker)
