@@ -11,6 +11,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -26,7 +27,16 @@ func FuzzParseBody(f *testing.F) {
 	} {
 		f.Add(s)
 	}
+	f.Add(`{"id":"0199a0b6-7f3e-7cc1-9d2e-5b4c3a291807","payload":{"n":1,"attempts":0},"attempts":0}`)
+	f.Add(`{"id":"u","payload":1,"attempts":5,"attempts":0}`)
 	f.Fuzz(func(t *testing.T, body string) {
+		// The fast path reads what encoding/json reads, where it reads.
+		if fast, ok := plainBody(body); ok {
+			var slow wireBody
+			if err := json.Unmarshal([]byte(body), &slow); err != nil || !reflect.DeepEqual(fast, slow) {
+				t.Fatalf("plainBody(%q) = %+v; encoding/json: %+v, %v", body, fast, slow, err)
+			}
+		}
 		w, err := parseBody(body)
 		if err != nil {
 			return
