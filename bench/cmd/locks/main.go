@@ -9,6 +9,13 @@
 // second and the hand-off latency from one holder's release to the next
 // holder's acquire (p50, p99). It uses FLEET_REDIS_URL or starts a
 // throwaway redis-server.
+//
+// The fenced floor is what a fenced lock costs at least, on plain rueidis:
+// one script that takes the lock (SET NX PX) and its fencing token (INCR)
+// together, one compare-and-delete script to release it, and a waiter that
+// retries every millisecond. Each round measures every library in turn
+// (-rounds, default 3); the table gives the medians, and fleet's ratios to
+// the floor with their min-max over the rounds.
 package main
 
 import (
@@ -19,6 +26,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,6 +59,7 @@ type result struct {
 func main() {
 	d := flag.Duration("d", 3*time.Second, "how long each measurement runs")
 	n := flag.Int("g", 50, "goroutines")
+	rounds := flag.Int("rounds", 3, "rounds: every library measured in turn in each")
 	flag.Parse()
 	ctx := context.Background()
 	addr := ""
@@ -73,32 +82,66 @@ func main() {
 		make func() (locker, error)
 	}{
 		{"fleet", func() (locker, error) { return newFleet(ctx, addr) }},
+		{"fenced floor", func() (locker, error) { return newFloor(addr) }},
 		{"bsm/redislock", func() (locker, error) { return newRedislock(addr), nil }},
 		{"redsync", func() (locker, error) { return newRedsync(addr), nil }},
 		{"rueidislock", func() (locker, error) { return newRueidislock(addr) }},
 	}
-	var results []result
-	for _, m := range makers {
-		l, err := m.make()
-		if err != nil {
-			log.Fatalf("%s: %v", m.name, err)
+	all := make([][]result, len(makers)) // by library, by round
+	for range *rounds {
+		for i, m := range makers {
+			l, err := m.make()
+			if err != nil {
+				log.Fatalf("%s: %v", m.name, err)
+			}
+			r := result{name: m.name}
+			r.pairs = uncontended(ctx, l, *n, *d)
+			r.acq, r.p50, r.p99, r.contendedErrs = contended(ctx, l, *n, *d)
+			l.close()
+			all[i] = append(all[i], r)
 		}
-		r := result{name: m.name}
-		r.pairs = uncontended(ctx, l, *n, *d)
-		r.acq, r.p50, r.p99, r.contendedErrs = contended(ctx, l, *n, *d)
-		l.close()
-		results = append(results, r)
 	}
-	base := results[0]
-	fmt.Printf("redis %s, %d goroutines, %v each\n", addr, *n, *d)
+	med := func(rs []result, v func(result) float64) float64 {
+		xs := make([]float64, len(rs))
+		for i, r := range rs {
+			xs[i] = v(r)
+		}
+		slices.Sort(xs)
+		return xs[len(xs)/2]
+	}
+	fmt.Printf("redis %s, %d goroutines, %v each, %d rounds (medians)\n", addr, *n, *d, *rounds)
 	fmt.Printf("%-15s %12s %8s %12s %8s %10s %10s\n", "library", "uncont/s", "fleet÷", "contended/s", "fleet÷", "p50", "p99")
-	for _, r := range results {
-		fmt.Printf("%-15s %12.0f %8.2f %12.0f %8.2f %10v %10v\n", r.name, r.pairs, base.pairs/r.pairs, r.acq, base.acq/r.acq,
-			r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond))
-		if r.contendedErrs > 0 {
-			fmt.Printf("  (%s: %d contended acquisitions timed out)\n", r.name, r.contendedErrs)
+	fleetRs := all[0]
+	for i, rs := range all {
+		pairs, acq := med(rs, func(r result) float64 { return r.pairs }), med(rs, func(r result) float64 { return r.acq })
+		fp, fa := med(fleetRs, func(r result) float64 { return r.pairs }), med(fleetRs, func(r result) float64 { return r.acq })
+		p50 := time.Duration(med(rs, func(r result) float64 { return float64(r.p50) }))
+		p99 := time.Duration(med(rs, func(r result) float64 { return float64(r.p99) }))
+		fmt.Printf("%-15s %12.0f %8.2f %12.0f %8.2f %10v %10v\n", makers[i].name, pairs, fp/pairs, acq, fa/acq,
+			p50.Round(time.Microsecond), p99.Round(time.Microsecond))
+		var errs int64
+		for _, r := range rs {
+			errs += r.contendedErrs
+		}
+		if errs > 0 {
+			fmt.Printf("  (%s: %d contended acquisitions timed out)\n", makers[i].name, errs)
 		}
 	}
+	// fleet against the floor, round by round.
+	var up, cp []float64
+	for r := range *rounds {
+		up = append(up, all[0][r].pairs/all[1][r].pairs)
+		cp = append(cp, all[0][r].acq/all[1][r].acq)
+	}
+	slices.Sort(up)
+	slices.Sort(cp)
+	fmt.Printf("fleet ÷ fenced floor, by round: uncontended %.2f (%.2f–%.2f), contended %.2f (%.2f–%.2f)\n",
+		up[len(up)/2], up[0], up[len(up)-1], cp[len(cp)/2], cp[0], cp[len(cp)-1])
+	var p99s []string
+	for _, r := range all[0] {
+		p99s = append(p99s, r.p99.Round(time.Microsecond).String())
+	}
+	fmt.Printf("fleet hand-off p99 by round: %s\n", strings.Join(p99s, ", "))
 }
 
 func uncontended(ctx context.Context, l locker, n int, d time.Duration) float64 {
@@ -238,3 +281,47 @@ func (l rueidisLocker) lock(ctx context.Context, name string) (func(), error) {
 	return cancel, nil
 }
 func (l rueidisLocker) close() { l.l.Close() }
+
+// floorLocker is the fenced floor: SET NX PX and INCR of the fence in one
+// script, a compare-and-delete script to release, a retry every ms.
+type floorLocker struct{ c rueidis.Client }
+
+var (
+	floorAcquire = rueidis.NewLuaScript(`
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return redis.call('INCR', KEYS[2])
+end
+return 0`)
+	floorRelease = rueidis.NewLuaScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0`)
+)
+
+func newFloor(addr string) (locker, error) {
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+	return floorLocker{c}, err
+}
+
+func (l floorLocker) lock(ctx context.Context, name string) (func(), error) {
+	key, fence := "bench:floor:{"+name+"}", "bench:floor:{"+name+"}:fence"
+	token := strconv.FormatInt(time.Now().UnixNano(), 36) + strconv.Itoa(int(tokens.Add(1)))
+	for {
+		n, err := floorAcquire.Exec(ctx, l.c, []string{key, fence}, []string{token, "10000"}).AsInt64()
+		if err != nil {
+			return nil, err
+		}
+		if n > 0 {
+			return func() { _ = floorRelease.Exec(context.Background(), l.c, []string{key}, []string{token}).Error() }, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+func (l floorLocker) close() { l.c.Close() }
+
+var tokens atomic.Int64
