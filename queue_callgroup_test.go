@@ -36,21 +36,7 @@ func evalshaCalls(t *testing.T, s *fleettest.Server) int {
 func TestAckGroup(t *testing.T) {
 	ctx, cancelAll := context.WithTimeout(context.Background(), time.Minute)
 	defer cancelAll()
-	s, err := fleettest.StartServer(ctx, fleettest.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Stop)
-	p, err := fleettest.StartProxy(s.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Close)
-	f, err := Open(ctx, Options{URL: p.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	s, p, f, _ := groupServer(t)
 	q := NewQueue[int](f, "ag", QueueOptions{Lease: time.Minute})
 	const n = 51
 	for i := range n {
@@ -68,14 +54,14 @@ func TestAckGroup(t *testing.T) {
 	errs := make([]error, n-1)
 	var wg sync.WaitGroup
 	wg.Go(func() { errs[0] = tasks[0].Ack(ctx) })
-	waitUntil(t, func() bool { q.calls.mu.Lock(); defer q.calls.mu.Unlock(); return q.calls.busy })
+	waitUntil(t, func() bool { busy, _ := groupState(q.queueCore); return busy })
 	leaving, leave := context.WithCancel(ctx)
 	left := make(chan error, 1)
 	go func() { left <- tasks[n-1].Ack(leaving) }()
 	for i := 1; i < n-1; i++ {
 		wg.Go(func() { errs[i] = tasks[i].Ack(ctx) })
 	}
-	pending := func() int { q.calls.mu.Lock(); defer q.calls.mu.Unlock(); return len(q.calls.pending) }
+	pending := func() int { _, n := groupState(q.queueCore); return n }
 	waitUntil(t, func() bool { return pending() == n-1 })
 	leave()
 	select {
@@ -111,11 +97,7 @@ func TestAckGroup(t *testing.T) {
 		t.Fatalf("Stats = %+v, %v; want nothing in flight", st, err)
 	}
 	// The group goes idle (its flusher ends once none wait).
-	waitUntil(t, func() bool {
-		q.calls.mu.Lock()
-		defer q.calls.mu.Unlock()
-		return !q.calls.busy && len(q.calls.pending) == 0
-	})
+	waitUntil(t, func() bool { busy, n := groupState(q.queueCore); return !busy && n == 0 })
 }
 
 // groupServer starts a server of the test's own with a proxy in front of

@@ -122,9 +122,7 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 			v.Rows = append(v.Rows, listRow{ID: t.ID, Payload: t.Payload, Attempts: t.Attempts, When: t.Deadline, Worker: t.Worker, Cancel: t.CancelRequested})
 		}
 		if len(ts) == size {
-			c := ts[len(ts)-1].Cursor
-			next.Set("after", c.ID)
-			next.Set("score", strconv.FormatFloat(c.Score, 'f', -1, 64))
+			setCursor(next, ts[len(ts)-1].Cursor)
 		}
 	case "done":
 		ds, err := qu.Done(ctx, fleet.TaskCursor{Score: score, ID: after}, size)
@@ -136,9 +134,7 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 			v.Rows = append(v.Rows, listRow{ID: d.ID, Attempts: d.Attempts, When: d.DoneAt, Worker: d.Worker, Result: d.Result})
 		}
 		if len(ds) == size {
-			c := ds[len(ds)-1].Cursor
-			next.Set("after", c.ID)
-			next.Set("score", strconv.FormatFloat(c.Score, 'f', -1, 64))
+			setCursor(next, ds[len(ds)-1].Cursor)
 		}
 	case "scheduled":
 		ws, c, err := qu.ScheduledAfter(ctx, fleet.TaskCursor{Score: score, ID: after}, size)
@@ -150,8 +146,7 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 			v.Rows = append(v.Rows, listRow{ID: t.ID, Payload: t.Payload, Raw: t.Raw, Attempts: t.Attempts, When: t.ReadyAt})
 		}
 		if len(ws) == size {
-			next.Set("after", c.ID)
-			next.Set("score", strconv.FormatFloat(c.Score, 'f', -1, 64))
+			setCursor(next, c)
 		}
 	case "pending", "dead":
 		rows, base, restarted, err := h.listPage(r, qu, list, after, at)
@@ -169,6 +164,12 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 		v.Next = "?" + next.Encode()
 	}
 	h.render(w, r, http.StatusOK, "list", page{Title: "Queue " + name + ": " + list, Nav: "overview", Data: v})
+}
+
+// setCursor puts cursor c of a sorted set's list in the next page's query.
+func setCursor(next url.Values, c fleet.TaskCursor) {
+	next.Set("after", c.ID)
+	next.Set("score", strconv.FormatFloat(c.Score, 'f', -1, 64))
 }
 
 // listPage reads a page of the pending list or the dead letters after the
