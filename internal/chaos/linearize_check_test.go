@@ -302,6 +302,167 @@ func checkHolds(hs []hold, limit int, fences bool) error {
 	return nil
 }
 
+// limitWindow is the tightest window of a limiter history: the most
+// tokens certainly used within it, its length, and what the limit allows
+// there (burst + length/iv).
+type limitWindow struct {
+	tokens     int64
+	from, to   int64 // ns of the run
+	allowed    float64
+	excessIVns int64 // tokens*iv - length - burst*iv: > slack is a violation
+}
+
+func (w limitWindow) String() string {
+	return fmt.Sprintf("%d tokens within [%v, %v] (%v), where the limit allows %.2f",
+		w.tokens, time.Duration(w.from), time.Duration(w.to), time.Duration(w.to-w.from), w.allowed)
+}
+
+// limitSlack is what the server's clock may add to a window: TIME (inside
+// the script) counts whole µs, so two instants truncated to µs may lie up
+// to 1 µs further apart than they were.
+const limitSlack = int64(time.Microsecond)
+
+// checkLimiter checks a Limiter history (ops of kind "allow" or "wait",
+// tokens n, out "admitted" or "denied", ret never when the outcome is
+// unknown) against the limit: in every window of length w on the server's
+// clock, at most burst + w/iv tokens are used. It returns the tightest
+// window, and an error for a window over the limit.
+//
+// Only local times are known: the API returns no server time. The bound
+// still holds on them: an admitted call's tokens were taken, by the script
+// on the server, at an instant between the call's invocation and its
+// response (for Wait, they are used when due, which is after the script
+// ran and no later than Wait's return: Wait sleeps the server's wait from
+// the reply's arrival), and the server's clock is this machine's wall
+// clock, the one the times are read from. So every admitted call whose
+// interval lies within [a, b] used its tokens within [a, b], and those
+// tokens may not pass burst + (b-a)/iv (+ limitSlack). The check takes,
+// for every a (an invocation) and b (a response), the calls within [a, b]:
+// a history fails only when the limit was certainly passed. A call of
+// unknown outcome (its reply lost, its ctx ended) may have taken its
+// tokens or not: it is counted as possibly admitted, so it never fails the
+// check by itself (it is not among the calls certainly in any window),
+// and a denial says nothing here either.
+//
+// It runs in O(n log n): the invocations are swept from the latest down,
+// and a segment tree over the responses holds, for every b,
+// tokens(a, b)*iv - b, taking a range add for each call swept in.
+func checkLimiter(ops []linOp, iv time.Duration, burst int) (limitWindow, error) {
+	var adm []linOp
+	for _, op := range ops {
+		if op.ret != never && op.out == "admitted" {
+			adm = append(adm, op)
+		}
+	}
+	if len(adm) == 0 {
+		return limitWindow{}, nil
+	}
+	rets := make([]int64, len(adm))
+	for i, op := range adm {
+		rets[i] = op.ret
+	}
+	slices.Sort(rets)
+	tr := newMaxTree(len(rets), func(i int) int64 { return -rets[i] })
+	slices.SortFunc(adm, func(a, b linOp) int { return cmpInt(b.call, a.call) })
+	ivn, cap := int64(iv), int64(burst)*int64(iv)
+	best := limitWindow{excessIVns: -1 << 62}
+	for _, op := range adm {
+		from, _ := slices.BinarySearch(rets, op.ret)
+		tr.add(from, len(rets)-1, int64(op.tokens)*ivn)
+		a := op.call
+		lo, _ := slices.BinarySearch(rets, a)
+		if lo == len(rets) {
+			continue
+		}
+		g, at := tr.max(lo, len(rets)-1)
+		if ex := g + a - cap; ex > best.excessIVns {
+			b := rets[at]
+			best = limitWindow{tokens: (g + b) / ivn, from: a, to: b, allowed: float64(burst) + float64(b-a)/float64(ivn), excessIVns: ex}
+		}
+	}
+	if best.excessIVns > limitSlack {
+		return best, fmt.Errorf("over the limit (rate 1/%v, burst %d): %v", iv, burst, best)
+	}
+	return best, nil
+}
+
+// maxTree is a segment tree of int64 with range add and range max (with
+// the position of the max).
+type maxTree struct {
+	n      int
+	mx, lz []int64
+	at     []int
+}
+
+func newMaxTree(n int, init func(int) int64) *maxTree {
+	t := &maxTree{n: n, mx: make([]int64, 4*n), lz: make([]int64, 4*n), at: make([]int, 4*n)}
+	var build func(node, l, r int)
+	build = func(node, l, r int) {
+		if l == r {
+			t.mx[node], t.at[node] = init(l), l
+			return
+		}
+		m := (l + r) / 2
+		build(2*node, l, m)
+		build(2*node+1, m+1, r)
+		t.pull(node)
+	}
+	build(1, 0, n-1)
+	return t
+}
+
+func (t *maxTree) pull(node int) {
+	l, r := 2*node, 2*node+1
+	if t.mx[r] > t.mx[l] {
+		t.mx[node], t.at[node] = t.mx[r], t.at[r]
+	} else {
+		t.mx[node], t.at[node] = t.mx[l], t.at[l]
+	}
+	t.mx[node] += t.lz[node]
+}
+
+// add adds v to positions [ql, qr].
+func (t *maxTree) add(ql, qr int, v int64) {
+	var rec func(node, l, r int)
+	rec = func(node, l, r int) {
+		if qr < l || r < ql {
+			return
+		}
+		if ql <= l && r <= qr {
+			t.mx[node] += v
+			t.lz[node] += v
+			return
+		}
+		m := (l + r) / 2
+		rec(2*node, l, m)
+		rec(2*node+1, m+1, r)
+		t.pull(node)
+	}
+	rec(1, 0, t.n-1)
+}
+
+// max returns the largest value in [ql, qr] and its position.
+func (t *maxTree) max(ql, qr int) (int64, int) {
+	var rec func(node, l, r int) (int64, int)
+	rec = func(node, l, r int) (int64, int) {
+		if ql <= l && r <= qr {
+			return t.mx[node], t.at[node]
+		}
+		m := (l + r) / 2
+		best, at := int64(-1<<62), -1
+		if ql <= m {
+			best, at = rec(2*node, l, m)
+		}
+		if qr > m {
+			if v, p := rec(2*node+1, m+1, r); at < 0 || v > best {
+				best, at = v, p
+			}
+		}
+		return best + t.lz[node], at
+	}
+	return rec(1, 0, t.n-1)
+}
+
 // The checks fail on the histories they exist to catch.
 func TestLinearizableCheckersCatch(t *testing.T) {
 	ms := int64(time.Millisecond)
@@ -368,5 +529,74 @@ func TestLinearizableCheckersCatch(t *testing.T) {
 	}
 	if err := checkHolds([]hold{{ret: 0, end: 10, fence: 1}, {call: 10, ret: 11, end: 14, fence: 2}}, 1, true); err != nil {
 		t.Errorf("lock: holds one after the other: %v", err)
+	}
+	// A limiter of one token per 10 msd, burst 3.
+	const iv, burst, msd = 10 * time.Millisecond, 3, time.Millisecond
+	adm := func(call, ret time.Duration, n int) linOp {
+		return linOp{kind: "allow", tokens: n, out: "admitted", call: int64(call), ret: int64(ret)}
+	}
+	ok := []linOp{adm(0, msd, 1), adm(0, msd, 2), adm(10*msd, 11*msd, 1), adm(20*msd, 21*msd, 1)}
+	if _, err := checkLimiter(ok, iv, burst); err != nil {
+		t.Errorf("limiter: a burst then one token per interval: %v", err)
+	}
+	over := append(slices.Clone(ok), adm(msd/2, msd/2+1, 1)) // a fourth token within the burst's millisecond
+	if _, err := checkLimiter(over, iv, burst); err == nil {
+		t.Error("limiter: burst+1 tokens within 1 msd passed")
+	}
+	// Over a long window: the burst at 0, then one token per interval for
+	// 100 intervals is the most there may be; one more token among them
+	// (each call 1 µs long) is one too many.
+	long := []linOp{adm(0, time.Microsecond, burst)}
+	for i := 1; i <= 100; i++ {
+		at := time.Duration(i) * iv
+		long = append(long, adm(at, at+time.Microsecond, 1))
+	}
+	if _, err := checkLimiter(long, iv, burst); err != nil {
+		t.Errorf("limiter: a burst, then one token per interval for 100 intervals: %v", err)
+	}
+	long = append(long, adm(50*iv+msd/2, 50*iv+msd/2+time.Microsecond, 1))
+	if _, err := checkLimiter(long, iv, burst); err == nil {
+		t.Error("limiter: burst + 101 tokens in 100 intervals passed")
+	}
+	// Calls of unknown outcome, or denied, or whose intervals are too long
+	// to place them in one window, never fail it.
+	unk := slices.Clone(ok)
+	for range 5 {
+		x := adm(0, msd, 1)
+		x.ret = never
+		d := adm(0, msd, 1)
+		d.out = "denied"
+		unk = append(unk, x, d, adm(0, 10*time.Second, 1))
+	}
+	if _, err := checkLimiter(unk, iv, burst); err != nil {
+		t.Errorf("limiter: unknown, denied and long calls beside a good history: %v", err)
+	}
+	// The sweep finds the tightest window that a look at every pair of an
+	// invocation and a response finds.
+	g := newRNG(1)
+	for range 300 {
+		var h []linOp
+		for range 1 + g.intn(30) {
+			call := g.between(0, 100*msd)
+			h = append(h, adm(call, call+g.between(0, 20*msd), 1+g.intn(burst)))
+		}
+		w, _ := checkLimiter(h, iv, burst)
+		worst := int64(-1 << 62)
+		for _, a := range h {
+			for _, b := range h {
+				var n int64
+				for _, x := range h {
+					if x.call >= a.call && x.ret <= b.ret {
+						n += int64(x.tokens)
+					}
+				}
+				if b.ret >= a.call {
+					worst = max(worst, n*int64(iv)-(b.ret-a.call)-burst*int64(iv))
+				}
+			}
+		}
+		if w.excessIVns != worst {
+			t.Fatalf("limiter: the sweep found an excess of %d ns, the pairs %d, in %v", w.excessIVns, worst, h)
+		}
 	}
 }

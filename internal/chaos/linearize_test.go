@@ -1,6 +1,6 @@
 package chaos
 
-// TestLinearizable checks fleet's KV, Counter, Lock and Semaphore against
+// TestLinearizable checks fleet's KV, Counter, Lock, Semaphore and Limiter against
 // models that fleet did not write, under faults: three clients, each two
 // Fleets (one writes, one reads through its cache) behind proxies of their own, against a redis-server with AOF and appendfsync always, while
 // connections are cut, blackholed and their replies held back, and the
@@ -24,6 +24,10 @@ package chaos
 //     server's).
 //   - Semaphore: at most its limit of holds at any instant, holds counted as
 //     the lock's.
+//   - Limiter (Allow, and Wait, which books ahead): in every window of
+//     length w, at most Burst + w*Rate/Per tokens used (checkLimiter), on
+//     the server's clock as the calls' intervals bound it; a call of
+//     unknown outcome counts as possibly admitted.
 //
 // A failing porcupine history is written as HTML (porcupine's
 // visualisation) to -chaos.dir or the test's temporary directory, and its
@@ -56,7 +60,9 @@ const (
 	linCacheTTL = 500 * time.Millisecond // the cached reads' bound
 	linSemLimit = 2
 	linHold     = 400 * time.Millisecond // lock and permit hold
-	never       = math.MaxInt64          // the response time of an unknown outcome
+	linRate     = 100                    // the limiter's tokens per second: one per 10 ms
+	linBurst    = 5
+	never       = math.MaxInt64 // the response time of an unknown outcome
 )
 
 // linOp is one recorded call.
@@ -69,6 +75,7 @@ type linOp struct {
 	out       string // the value read; "" for absent
 	ok        bool   // a read found a value
 	budget    int64  // counter: the unknown increments invoked before ret (resolveUnknown)
+	tokens    int    // limiter: the tokens asked for
 }
 
 // history gathers the calls of one model from many goroutines.
@@ -230,7 +237,7 @@ func runLinearizable(ctx context.Context, t *testing.T, env linEnv, report func(
 		fleets, readers = append(fleets, env.open()), append(readers, env.open())
 	}
 
-	var kvH, cachedH, counterH history
+	var kvH, cachedH, counterH, limH history
 	var lockH, semH holds
 	var seq atomic.Int64 // unique values written
 	var stop, writersDone atomic.Bool
@@ -345,6 +352,41 @@ func runLinearizable(ctx context.Context, t *testing.T, env linEnv, report func(
 				}
 			})
 		}
+		lim := f.Limiter("lim", fleet.LimitOptions{Rate: linRate, Per: time.Second, Burst: linBurst})
+		for _, wait := range []bool{false, true} {
+			wg.Go(func() { // Limiter: Allow, and Wait (which books ahead)
+				for i := 0; !stop.Load() && time.Since(t0) < *linTime; i++ {
+					op := linOp{client: ci, kind: "allow", tokens: 1 + i%2}
+					// Wait's ctx is long, so that it seldom ends in the sleep
+					// (then Wait gives its tokens back: an unknown outcome).
+					c, cancel := context.WithTimeout(ctx, 5*time.Second)
+					var admitted bool
+					var err error
+					op.call = now()
+					if wait {
+						op.kind = "wait"
+						err = lim.Wait(c, op.tokens)
+						admitted = err == nil
+					} else {
+						var r fleet.LimitResult
+						r, err = lim.Allow(c, op.tokens)
+						admitted = r.Allowed
+					}
+					op.ret = now()
+					cancel()
+					switch {
+					case err != nil:
+						op.ret = never
+					case admitted:
+						op.out = "admitted"
+					default:
+						op.out = "denied"
+					}
+					limH.add(op)
+					time.Sleep(2 * time.Millisecond)
+				}
+			})
+		}
 	}
 
 	// The faults, until every client is done.
@@ -364,8 +406,8 @@ func runLinearizable(ctx context.Context, t *testing.T, env linEnv, report func(
 	}()
 	writersDone.Store(true)
 	rwg.Wait()
-	t.Logf("faults: %v; ops: kv %d, cached kv %d, counter %d, lock grants %d, permits %d",
-		faults, len(kvH.ops), len(cachedH.ops), len(counterH.ops), len(lockH.hs), len(semH.hs))
+	t.Logf("faults: %v; ops: kv %d, cached kv %d, counter %d, lock grants %d, permits %d, limiter %d",
+		faults, len(kvH.ops), len(cachedH.ops), len(counterH.ops), len(lockH.hs), len(semH.hs), len(limH.ops))
 
 	dir := *flagDir // "": a directory of its own, made for a failing history and kept
 	checkPorcupine(t, report, "kv", kvModel, toPorcupine(kvH.ops), dir)
@@ -386,7 +428,24 @@ func runLinearizable(ctx context.Context, t *testing.T, env linEnv, report func(
 			t.Logf("%s: %d holds, none over its limit of %d", c.name, len(c.hs), c.limit)
 		}
 	}
-	if len(lockH.hs) == 0 || len(semH.hs) == 0 || len(kvH.ops) == 0 || len(cachedH.ops) == 0 || len(counterH.ops) == 0 {
+	limStat := map[string]int{}
+	for _, op := range limH.ops {
+		switch {
+		case op.ret == never:
+			limStat["unknown"]++
+		default:
+			limStat[op.out]++
+		}
+		if op.out == "admitted" {
+			limStat["tokens"] += op.tokens
+		}
+	}
+	if w, err := checkLimiter(limH.ops, time.Second/linRate, linBurst); err != nil {
+		report("limiter: %v", err)
+	} else {
+		t.Logf("limiter: %d calls %v, within the limit; the tightest window: %v", len(limH.ops), limStat, w)
+	}
+	if limStat["admitted"] == 0 || len(semH.hs) == 0 || len(kvH.ops) == 0 || len(cachedH.ops) == 0 || len(counterH.ops) == 0 {
 		t.Errorf("a model has no history to check")
 	}
 }
