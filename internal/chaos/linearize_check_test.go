@@ -264,10 +264,16 @@ func cmpInt(a, b int64) int {
 	return 0
 }
 
-// checkHolds checks that at most limit holds overlap at any instant, and,
-// with fences, that each grant's fence is greater than every grant's that
-// ended before it began.
+// checkHolds checks that no hold was recorded past its lease's deadline
+// (its holder could not prove it then), that at most limit holds overlap
+// at any instant, and, with fences, that each grant's fence is greater
+// than every grant's that ended before it began.
 func checkHolds(hs []hold, limit int, fences bool) error {
+	for _, h := range hs {
+		if h.deadline != 0 && h.end > h.deadline {
+			return fmt.Errorf("client %d's hold (fence %d) recorded to %v, past its deadline %v", h.client, h.fence, time.Duration(h.end), time.Duration(h.deadline))
+		}
+	}
 	type edge struct {
 		at int64
 		d  int
@@ -529,6 +535,56 @@ func TestLinearizableCheckersCatch(t *testing.T) {
 	}
 	if err := checkHolds([]hold{{ret: 0, end: 10, fence: 1}, {call: 10, ret: 11, end: 14, fence: 2}}, 1, true); err != nil {
 		t.Errorf("lock: holds one after the other: %v", err)
+	}
+	// A holder stopped past its lease that records its hold to when it
+	// woke (after the next holder's grant).
+	if err := checkHolds([]hold{{ret: 0, end: 10, deadline: 10, fence: 1}, {call: 10, ret: 11, end: 14, deadline: 14, fence: 2}}, 1, true); err != nil {
+		t.Errorf("lock: holds to their deadlines: %v", err)
+	}
+	if err := checkHolds([]hold{{ret: 0, end: 9, deadline: 8, fence: 1}, {call: 10, ret: 11, end: 14, deadline: 14, fence: 2}}, 1, true); err == nil {
+		t.Error("lock: a hold recorded past its deadline passed")
+	}
+	// A client process's evidence: a set cut off by a kill is unknown, a
+	// read cut off says nothing, a grant with no end held to its deadline,
+	// and a holder that records its hold past the deadline is caught.
+	const base = 1_000_000
+	ev := filepath.Join(t.TempDir(), "lc1.0.log")
+	if err := os.WriteFile(ev, []byte(`B 1 2
+O 1 set 0 lc1.0.0 1000100
+D 1 1000200 0 -
+O 2 lock 0 - 1000300
+L 2 1400300
+D 2 1000400 1 7
+H 2 1000500 0
+O 3 set 1 lc1.0.1 1000600
+O 4 get 2 - 1000600
+O 5 lock 0 - 1500000
+L 5 1900000
+D 5 1500100 1 8
+H 5 1900001 1
+O 6 lock 0 - 2000000
+L 6 2400000
+D 6 2000100 1 9
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var ch linChild
+	if err := readLinClient(ev, 100, base, &ch); err != nil {
+		t.Fatal(err)
+	}
+	wantKV := []linOp{{client: 100, kind: "set", key: 0, arg: "lc1.0.0", call: 100, ret: 200}, {client: 100, kind: "set", key: 1, arg: "lc1.0.1", call: 600, ret: never}}
+	wantHolds := []hold{{client: 100, call: 300, ret: 400, end: 500, deadline: 400300, fence: 7},
+		{client: 100, call: 500000, ret: 500100, end: 900001, deadline: 900000, fence: 8},
+		{client: 100, call: 1000000, ret: 1000100, end: 1400000, deadline: 1400000, fence: 9}}
+	if !slices.Equal(ch.kv, wantKV) || !slices.Equal(ch.holds, wantHolds) || ch.unknown != 2 || ch.lapsed != 1 {
+		t.Errorf("client evidence read as kv %+v, holds %+v, unknown %d, lapsed %d; want kv %+v, holds %+v, unknown 2, lapsed 1",
+			ch.kv, ch.holds, ch.unknown, ch.lapsed, wantKV, wantHolds)
+	}
+	if err := checkHolds(ch.holds, 1, true); err == nil {
+		t.Error("lock: a client process's hold recorded past its deadline passed")
+	}
+	if err := checkHolds(append(ch.holds[:1:1], ch.holds[2]), 1, true); err != nil {
+		t.Errorf("lock: a client process's holds: %v", err)
 	}
 	// A limiter of one token per 10 msd, burst 3.
 	const iv, burst, msd = 10 * time.Millisecond, 3, time.Millisecond

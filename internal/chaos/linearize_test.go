@@ -4,7 +4,11 @@ package chaos
 // models that fleet did not write, under faults: three clients, each two
 // Fleets (one writes, one reads through its cache) behind proxies of their own, against a redis-server with AOF and appendfsync always, while
 // connections are cut, blackholed and their replies held back, and the
-// server is SIGKILLed and SIGTERMed and restarted. Every call is recorded
+// server is SIGKILLed and SIGTERMed and restarted. On the single node,
+// -lin.procs more clients (KV writes and fresh reads, Counter, Lock) run
+// as processes of their own (linearize_proc_test.go) that are SIGKILLed
+// (the call in flight has an unknown outcome) and SIGSTOPped for 0.5-3 s,
+// longer than a lock's hold. Every call is recorded
 // with its invocation and response times and its result ("unknown" for a
 // write whose outcome the caller could not learn: it may take effect at
 // any time after its invocation).
@@ -19,9 +23,11 @@ package chaos
 //     CacheTTL before the read began.
 //   - Lock: each grant's fence is greater than that of every grant that
 //     ended before it began, and no two holds overlap, a hold lasting from
-//     its grant to its release or its Deadline (counted on this process's
+//     its grant to its release or its Deadline (counted on the holder's
 //     clock from the send of the acquire, so that it ends before the
-//     server's).
+//     server's); a stopped holder's hold ends at the last instant it saw
+//     before its Deadline, a killed holder's at its Deadline, and a hold
+//     recorded past its Deadline is a violation.
 //   - Semaphore: at most its limit of holds at any instant, holds counted as
 //     the lock's.
 //   - Limiter (Allow, and Wait, which books ahead): in every window of
@@ -38,7 +44,9 @@ package chaos
 import (
 	"context"
 	"flag"
+	"fmt"
 	"math"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -52,6 +60,7 @@ import (
 var (
 	linTime    = flag.Duration("lin.time", 8*time.Second, "TestLinearizable: how long the clients run under faults")
 	linClients = flag.Int("lin.clients", 3, "TestLinearizable: clients, each a writing and a reading Fleet")
+	linProcs   = flag.Int("lin.procs", 1, "TestLinearizable on single: checked clients that run as processes of their own (SIGKILLed and SIGSTOPped)")
 	linTarget  = flag.String("lin.target", "single", "TestLinearizable: single (a redis-server behind proxies: must pass), sentinel or sentinel-wait (failovers, without and with MinReplicas 1: measured and logged)")
 )
 
@@ -94,6 +103,7 @@ func (h *history) add(op linOp) {
 type hold struct {
 	client         int
 	call, ret, end int64 // the acquire's call and return; the hold's end
+	deadline       int64 // the lease's Deadline; 0: not known
 	fence          int64
 }
 
@@ -109,10 +119,14 @@ func (h *holds) add(x hold) {
 }
 
 // linEnv is where a linearizability run goes: how to open a client's
-// Fleet, and how to inject one fault (returning its kind).
+// Fleet, and how to inject one fault (returning its kind); and the
+// processes of the checked clients that run as processes (procs_test.go;
+// none when run is nil), to start when the run begins.
 type linEnv struct {
-	open  func() *fleet.Fleet
-	fault func(ctx context.Context, g *rng) string
+	open     func() *fleet.Fleet
+	fault    func(ctx context.Context, g *rng) string
+	run      *run
+	children []*proc
 }
 
 func TestLinearizable(t *testing.T) {
@@ -132,8 +146,10 @@ func TestLinearizable(t *testing.T) {
 }
 
 // singleEnv is a redis-server of the test's own (AOF, appendfsync always)
-// with a proxy in front of each Fleet: faults are cuts, blackholes, held
-// replies, and the server SIGKILLed or SIGTERMed and restarted.
+// with a proxy in front of each Fleet and each client process
+// (-lin.procs): faults are cuts, blackholes, held replies, the server
+// SIGKILLed or SIGTERMed and restarted, and a client process SIGKILLed
+// (and started again) or SIGSTOPped for 0.5-3 s.
 func singleEnv(ctx context.Context, t *testing.T) linEnv {
 	srv, err := fleettest.StartServer(ctx, fleettest.Config{AppendOnly: true})
 	if err != nil {
@@ -141,25 +157,55 @@ func singleEnv(ctx context.Context, t *testing.T) linEnv {
 	}
 	t.Cleanup(srv.Stop)
 	var proxies []*fleettest.Proxy
-	open := func() *fleet.Fleet {
+	proxy := func() *fleettest.Proxy {
 		p, err := fleettest.StartProxy(srv.Addr)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(p.Close)
+		proxies = append(proxies, p)
+		return p
+	}
+	// The client processes are places of a run of the fault suite's
+	// machinery (procs_test.go), with their evidence in its directory.
+	r := newRun(t, settings{seed: time.Now().UnixNano() % 1_000_000_007}, target{name: "lin", url: srv.URL(), layout: fleet.LayoutCompat}, srv, "lin:")
+	t.Cleanup(func() { r.stopAll(); r.bg.Wait() }) // on any way out
+	var children []*proc
+	for i := range *linProcs {
+		p := &proc{r: r, name: fmt.Sprintf("lc%d", i+1), role: linClientRole, busy: make(chan struct{}, 1), proxy: proxy()}
+		r.all, r.proxied = append(r.all, p), append(r.proxied, p)
+		children = append(children, p)
+	}
+	open := func() *fleet.Fleet {
+		p := proxy()
 		f, err := fleet.Open(ctx, fleet.Options{URL: p.URL(), CacheTTL: linCacheTTL, Prefix: "lin:"})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { f.Close() })
-		proxies = append(proxies, p)
 		return f
 	}
 	fault := func(ctx context.Context, g *rng) string {
 		kinds := []string{"cut", "freeze", "hold", "redis-kill", "redis-term"}
+		if len(children) > 0 {
+			kinds = append(kinds, "client-kill", "client-stop")
+		}
 		kind := kinds[g.intn(len(kinds))]
 		p := proxies[g.intn(len(proxies))]
 		switch kind {
+		case "client-kill": // its call in flight has an unknown outcome
+			c := children[g.intn(len(children))]
+			c.kill(kind)
+			sleep(ctx, g.between(0, 300*time.Millisecond))
+			if err := c.start(); err != nil {
+				t.Errorf("client process did not start again: %v", err)
+			}
+		case "client-stop": // longer than a lock's hold: a holder stopped past its lease
+			c := children[g.intn(len(children))]
+			if c.stop(kind) {
+				sleep(ctx, g.between(500*time.Millisecond, 3*time.Second))
+				c.cont("client-cont")
+			}
 		case "cut":
 			p.Cut()
 		case "freeze":
@@ -181,7 +227,7 @@ func singleEnv(ctx context.Context, t *testing.T) linEnv {
 		}
 		return kind
 	}
-	return linEnv{open: open, fault: fault}
+	return linEnv{open: open, fault: fault, run: r, children: children}
 }
 
 // sentinelEnv is a master with two replicas (AOF, appendfsync always)
@@ -227,8 +273,16 @@ func sentinelEnv(ctx context.Context, t *testing.T, wait bool) linEnv {
 // runLinearizable runs the clients on env under its faults for -lin.time,
 // then checks the histories; report gets each violation.
 func runLinearizable(ctx context.Context, t *testing.T, env linEnv, report func(string, ...any)) {
+	// Times are wall-clock ns since t0: the clock that the client
+	// processes share with this one.
 	t0 := time.Now()
-	now := func() int64 { return int64(time.Since(t0)) }
+	base := t0.UnixNano()
+	now := func() int64 { return time.Now().UnixNano() - base }
+	for _, p := range env.children {
+		if err := p.start(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	// Each client is a Fleet that writes and a Fleet that only reads
 	// through its cache (a Fleet's own writes would send its reads of the
 	// key to the server until their invalidation arrives).
@@ -340,10 +394,11 @@ func runLinearizable(ctx context.Context, t *testing.T, env linEnv, report func(
 						continue
 					}
 					time.Sleep(time.Duration(i%5) * 20 * time.Millisecond)
-					end := min(now(), int64(l.Deadline().Sub(t0)))
+					deadline := l.Deadline().UnixNano() - base
+					end := min(now(), deadline)
 					_ = l.Release(c)
 					cancel()
-					h := hold{client: ci, call: call, ret: ret, end: end, fence: l.Fence()}
+					h := hold{client: ci, call: call, ret: ret, end: end, deadline: deadline, fence: l.Fence()}
 					if sem {
 						semH.add(h)
 					} else {
@@ -406,6 +461,28 @@ func runLinearizable(ctx context.Context, t *testing.T, env linEnv, report func(
 	}()
 	writersDone.Store(true)
 	rwg.Wait()
+	if r := env.run; r != nil {
+		// The client processes: stopped (SIGTERM), and their evidence read.
+		r.stopAll()
+		r.bg.Wait()
+		for _, odd := range r.oddExits {
+			t.Errorf("client process: %s", odd)
+		}
+		var ch linChild
+		for i, p := range env.children {
+			for inc := 0; inc <= p.inc; inc++ {
+				path := filepath.Join(r.dir, "ev", fmt.Sprintf("%s.%d.log", p.name, inc))
+				if err := readLinClient(path, 100*(i+1)+inc, base, &ch); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		kvH.ops = append(kvH.ops, ch.kv...)
+		counterH.ops = append(counterH.ops, ch.counter...)
+		lockH.hs = append(lockH.hs, ch.holds...)
+		t.Logf("client processes: %d incarnations; kv %d ops, counter %d, lock grants %d (%d outlasted by a SIGSTOP); %d calls of unknown outcome (cut off by a kill, or failed)",
+			len(env.children)+faults["client-kill"], len(ch.kv), len(ch.counter), len(ch.holds), ch.lapsed, ch.unknown)
+	}
 	t.Logf("faults: %v; ops: kv %d, cached kv %d, counter %d, lock grants %d, permits %d, limiter %d",
 		faults, len(kvH.ops), len(cachedH.ops), len(counterH.ops), len(lockH.hs), len(semH.hs), len(limH.ops))
 
