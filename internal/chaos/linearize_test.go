@@ -61,7 +61,7 @@ var (
 	linTime    = flag.Duration("lin.time", 8*time.Second, "TestLinearizable: how long the clients run under faults")
 	linClients = flag.Int("lin.clients", 3, "TestLinearizable: clients, each a writing and a reading Fleet")
 	linProcs   = flag.Int("lin.procs", 1, "TestLinearizable on single: checked clients that run as processes of their own (SIGKILLed and SIGSTOPped)")
-	linTarget  = flag.String("lin.target", "single", "TestLinearizable: single (a redis-server behind proxies: must pass), sentinel or sentinel-wait (failovers, without and with MinReplicas 1: measured and logged)")
+	linTarget  = flag.String("lin.target", "single", "TestLinearizable: single (a redis-server behind proxies: must pass); sentinel, sentinel-wait or sentinel-all (failovers of a master with linReplicas replicas, with MinReplicas 0, 1 and linReplicas: measured and logged)")
 )
 
 const (
@@ -135,13 +135,14 @@ func TestLinearizable(t *testing.T) {
 	switch *linTarget {
 	case "single":
 		runLinearizable(ctx, t, singleEnv(ctx, t), t.Errorf)
-	case "sentinel", "sentinel-wait":
+	case "sentinel", "sentinel-wait", "sentinel-all":
 		// WAIT is not consensus: measured and reported, not failed.
-		runLinearizable(ctx, t, sentinelEnv(ctx, t, *linTarget == "sentinel-wait"), func(format string, args ...any) {
+		minReplicas := map[string]int{"sentinel": 0, "sentinel-wait": 1, "sentinel-all": linReplicas}[*linTarget]
+		runLinearizable(ctx, t, sentinelEnv(ctx, t, minReplicas), func(format string, args ...any) {
 			t.Logf("VIOLATION "+format, args...)
 		})
 	default:
-		t.Fatalf("-lin.target %q: want single, sentinel or sentinel-wait", *linTarget)
+		t.Fatalf("-lin.target %q: want single, sentinel, sentinel-wait or sentinel-all", *linTarget)
 	}
 }
 
@@ -230,20 +231,21 @@ func singleEnv(ctx context.Context, t *testing.T) linEnv {
 	return linEnv{open: open, fault: fault, run: r, children: children}
 }
 
-// sentinelEnv is a master with two replicas (AOF, appendfsync always)
-// under three sentinels; the fault is the master SIGKILLed, a replica
-// promoted, and the old master rejoined as a replica. With wait, every
-// write waits for one replica (Options.MinReplicas 1).
-func sentinelEnv(ctx context.Context, t *testing.T, wait bool) linEnv {
-	st, err := fleettest.StartSentinel(ctx, fleettest.SentinelConfig{Replicas: 2, Args: []string{"--appendonly", "yes", "--appendfsync", "always"}})
+// linReplicas is how many replicas the Sentinel target's master has.
+const linReplicas = 2
+
+// sentinelEnv is a master with linReplicas replicas (AOF, appendfsync
+// always) under three sentinels; the fault is the master SIGKILLed, a
+// replica promoted, and the old master rejoined as a replica. Every write
+// waits for minReplicas replicas (Options.MinReplicas): with linReplicas,
+// for every replica the master has (between a kill and the rejoin, the
+// new master has one fewer: writes then fail with ErrNotDurable).
+func sentinelEnv(ctx context.Context, t *testing.T, minReplicas int) linEnv {
+	st, err := fleettest.StartSentinel(ctx, fleettest.SentinelConfig{Replicas: linReplicas, Args: []string{"--appendonly", "yes", "--appendfsync", "always"}})
 	if err != nil {
 		t.Fatalf("no Sentinel: %v (apt-get install -y redis-server redis-sentinel)", err)
 	}
 	t.Cleanup(st.Stop)
-	minReplicas := 0
-	if wait {
-		minReplicas = 1
-	}
 	open := func() *fleet.Fleet {
 		f, err := fleet.Open(ctx, fleet.Options{URL: st.URL(), CacheTTL: linCacheTTL, Prefix: "lin:", MinReplicas: minReplicas})
 		if err != nil {
