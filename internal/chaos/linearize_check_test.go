@@ -161,6 +161,44 @@ func resolveUnknown(ops []linOp) []linOp {
 	return known
 }
 
+// stepBacks returns the counter operations that found the counter lower
+// than a known operation that ended before they began: a witness, with
+// no search, that the history is not linearizable (the counter only
+// grows), for when porcupine gives up or to say why it failed.
+func stepBacks(ops []linOp) []string {
+	var known []linOp
+	for _, op := range ops {
+		if op.ret != never {
+			known = append(known, op)
+		}
+	}
+	seen := func(op linOp) int64 { // the value before the op's own increment
+		v, _ := strconv.ParseInt(op.out, 10, 64)
+		if op.kind == "incr" {
+			v--
+		}
+		return v
+	}
+	byRet := slices.Clone(known)
+	slices.SortFunc(byRet, func(a, b linOp) int { return cmpInt(a.ret, b.ret) })
+	most := make([]int64, len(byRet)) // most[i]: the highest value found by byRet[:i+1]
+	for i, op := range byRet {
+		v, _ := strconv.ParseInt(op.out, 10, 64)
+		most[i] = v
+		if i > 0 {
+			most[i] = max(most[i], most[i-1])
+		}
+	}
+	var bad []string
+	for _, op := range known {
+		n, _ := slices.BinarySearchFunc(byRet, op.call, func(x linOp, t int64) int { return cmpInt(x.ret, t) })
+		if n > 0 && seen(op) < most[n-1] {
+			bad = append(bad, fmt.Sprintf("client %d's %s at %v found %d, after %d was found", op.client, op.kind, time.Duration(op.call), seen(op), most[n-1]))
+		}
+	}
+	return bad
+}
+
 // staleReads returns the cached reads that fail bounded staleness against
 // the writes: a read of value v fails when every write of v (a delete, or
 // the start, for absent) was overwritten, by a write of another value
@@ -370,7 +408,7 @@ func checkLimiter(ops []linOp, iv time.Duration, burst int) (limitWindow, error)
 	slices.Sort(rets)
 	tr := newMaxTree(len(rets), func(i int) int64 { return -rets[i] })
 	slices.SortFunc(adm, func(a, b linOp) int { return cmpInt(b.call, a.call) })
-	ivn, cap := int64(iv), int64(burst)*int64(iv)
+	ivn, burstNs := int64(iv), int64(burst)*int64(iv)
 	best := limitWindow{excessIVns: -1 << 62}
 	for _, op := range adm {
 		from, _ := slices.BinarySearch(rets, op.ret)
@@ -381,7 +419,7 @@ func checkLimiter(ops []linOp, iv time.Duration, burst int) (limitWindow, error)
 			continue
 		}
 		g, at := tr.max(lo, len(rets)-1)
-		if ex := g + a - cap; ex > best.excessIVns {
+		if ex := g + a - burstNs; ex > best.excessIVns {
 			b := rets[at]
 			best = limitWindow{tokens: (g + b) / ivn, from: a, to: b, allowed: float64(burst) + float64(b-a)/float64(ivn), excessIVns: ex}
 		}
@@ -522,6 +560,12 @@ func TestLinearizableCheckersCatch(t *testing.T) {
 	}
 	if porcupine.CheckOperations(counterModel, toPorcupine(resolveUnknown(append(applied, linOp{kind: "get", out: "1", call: 8, ret: 9})))) {
 		t.Error("counter: a get that went back passed")
+	}
+	if back := stepBacks(append(applied, linOp{kind: "get", out: "1", call: 8, ret: 9})); len(back) != 1 {
+		t.Errorf("counter: a get that went back: step-backs %v, want it alone", back)
+	}
+	if back := stepBacks(applied); len(back) != 0 {
+		t.Errorf("counter: step-backs %v in a good history", back)
 	}
 	// Overlapping holds, and a fence that goes back.
 	if err := checkHolds([]hold{{ret: 0, end: 10, fence: 1}, {call: 5, ret: 6, end: 12, fence: 2}}, 1, true); err == nil {
