@@ -50,6 +50,7 @@ import (
 	"math"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -268,6 +269,16 @@ func sentinelEnv(ctx context.Context, t *testing.T, minReplicas int) linEnv {
 		}
 		if err := st.Rejoin(ctx, old); err != nil {
 			t.Errorf("rejoin: %v", err)
+			for _, s := range st.Servers { // what each server says of its replication
+				info, err := s.Cli(ctx, "info", "replication")
+				var keep []string
+				for line := range strings.SplitSeq(info, "\n") {
+					if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") && !strings.Contains(line, "repl_backlog") {
+						keep = append(keep, line)
+					}
+				}
+				t.Logf("after the failed rejoin, %s: %s (%v)", s.Addr, strings.Join(keep, " "), err)
+			}
 		}
 		return "failover"
 	}
