@@ -27,11 +27,13 @@
 // not write, with porcupine (github.com/anishathalye/porcupine): three
 // clients (each a writing Fleet and a Fleet that reads through its cache,
 // all behind proxies) under cuts, blackholes, held replies and
-// redis-server SIGKILL/SIGTERM restarts. Fresh KV reads with Set and Delete
+// redis-server SIGKILL/SIGTERM restarts, and a client process (KV, Counter,
+// Lock) SIGKILLed and SIGSTOPped. Fresh KV reads with Set and Delete
 // must be linearizable (a register per key), and so must Counter's Incr
 // and Get; cached reads must be no staler than Options.CacheTTL; Lock
-// grants must carry growing fences and never overlap, and Semaphore holds
-// never pass the limit. It runs for -lin.time (8 s in CI).
+// grants must carry growing fences and never overlap, Semaphore holds
+// never pass the limit, and a Limiter never lets more than Burst +
+// w*Rate/Per tokens through in any window w. It runs for -lin.time (8 s in CI).
 //
 // The single node is a redis-server of the suite's own (it restarts it),
 // with a proxy in front of every process. On the cluster no proxy can sit

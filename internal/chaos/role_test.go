@@ -146,6 +146,8 @@ func runRole(role string) int {
 		err = runSweeper(sig, c, f, log)
 	case "reserver":
 		err = runReserver(sig, c, f, rec)
+	case linClientRole:
+		err = runLinClient(sig, c, f, rec)
 	default:
 		err = fmt.Errorf("unknown role %q", role)
 	}
