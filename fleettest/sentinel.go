@@ -429,17 +429,26 @@ func (st *Sentinel) Rejoin(ctx context.Context, s *Server) error {
 	if _, err := s.Cli(ctx, "replicaof", "127.0.0.1", strconv.Itoa(m.Port)); err != nil {
 		return err
 	}
-	return waitReplicas(ctx, m, len(st.Servers)-1)
+	return st.WaitReplicas(ctx, len(st.Servers)-1)
 }
 
 // WaitReplicas waits, up to two minutes (or ctx), until the master has n
-// replicas online (after a Restart of a killed master, say).
+// replicas online (after a Restart of a killed master, say). It asks the
+// sentinels for the master at each look: one that fails over meanwhile
+// (the sentinels may elect another master while a server rejoins) is
+// followed, not waited on.
 func (st *Sentinel) WaitReplicas(ctx context.Context, n int) error {
-	m, err := st.Master(ctx)
-	if err != nil {
+	return poll(ctx, 2*time.Minute, func(ctx context.Context) error {
+		m, err := st.Master(ctx)
+		if err != nil {
+			return err
+		}
+		got, err := OnlineReplicas(ctx, m)
+		if err == nil && got < n {
+			err = fmt.Errorf("%s has %d of %d replicas online", m.Addr, got, n)
+		}
 		return err
-	}
-	return waitReplicas(ctx, m, n)
+	})
 }
 
 // Stop ends every process and removes their directories.
