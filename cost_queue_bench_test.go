@@ -270,20 +270,7 @@ func BenchmarkCostIdlePickup(b *testing.B) {
 		f := costFleet(b, tap.URL())
 		q := fleet.NewQueue[costJob](f, "idle", fleet.QueueOptions{})
 		done := make(chan struct{}, 1)
-		w := fleet.NewBatchWorker(f, fleet.WorkerOptions{Type: "cost-idle", ID: "w", Slots: 1,
-			OnTaskEnd: func(id string, err error) {
-				if err != nil {
-					b.Error(id, err)
-				}
-				done <- struct{}{}
-			}}, q,
-			fleet.BatchFunc[costCfg, costOut, costJob](func(context.Context, *fleet.Slot[costCfg, costOut], *fleet.Task[costJob]) error {
-				return nil
-			}))
-		if err := w.Start(context.Background()); err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { _ = w.Stop(context.Background()) })
+		startNoopWorker(b, f, q, "cost-idle", 1, func() { done <- struct{}{} })
 		idlePickups(b, srv, tap, "fleet", done, func(ctx context.Context, i int) error {
 			_, err := q.Submit(ctx, costJob{N: i})
 			return err
@@ -437,22 +424,11 @@ func BenchmarkCostFullCycle(b *testing.B) {
 		q := fleet.NewQueue[costJob](f, name, fleet.QueueOptions{})
 		var acked, target atomic.Int64
 		all := make(chan struct{}, 1)
-		w := fleet.NewBatchWorker(f, fleet.WorkerOptions{Type: "cost-" + name, ID: "w", Slots: costSlots,
-			OnTaskEnd: func(id string, err error) {
-				if err != nil {
-					b.Error(id, err)
-				}
-				if acked.Add(1) == target.Load() {
-					all <- struct{}{}
-				}
-			}}, q,
-			fleet.BatchFunc[costCfg, costOut, costJob](func(context.Context, *fleet.Slot[costCfg, costOut], *fleet.Task[costJob]) error {
-				return nil
-			}))
-		if err := w.Start(context.Background()); err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { _ = w.Stop(context.Background()) })
+		startNoopWorker(b, f, q, "cost-"+name, costSlots, func() {
+			if acked.Add(1) == target.Load() {
+				all <- struct{}{}
+			}
+		})
 		return func(b *testing.B, n int) {
 			target.Store(acked.Load() + int64(n))
 			produce(b, n, func(ctx context.Context, i int) error {
@@ -464,6 +440,27 @@ func BenchmarkCostFullCycle(b *testing.B) {
 	}
 	costInterleave(b, srv, costKind{"floor", floorRound}, costKind{"fleet", fleetCycle("cycle")},
 		costKind{"nohist", fleetCycle("cycle-nohist", noHistory)})
+}
+
+// startNoopWorker starts a batch worker of slots slots and a no-op
+// handler on q (of f), which calls ended after each task's end (failing b on an
+// error), and stops it at cleanup.
+func startNoopWorker(b *testing.B, f *fleet.Fleet, q *fleet.Queue[costJob], typ string, slots int, ended func()) *fleet.Worker {
+	w := fleet.NewBatchWorker(f, fleet.WorkerOptions{Type: typ, ID: "w", Slots: slots,
+		OnTaskEnd: func(id string, err error) {
+			if err != nil {
+				b.Error(id, err)
+			}
+			ended()
+		}}, q,
+		fleet.BatchFunc[costCfg, costOut, costJob](func(context.Context, *fleet.Slot[costCfg, costOut], *fleet.Task[costJob]) error {
+			return nil
+		}))
+	if err := w.Start(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = w.Stop(context.Background()) })
+	return w
 }
 
 // costPull calls op for i = 1..n from workers goroutines, each taking the

@@ -171,21 +171,13 @@ func BenchmarkWorkerDrain(b *testing.B) {
 	}
 	var done atomic.Int64
 	all := make(chan struct{})
-	w := fleet.NewBatchWorker(f, fleet.WorkerOptions{Type: "drain", ID: "w", Slots: 50,
-		OnTaskEnd: func(id string, err error) {
-			if err != nil {
-				b.Error(id, err)
-			}
-			if done.Add(1) == int64(b.N) {
-				close(all)
-			}
-		}}, q,
-		fleet.BatchFunc[costCfg, costOut, costJob](func(context.Context, *fleet.Slot[costCfg, costOut], *fleet.Task[costJob]) error { return nil }))
 	cpu0 := processCPU(b)
 	b.ResetTimer()
-	if err := w.Start(context.Background()); err != nil {
-		b.Fatal(err)
-	}
+	startNoopWorker(b, f, q, "drain", 50, func() {
+		if done.Add(1) == int64(b.N) {
+			close(all)
+		}
+	})
 	select {
 	case <-all:
 	case <-time.After(5 * time.Minute):
@@ -193,9 +185,6 @@ func BenchmarkWorkerDrain(b *testing.B) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64((processCPU(b)-cpu0)/time.Nanosecond)/1000/float64(b.N), "client-µs/task")
-	if err := w.Stop(context.Background()); err != nil {
-		b.Fatal(err)
-	}
 }
 
 // processCPU is the CPU time this process has used (user and system).
