@@ -202,7 +202,7 @@ func (f *Fleet) histWait() time.Duration {
 // flushHistoryOnce sends the batches that earlier flushes could not, and
 // when all are added, every queue's new counts and (when sample) a depth
 // sample of each queue not sampled this minute (one Stats each), one
-// script per queue in one pipelined round trip. The counts go to the
+// script per queue (sendHistory). The counts go to the
 // minute that holds the middle of the span since the last flush (the
 // flushes follow the minutes' ends, so a span rarely holds two).
 func (f *Fleet) flushHistoryOnce(ctx context.Context, sample bool) {
