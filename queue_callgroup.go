@@ -1,10 +1,12 @@
 package fleet
 
 // This file group-commits the raw calls of a queue (or shard) outside a
-// worker: the Task.Acks and Queue.Reserves that callers make while a call
-// of it is in flight go together in the next call, as a batch worker's do
-// (acker): one queue_reserve.lua call acks them all, then takes the tasks
-// of every reserve and hands each caller its share.
+// worker's acker: the Task.Acks, Queue.Reserves and other ends (Nack,
+// DeadLetter, Release, Snooze) that callers make while a call of it is in
+// flight go together in the next call, as a batch worker's acks do
+// (acker): one queue_end.lua call ends the ends, then one
+// queue_reserve.lua call acks the acks and takes the tasks of every
+// reserve, and each caller gets its outcome or its share.
 
 import (
 	"context"
@@ -24,19 +26,22 @@ const maxCommit = 256
 const groupCallTimeout = 30 * time.Second
 
 // callGroup is a queue core's raw calls waiting for a script call: acks
-// (Task.Ack) and reserves (Queue.Reserve's immediate take, where it is
-// grouped: see queueCore.reserve). A lone call is sent at once, in its
-// caller's goroutine and with its ctx, as before. Calls that come while
-// one is in flight wait; when it returns, one goroutine (spawned, so Close
-// waits for it) sends them until none wait, each script call acking up to
+// (Task.Ack), other ends (Task.Nack, DeadLetter, Release, Snooze:
+// reservation.finish) and reserves (Queue.Reserve's immediate take, where
+// it is grouped: see queueCore.reserve). A lone call is sent at once, in
+// its caller's goroutine and with its ctx, as before. Calls that come
+// while one is in flight wait; when it returns, one goroutine (spawned, so
+// Close waits for it) sends them until none wait, each round ending up to
+// maxCommit ends (one queue_end.lua call, before the take, so that a
+// released task can go to the reserves beside it), then acking up to
 // maxCommit and taking the tasks of the reserves that wait, in arrival
 // order, up to maxCommit (a lone reserve may ask for up to MaxReserve):
 // queue_reserve.lua acks first, then takes, and each reserve gets its
 // share in arrival order (the first ones theirs in full when the queue
 // runs short). No caller waits on another's ctx. A caller whose ctx ends
 // while its call waits leaves the group, and its call is never sent. An
-// ack whose ctx ends once it was sent returns ctx's error, its outcome
-// unknown to it (as any call whose ctx ends in flight). A reserve whose
+// ack or end whose ctx ends once it was sent returns ctx's error, its
+// outcome unknown to it (as any call whose ctx ends in flight). A reserve whose
 // ctx ends once it was sent returns ctx's error, and its share, when the
 // call returns, goes back to the head of the queue uncounted
 // (queue_abandon.lua, as an ungrouped reserve's whose ctx ends in flight).
@@ -47,9 +52,11 @@ type callGroup struct {
 }
 
 // groupCall is one caller's call in the group, and its outcome: an ack of
-// r, or (r nil) a reserve of up to n tasks.
+// r, an end of r (end: its queue_end.lua arguments), or (r nil) a reserve
+// of up to n tasks.
 type groupCall struct {
 	r    *reservation
+	end  []string
 	n    int
 	sent bool // taken into a call (under callGroup.mu)
 	left bool // the caller left after its call was sent: its share goes back (under callGroup.mu)
@@ -102,6 +109,24 @@ func (q *queueCore) join(ctx context.Context, c *groupCall, lone func()) bool {
 func (q *queueCore) groupAck(ctx context.Context, r *reservation) (endCode, error) {
 	c := &groupCall{r: r}
 	if !q.join(ctx, c, func() { c.code, c.err = q.ackOne(ctx, r) }) {
+		return endLost, ctx.Err()
+	}
+	return c.code, c.err
+}
+
+// groupEnd ends r as end says (its queue_end.lua arguments: endArgs),
+// alone or with the calls that wait beside it, and returns its code or the
+// call's error.
+func (q *queueCore) groupEnd(ctx context.Context, r *reservation, end []string) (endCode, error) {
+	c := &groupCall{r: r, end: end}
+	lone := func() {
+		var codes []endCode
+		codes, c.err = q.runEnds(ctx, [][]string{end})
+		if c.err == nil {
+			c.code = codes[0]
+		}
+	}
+	if !q.join(ctx, c, lone) {
 		return endLost, ctx.Err()
 	}
 	return c.code, c.err
@@ -176,16 +201,19 @@ func (q *queueCore) flush() {
 	}
 }
 
-// nextBatch takes the next call's batch out of pending, in arrival order:
-// acks up to maxCommit, and reserves while their tasks stay within
-// maxCommit (the first one whatever it asks). Under callGroup.mu.
+// nextBatch takes the next round's batch out of pending, in arrival
+// order: ends and acks up to maxCommit each, and reserves while their
+// tasks stay within maxCommit (the first one whatever it asks). Under
+// callGroup.mu.
 func (q *queueCore) nextBatch() []*groupCall {
 	g := &q.calls
 	var batch []*groupCall
-	acks, tasks, full := 0, 0, false
+	ends, acks, tasks, full := 0, 0, 0, false
 	g.pending = slices.DeleteFunc(g.pending, func(c *groupCall) bool {
 		switch {
-		case c.r != nil && acks < maxCommit:
+		case c.end != nil && ends < maxCommit:
+			ends++
+		case c.r != nil && c.end == nil && acks < maxCommit:
 			acks++
 		case c.r == nil && !full && (tasks == 0 || tasks+c.n <= maxCommit):
 			tasks += c.n
@@ -204,32 +232,49 @@ func (q *queueCore) nextBatch() []*groupCall {
 	return batch
 }
 
-// send makes one script call for batch (take: the acks, then the tasks of
-// the reserves) and hands each caller its outcome: each ack its code, each
-// reserve its share of the tasks, in order. The shares of reserves whose
-// callers left go back to the queue (giveBack).
+// send makes the script calls of batch (queue_end.lua for its ends, then
+// take for the acks and the tasks of the reserves) and hands each caller
+// its outcome: each end and ack its code, each reserve its share of the
+// tasks, in order. The shares of reserves whose callers left go back to
+// the queue (giveBack).
 func (q *queueCore) send(batch []*groupCall) {
 	req := reserveReq{}
+	var ends [][]string
 	for _, c := range batch {
-		if c.r != nil {
+		switch {
+		case c.end != nil:
+			ends = append(ends, c.end)
+		case c.r != nil:
 			req.acks = append(req.acks, c.r)
-		} else {
+		default:
 			req.n += c.n
 		}
 	}
 	ctx, cancel := context.WithTimeout(q.f.doneCtx(), groupCallTimeout)
-	res, err := q.take(ctx, req)
-	cancel()
-	if err != nil && q.f.closed.Load() && errors.Is(err, context.Canceled) {
-		err = ErrClosed // Close cancelled the call
+	var codes []endCode
+	var endErr error
+	if len(ends) > 0 {
+		codes, endErr = q.runEnds(ctx, ends)
 	}
+	res, err := reserved{nextReady: -1}, error(nil)
+	if len(req.acks) > 0 || req.n > 0 {
+		res, err = q.take(ctx, req)
+	}
+	cancel()
+	endErr, err = closedErr(q, endErr), closedErr(q, err)
 	tasks := res.tasks
 	var back []*reservation
 	g := &q.calls
 	g.mu.Lock()
-	i := 0
+	i, e := 0, 0
 	for _, c := range batch {
-		if c.r != nil {
+		if c.end != nil {
+			c.code, c.err = endLost, endErr
+			if endErr == nil {
+				c.code = codes[e]
+			}
+			e++
+		} else if c.r != nil {
 			c.code, c.err = endLost, err
 			if i < len(res.acks) {
 				// The acks are done even when the take then failed.
@@ -252,6 +297,14 @@ func (q *queueCore) send(batch []*groupCall) {
 	if len(back) > 0 {
 		q.giveBack(back)
 	}
+}
+
+// closedErr says ErrClosed for err when Close cancelled the call.
+func closedErr(q *queueCore, err error) error {
+	if err != nil && q.f.closed.Load() && errors.Is(err, context.Canceled) {
+		return ErrClosed
+	}
+	return err
 }
 
 // giveBack hands back, in the background, the tasks of a group call's

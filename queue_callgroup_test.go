@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -163,11 +164,18 @@ func queueLeft(t *testing.T, f *Fleet, q *queueCore) int64 {
 	return n
 }
 
-// TestReserveGroupDrain: 50 goroutines loop Reserve(1) and Ack until the
-// queue is empty. Every task is delivered exactly once, nothing is left
-// pending, in flight or leased, and the reserves and acks share script
-// calls: far fewer calls than reserves.
+// TestReserveGroupDrain: 50 goroutines loop Reserve(1) and Ack (or Nack,
+// with one attempt: each task goes to the dead letters) until the queue is
+// empty. Every task is delivered exactly once, nothing is left pending, in
+// flight or leased, every nacked task is dead once, and the reserves and
+// ends share script calls: far fewer calls than reserves.
 func TestReserveGroupDrain(t *testing.T) {
+	for _, end := range []string{"ack", "nack"} {
+		t.Run(end, func(t *testing.T) { testReserveGroupDrain(t, end == "nack") })
+	}
+}
+
+func testReserveGroupDrain(t *testing.T, nack bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	s, err := fleettest.StartServer(ctx, fleettest.Config{})
@@ -180,7 +188,7 @@ func TestReserveGroupDrain(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	q := NewQueue[int](f, "drain", QueueOptions{Lease: time.Minute})
+	q := NewQueue[int](f, "drain", QueueOptions{Lease: time.Minute, MaxAttempts: 1, DeadMax: 10000})
 	const n, c = 3000, 50
 	items := make([]int, n)
 	for i := range items {
@@ -215,7 +223,11 @@ func TestReserveGroupDrain(t *testing.T) {
 				got[ts[0].ID]++
 				payloads[ts[0].Payload] = true
 				mu.Unlock()
-				if err := ts[0].Ack(ctx); err != nil {
+				end := ts[0].Ack
+				if nack {
+					end = func(ctx context.Context) error { return ts[0].Nack(ctx, errors.New("no")) }
+				}
+				if err := end(ctx); err != nil {
 					errs <- err
 					return
 				}
@@ -236,16 +248,32 @@ func TestReserveGroupDrain(t *testing.T) {
 			t.Fatalf("task %s delivered %d times", id, got[id])
 		}
 	}
-	// Alone, every reserve and every ack is a call of its own: 2n.
-	t.Logf("%d script calls for %d reserves and %d acks", calls, n+c, n)
+	// Alone, every reserve and every end is a call of its own: 2n.
+	t.Logf("%d script calls for %d reserves and %d ends", calls, n+c, n)
 	if calls > n/4 {
-		t.Fatalf("%d script calls for %d reserves and %d acks, want at most %d", calls, n+c, n, n/4)
+		t.Fatalf("%d script calls for %d reserves and %d ends, want at most %d", calls, n+c, n, n/4)
 	}
 	if left := queueLeft(t, f, q.queueCore); left != 0 {
 		t.Fatalf("%d of pending, processing, bodies and leases left", left)
 	}
-	if dead, err := q.DeadLetters(ctx, 0, 10); err != nil || len(dead) != 0 {
-		t.Fatalf("dead letters %v, %v", dead, err)
+	dead, err := q.DeadLetters(ctx, 0, n+1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !nack {
+		if len(dead) != 0 {
+			t.Fatalf("%d dead letters after acks", len(dead))
+		}
+	} else {
+		buried := make(map[string]int, n)
+		for _, d := range dead {
+			buried[d.ID]++
+		}
+		for _, id := range ids {
+			if buried[id] != 1 {
+				t.Fatalf("task %s is dead %d times, want once (%d dead letters)", id, buried[id], len(dead))
+			}
+		}
 	}
 	if busy, pending := groupState(q.queueCore); busy || pending != 0 {
 		t.Fatalf("group busy %v with %d waiting after the drain", busy, pending)
@@ -435,4 +463,149 @@ func TestReserveGroupClose(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestEndGroup: the ends that concurrent callers make of one queue while
+// a call of it is in flight (Nack, DeadLetter, Release, Snooze, a Nack of
+// a cancelled task, a Nack whose lease was lost) share one queue_end.lua
+// call, with an Ack and a Reserve beside them in the round's take, which
+// runs after the ends and so gets the released task. An end whose ctx
+// ends while it waits leaves the group, never sent: its reservation is
+// intact. Each caller gets its own outcome, and Redis holds exactly what
+// each end leaves.
+func TestEndGroup(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, _, through, direct := groupServer(t)
+	opts := QueueOptions{Lease: time.Minute, MaxAttempts: 3, BackoffBase: time.Hour, BackoffMax: time.Hour}
+	q := NewQueue[int](through, "eg", opts)
+	qd := NewQueue[int](direct, "eg", opts)
+	ids, err := q.SubmitMany(ctx, []int{0, 1, 2, 3, 4, 5, 6, 7, 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts, err := q.Reserve(ctx, 8, 0)
+	if err != nil || len(ts) != 8 {
+		t.Fatalf("Reserve(8) = %d tasks, %v", len(ts), err)
+	}
+	if err := q.Cancel(ctx, ids[4]); err != nil {
+		t.Fatal(err)
+	}
+	if err := ts[7].Ack(ctx); err != nil { // its Nack below finds the lease lost
+		t.Fatal(err)
+	}
+	before := evalshaCalls(t, s)
+
+	release := heldBy(q.queueCore)
+	errs := make([]error, 8)
+	var wg sync.WaitGroup
+	pending := func() int { _, n := groupState(q.queueCore); return n }
+	calls := []func() error{
+		0: func() error { return ts[0].Nack(ctx, errors.New("boom")) },
+		1: func() error { return ts[1].DeadLetter(ctx, errors.New("bad input")) },
+		2: func() error { return ts[2].Release(ctx) },
+		3: func() error { return ts[3].Snooze(ctx, time.Hour) },
+		4: func() error { return ts[4].Nack(ctx, errors.New("late")) },
+		5: func() error { return ts[5].Ack(ctx) },
+		7: func() error { return ts[7].Nack(ctx, errors.New("lost")) },
+	}
+	waiting := 0
+	for i, call := range calls {
+		if call == nil {
+			continue
+		}
+		waiting++
+		wg.Go(func() { errs[i] = call() })
+		want := waiting // in arrival order
+		waitUntil(t, func() bool { return pending() == want })
+	}
+	leaving, leave := context.WithCancel(ctx)
+	left := make(chan error, 1)
+	go func() { left <- ts[6].Nack(leaving, errors.New("left")) }()
+	waitUntil(t, func() bool { return pending() == 8 })
+	leave()
+	if err := <-left; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the nack whose ctx ended returned %v, want context.Canceled", err)
+	}
+	type result struct {
+		ts  []*Task[int]
+		err error
+	}
+	reserved := make(chan result, 1)
+	go func() {
+		ts, err := q.Reserve(ctx, 1, 0)
+		reserved <- result{ts, err}
+	}()
+	waitUntil(t, func() bool { return pending() == 8 })
+	release()
+	wg.Wait()
+	r := <-reserved
+	for i, err := range errs[:6] {
+		if err != nil {
+			t.Fatalf("end %d: %v", i, err)
+		}
+	}
+	if !errors.Is(errs[7], ErrLeaseLost) {
+		t.Fatalf("the nack of an acked task returned %v, want ErrLeaseLost", errs[7])
+	}
+	if r.err != nil || len(r.ts) != 1 || r.ts[0].ID != ids[2] {
+		t.Fatalf("Reserve(1) beside the ends = %v, %v; want the released task %s", r.ts, r.err, ids[2])
+	}
+	// One queue_end.lua for the seven ends, one queue_reserve.lua for the
+	// ack and the reserve, and the cancelled task's end sent again with
+	// its dead letter (NEED_ENTRY).
+	if n := evalshaCalls(t, s) - before; n != 3 {
+		t.Fatalf("%d script calls, want 3", n)
+	}
+	st, err := qd.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Pending != 1 || st.InFlight != 2 || st.Scheduled != 2 || st.Dead != 2 {
+		t.Fatalf("Stats = %+v; want 1 pending, 2 in flight (the left nack's and the reserved), 2 scheduled (retry, snooze), 2 dead", st)
+	}
+	k := q.k
+	sched, err := direct.client.Do(ctx, direct.client.B().Zrange().Key(k.Scheduled).Min("0").Max("-1").Build()).AsStrSlice()
+	if err != nil || len(sched) != 2 {
+		t.Fatalf("scheduled = %v, %v", sched, err)
+	}
+	attempts := map[string]int{}
+	for _, raw := range sched {
+		var body struct {
+			ID       string `json:"id"`
+			Attempts int    `json:"attempts"`
+		}
+		if err := json.Unmarshal([]byte(raw), &body); err != nil {
+			t.Fatalf("scheduled body %s: %v", raw, err)
+		}
+		attempts[body.ID] = body.Attempts
+	}
+	if a, ok := attempts[ids[0]]; !ok || a != 1 || len(attempts) != 2 {
+		t.Fatalf("scheduled %v; want the retry of %s (1 attempt) and the snooze of %s", attempts, ids[0], ids[3])
+	}
+	if a, ok := attempts[ids[3]]; !ok || a != 0 {
+		t.Fatalf("scheduled %v; want the snooze of %s, no attempt counted", attempts, ids[3])
+	}
+	dead, err := qd.DeadLetters(ctx, 0, 10)
+	if err != nil || len(dead) != 2 {
+		t.Fatalf("dead letters %v, %v", dead, err)
+	}
+	causes := map[string]string{}
+	for _, d := range dead {
+		causes[d.ID] = d.Error
+	}
+	if causes[ids[1]] != "bad input" || !strings.HasPrefix(causes[ids[4]], ErrCanceled.Error()) {
+		t.Fatalf("dead letters' causes %v; want %s's bad input and %s's cancel", causes, ids[1], ids[4])
+	}
+	// The nack that left was never sent: its reservation is intact.
+	if err := ts[6].Nack(ctx, errors.New("now")); err != nil {
+		t.Fatalf("nacking the reservation whose nack left: %v", err)
+	}
+	if err := r.ts[0].Ack(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := qd.Stats(ctx); err != nil || st.InFlight != 0 || st.Scheduled != 3 {
+		t.Fatalf("Stats = %+v, %v; want nothing in flight, 3 scheduled", st, err)
+	}
+	waitUntil(t, func() bool { busy, n := groupState(q.queueCore); return !busy && n == 0 })
 }

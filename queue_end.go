@@ -222,15 +222,12 @@ func (r *reservation) finish(ctx context.Context, mode, cause string, after time
 	default:
 		cause = ErrCanceled.Error() + ": " + cause
 	}
-	o := q.opts
-	ks := q.keys()
-	args := []string{mode, r.id, r.token, r.dedup, entry, body, strconv.Itoa(attempts),
-		strconv.Itoa(o.MaxAttempts), millis(o.BackoffBase), millis(o.BackoffMax), strconv.Itoa(o.DeadMax),
+	end := []string{mode, r.id, r.token, r.dedup, entry, body, strconv.Itoa(attempts),
 		strconv.FormatFloat(rand.Float64(), 'f', 6, 64), strconv.Itoa(r.maxAttempts), r.group, r.flowFlags()}
-	code, err := q.runEnd(ctx, ks, args)
+	code, err := q.groupEnd(ctx, r, end)
 	if err == nil && code == endNeedEntry {
-		args[4] = deadEntry(r.body, attempts, cause)
-		code, err = q.runEnd(ctx, ks, args)
+		end[4] = deadEntry(r.body, attempts, cause)
+		code, err = q.groupEnd(ctx, r, end)
 	}
 	if err != nil {
 		return err
@@ -261,16 +258,27 @@ func (r *reservation) finish(ctx context.Context, mode, cause string, after time
 	return nil
 }
 
-// runEnd runs queue_end.lua and reads its code.
-func (q *queueCore) runEnd(ctx context.Context, ks, args []string) (endCode, error) {
-	res, err := queueEndScript.Exec(ctx, q.f.client, ks, args).AsIntSlice()
+// runEnds runs queue_end.lua once for ends (each the 11 arguments of one
+// end, as finish makes them) and reads their codes, in order.
+func (q *queueCore) runEnds(ctx context.Context, ends [][]string) ([]endCode, error) {
+	o := q.opts
+	args := make([]string, 0, 4+len(ends)*len(ends[0]))
+	args = append(args, strconv.Itoa(o.MaxAttempts), millis(o.BackoffBase), millis(o.BackoffMax), strconv.Itoa(o.DeadMax))
+	for _, e := range ends {
+		args = append(args, e...)
+	}
+	res, err := queueEndScript.Exec(ctx, q.f.client, q.keys(), args).AsIntSlice()
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	if len(res) != 2 {
-		return 0, unexpectedReply(args[0], len(res))
+	if len(res) != 2*len(ends) {
+		return nil, unexpectedReply(ends[0][0], len(res))
 	}
-	return endCode(res[0]), nil
+	codes := make([]endCode, len(ends))
+	for i := range codes {
+		codes[i] = endCode(res[2*i])
+	}
+	return codes, nil
 }
 
 // Extend sets the lease to run out lease from now (server clock), and moves
