@@ -234,6 +234,16 @@ func (f *Fleet) nodes() ([]string, map[string]rueidis.Client) {
 // waiter).
 const hintTTL = time.Minute
 
+// noTTL marks a cached read of a key that never has a TTL of its own (a
+// queue's pending list, signal and dead letters, a pool's items): rueidis
+// then sends CLIENT CACHING yes and the read alone, without the MULTI,
+// PTTL and EXEC that it wraps a read in to follow the key's TTL, so that
+// arming an idle waiter costs 2 commands instead of 5. The server's
+// invalidation still ends the entry at once; an expiry would not (the
+// entry would live out its ttl), which is why a key with a TTL (a lock, a
+// semaphore's holders) is never read so.
+func noTTL(c rueidis.Cacheable) rueidis.Cacheable { return c.ToStaticTTL() }
+
 // track reads key through the client-side cache so that the server sends an
 // invalidation when it next changes. It returns the cached or fresh value
 // (nil when the key does not exist), at most CacheTTL stale.

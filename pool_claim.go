@@ -369,7 +369,7 @@ func (q *Query[P, T]) wait(ctx context.Context, opts ClaimOptions) (*Claim[P, T]
 			if _, err := f.hint(ctx, c.idx.Signal); err != nil && ctx.Err() == nil {
 				return nil, err
 			}
-			r := f.client.DoCache(ctx, f.client.B().Hlen().Key(c.hash).Cache(), hintTTL)
+			r := f.client.DoCache(ctx, noTTL(f.client.B().Hlen().Key(c.hash).Cache()), hintTTL)
 			if err := r.Error(); err != nil && !rueidis.IsRedisNil(err) && ctx.Err() == nil {
 				return nil, err
 			}

@@ -119,17 +119,19 @@ func (q *queueCore) groupAck(ctx context.Context, r *reservation) (endCode, erro
 // call's error.
 func (q *queueCore) groupEnd(ctx context.Context, r *reservation, end []string) (endCode, error) {
 	c := &groupCall{r: r, end: end}
-	lone := func() {
-		var codes []endCode
-		codes, c.err = q.runEnds(ctx, [][]string{end})
-		if c.err == nil {
-			c.code = codes[0]
-		}
-	}
-	if !q.join(ctx, c, lone) {
+	if !q.join(ctx, c, func() { c.code, c.err = q.endAlone(ctx, r, end) }) {
 		return endLost, ctx.Err()
 	}
 	return c.code, c.err
+}
+
+// endAlone ends r as end says in a call of its own (queue_end.lua).
+func (q *queueCore) endAlone(ctx context.Context, _ *reservation, end []string) (endCode, error) {
+	codes, err := q.runEnds(ctx, [][]string{end})
+	if err != nil {
+		return endLost, err
+	}
+	return codes[0], nil
 }
 
 // ackOne runs the ack step for r alone (queue_ack.lua, through take).

@@ -609,3 +609,123 @@ func TestEndGroup(t *testing.T) {
 	}
 	waitUntil(t, func() bool { busy, n := groupState(q.queueCore); return !busy && n == 0 })
 }
+
+// TestEndGroupLeavesInFlight: two Nacks wait in the group and go in one
+// call; the first's ctx ends while the call is in flight (its reply held
+// back): it returns ctx's error at once, its outcome unknown to it. The
+// call ran all the same: both tasks wait for their retry (beside a third
+// nacked alone before), each once, and the first's reservation is gone (a
+// second Nack says ErrLeaseLost).
+func TestEndGroupLeavesInFlight(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, p, through, direct := groupServer(t)
+	opts := QueueOptions{Lease: time.Minute, MaxAttempts: 3, BackoffBase: time.Hour, BackoffMax: time.Hour}
+	q := NewQueue[int](through, "egl", opts)
+	qd := NewQueue[int](direct, "egl", opts)
+	if _, err := q.SubmitMany(ctx, []int{1, 2, 3}); err != nil {
+		t.Fatal(err)
+	}
+	ts, err := q.Reserve(ctx, 3, 0)
+	if err != nil || len(ts) != 3 {
+		t.Fatalf("Reserve(3) = %d tasks, %v", len(ts), err)
+	}
+	// A lone Nack first, so that the server has the script: a NOSCRIPT
+	// reply held back would keep the group's call from being sent.
+	if err := ts[2].Nack(ctx, errors.New("alone")); err != nil {
+		t.Fatal(err)
+	}
+	release := heldBy(q.queueCore)
+	leaving, leave := context.WithCancel(ctx)
+	defer leave()
+	left := make(chan error, 1)
+	go func() { left <- ts[0].Nack(leaving, errors.New("first")) }()
+	waitUntil(t, func() bool { _, n := groupState(q.queueCore); return n == 1 })
+	stays := make(chan error, 1)
+	go func() { stays <- ts[1].Nack(ctx, errors.New("second")) }()
+	waitUntil(t, func() bool { _, n := groupState(q.queueCore); return n == 2 })
+	p.HoldReplies()
+	release()
+	scheduled := func() int64 {
+		st, err := qd.Stats(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Scheduled
+	}
+	waitUntil(t, func() bool { return scheduled() == 3 }) // the call ran; its reply waits
+	leave()
+	select {
+	case err := <-left:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("the nack whose ctx ended in flight returned %v, want context.Canceled", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a nack whose ctx ended kept waiting on the group's call")
+	}
+	p.Thaw()
+	if err := <-stays; err != nil {
+		t.Fatalf("the other nack: %v", err)
+	}
+	st, err := qd.Stats(ctx)
+	if err != nil || st.InFlight != 0 || st.Scheduled != 3 || st.Pending != 0 || st.Dead != 0 {
+		t.Fatalf("Stats = %+v, %v; want both tasks scheduled for their retry, nothing else", st, err)
+	}
+	if err := ts[0].Nack(ctx, errors.New("again")); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("a second Nack of the task whose nack ran = %v, want ErrLeaseLost", err)
+	}
+	if n := scheduled(); n != 3 {
+		t.Fatalf("%d scheduled after the second Nack, want 3", n)
+	}
+	waitUntil(t, func() bool { busy, n := groupState(q.queueCore); return !busy && n == 0 })
+}
+
+// TestReserveGroupBuries: a reserve that waits in the group, whose share
+// holds a task past its ExpiresAt: the group's call buries it (a burial
+// made inside a take goes alone, never back into the group that is making
+// the call), and the reserve returns with nothing. The server's clock is
+// this machine's: the test waits on it.
+func TestReserveGroupBuries(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, _, through, direct := groupServer(t)
+	q := NewQueue[int](through, "gbury", QueueOptions{Lease: time.Minute})
+	if ts, err := q.Reserve(ctx, 1, 0); err != nil || len(ts) != 0 {
+		t.Fatalf("the first Reserve (which stores the policy) = %v, %v", ts, err)
+	}
+	qd := NewQueue[int](direct, "gbury", QueueOptions{Lease: time.Minute})
+	at := time.Now().Add(200 * time.Millisecond)
+	id, err := qd.SubmitWith(ctx, 1, SubmitOptions{ExpiresAt: at})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, func() bool { return time.Now().After(at.Add(50 * time.Millisecond)) })
+	release := heldBy(q.queueCore)
+	type result struct {
+		ts  []*Task[int]
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		ts, err := q.Reserve(ctx, 1, 0)
+		got <- result{ts, err}
+	}()
+	waitUntil(t, func() bool { _, n := groupState(q.queueCore); return n == 1 })
+	release()
+	select {
+	case r := <-got:
+		if r.err != nil || len(r.ts) != 0 {
+			t.Fatalf("Reserve = %v, %v; want nothing (the task expired)", r.ts, r.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the group's call that buried an expired task never returned")
+	}
+	dead, err := qd.DeadLetters(ctx, 0, 10)
+	if err != nil || len(dead) != 1 || dead[0].ID != id || dead[0].Error != "expired" {
+		t.Fatalf("dead letters %+v, %v; want %s, expired", dead, err, id)
+	}
+	if n := queueLeft(t, direct, qd.queueCore); n != 0 {
+		t.Fatalf("%d of pending, processing, bodies and leases left", n)
+	}
+	waitUntil(t, func() bool { busy, n := groupState(q.queueCore); return !busy && n == 0 })
+}

@@ -125,14 +125,17 @@ func (r *reservation) Ack(ctx context.Context) error {
 // attempts and the backoff follow the queue's stored policy (see
 // QueuePolicy), the same in every process. A task that Queue.Cancel asked
 // to stop goes to the dead letters at once, as cancelled (ErrCanceled's
-// text, then cause), never retried. May return ErrLeaseLost (nothing
+// text, then cause), never retried. The ends (Nack, DeadLetter, Release,
+// Snooze) that concurrent callers make of one queue while a call of it is
+// in flight go together in the next call (queue_callgroup.go), each
+// caller waiting on its own ctx only. May return ErrLeaseLost (nothing
 // changes), ErrUnavailable.
 func (r *reservation) Nack(ctx context.Context, cause error) error {
 	msg := "nacked"
 	if cause != nil {
 		msg = cause.Error()
 	}
-	return opErr("nack", r.c.name, r.finish(ctx, "nack", msg, 0, true))
+	return opErr("nack", r.c.name, r.finish(ctx, "nack", msg, 0, true, false))
 }
 
 // DeadLetter ends the reservation and moves the task to the dead letters at
@@ -144,14 +147,16 @@ func (r *reservation) DeadLetter(ctx context.Context, cause error) error {
 	if cause != nil {
 		msg = cause.Error()
 	}
-	return opErr("dead-letter", r.c.name, r.finish(ctx, "bury", msg, 0, true))
+	return opErr("dead-letter", r.c.name, r.finish(ctx, "bury", msg, 0, true, false))
 }
 
 // bury dead-letters the reservation with cause, now, counting no attempt:
 // poison, which never ran (a body that is not a task, a payload that does
-// not decode).
+// not decode), or a task that expired. It goes alone, never through the
+// group: a take buries what it finds (queueCore.reservations), and that
+// take may be the group's own call.
 func (r *reservation) bury(ctx context.Context, cause string) error {
-	return r.finish(ctx, "bury", cause, 0, false)
+	return r.finish(ctx, "bury", cause, 0, false, true)
 }
 
 // Release ends the reservation without counting an attempt: the task goes
@@ -162,7 +167,7 @@ func (r *reservation) bury(ctx context.Context, cause string) error {
 // ErrCanceled: it never runs again. May return ErrLeaseLost (nothing
 // changes), ErrCanceled, ErrWrongType, ErrUnavailable.
 func (r *reservation) Release(ctx context.Context) error {
-	return opErr("release", r.c.name, r.finish(ctx, "release", "released before it ended", 0, false))
+	return opErr("release", r.c.name, r.finish(ctx, "release", "released before it ended", 0, false, false))
 }
 
 // Snooze ends the reservation without counting an attempt: the task goes,
@@ -175,7 +180,7 @@ func (r *reservation) Release(ctx context.Context) error {
 // (nothing changes), ErrCanceled, ErrWrongType, ErrUnavailable.
 func (r *reservation) Snooze(ctx context.Context, after time.Duration) error {
 	after = max(after, 0)
-	err := r.finish(ctx, "snooze", "snoozed before it ended", after, false)
+	err := r.finish(ctx, "snooze", "snoozed before it ended", after, false, false)
 	if err == nil && after <= snoozeWake {
 		// Wake this process's reserves when the task is due: an idle
 		// fetcher would otherwise only find it at its next poll.
@@ -191,10 +196,11 @@ func (r *reservation) Snooze(ctx context.Context, after time.Duration) error {
 // finish ends the reservation by mode (queue_end.lua): "nack" (cause is
 // the failure), "bury" (cause is why), "release", or "snooze" (after the
 // delay); for those two, cause is what a cancelled task's dead letter
-// records. counted counts the run as an attempt. The cancelled dead
-// letter, a copy of the body, is made and sent only when the script says
-// the task is cancelled and needs one (endNeedEntry).
-func (r *reservation) finish(ctx context.Context, mode, cause string, after time.Duration, counted bool) error {
+// records. counted counts the run as an attempt. alone sends the end in
+// a call of its own, else it goes through the group (groupEnd). The
+// cancelled dead letter, a copy of the body, is made and sent only when
+// the script says the task is cancelled and needs one (endNeedEntry).
+func (r *reservation) finish(ctx context.Context, mode, cause string, after time.Duration, counted, alone bool) error {
 	q := r.c
 	if err := q.ready(ctx); err != nil {
 		return err
@@ -224,10 +230,14 @@ func (r *reservation) finish(ctx context.Context, mode, cause string, after time
 	}
 	end := []string{mode, r.id, r.token, r.dedup, entry, body, strconv.Itoa(attempts),
 		strconv.FormatFloat(rand.Float64(), 'f', 6, 64), strconv.Itoa(r.maxAttempts), r.group, r.flowFlags()}
-	code, err := q.groupEnd(ctx, r, end)
+	run := q.groupEnd
+	if alone {
+		run = q.endAlone
+	}
+	code, err := run(ctx, r, end)
 	if err == nil && code == endNeedEntry {
 		end[4] = deadEntry(r.body, attempts, cause)
-		code, err = q.groupEnd(ctx, r, end)
+		code, err = run(ctx, r, end)
 	}
 	if err != nil {
 		return err

@@ -287,8 +287,8 @@ func (q *queueCore) cachedPending(ctx context.Context, signalOnly bool) (int64, 
 	cmds := make([]rueidis.CacheableTTL, 0, 2*n)
 	for i := range n {
 		s := q.sub(i)
-		cmds = append(cmds, rueidis.CT(f.client.B().Llen().Key(s.k.Pending).Cache(), hintTTL),
-			rueidis.CT(f.client.B().Get().Key(s.k.Signal).Cache(), hintTTL))
+		cmds = append(cmds, rueidis.CT(noTTL(f.client.B().Llen().Key(s.k.Pending).Cache()), hintTTL),
+			rueidis.CT(noTTL(f.client.B().Get().Key(s.k.Signal).Cache()), hintTTL))
 	}
 	res := f.client.DoMultiCache(ctx, cmds...)
 	lens := make([]int64, n)

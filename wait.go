@@ -84,7 +84,7 @@ func (q *queueCore) Wait(ctx context.Context, id string) (TaskRecord, error) {
 					}
 					continue
 				}
-				if err := f.client.DoCache(ctx, f.client.B().Llen().Key(k).Cache(), hintTTL).Error(); err != nil {
+				if err := f.client.DoCache(ctx, noTTL(f.client.B().Llen().Key(k).Cache()), hintTTL).Error(); err != nil {
 					return TaskRecord{ID: id}, opErr(op, q.name, err)
 				}
 			}

@@ -345,9 +345,10 @@ const reserverLoops = 4
 // held replies, blackholes and restarts many end while the reserve script
 // is in flight: the abandon path), run each task they got with a ctx that
 // ends at Task.Deadline less a margin (they do not extend), and ack, nack
-// or release it. Their acks overlap, so they go through Task.Ack's group
-// commit, with ctxs of 50 ms to 5 s: some end while their ack waits for a
-// call (it is never sent) or is in flight (its outcome unknown).
+// or release it; one task in five they release unrun. Their acks and
+// ends overlap, so they go through the group commit of Task.Ack and of
+// the ends, with ctxs of 50 ms to 5 s: some end while their call waits
+// (it is never sent) or is in flight (its outcome unknown).
 func runReserver(ctx context.Context, c childConfig, f *fleet.Fleet, rec *recorder) error {
 	q := fleet.NewQueue[job](f, c.Queue, c.queueOptions())
 	if err := q.Err(); err != nil {
@@ -367,6 +368,14 @@ func runReserver(ctx context.Context, c childConfig, f *fleet.Fleet, rec *record
 					sleep(ctx, 10*time.Millisecond)
 				}
 				for _, t := range tasks {
+					if g.intn(5) == 0 {
+						// Handed back unrun: the concurrent loops' Releases
+						// share calls (the ends' group commit), under the faults.
+						ectx, ecancel := context.WithTimeout(context.Background(), g.between(50*time.Millisecond, 5*time.Second))
+						_ = t.Release(ectx)
+						ecancel()
+						continue
+					}
 					hctx, hcancel := context.WithDeadlineCause(ctx, t.Deadline().Add(-margin),
 						fmt.Errorf("%w: reserver: past Task.Deadline", fleet.ErrLeaseLost))
 					herr := h.work(hctx, -1, t)
