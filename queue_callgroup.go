@@ -52,8 +52,8 @@ type callGroup struct {
 }
 
 // groupCall is one caller's call in the group, and its outcome: an ack of
-// r, an end of r (end: its queue_end.lua arguments), or (r nil) a reserve
-// of up to n tasks.
+// r, an end (end: its queue_end.lua arguments), or (r and end nil) a
+// reserve of up to n tasks.
 type groupCall struct {
 	r    *reservation
 	end  []string
@@ -65,6 +65,9 @@ type groupCall struct {
 	err  error
 	done chan struct{} // closed under callGroup.mu once the outcome is set
 }
+
+// reserve reports whether c is a reserve (neither an ack nor an end).
+func (c *groupCall) reserve() bool { return c.r == nil && c.end == nil }
 
 // join runs c in the group: by lone, at once in the caller's goroutine,
 // when no call is in flight, else in the group's next call. It reports
@@ -114,19 +117,19 @@ func (q *queueCore) groupAck(ctx context.Context, r *reservation) (endCode, erro
 	return c.code, c.err
 }
 
-// groupEnd ends r as end says (its queue_end.lua arguments: endArgs),
-// alone or with the calls that wait beside it, and returns its code or the
-// call's error.
-func (q *queueCore) groupEnd(ctx context.Context, r *reservation, end []string) (endCode, error) {
-	c := &groupCall{r: r, end: end}
-	if !q.join(ctx, c, func() { c.code, c.err = q.endAlone(ctx, r, end) }) {
+// groupEnd runs one end (its queue_end.lua arguments, as finish makes
+// them), alone or with the calls that wait beside it, and returns its code
+// or the call's error.
+func (q *queueCore) groupEnd(ctx context.Context, end []string) (endCode, error) {
+	c := &groupCall{end: end}
+	if !q.join(ctx, c, func() { c.code, c.err = q.endAlone(ctx, end) }) {
 		return endLost, ctx.Err()
 	}
 	return c.code, c.err
 }
 
-// endAlone ends r as end says in a call of its own (queue_end.lua).
-func (q *queueCore) endAlone(ctx context.Context, _ *reservation, end []string) (endCode, error) {
+// endAlone runs one end in a call of its own (queue_end.lua).
+func (q *queueCore) endAlone(ctx context.Context, end []string) (endCode, error) {
 	codes, err := q.runEnds(ctx, [][]string{end})
 	if err != nil {
 		return endLost, err
@@ -215,13 +218,13 @@ func (q *queueCore) nextBatch() []*groupCall {
 		switch {
 		case c.end != nil && ends < maxCommit:
 			ends++
-		case c.r != nil && c.end == nil && acks < maxCommit:
+		case c.r != nil && acks < maxCommit:
 			acks++
-		case c.r == nil && !full && (tasks == 0 || tasks+c.n <= maxCommit):
+		case c.reserve() && !full && (tasks == 0 || tasks+c.n <= maxCommit):
 			tasks += c.n
 		default:
 			// Later reserves wait behind this one: they keep their order.
-			full = full || c.r == nil
+			full = full || c.reserve()
 			return false
 		}
 		c.sent = true

@@ -234,10 +234,10 @@ func (r *reservation) finish(ctx context.Context, mode, cause string, after time
 	if alone {
 		run = q.endAlone
 	}
-	code, err := run(ctx, r, end)
+	code, err := run(ctx, end)
 	if err == nil && code == endNeedEntry {
 		end[4] = deadEntry(r.body, attempts, cause)
-		code, err = run(ctx, r, end)
+		code, err = run(ctx, end)
 	}
 	if err != nil {
 		return err
