@@ -176,7 +176,7 @@ func FuzzStoredPolicy(f *testing.F) {
 
 func FuzzParseSpec(f *testing.F) {
 	for _, s := range []string{"every 100", "every 0", "every -5", "cron */5 * * * *", "cron 0 9 * * MON-FRI",
-		"cron CRON_TZ=Europe/Paris 0 9 * * *", "cron @every 1s", "cron @hourly", "hourly", "cron 61 * * * *"} {
+		"cron CRON_TZ=Europe/Paris 0 9 * * *", "cron @every 1s", "cron CRON_TZ=UTC @every 1s", "cron @hourly", "hourly", "cron 61 * * * *"} {
 		f.Add(s)
 	}
 	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)

@@ -58,19 +58,20 @@ var cronParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month 
 // ErrInvalidArgument naming the spec.
 func Cron(spec string) Spec {
 	s := Spec{text: "cron " + spec}
-	if strings.HasPrefix(strings.TrimSpace(spec), "@every") {
-		s.err = fmt.Errorf("%w: cron spec %q: @every ticks relative to each process's clock; use fleet.Every", ErrInvalidArgument, spec)
-		return s
-	}
 	sched, err := parseCron(spec)
 	if err != nil {
 		s.err = fmt.Errorf("%w: cron spec %q: %v", ErrInvalidArgument, spec, err)
 		return s
 	}
-	if ss, ok := sched.(*cron.SpecSchedule); ok && !strings.HasPrefix(spec, "CRON_TZ=") && !strings.HasPrefix(spec, "TZ=") {
+	ss, ok := sched.(*cron.SpecSchedule)
+	if !ok { // @every, with or without a CRON_TZ= prefix
+		s.err = fmt.Errorf("%w: cron spec %q: @every ticks relative to each process's clock; use fleet.Every", ErrInvalidArgument, spec)
+		return s
+	}
+	if !strings.HasPrefix(spec, "CRON_TZ=") && !strings.HasPrefix(spec, "TZ=") {
 		ss.Location = time.UTC
 	}
-	s.cron = sched
+	s.cron = ss
 	return s
 }
 

@@ -270,6 +270,7 @@ func TestScheduleBadInput(t *testing.T) {
 		}{
 			{"bad cron", fleet.AddSchedule(c, q, "s", fleet.Cron("61 * * * *"), p, fleet.ScheduleOptions{}), fleet.ErrInvalidArgument, `"61 * * * *"`},
 			{"@every", fleet.AddSchedule(c, q, "s", fleet.Cron("@every 1m"), p, fleet.ScheduleOptions{}), fleet.ErrInvalidArgument, "fleet.Every"},
+			{"@every in a zone", fleet.AddSchedule(c, q, "s", fleet.Cron("CRON_TZ=Europe/Paris @every 1m"), p, fleet.ScheduleOptions{}), fleet.ErrInvalidArgument, "fleet.Every"},
 			{"zero every", fleet.AddSchedule(c, q, "s", fleet.Every(0), p, fleet.ScheduleOptions{}), fleet.ErrInvalidArgument, "Every(0s)"},
 			{"no spec", fleet.AddSchedule(c, q, "s", fleet.Spec{}, p, fleet.ScheduleOptions{}), fleet.ErrInvalidArgument, "Spec"},
 			{"bad policy", fleet.AddSchedule(c, q, "s", fleet.Every(time.Hour), p, fleet.ScheduleOptions{Missed: "twice"}), fleet.ErrInvalidArgument, "Missed"},
