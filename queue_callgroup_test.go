@@ -65,14 +65,7 @@ func TestAckGroup(t *testing.T) {
 	pending := func() int { _, n := groupState(q.queueCore); return n }
 	waitUntil(t, func() bool { return pending() == n-1 })
 	leave()
-	select {
-	case err := <-left:
-		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("the ack whose ctx ended returned %v, want context.Canceled", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("an ack whose ctx ended kept waiting on the group")
-	}
+	awaitCanceled(t, left, "the ack whose ctx ended while it waited")
 	if got := pending(); got != n-2 {
 		t.Fatalf("%d acks wait after one left, want %d", got, n-2)
 	}
@@ -333,14 +326,7 @@ func TestReserveGroupLeaves(t *testing.T) {
 	}
 	waitUntil(t, func() bool { return zcard() == 3 })
 	leave()
-	select {
-	case err := <-left:
-		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("the reserve whose ctx ended in flight returned %v, want context.Canceled", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("a reserve whose ctx ended kept waiting on the group's call")
-	}
+	awaitCanceled(t, left, "the reserve whose ctx ended in flight")
 	p.Thaw()
 	r := <-stays
 	if r.err != nil || len(r.ts) != 2 || r.ts[0].ID != ids[1] || r.ts[1].ID != ids[2] {
@@ -655,14 +641,7 @@ func TestEndGroupLeavesInFlight(t *testing.T) {
 	}
 	waitUntil(t, func() bool { return scheduled() == 3 }) // the call ran; its reply waits
 	leave()
-	select {
-	case err := <-left:
-		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("the nack whose ctx ended in flight returned %v, want context.Canceled", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("a nack whose ctx ended kept waiting on the group's call")
-	}
+	awaitCanceled(t, left, "the nack whose ctx ended in flight")
 	p.Thaw()
 	if err := <-stays; err != nil {
 		t.Fatalf("the other nack: %v", err)
@@ -728,4 +707,19 @@ func TestReserveGroupBuries(t *testing.T) {
 		t.Fatalf("%d of pending, processing, bodies and leases left", n)
 	}
 	waitUntil(t, func() bool { busy, n := groupState(q.queueCore); return !busy && n == 0 })
+}
+
+// awaitCanceled waits up to 5 s for the call whose ctx ended (what) to
+// return on left, and checks that it returned context.Canceled: a caller
+// that leaves never waits on the group.
+func awaitCanceled(t *testing.T, left <-chan error, what string) {
+	t.Helper()
+	select {
+	case err := <-left:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("%s returned %v, want context.Canceled", what, err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s kept waiting on the group", what)
+	}
 }
