@@ -64,7 +64,11 @@
     es.addEventListener("failure", function (ev) { tstatus.textContent = "failed: " + JSON.parse(ev.data); });
     es.addEventListener("entry", function (ev) {
       var e = JSON.parse(ev.data);
-      var key = e.id || (e.time + e.data);
+      // A bare member has no id, and the same data may be pushed again
+      // (a sorted set's member then takes the newer score): tell its
+      // pushes apart by the event id, the time to the millisecond, as
+      // the server does; e.time is only to the second.
+      var key = e.id || (ev.lastEventId + " " + e.data);
       if (seen.has(key)) return;
       seen.add(key);
       var li = document.createElement("li");
