@@ -173,5 +173,5 @@ func (l *failLoad) stop() {
 // waitAcks waits until queue name has n more acks than it had at from.
 func (l *failLoad) waitAcks(t *testing.T, name string, from, n int64, what string) {
 	t.Helper()
-	waitFor(t, time.Minute, func() bool { return l.acks[name].Load() >= from+n }, "%s: queue %s acked %d tasks, not %d more than %d", what, name, l.acks[name].Load(), n, from)
+	waitFor(t, time.Minute, func() bool { return l.acks[name].Load() >= from+n }, "%s: queue %s acked %d tasks, not %d more than %d", what, name, later(func() any { return l.acks[name].Load() }), n, from)
 }

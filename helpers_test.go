@@ -2,6 +2,7 @@ package fleet_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strconv"
 	"testing"
@@ -307,3 +308,25 @@ func submitJobs(t *testing.T, q *fleet.Queue[job], n int) []string {
 	}
 	return ids
 }
+
+// waitFor polls cond until it holds or d passes, and then fails with
+// format and args. Pass a later for an arg that reports changing state.
+func waitFor(t *testing.T, d time.Duration, cond func() bool, format string, args ...any) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf(format, args...)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// later is an arg of waitFor's message that is read when the message is
+// formatted, so that it reports the state at the deadline, read as cond
+// reads it (under its lock). An arg evaluated at the call is read once, at
+// the start, and without the lock.
+type later func() any
+
+// Format formats what l returns with the verb and flags l was given.
+func (l later) Format(s fmt.State, verb rune) { fmt.Fprintf(s, fmt.FormatString(s, verb), l()) }

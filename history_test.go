@@ -207,7 +207,7 @@ func TestHistoryWorker(t *testing.T) {
 		runSweeper(t, f, 20*time.Millisecond) // moves the retries when due
 		submitJobs(t, q, 20)
 		k := e.qk("hw")
-		waitFor(t, 30*time.Second, func() bool { return len(e.lrange(t, k.Dead)) == 4 }, "dead letters: %v", e.dump(t))
+		waitFor(t, 30*time.Second, func() bool { return len(e.lrange(t, k.Dead)) == 4 }, "dead letters: %v", later(func() any { return e.dump(t) }))
 		waitQueueGone(t, e, k)
 		if err := f.Close(); err != nil {
 			t.Fatal(err)
@@ -320,7 +320,7 @@ func TestHistoryLostReply(t *testing.T) {
 	if n != 1 {
 		t.Fatalf("%d batches unsent with the reply held, want 1", n)
 	}
-	waitFor(t, 10*time.Second, func() bool { return minuteDone() == "3" }, "the held flush never ran: %v", e.hgetall(t, mk))
+	waitFor(t, 10*time.Second, func() bool { return minuteDone() == "3" }, "the held flush never ran: %v", later(func() any { return e.hgetall(t, mk) }))
 	p.P.Thaw()
 	flushHist(t, f)
 	if got := minuteDone(); got != "3" {

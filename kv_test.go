@@ -280,18 +280,6 @@ func TestKVWrongTypeChangesNothing(t *testing.T) {
 	})
 }
 
-// waitFor polls cond until it holds or d passes.
-func waitFor(t *testing.T, d time.Duration, cond func() bool, format string, args ...any) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf(format, args...)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 // A read right after a write in the same process sees the write, though the
 // write's invalidation of the cached value may not have arrived yet.
 func TestKVReadYourWrites(t *testing.T) {

@@ -454,7 +454,7 @@ func TestLockDoEndsAtDeadline(t *testing.T) {
 		if late := at.Sub(deadline); late > time.Second {
 			t.Fatalf("fn's ctx ended %v after start, %v after the deadline", at.Sub(start), late)
 		}
-		waitFor(t, 5*time.Second, func() bool { return len(e.keys(t)) == 1 }, "keys %v, want the fence alone", e.keys(t))
+		waitFor(t, 5*time.Second, func() bool { return len(e.keys(t)) == 1 }, "keys %v, want the fence alone", later(func() any { return e.keys(t) }))
 	})
 }
 

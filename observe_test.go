@@ -268,7 +268,7 @@ func TestObserverTraceTolerant(t *testing.T) {
 				return nil
 			}))
 		startWorker(t, w)
-		waitFor(t, 10*time.Second, func() bool { return w.Stats().Done == 6 }, "not all done: %+v", w.Stats())
+		waitFor(t, 10*time.Second, func() bool { return w.Stats().Done == 6 }, "not all done: %+v", later(func() any { return w.Stats() }))
 		mu.Lock()
 		defer mu.Unlock()
 		if len(seen) != 6 {

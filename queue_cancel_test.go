@@ -299,7 +299,7 @@ func TestWorkerCancelMissedMessage(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the task never ended")
 	}
-	waitFor(t, 10*time.Second, func() bool { return len(e.lrange(t, qk.Dead)) == 1 }, "no dead letter: %v", e.dump(t))
+	waitFor(t, 10*time.Second, func() bool { return len(e.lrange(t, qk.Dead)) == 1 }, "no dead letter: %v", later(func() any { return e.dump(t) }))
 	if dead := e.lrange(t, qk.Dead); !strings.Contains(dead[0], id) || !strings.Contains(dead[0], `"error":"fleet: task canceled`) {
 		t.Fatalf("dead letter %q; want the task, as cancelled", dead[0])
 	}
@@ -340,7 +340,7 @@ func TestQueueCancelCutOffInFlight(t *testing.T) {
 		t.Fatalf("Cancel behind a write pause: %v; want its ctx's error", err)
 	}
 	awaitCanceled(t, causes)
-	waitFor(t, 10*time.Second, func() bool { return len(e.lrange(t, qk.Dead)) == 1 }, "no dead letter: %v", e.dump(t))
+	waitFor(t, 10*time.Second, func() bool { return len(e.lrange(t, qk.Dead)) == 1 }, "no dead letter: %v", later(func() any { return e.dump(t) }))
 	if dead := e.lrange(t, qk.Dead); !strings.Contains(dead[0], `"error":"fleet: task canceled`) {
 		t.Fatalf("dead letter %q; want it as cancelled", dead[0])
 	}

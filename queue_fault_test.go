@@ -347,7 +347,7 @@ func TestQueueReserveLateReply(t *testing.T) {
 	if r.err != nil || len(r.tasks) != 0 {
 		t.Fatalf("a Reserve whose reply came after its lease = %v, %v; want no task", r.tasks, r.err)
 	}
-	waitFor(t, 10*time.Second, func() bool { return px.E.llen(t, k.Pending) == 1 }, "the task did not come back: %v", px.E.dump(t))
+	waitFor(t, 10*time.Second, func() bool { return px.E.llen(t, k.Pending) == 1 }, "the task did not come back: %v", later(func() any { return px.E.dump(t) }))
 	if n := len(px.E.zscores(t, k.Processing)); n != 0 {
 		t.Fatalf("processing holds %d", n)
 	}

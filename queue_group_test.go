@@ -280,7 +280,7 @@ func TestQueueGlobalConcurrency(t *testing.T) {
 		if most := mostAtOnce(spans, ""); most > 3 || most < 2 {
 			t.Errorf("%d ran at once, limit 3", most)
 		}
-		waitFor(t, 10*time.Second, func() bool { return !rawExists(t, e.Raw, k.Running) }, "permits left: %v", e.dump(t)[k.Running])
+		waitFor(t, 10*time.Second, func() bool { return !rawExists(t, e.Raw, k.Running) }, "permits left: %v", later(func() any { return e.dump(t)[k.Running] }))
 		if p, _ := e.get(t, k.Policy); !strings.Contains(p, `"global_concurrency":3`) {
 			t.Fatalf("policy %s", p)
 		}
@@ -313,7 +313,7 @@ func TestQueueGroupRate(t *testing.T) {
 				return nil
 			}))
 		startWorker(t, w)
-		waitFor(t, 30*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(starts["slow"]) == 61 }, "slow ran %d", len(starts["slow"]))
+		waitFor(t, 30*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(starts["slow"]) == 61 }, "the slow group ran %d of 61", later(func() any { mu.Lock(); defer mu.Unlock(); return len(starts["slow"]) }))
 		mu.Lock()
 		defer mu.Unlock()
 		s := starts["slow"]

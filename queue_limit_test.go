@@ -68,7 +68,7 @@ func TestLimitedQueueDrain(t *testing.T) {
 			ws = append(ws, w)
 		}
 		done := func() int64 { return ws[0].Stats().Done + ws[1].Stats().Done }
-		waitFor(t, 30*time.Second, func() bool { return done() == total }, "done %d of %d", done(), total)
+		waitFor(t, 30*time.Second, func() bool { return done() == total }, "done %d of %d", later(func() any { return done() }), total)
 		took := time.Since(start)
 		mu.Lock()
 		span := last.Sub(first)

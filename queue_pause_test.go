@@ -125,7 +125,7 @@ func TestQueuePauseCostsNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 20*time.Second, func() bool { return w.Stats().Done == 200 }, "done %d", w.Stats().Done)
+	waitFor(t, 20*time.Second, func() bool { return w.Stats().Done == 200 }, "done %d", later(func() any { return w.Stats().Done }))
 	if gets := ownCalls(t, s)["get"] - before; gets > 2 {
 		t.Fatalf("%d GETs for 200 tasks", gets)
 	}

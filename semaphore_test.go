@@ -171,7 +171,7 @@ func semaphoreWaitAndExpiry(t *testing.T, tg redistest.Target, cache bool) {
 			t.Fatalf("tokens %v, want only the new holder's %s", toks, n.Token())
 		}
 		// Abandoned too: the key expires with its last lease.
-		waitFor(t, 5*time.Second, func() bool { return len(e.keys(t)) == 0 }, "keys left: %v", e.keys(t))
+		waitFor(t, 5*time.Second, func() bool { return len(e.keys(t)) == 0 }, "keys left: %v", later(func() any { return e.keys(t) }))
 		if err := n.Release(c); !errors.Is(err, fleet.ErrLeaseLost) {
 			t.Fatalf("release after expiry = %v, want ErrLeaseLost", err)
 		}
@@ -329,7 +329,7 @@ func TestSemaphoreFleetwide(t *testing.T) {
 		}
 		// Every permit comes back: the key goes with its last lease, and
 		// then 3 permits are there at once.
-		waitFor(t, hold+5*time.Second, func() bool { return len(e.keys(t)) == 0 }, "keys left: %v", e.keys(t))
+		waitFor(t, hold+5*time.Second, func() bool { return len(e.keys(t)) == 0 }, "keys left: %v", later(func() any { return e.keys(t) }))
 		s := e.F.Semaphore("acct:42", 3)
 		for i := range 3 {
 			if _, err := s.Acquire(c, fleet.SemaphoreOptions{Hold: time.Minute}); err != nil {

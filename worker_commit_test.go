@@ -24,7 +24,7 @@ func TestWorkerGroupAcks(t *testing.T) {
 		runGroupAcks(t, e.F, "grouped", 640)
 		k := e.qk("grouped")
 		for _, key := range []string{k.Pending, k.Processing, k.Body, k.Lease, k.Scheduled, k.Dead, k.Dedup} {
-			waitFor(t, 5*time.Second, func() bool { _, ok := e.get(t, key); return !ok }, "%s left: %v", key, e.dump(t))
+			waitFor(t, 5*time.Second, func() bool { _, ok := e.get(t, key); return !ok }, "%s left: %v", key, later(func() any { return e.dump(t) }))
 		}
 	})
 }
@@ -79,7 +79,7 @@ func runGroupAcks(t *testing.T, f *fleet.Fleet, name string, n int) {
 			return nil
 		}))
 	startWorker(t, w)
-	waitFor(t, 60*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(ended) == n }, "tasks ended: %d of %d", len(ended), n)
+	waitFor(t, 60*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(ended) == n }, "tasks ended: %d of %d", later(func() any { mu.Lock(); defer mu.Unlock(); return len(ended) }), n)
 	mu.Lock()
 	defer mu.Unlock()
 	for id, c := range ended {
@@ -165,7 +165,7 @@ func TestWorkerGroupAcksConnectionCut(t *testing.T) {
 	startWorker(t, w)
 	progress := func() int { mu.Lock(); defer mu.Unlock(); return done }
 	for cut := 1; cut <= 4; cut++ {
-		waitFor(t, 30*time.Second, func() bool { return progress() >= cut*n/6 }, "no progress before cut %d: %d done", cut, progress())
+		waitFor(t, 30*time.Second, func() bool { return progress() >= cut*n/6 }, "no progress before cut %d: %d done", cut, later(func() any { return progress() }))
 		p.Cut()
 	}
 	waitQueueGone(t, e, k)

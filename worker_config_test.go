@@ -86,7 +86,7 @@ func TestUpdateConfigRefuses(t *testing.T) {
 		if cfg, _ := e.get(t, k.Config); cfg != `{"depth":5,"extra":true,"proxy":{"port":8080}}` {
 			t.Fatalf("config = %s", cfg)
 		}
-		waitFor(t, 5*time.Second, func() bool { return w.Gen() == 2 }, "gen 2 not applied (at %d)", w.Gen())
+		waitFor(t, 5*time.Second, func() bool { return w.Gen() == 2 }, "gen 2 not applied (at %d)", later(func() any { return w.Gen() }))
 	})
 }
 
@@ -114,7 +114,7 @@ func TestWorkersShowAppliedGen(t *testing.T) {
 		if _, err := e.F.UpdateConfig(c, "applied", "w1", json.RawMessage(`{"rate":7}`)); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 5*time.Second, func() bool { return e.hgetall(t, k.State)["applied_gen"] == "1" }, "applied_gen never 1: %v", e.hgetall(t, k.State))
+		waitFor(t, 5*time.Second, func() bool { return e.hgetall(t, k.State)["applied_gen"] == "1" }, "applied_gen never 1: %v", later(func() any { return e.hgetall(t, k.State) }))
 		if i := info(); i.Gen != 1 || i.AppliedGen != 1 {
 			t.Fatalf("after gen 1: %+v", i)
 		}

@@ -30,7 +30,7 @@ func TestHandlerShortForm(t *testing.T) {
 		if _, err := q.SubmitMany(c, []job{jobN(1), jobN(2), jobN(3)}); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 10*time.Second, func() bool { st := w.Stats(); return st.Done == 2 && st.Failed == 1 }, "stats %+v", w.Stats())
+		waitFor(t, 10*time.Second, func() bool { st := w.Stats(); return st.Done == 2 && st.Failed == 1 }, "stats %+v", later(func() any { return w.Stats() }))
 		// The dead letter is written before the stats count it, but wait on
 		// Redis itself rather than on the in-process signal.
 		var dead []fleet.DeadLetter

@@ -52,7 +52,7 @@ func TestPriorityWeighted(t *testing.T) {
 				return nil
 			}))
 		startWorker(t, w)
-		waitFor(t, 2*time.Minute, func() bool { return handled.Load() >= 3000 }, "handled %d", handled.Load())
+		waitFor(t, 2*time.Minute, func() bool { return handled.Load() >= 3000 }, "handled %d", later(func() any { return handled.Load() }))
 		for i, wt := range weights {
 			want := 3000 * float64(wt) / 10
 			if got := float64(counts[i].Load()); got < want*0.95 || got > want*1.05 {

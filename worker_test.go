@@ -363,7 +363,7 @@ func TestConfigLive(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		waitFor(t, 5*time.Second, func() bool { return w.Gen() == 20 }, "gen 20 not applied (at %d)", w.Gen())
+		waitFor(t, 5*time.Second, func() bool { return w.Gen() == 20 }, "gen 20 not applied (at %d)", later(func() any { return w.Gen() }))
 		// OnConfig runs after the gen is in force: wait for its call.
 		waitFor(t, 5*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return slices.Contains(applied, 20) }, "OnConfig never told gen 20")
 		mu.Lock()
@@ -479,6 +479,6 @@ func TestWorkerConfigWithoutCache(t *testing.T) {
 		if err != nil || gen != 1 {
 			t.Fatalf("UpdateConfig = %d, %v", gen, err)
 		}
-		waitFor(t, 5*time.Second, func() bool { return w.Gen() == 1 }, "the worker never saw gen 1 (gen %d)", w.Gen())
+		waitFor(t, 5*time.Second, func() bool { return w.Gen() == 1 }, "the worker never saw gen 1 (gen %d)", later(func() any { return w.Gen() }))
 	})
 }
