@@ -56,7 +56,7 @@ type callGroup struct {
 // reserve of up to n tasks.
 type groupCall struct {
 	r    *reservation
-	end  []string
+	end  *endArgs
 	n    int
 	sent bool // taken into a call (under callGroup.mu)
 	left bool // the caller left after its call was sent: its share goes back (under callGroup.mu)
@@ -120,7 +120,7 @@ func (q *queueCore) groupAck(ctx context.Context, r *reservation) (endCode, erro
 // groupEnd runs one end (its queue_end.lua arguments, as finish makes
 // them), alone or with the calls that wait beside it, and returns its code
 // or the call's error.
-func (q *queueCore) groupEnd(ctx context.Context, end []string) (endCode, error) {
+func (q *queueCore) groupEnd(ctx context.Context, end *endArgs) (endCode, error) {
 	c := &groupCall{end: end}
 	if !q.join(ctx, c, func() { c.code, c.err = q.endAlone(ctx, end) }) {
 		return endLost, ctx.Err()
@@ -129,8 +129,8 @@ func (q *queueCore) groupEnd(ctx context.Context, end []string) (endCode, error)
 }
 
 // endAlone runs one end in a call of its own (queue_end.lua).
-func (q *queueCore) endAlone(ctx context.Context, end []string) (endCode, error) {
-	codes, err := q.runEnds(ctx, [][]string{end})
+func (q *queueCore) endAlone(ctx context.Context, end *endArgs) (endCode, error) {
+	codes, err := q.runEnds(ctx, []*endArgs{end})
 	if err != nil {
 		return endLost, err
 	}
@@ -244,7 +244,7 @@ func (q *queueCore) nextBatch() []*groupCall {
 // the queue (giveBack).
 func (q *queueCore) send(batch []*groupCall) {
 	req := reserveReq{}
-	var ends [][]string
+	var ends []*endArgs
 	for _, c := range batch {
 		switch {
 		case c.end != nil:

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -256,37 +255,29 @@ func (q *queueCore) take(ctx context.Context, req reserveReq) (reserved, error) 
 		prefix = req.owner + "/" + prefix
 	}
 	sent := monoNow()
-	move := "0"
+	args := reserveArgs{n: req.n, lease: q.opts.Lease, prefix: prefix, deadMax: q.opts.DeadMax, wantLeft: req.wantLeft}
 	if q.look.now(sent) {
-		move = "1000"
+		args.move = 1000
 	}
-	ks, args, order := q.reserveArgs(req, prefix, move)
-	reply, err := queueReserveScript.Exec(ctx, q.f.client, ks, args).ToArray()
+	ks, argv, order := q.reserveCall(req.acks, args)
+	raw, err := queueReserveScript.Exec(ctx, q.f.client, ks, argv).ToArray()
 	if err != nil {
 		if outcomeUnknown(err) {
 			q.abandonReserve(prefix)
 		}
 		return res, err
 	}
-	if len(reply) < 6 {
-		return res, unexpectedReply("reserve", len(reply))
-	}
-	acked, _ := reply[4].ToString()
-	res.acks, _ = ackCodes(acked, order) // nil when the reply has none: unknown
+	reply, err := readReserveReply(raw)
+	res.acks, _ = ackCodes(reply.acked, order) // nil when the reply has none: unknown
 	q.f.flowsAcked(req.acks, res.acks)
-	if (len(reply)-6)%3 == 1 {
-		// The acks were done, and then the take failed.
-		msg, _ := reply[len(reply)-1].ToString()
-		if strings.HasPrefix(msg, "WRONGTYPE") {
-			return res, fmt.Errorf("%w: %s", ErrWrongType, msg)
-		}
-		return res, errors.New(msg)
+	if err == nil {
+		err = reply.failure()
 	}
-	if (len(reply)-6)%3 != 0 {
-		return res, unexpectedReply("reserve", len(reply))
+	if err != nil {
+		return res, err
 	}
-	q.readLook(reply, sent, &res)
-	if len(reply) == 6 {
+	q.readLook(&reply, sent, &res)
+	if len(reply.tasks) == 0 {
 		return res, nil
 	}
 	var clock leaseClock
@@ -297,9 +288,7 @@ func (q *queueCore) take(ctx context.Context, req reserveReq) (reserved, error) 
 		q.abandonReserve(prefix)
 		return res, nil
 	}
-	nowStr, _ := reply[0].ToString()
-	now, _ := strconv.ParseInt(nowStr, 10, 64)
-	res.tasks, err = q.reservations(ctx, reply[6:], sent, now, res.permits)
+	res.tasks, err = q.reservations(ctx, reply.tasks, sent, reply.now, res.permits)
 	return res, err
 }
 
@@ -309,22 +298,18 @@ func (q *queueCore) take(ctx context.Context, req reserveReq) (reserved, error) 
 // when something may be due), when a group's limit or GlobalConcurrency
 // may let a task go (res.blocked), and the queue's signal (schedLook's
 // too: cachedPending compares it).
-func (q *queueCore) readLook(reply []rueidis.RedisMessage, sent int64, res *reserved) {
-	nowStr, _ := reply[0].ToString()
-	now, _ := strconv.ParseInt(nowStr, 10, 64)
-	left, _ := reply[1].AsInt64()
-	res.permits = left&4 != 0 // the tasks hold GlobalConcurrency permits
-	left &= 3
-	res.drained, res.capped = left != 1, left == 2
-	if sig, err := reply[5].AsInt64(); err == nil {
-		q.look.signal.Store(sig)
+func (q *queueCore) readLook(reply *reserveReply, sent int64, res *reserved) {
+	res.permits = reply.permits()
+	res.drained, res.capped = reply.drained(), reply.capped()
+	if reply.hasSignal {
+		q.look.signal.Store(reply.signal)
 	}
-	if w, _ := reply[3].ToString(); w != "" {
-		if at, err := strconv.ParseFloat(w, 64); err == nil {
-			res.blocked = max(time.Duration(at-float64(now))*time.Millisecond, time.Millisecond)
+	if reply.wake != "" {
+		if at, err := strconv.ParseFloat(reply.wake, 64); err == nil {
+			res.blocked = max(time.Duration(at-float64(reply.now))*time.Millisecond, time.Millisecond)
 		}
 	}
-	switch next, _ := reply[2].ToString(); next {
+	switch next := reply.nextReady; next {
 	case "-": // not looked at: what the last look saw still holds
 		if due := q.look.due.Load(); due != 0 {
 			res.nextReady = max(time.Duration(due-sent), 0)
@@ -333,7 +318,7 @@ func (q *queueCore) readLook(reply []rueidis.RedisMessage, sent int64, res *rese
 		q.look.looked(sent, -1)
 	default:
 		if s, err := strconv.ParseFloat(next, 64); err == nil {
-			res.nextReady = max(time.Duration(s*1000-float64(now))*time.Millisecond, 0)
+			res.nextReady = max(time.Duration(s*1000-float64(reply.now))*time.Millisecond, 0)
 		}
 		q.look.looked(sent, res.nextReady)
 	}
@@ -346,14 +331,11 @@ func (q *queueCore) readLook(reply []rueidis.RedisMessage, sent int64, res *rese
 // whose ExpiresAt passed by the server's clock expired: either is buried
 // under its very lease, uncounted, so that it never runs or loops; the
 // error is the last burial's when no task is left.
-func (q *queueCore) reservations(ctx context.Context, reply []rueidis.RedisMessage, sent, now int64, permits bool) ([]*reservation, error) {
-	rs := make([]*reservation, 0, len(reply)/3)
+func (q *queueCore) reservations(ctx context.Context, taken []takenTask, sent, now int64, permits bool) ([]*reservation, error) {
+	rs := make([]*reservation, 0, len(taken))
 	var buryErr error
-	for i := 0; i+2 < len(reply); i += 3 {
-		r := &reservation{c: q, permit: permits}
-		r.id, _ = reply[i].ToString()
-		r.token, _ = reply[i+1].ToString()
-		r.body, _ = reply[i+2].ToString()
+	for _, t := range taken {
+		r := &reservation{c: q, permit: permits, id: t.id, token: t.token, body: t.body}
 		r.clock.prove(sent, q.opts.Lease)
 		w, err := parseBody(r.body)
 		if err == nil && w.ID != r.id {
@@ -398,61 +380,12 @@ func (q *queueCore) ackOnly(ctx context.Context, req reserveReq) (reserved, erro
 	return res, err
 }
 
-// reserveArgs spells a take's KEYS and ARGV (queue_reserve.lua), its acks
-// as ackArgs spells them.
-func (q *queueCore) reserveArgs(req reserveReq, prefix, move string) (ks, args []string, order []int) {
-	args = make([]string, 6, 7+3*len(req.acks))
-	args[0], args[1], args[2], args[3], args[4], args[5] = strconv.Itoa(req.n), millis(q.opts.Lease), prefix, move, strconv.Itoa(q.opts.DeadMax), boolArg(req.wantLeft)
-	keep, args, order := ackArgs(req.acks, args)
-	return q.keys(append([]string{q.k.Call + prefix}, keep...)...), args, order
-}
-
-// ackArgs appends the ARGV of acks (ack_all in lib_queue.lua) to args: how
-// many plain acks, the plain acks as triples, then those that keep
-// something, belong to a group or pass on their end (flowFlags), whose
-// unique and result keys it returns (keep). order maps each ack of the
-// reply to its place in acks.
-func ackArgs(acks []*reservation, args []string) (keep, _ []string, order []int) {
-	at := len(args)
-	args = append(args, "")
-	order = make([]int, 0, len(acks))
-	for i, r := range acks {
-		if !r.keeps() {
-			args = append(args, r.id, r.token, r.dedup)
-			order = append(order, i)
-		}
-	}
-	args[at] = strconv.Itoa(len(order))
-	for i, r := range acks {
-		if !r.keeps() {
-			continue
-		}
-		unique := "0"
-		if r.dedup != "" && r.unique > 0 {
-			unique = strconv.FormatInt(r.unique, 10)
-		}
-		result := ""
-		if p := r.result.Load(); p != nil {
-			result = string(*p)
-		}
-		args = append(args, r.id, r.token, r.dedup, unique, millis(r.retention()), result, strconv.Itoa(r.attempts), r.group, r.flowFlags())
-		keep = append(keep, r.c.k.Unique+r.dedup, r.c.k.Result+r.id)
-		order = append(order, i)
-	}
-	return keep, args, order
-}
-
-// ackCodes reads the acks' codes of a reply, one digit per ack in the
-// order of ackArgs, into the order of the acks.
-func ackCodes(acked string, order []int) ([]endCode, error) {
-	if len(acked) != len(order) {
-		return nil, unexpectedReply("ack", len(acked))
-	}
-	codes := make([]endCode, len(order))
-	for i, j := range order {
-		codes[j] = endCode(acked[i] - '0')
-	}
-	return codes, nil
+// reserveCall spells a take's KEYS and ARGV (queue_reserve.lua): args,
+// then the acks as ackArgs spells them.
+func (q *queueCore) reserveCall(acks []*reservation, args reserveArgs) (ks, argv []string, order []int) {
+	argv = args.appendTo(make([]string, 0, 7+3*len(acks)))
+	keep, argv, order := ackArgs(acks, argv)
+	return q.keys(append([]string{q.k.Call + args.prefix}, keep...)...), argv, order
 }
 
 // abandonReserve hands back, in the background, what the reserve call with

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -135,7 +133,7 @@ func (r *reservation) Nack(ctx context.Context, cause error) error {
 	if cause != nil {
 		msg = cause.Error()
 	}
-	return opErr("nack", r.c.name, r.finish(ctx, "nack", msg, 0, true, false))
+	return opErr("nack", r.c.name, r.finish(ctx, endNack, msg, 0, true, false))
 }
 
 // DeadLetter ends the reservation and moves the task to the dead letters at
@@ -147,7 +145,7 @@ func (r *reservation) DeadLetter(ctx context.Context, cause error) error {
 	if cause != nil {
 		msg = cause.Error()
 	}
-	return opErr("dead-letter", r.c.name, r.finish(ctx, "bury", msg, 0, true, false))
+	return opErr("dead-letter", r.c.name, r.finish(ctx, endBury, msg, 0, true, false))
 }
 
 // bury dead-letters the reservation with cause, now, counting no attempt:
@@ -156,7 +154,7 @@ func (r *reservation) DeadLetter(ctx context.Context, cause error) error {
 // group: a take buries what it finds (queueCore.reservations), and that
 // take may be the group's own call.
 func (r *reservation) bury(ctx context.Context, cause string) error {
-	return r.finish(ctx, "bury", cause, 0, false, true)
+	return r.finish(ctx, endBury, cause, 0, false, true)
 }
 
 // Release ends the reservation without counting an attempt: the task goes
@@ -167,7 +165,7 @@ func (r *reservation) bury(ctx context.Context, cause string) error {
 // ErrCanceled: it never runs again. May return ErrLeaseLost (nothing
 // changes), ErrCanceled, ErrWrongType, ErrUnavailable.
 func (r *reservation) Release(ctx context.Context) error {
-	return opErr("release", r.c.name, r.finish(ctx, "release", "released before it ended", 0, false, false))
+	return opErr("release", r.c.name, r.finish(ctx, endRelease, "released before it ended", 0, false, false))
 }
 
 // Snooze ends the reservation without counting an attempt: the task goes,
@@ -180,7 +178,7 @@ func (r *reservation) Release(ctx context.Context) error {
 // (nothing changes), ErrCanceled, ErrWrongType, ErrUnavailable.
 func (r *reservation) Snooze(ctx context.Context, after time.Duration) error {
 	after = max(after, 0)
-	err := r.finish(ctx, "snooze", "snoozed before it ended", after, false, false)
+	err := r.finish(ctx, endSnooze, "snoozed before it ended", after, false, false)
 	if err == nil && after <= snoozeWake {
 		// Wake this process's reserves when the task is due: an idle
 		// fetcher would otherwise only find it at its next poll.
@@ -200,7 +198,7 @@ func (r *reservation) Snooze(ctx context.Context, after time.Duration) error {
 // a call of its own, else it goes through the group (groupEnd). The
 // cancelled dead letter, a copy of the body, is made and sent only when
 // the script says the task is cancelled and needs one (endNeedEntry).
-func (r *reservation) finish(ctx context.Context, mode, cause string, after time.Duration, counted, alone bool) error {
+func (r *reservation) finish(ctx context.Context, mode endMode, cause string, after time.Duration, counted, alone bool) error {
 	q := r.c
 	if err := q.ready(ctx); err != nil {
 		return err
@@ -211,32 +209,31 @@ func (r *reservation) finish(ctx context.Context, mode, cause string, after time
 	}
 	var body, entry string
 	switch mode {
-	case "nack", "bury":
+	case endNack, endBury:
 		var err error
 		body, err = rewriteBody(r.body, map[string]any{"attempts": attempts, "error": cause, "dead_at": nil})
 		if err != nil || body == "{}" {
-			body, mode = deadEntry(r.body, attempts, cause), "bury" // not a task: it can only be buried
+			body, mode = deadEntry(r.body, attempts, cause), endBury // not a task: it can only be buried
 		}
 		if strings.HasPrefix(cause, ErrCanceled.Error()) {
 			entry = "-" // body says it: the cause is a cancel
 		} else {
 			cause = ErrCanceled.Error() + ": " + cause
 		}
-	case "snooze":
-		body = millis(after)
+	case endSnooze:
 		cause = ErrCanceled.Error() + ": " + cause
 	default:
 		cause = ErrCanceled.Error() + ": " + cause
 	}
-	end := []string{mode, r.id, r.token, r.dedup, entry, body, strconv.Itoa(attempts),
-		strconv.FormatFloat(rand.Float64(), 'f', 6, 64), strconv.Itoa(r.maxAttempts), r.group, r.flowFlags()}
+	end := &endArgs{mode: mode, id: r.id, token: r.token, dedup: r.dedup, entry: entry, body: body, after: after,
+		attempts: attempts, jitter: newJitter(), maxAttempts: r.maxAttempts, group: r.group, flags: r.flowFlags()}
 	run := q.groupEnd
 	if alone {
 		run = q.endAlone
 	}
 	code, err := run(ctx, end)
 	if err == nil && code == endNeedEntry {
-		end[4] = deadEntry(r.body, attempts, cause)
+		end.entry = deadEntry(r.body, attempts, cause)
 		code, err = run(ctx, end)
 	}
 	if err != nil {
@@ -248,7 +245,7 @@ func (r *reservation) finish(ctx context.Context, mode, cause string, after time
 	case endCanceled:
 		q.f.recordEnd(ctx, q.name, r.id, TaskDeadLettered, true)
 		q.f.flowEnded(r)
-		if mode == "release" || mode == "snooze" {
+		if mode == endRelease || mode == endSnooze {
 			return fmt.Errorf("%w: task %s went to the dead letters instead (Queue.Cancel asked it to stop)", ErrCanceled, r.id)
 		}
 	case endBuried:
@@ -256,39 +253,31 @@ func (r *reservation) finish(ctx context.Context, mode, cause string, after time
 		q.f.flowEnded(r)
 	case endDone:
 		switch mode {
-		case "nack":
+		case endNack:
 			q.f.recordEnd(ctx, q.name, r.id, TaskRetried, true)
 			q.look.soon() // a retry waits in :scheduled now
-		case "release":
+		case endRelease:
 			q.wakeLocal()
 		}
 	default:
-		return unexpectedReply(mode, int(code))
+		return unexpectedReply(string(mode), int(code))
 	}
 	return nil
 }
 
-// runEnds runs queue_end.lua once for ends (each the 11 arguments of one
-// end, as finish makes them) and reads their codes, in order.
-func (q *queueCore) runEnds(ctx context.Context, ends [][]string) ([]endCode, error) {
+// runEnds runs queue_end.lua once for ends, and reads their codes, in
+// order.
+func (q *queueCore) runEnds(ctx context.Context, ends []*endArgs) ([]endCode, error) {
 	o := q.opts
-	args := make([]string, 0, 4+len(ends)*len(ends[0]))
-	args = append(args, strconv.Itoa(o.MaxAttempts), millis(o.BackoffBase), millis(o.BackoffMax), strconv.Itoa(o.DeadMax))
+	args := endPolicy{maxAttempts: o.MaxAttempts, backoffBase: o.BackoffBase, backoffMax: o.BackoffMax, deadMax: o.DeadMax}.appendTo(make([]string, 0, 4+len(ends)*endArity))
 	for _, e := range ends {
-		args = append(args, e...)
+		args = e.appendTo(args)
 	}
-	res, err := queueEndScript.Exec(ctx, q.f.client, q.keys(), args).AsIntSlice()
+	reply, err := queueEndScript.Exec(ctx, q.f.client, q.keys(), args).AsIntSlice()
 	if err != nil {
 		return nil, err
 	}
-	if len(res) != 2*len(ends) {
-		return nil, unexpectedReply(ends[0][0], len(res))
-	}
-	codes := make([]endCode, len(ends))
-	for i := range codes {
-		codes[i] = endCode(res[2*i])
-	}
-	return codes, nil
+	return readEndReply(reply, len(ends), ends[0].mode)
 }
 
 // Extend sets the lease to run out lease from now (server clock), and moves
@@ -308,17 +297,19 @@ func (r *reservation) Extend(ctx context.Context, lease time.Duration) error {
 		return opErr("extend", q.name, fmt.Errorf("%w: lease %v must be > 0", ErrInvalidArgument, lease))
 	}
 	sent := monoNow()
-	res, err := queueExtendScript.Exec(ctx, q.f.client, q.keys(), []string{r.id, r.token, millis(lease)}).AsIntSlice()
+	reply, err := queueExtendScript.Exec(ctx, q.f.client, q.keys(), extendArgs{id: r.id, token: r.token, lease: lease}.args()).AsIntSlice()
+	var code endCode
+	if err == nil {
+		code, err = readExtendReply(reply)
+	}
 	switch {
 	case err != nil:
-	case len(res) != 2:
-		err = unexpectedReply("extend", len(res))
-	case endCode(res[0]) == endLost:
+	case code == endLost:
 		r.clock.lose()
 		err = fmt.Errorf("%w: task %s", ErrLeaseLost, r.id)
 	default:
 		r.clock.prove(sent, lease)
-		if endCode(res[0]) == endCanceled {
+		if code == endCanceled {
 			err = fmt.Errorf("%w: task %s was cancelled (Queue.Cancel); its lease was extended", ErrCanceled, r.id)
 		}
 	}
