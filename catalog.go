@@ -98,7 +98,7 @@ func (f *Fleet) PublishCatalog(ctx context.Context, entries ...CatalogEntry) err
 		}
 		args = append(args, e.Type, string(b))
 	}
-	f.watch.wrote(f.keys.Catalog()) // before the write: its invalidation may come before the reply
+	f.watch.Wrote(f.keys.Catalog()) // before the write: its invalidation may come before the reply
 	return opErr("publish catalog", "", catalogReplaceScript.Exec(ctx, f.client, []string{f.keys.Catalog()}, args).Error())
 }
 
@@ -426,7 +426,7 @@ func (f *Fleet) Catalog(ctx context.Context) (map[string]CatalogSchemas, error) 
 	}
 	c, key := f.client, f.keys.Catalog()
 	var res rueidis.RedisResult
-	if f.cache && !f.watch.stale(key) {
+	if f.cache && !f.watch.Stale(key) {
 		res = c.DoCache(ctx, c.B().Hgetall().Key(key).Cache(), f.cacheTTL)
 	} else {
 		res = c.Do(ctx, c.B().Hgetall().Key(key).Build())
@@ -466,7 +466,7 @@ func (f *Fleet) CatalogSchemas(ctx context.Context, typ string) (_ CatalogSchema
 	}
 	c, key := f.client, f.keys.Catalog()
 	var res rueidis.RedisResult
-	if f.cache && !f.watch.stale(key) {
+	if f.cache && !f.watch.Stale(key) {
 		res = c.DoCache(ctx, c.B().Hget().Key(key).Field(typ).Cache(), f.cacheTTL)
 	} else {
 		res = c.Do(ctx, c.B().Hget().Key(key).Field(typ).Build())

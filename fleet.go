@@ -11,6 +11,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/fleet-go/fleet/internal/keys"
+	"github.com/fleet-go/fleet/internal/wake"
 )
 
 // Layout is a key layout (SCHEMA.md).
@@ -39,7 +40,7 @@ type Fleet struct {
 	cache    bool // invalidations reach us: cached reads and wake-ups work
 	cacheTTL time.Duration
 	log      *slog.Logger
-	watch    *watcher
+	watch    *wake.Watcher
 	queues   sync.Map         // queue name -> the codec of the Queue[T] made in this process (queue.go)
 	looks    sync.Map         // queue name -> *schedLook (queue_reserve.go)
 	now      func() time.Time // this process's clock, for values no other process compares
@@ -103,7 +104,7 @@ func (f *Fleet) Close() error {
 		f.spawnMu.Unlock()
 		close(f.done)
 		f.endLife()
-		f.watch.closeAll()
+		f.watch.CloseAll()
 		f.wg.Wait()
 		f.closeClient()
 	})

@@ -58,6 +58,15 @@ func randDuration(d time.Duration) time.Duration {
 	return rand.N(d + 1)
 }
 
+// poke sends a wake-up on ch without blocking: with a buffer of one,
+// wake-ups coalesce.
+func poke(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
 // timeReply reads the reply of TIME as a time.
 func timeReply(r rueidis.RedisResult) (time.Time, error) {
 	t, err := r.AsStrSlice()

@@ -145,7 +145,7 @@ func (kv *KV) Set(ctx context.Context, key string, value any, ttl time.Duration)
 // reads the old value first, and a key of another type fails that read
 // before anything is written. One command, no script.
 func (f *Fleet) setString(ctx context.Context, key, value string, ttl time.Duration) error {
-	f.watch.wroteCached(key)
+	f.watch.WroteCached(key, monoNow())
 	c := f.client
 	var cmd rueidis.Completed
 	if ttl > 0 {
@@ -161,59 +161,25 @@ func (f *Fleet) setString(ctx context.Context, key, value string, ttl time.Durat
 
 // How KV reads its own writes through the client-side cache, never stale:
 // the local cache can hold a key only if this process read it through the
-// cache within the cache TTL. KV notes each such read (readCached) before
-// it is sent. A write to a key read lately marks it dirty, before the write
-// is sent, until the server's invalidation of it arrives (watcher.wrote).
-// A read in between waits for the invalidation (settleFor at most), then
-// goes through the cache; past the wait it goes to the server, since the
-// local cache may still hold the old value. (Marked after the write, the
-// invalidation could come first and leave the key dirty for a second.) A
-// write to a key not read lately marks nothing, as no cached copy can be
-// stale and no invalidation will come: the next read goes through the
-// cache at once (a miss that fetches and caches the new value). So a
-// set-then-get costs one fetch per write and cached reads after it; the
-// one-second fallback of a dirty key only applies when a key read lately
-// gets no invalidation (a cached read that raced the write on the server).
+// cache within the cache TTL. KV notes each such read (the watcher's
+// ReadCached, internal/wake) before it is sent. A write to a key read
+// lately marks it dirty, before the write is sent, until the server's
+// invalidation of it arrives (WroteCached, Wrote). A read in between waits
+// for the invalidation (settleFor at most), then goes through the cache;
+// past the wait it goes to the server, since the local cache may still
+// hold the old value. (Marked after the write, the invalidation could come
+// first and leave the key dirty for a second.) A write to a key not read
+// lately marks nothing, as no cached copy can be stale and no invalidation
+// will come: the next read goes through the cache at once (a miss that
+// fetches and caches the new value). So a set-then-get costs one fetch per
+// write and cached reads after it; the one-second fallback of a dirty key
+// only applies when a key read lately gets no invalidation (a cached read
+// that raced the write on the server).
 
 // settleFor bounds how long a read of a key that this process just wrote
 // waits for the write's invalidation (it comes as the server runs the
 // write, so within about a round trip) before it reads past the cache.
 const settleFor = 2 * time.Millisecond
-
-// cachedSlack is how much longer than the cache TTL a noted read is kept:
-// rueidis counts an entry's TTL from when the reply arrived, after the
-// read was noted.
-const cachedSlack = 10 * time.Second
-
-// readCached notes that key is about to be read through the client-side
-// cache, which may then hold it for up to ttl.
-func (w *watcher) readCached(key string, ttl time.Duration) {
-	now := monoNow()
-	if v, ok := w.reads.Load(key); ok && v.(int64)-now > int64(ttl/2)+int64(cachedSlack) {
-		return // noted lately: good for at least another ttl/2
-	}
-	if _, loaded := w.reads.Swap(key, now+int64(ttl+cachedSlack)); !loaded && w.nreads.Add(1)%1024 == 0 {
-		w.pruneReads(now)
-	}
-}
-
-// pruneReads forgets reads whose cached copies have surely expired.
-func (w *watcher) pruneReads(now int64) {
-	w.reads.Range(func(k, v any) bool {
-		if v.(int64) < now && w.reads.CompareAndDelete(k, v) {
-			w.nreads.Add(-1)
-		}
-		return true
-	})
-}
-
-// wroteCached marks key, about to be written by this process, dirty (see
-// wrote) when the local cache may hold it.
-func (w *watcher) wroteCached(key string) {
-	if v, ok := w.reads.Load(key); ok && v.(int64) > monoNow() {
-		w.wrote(key)
-	}
-}
 
 // Get returns the bytes stored under key, as they are (a string that Set
 // stored reads back as its JSON, quotes included). A missing key is not an
@@ -272,11 +238,11 @@ func (kv *KV) get(ctx context.Context, key string) (string, bool, error) {
 	var res rueidis.RedisResult
 	w := kv.f.watch
 	cached := kv.f.cache && !freshRead(ctx)
-	if cached && w.stale(k) {
-		w.settle(ctx, k, settleFor)
+	if cached && w.Stale(k) {
+		w.Settle(ctx, k, settleFor)
 	}
-	if cached && !w.stale(k) {
-		w.readCached(k, kv.f.cacheTTL)
+	if cached && !w.Stale(k) {
+		w.ReadCached(k, kv.f.cacheTTL, monoNow())
 		res = c.DoCache(ctx, c.B().Get().Key(k).Cache(), kv.f.cacheTTL)
 	} else {
 		res = c.Do(ctx, c.B().Get().Key(k).Build())
@@ -322,7 +288,7 @@ func (kv *KV) Delete(ctx context.Context, key string) (bool, error) {
 	if err != nil {
 		return false, opErr("kv delete", key, err)
 	}
-	kv.f.watch.wroteCached(k)
+	kv.f.watch.WroteCached(k, monoNow())
 	n, err := kv.f.client.Do(ctx, kv.f.client.B().Del().Key(k).Build()).AsInt64()
 	return n == 1, opErr("kv delete", key, err)
 }

@@ -192,7 +192,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	}
 	// A waiter of this process takes the lock straight from the holder, in
 	// one round trip instead of a release and an acquire.
-	if lw := lk.f.watch.pickWaiter(lk.key); lw != nil {
+	if lw := pickWaiter(lk.f.watch, lk.key); lw != nil {
 		passed, err := l.handover(ctx, lw)
 		if err != nil {
 			return opErr("lock release", lk.name, err)
@@ -212,7 +212,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	// Wake a waiter of this process at once. Waiters of other processes are
 	// woken by the invalidation of the key, which they armed when their try
 	// failed.
-	lk.f.watch.wakeOne(lk.key)
+	lk.f.watch.WakeOne(lk.key)
 	return nil
 }
 

@@ -7,79 +7,33 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/fleet-go/fleet/internal/wake"
 )
 
 var lockHandoverScript = newScript("lock_handover.lua")
 
-// maxHandovers bounds how many times in a row a lock passes straight from a
-// holder to a waiter of the same process; then a plain release lets the
-// waiters of other processes have their turn.
-const maxHandovers = 8
-
 // lockWaiter is one Acquire waiting on a lock in this process. A releasing
-// holder of the same process may pick it (assigned) and pass it the lock
-// with one script: got then receives the new lease, or nil when the hand
-// over failed and the waiter must try for itself.
+// holder of the same process may pick it (assigned: wake.Watcher.Pick, at
+// most a bounded number of times in a row) and pass it the lock with one
+// script: got then receives the new lease, or nil when the hand over failed
+// and the waiter must try for itself. Its place in the gate's hand-over
+// queue (wake.Place) is guarded by the watcher.
 type lockWaiter struct {
-	token    string
-	hold     time.Duration
-	assigned bool // guarded by watcher.mu
-	queued   bool // guarded by watcher.mu
-	got      chan *Lease
+	wake.Place
+	token string
+	hold  time.Duration
+	got   chan *Lease
 }
 
-// enqueue puts w at the back (or, when it lost a hand-over, the front) of
-// the gate's waiters.
-func (w *watcher) enqueue(g *gate, lw *lockWaiter, front bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if lw.queued {
-		return
+// pickWaiter takes the first lock waiter of key for a hand-over, or returns
+// nil when there is none or the lock was handed over too many times in a
+// row (wake.Watcher.Pick).
+func pickWaiter(w *wake.Watcher, key string) *lockWaiter {
+	if x := w.Pick(key); x != nil {
+		return x.(*lockWaiter)
 	}
-	lw.queued, lw.assigned = true, false
-	if front {
-		g.handoff = append([]any{lw}, g.handoff...)
-	} else {
-		g.handoff = append(g.handoff, lw)
-	}
-}
-
-// dequeue takes lw out of the gate's waiters and reports whether a holder
-// had already picked it, in which case a delivery on lw.got is coming.
-func (w *watcher) dequeue(g *gate, lw *lockWaiter) (assigned bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if lw.queued {
-		for i, x := range g.handoff {
-			if x == any(lw) {
-				g.handoff = append(g.handoff[:i], g.handoff[i+1:]...)
-				break
-			}
-		}
-		lw.queued = false
-	}
-	return lw.assigned
-}
-
-// pickWaiter takes the first waiter of key for a hand-over, or returns nil
-// when there is none or the lock was handed over maxHandovers times in a
-// row (which resets the count).
-func (w *watcher) pickWaiter(key string) *lockWaiter {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	g := w.gates[key]
-	if g == nil || len(g.handoff) == 0 {
-		return nil
-	}
-	if g.handovers >= maxHandovers {
-		g.handovers = 0
-		return nil
-	}
-	g.handovers++
-	lw := g.handoff[0].(*lockWaiter)
-	g.handoff = g.handoff[1:]
-	lw.queued, lw.assigned = false, true
-	return lw
+	return nil
 }
 
 // handover passes the lease's lock to lw in one script and delivers the
@@ -113,13 +67,13 @@ func (l *Lock) wait(ctx context.Context, token string, hold time.Duration, until
 	deadline := time.NewTimer(time.Until(until))
 	defer deadline.Stop()
 	watch := l.f.watch
-	g := watch.join(l.key)
-	defer watch.leave(l.key, g)
+	g := watch.Join(l.key)
+	defer watch.Leave(l.key, g)
 	lw := &lockWaiter{token: token, hold: hold, got: make(chan *Lease, 1)}
-	watch.enqueue(g, lw, false)
+	watch.Enqueue(g, lw, false)
 	handed := false // the lease came by a hand-over: its delivery is consumed
 	defer func() {
-		if watch.dequeue(g, lw) && !handed {
+		if watch.Dequeue(g, lw) && !handed {
 			// A holder picked this waiter: its delivery is one round trip away.
 			if got := <-lw.got; got != nil {
 				if lease == nil {
@@ -136,7 +90,7 @@ func (l *Lock) wait(ctx context.Context, token string, hold time.Duration, until
 		if err != nil {
 			// A waiter that gives up may have taken a wake-up meant to
 			// hand the lock on: pass it to the next waiter.
-			poke(g.one)
+			g.WakeOne()
 		}
 	}()
 	bo := backoff{min: 2 * time.Millisecond, max: 250 * time.Millisecond}
@@ -151,7 +105,7 @@ func (l *Lock) wait(ctx context.Context, token string, hold time.Duration, until
 			return nil, err
 		}
 		if d > 0 {
-			got, delivered, err := l.f.nap(ctx, d, deadline.C, g.one, lw.got)
+			got, delivered, err := l.f.nap(ctx, d, deadline.C, g.One(), lw.got)
 			switch {
 			case err != nil:
 				return nil, err
@@ -161,7 +115,7 @@ func (l *Lock) wait(ctx context.Context, token string, hold time.Duration, until
 			case delivered:
 				// The holder lost the lock before it could hand it over:
 				// keep this waiter's place and try at once.
-				watch.enqueue(g, lw, true)
+				watch.Enqueue(g, lw, true)
 			}
 		}
 		if lease, pttl, err = l.try(ctx, token, hold); lease != nil || err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/fleet-go/fleet/internal/keys"
+	"github.com/fleet-go/fleet/internal/wake"
 )
 
 // Defaults of Options.
@@ -142,7 +143,7 @@ func Open(ctx context.Context, opts Options) (*Fleet, error) {
 	f := &Fleet{
 		cacheTTL: opts.CacheTTL,
 		log:      opts.Logger,
-		watch:    newWatcher(),
+		watch:    wake.New(),
 		done:     make(chan struct{}),
 		now:      time.Now,
 		obs:      copyObserver(opts.Observer),
@@ -163,7 +164,7 @@ func Open(ctx context.Context, opts Options) (*Fleet, error) {
 		if err != nil {
 			return nil, err
 		}
-		co.OnInvalidations = f.watch.onInvalidations
+		co.OnInvalidations = f.watch.OnInvalidations
 		client, co, err := f.connectClient(ctx, co)
 		if err != nil {
 			if co.Sentinel.MasterSet != "" {

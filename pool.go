@@ -291,7 +291,7 @@ func (c *poolCore) put(ctx context.Context, id, b64, tags string, ttl time.Durat
 		return unexpectedReply("pool put", len(res))
 	}
 	if !c.f.cache {
-		c.f.watch.wakeOne(c.idx.Signal)
+		c.f.watch.WakeOne(c.idx.Signal)
 	}
 	if res[0] > res[1] {
 		// The hash holds entries the index lacks (written by another
@@ -324,7 +324,7 @@ func (c *poolCore) indexStep(ctx context.Context, cursor string, force bool) (ne
 	}
 	added, _ = res[1].AsInt64()
 	if added > 0 && !c.f.cache {
-		c.f.watch.wakeOne(c.idx.Signal)
+		c.f.watch.WakeOne(c.idx.Signal)
 	}
 	return next, added, nil
 }

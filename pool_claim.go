@@ -259,7 +259,7 @@ func (c *poolCore) checkStepFixed(ctx context.Context, cursor string, count int)
 	freed, _ = res[1].AsInt64()
 	fixed, _ = res[2].AsInt64()
 	if freed > 0 && !c.f.cache {
-		c.f.watch.wakeOne(c.idx.Signal)
+		c.f.watch.WakeOne(c.idx.Signal)
 	}
 	return next, freed, fixed, nil
 }
@@ -352,11 +352,11 @@ func (q *Query[P, T]) wait(ctx context.Context, opts ClaimOptions) (*Claim[P, T]
 	f := c.f
 	deadline := time.NewTimer(opts.Wait)
 	defer deadline.Stop()
-	sig := f.watch.join(c.idx.Signal)
-	defer f.watch.leave(c.idx.Signal, sig)
+	sig := f.watch.Join(c.idx.Signal)
+	defer f.watch.Leave(c.idx.Signal, sig)
 	// A put by a client that does not bump the signal still changes the hash.
-	hash := f.watch.join(c.hash)
-	defer f.watch.leave(c.hash, hash)
+	hash := f.watch.Join(c.hash)
+	defer f.watch.Leave(c.hash, hash)
 	me := c.waiters.add(q.waitKey())
 	defer c.waiters.remove(me)
 	bo := backoff{min: 5 * time.Millisecond, max: c.opts.PollInterval}
@@ -398,9 +398,9 @@ func (q *Query[P, T]) wait(ctx context.Context, opts ClaimOptions) (*Claim[P, T]
 		case <-f.done:
 			t.Stop()
 			return nil, ErrClosed
-		case <-sig.one:
+		case <-sig.One():
 			woken, looked = true, nil
-		case <-hash.one:
+		case <-hash.One():
 			woken, looked = true, nil
 		case looked = <-me.relay:
 			woken = true
@@ -431,7 +431,7 @@ func (c *Claim[P, T]) Release(ctx context.Context) error {
 	}
 	c.ended.Store(true)
 	if !p.f.cache {
-		p.f.watch.wakeOne(p.idx.Signal)
+		p.f.watch.WakeOne(p.idx.Signal)
 	}
 	return nil
 }

@@ -185,7 +185,7 @@ func (r *reservation) Snooze(ctx context.Context, after time.Duration) error {
 		q := r.c
 		time.AfterFunc(after+time.Millisecond, func() {
 			q.look.soon() // the next reserve looks at :scheduled
-			q.f.watch.pokeAll(q.k.Pending)
+			q.f.watch.PokeAll(q.k.Pending)
 		})
 	}
 	return opErr("snooze", r.c.name, err)

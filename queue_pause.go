@@ -52,7 +52,7 @@ func (q *queueCore) setPaused(ctx context.Context, paused bool) error {
 		return err
 	}
 	if !q.f.cache {
-		q.f.watch.pokeAll(q.k.Paused)
+		q.f.watch.PokeAll(q.k.Paused)
 	}
 	return nil
 }

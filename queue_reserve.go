@@ -140,13 +140,13 @@ func (q *queueCore) listen(ctx context.Context) pendingWait {
 		ch, stop := q.listenPending(ctx)
 		return pendingWait{wake: ch, taken: func() {}, stop: stop, pending: pending}
 	}
-	g := f.watch.join(q.k.Pending)
-	sig, stopSig := f.watch.listen(q.k.Signal)
-	return pendingWait{wake: g.one, signal: sig, pending: pending,
-		stop: func() { f.watch.leave(q.k.Pending, g); stopSig() },
+	g := f.watch.Join(q.k.Pending)
+	sig, stopSig := f.watch.Listen(q.k.Signal)
+	return pendingWait{wake: g.One(), signal: sig, pending: pending,
+		stop: func() { f.watch.Leave(q.k.Pending, g); stopSig() },
 		// Pass the wake on: another local waiter takes what is left, or
 		// re-arms the invalidation that this pop used up.
-		taken: func() { poke(g.one) }}
+		taken: g.WakeOne}
 }
 
 // await waits for tasks on w; see Reserve.

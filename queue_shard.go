@@ -10,6 +10,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/fleet-go/fleet/internal/keys"
+	"github.com/fleet-go/fleet/internal/wake"
 )
 
 // Sharded queues (QueueOptions.Shards; docs/SCALING.md).
@@ -225,33 +226,23 @@ type shardListener struct {
 	ch     chan struct{}
 	shards int
 	keys   []string
-	gates  []*gate
+	gates  []*wake.Gate
 }
 
 // join makes l listen to shard s's pending list and signal.
-func (l *shardListener) join(w *watcher, s *queueCore) {
+func (l *shardListener) join(w *wake.Watcher, s *queueCore) {
 	for _, k := range [...]string{s.k.Pending, s.k.Signal} {
-		g := w.join(k)
-		w.mu.Lock()
-		if g.listeners == nil {
-			g.listeners = make(map[chan struct{}]struct{})
-		}
-		g.listeners[l.ch] = struct{}{}
-		w.mu.Unlock()
+		g := w.AddListener(k, l.ch)
 		l.keys, l.gates = append(l.keys, k), append(l.gates, g)
 	}
 	l.shards++
 }
 
 // leave stops l listening.
-func (l *shardListener) leave(w *watcher) {
-	w.mu.Lock()
-	for _, g := range l.gates {
-		delete(g.listeners, l.ch)
-	}
-	w.mu.Unlock()
+func (l *shardListener) leave(w *wake.Watcher) {
+	w.RemoveListener(l.ch, l.gates...)
 	for i, g := range l.gates {
-		w.leave(l.keys[i], g)
+		w.Leave(l.keys[i], g)
 	}
 }
 

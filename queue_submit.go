@@ -23,10 +23,10 @@ import (
 func (q *queueCore) wakeLocal() {
 	if !q.f.cache {
 		if q.knownSpan() > 1 {
-			q.f.watch.pokeAll(q.k.Pending) // sharded waiters listen (listenPending)
+			q.f.watch.PokeAll(q.k.Pending) // sharded waiters listen (listenPending)
 			return
 		}
-		q.f.watch.wakeOne(q.k.Pending)
+		q.f.watch.WakeOne(q.k.Pending)
 	}
 }
 

@@ -57,7 +57,7 @@ func (f *Fleet) RunScheduler(ctx context.Context, opts SchedulerOptions) error {
 		opts.Logger = f.log
 	}
 	s := &scheduler{f: f, opts: opts, handled: map[string]int64{}}
-	ch, stop := f.watch.listen(f.keys.Schedules())
+	ch, stop := f.watch.Listen(f.keys.Schedules())
 	defer stop()
 	t := time.NewTimer(0)
 	defer t.Stop()
@@ -233,7 +233,7 @@ func (s *scheduler) fire(ctx context.Context, def, last, queue, name string, pay
 		return err
 	}
 	if n > 0 && !s.f.cache {
-		s.f.watch.wakeOne(pending)
+		s.f.watch.WakeOne(pending)
 	}
 	return nil
 }

@@ -145,7 +145,7 @@ func (s *Semaphore) try(ctx context.Context, token string, hold time.Duration) (
 	}
 	if res[1] < int64(s.limit) {
 		// Permits are left: pass a wake-up on to another local waiter.
-		s.f.watch.wakeOne(s.key)
+		s.f.watch.WakeOne(s.key)
 	}
 	lease := &Lease{sem: s, token: token}
 	lease.clock.prove(sent, hold)
@@ -160,13 +160,13 @@ func (s *Semaphore) wait(ctx context.Context, _ string, hold time.Duration, unti
 	deadline := time.NewTimer(time.Until(until))
 	defer deadline.Stop()
 	watch := s.f.watch
-	g := watch.join(s.key)
-	defer watch.leave(s.key, g)
+	g := watch.Join(s.key)
+	defer watch.Leave(s.key, g)
 	defer func() {
 		if err != nil {
 			// A waiter that gives up may have taken a wake-up meant for
 			// another: pass it on.
-			poke(g.one)
+			g.WakeOne()
 		}
 	}()
 	bo := backoff{min: 2 * time.Millisecond, max: 250 * time.Millisecond}
@@ -181,7 +181,7 @@ func (s *Semaphore) wait(ctx context.Context, _ string, hold time.Duration, unti
 			return nil, err
 		}
 		if d > 0 {
-			if _, _, err := s.f.nap(ctx, d, deadline.C, g.one, nil); err != nil {
+			if _, _, err := s.f.nap(ctx, d, deadline.C, g.One(), nil); err != nil {
 				return nil, err
 			}
 		}
@@ -221,7 +221,7 @@ func (s *Semaphore) release(ctx context.Context, l *Lease) error {
 	}
 	// Wake a waiter of this process at once; those of other processes wake
 	// on the invalidation of the key.
-	s.f.watch.wakeOne(s.key)
+	s.f.watch.WakeOne(s.key)
 	return nil
 }
 

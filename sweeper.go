@@ -421,9 +421,9 @@ func (q *queueCore) sweepShard(ctx context.Context, qo QueueOptions, opts Sweepe
 			st.DeadLettered += int(r[1])
 			if r[0] > 0 && !f.cache {
 				if k.Shard > 0 {
-					f.watch.pokeAll(k.Pending) // a sharded queue's waiters listen
+					f.watch.PokeAll(k.Pending) // a sharded queue's waiters listen
 				} else {
-					f.watch.wakeOne(k.Pending)
+					f.watch.WakeOne(k.Pending)
 				}
 			}
 		}

@@ -374,7 +374,7 @@ func (s *syncer) pool(ctx context.Context, name string) error {
 		s.r.PoolBad += int(bad)
 		s.r.PoolExpired += int(pruned)
 		if added > 0 && !s.f.cache {
-			s.f.watch.pokeAll(c.idx.Signal)
+			s.f.watch.PokeAll(c.idx.Signal)
 		}
 		if cursor == "0" {
 			break

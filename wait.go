@@ -54,7 +54,7 @@ func (q *queueCore) Wait(ctx context.Context, id string) (TaskRecord, error) {
 	wake, quit := make(chan struct{}, 1), make(chan struct{})
 	defer close(quit)
 	for _, k := range keys {
-		ch, stop := f.watch.listen(k)
+		ch, stop := f.watch.Listen(k)
 		defer stop()
 		go func() { // ends with Wait
 			for {

@@ -177,7 +177,7 @@ func (f *Fleet) WorkerConfig(ctx context.Context, typ, id string) (json.RawMessa
 // invalidation will (caching off).
 func (f *Fleet) configChanged(k keys.Worker) {
 	if !f.cache {
-		f.watch.pokeAll(k.Gen)
+		f.watch.PokeAll(k.Gen)
 	}
 }
 
@@ -384,7 +384,7 @@ type configSnap struct {
 // the fallback poll.
 func (w *Worker) watchConfig(ctx context.Context) {
 	f := w.f
-	ch, stop := f.watch.listen(w.k.Gen)
+	ch, stop := f.watch.Listen(w.k.Gen)
 	defer stop()
 	poll := time.NewTimer(0)
 	defer poll.Stop()

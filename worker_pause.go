@@ -22,7 +22,7 @@ type pauseGate struct {
 }
 
 func newPauseGate(f *Fleet, key string, every time.Duration) *pauseGate {
-	ch, stop := f.watch.listen(key)
+	ch, stop := f.watch.Listen(key)
 	return &pauseGate{f: f, key: key, every: every, ch: ch, stop: stop}
 }
 
