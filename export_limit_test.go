@@ -14,4 +14,4 @@ func TrySemaphoreAs(ctx context.Context, s *Semaphore, token string, hold time.D
 
 // LimitAllowScript is the limiter's script, for benchmarks against a bare
 // EVALSHA of it.
-var LimitAllowScript = linked("limit_allow.lua")
+var LimitAllowScript = linker.Text("limit_allow.lua")

@@ -2,8 +2,8 @@ package fleet
 
 // The protocol of the queue scripts, written once for Go and Lua: the
 // order of the keys every queue script takes, and the codes the end of a
-// reservation answers. scripts.go links both into the scripts that use
-// them.
+// reservation answers. scripts.go hands both to the script linker
+// (internal/script), which links them into the scripts that use them.
 
 import (
 	"strconv"
@@ -58,7 +58,7 @@ func queueKeyBlock() string {
 		names[i], refs[i], types[i] = s.lua, "KEYS["+strconv.Itoa(i+1)+"]", "'"+s.typ+"'"
 	}
 	// One block per derived key: a script makes only the keys it uses
-	// (and a lazy block's only when it runs: scripts.go, linked).
+	// (and a lazy block's only when it runs: internal/script, Linker.Text).
 	var derived strings.Builder
 	for _, s := range keys.QueueSuffixes {
 		what := "of priorities and groups (internal/keys, docs/SCHEMA.md)"
