@@ -36,7 +36,7 @@ func argvTags(t *testing.T, v any) []string {
 func headerArgv(t *testing.T, script string, re *regexp.Regexp) []string {
 	t.Helper()
 	var out []string
-	for _, l := range strings.Split(mustRead(script), "\n") {
+	for _, l := range strings.Split(readScript(t, script), "\n") {
 		if !strings.HasPrefix(l, "--") {
 			break
 		}
@@ -80,12 +80,12 @@ func TestQueueProtocolHeaders(t *testing.T) {
 	check("endPolicy / queue_end.lua", pol, []string{"1", "2", "3", "4"}, len(endPolicy{}.appendTo(nil)))
 	end := argvTags(t, endArgs{})
 	check("endArgs / queue_end.lua", end, headerArgv(t, "queue_end.lua", endArgLine), len((&endArgs{}).appendTo(nil)))
-	if len(end) != endArity || !strings.Contains(mustRead("queue_end.lua"), "an end per "+strconv.Itoa(endArity)+" arguments") {
+	if len(end) != endArity || !strings.Contains(readScript(t, "queue_end.lua"), "an end per "+strconv.Itoa(endArity)+" arguments") {
 		t.Errorf("endArity %d: the struct has %d positions; the header must say \"an end per %d arguments\"", endArity, len(end), endArity)
 	}
 
 	// ack_all's tuples, as lib_queue.lua's comment spells them.
-	lib := mustRead("lib_queue.lua")
+	lib := readScript(t, "lib_queue.lua")
 	tuple := func(re string) int {
 		m := regexp.MustCompile(re).FindStringSubmatch(strings.ReplaceAll(lib, "\n--- ", " "))
 		if m == nil {
@@ -97,7 +97,7 @@ func TestQueueProtocolHeaders(t *testing.T) {
 	check("ackKept / ack_all", argvTags(t, ackKept{}), numbered(tuple(`as 9-tuples \(([^)]*)\)`)), len(ackKept{}.appendTo(nil)))
 
 	// The reply's head: the elements before the first task.
-	m := regexp.MustCompile(`returns\s+\{([^}]*)\}`).FindStringSubmatch(strings.ReplaceAll(mustRead("queue_reserve.lua"), "\n--", ""))
+	m := regexp.MustCompile(`returns\s+\{([^}]*)\}`).FindStringSubmatch(strings.ReplaceAll(readScript(t, "queue_reserve.lua"), "\n--", ""))
 	if m == nil {
 		t.Fatal("queue_reserve.lua: no returns {...} in the header")
 	}
