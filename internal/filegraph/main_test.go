@@ -1,6 +1,9 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -39,4 +42,29 @@ func TestRootGraph(t *testing.T) {
 			n, maxSet, strings.Join(sets[0], " "), strings.Join(edges, "\n"))
 	}
 	t.Logf("files %d, lines %d, largest set %d: %s", len(g.nodes), g.lines, len(sets[0]), strings.Join(sets[0], " "))
+}
+
+// TestArchitectureMap keeps ARCHITECTURE.md true to the tree: every path
+// it names in backquotes (a package under internal/, a root file, a script,
+// a folder, or a glob such as queue_*.go) exists.
+func TestArchitectureMap(t *testing.T) {
+	b, err := os.ReadFile("../../ARCHITECTURE.md")
+	if err != nil {
+		t.Fatalf("ARCHITECTURE.md: %v", err)
+	}
+	named := 0
+	for _, m := range regexp.MustCompile("`([A-Za-z0-9_*./-]+)`").FindAllStringSubmatch(string(b), -1) {
+		p := m[1]
+		if !strings.HasSuffix(p, ".go") && !strings.HasSuffix(p, ".lua") && !strings.HasSuffix(p, ".md") && !strings.HasSuffix(p, "/") && !strings.HasPrefix(p, "internal/") {
+			continue // a name of code, not a path
+		}
+		named++
+		got, err := filepath.Glob(filepath.Join("../..", strings.TrimSuffix(p, "/")))
+		if err != nil || len(got) == 0 {
+			t.Errorf("ARCHITECTURE.md names %s, which does not exist", p)
+		}
+	}
+	if named < 30 {
+		t.Errorf("ARCHITECTURE.md names %d paths: not the map", named)
+	}
 }
