@@ -118,13 +118,11 @@ func secondsString(t time.Time) string {
 // unixSeconds is t in unix seconds, to the millisecond.
 func unixSeconds(t time.Time) float64 { return float64(t.UnixMilli()) / 1000 }
 
-// monoNow and monoTime delegate to internal/mono (mono.Now, mono.Time),
-// this process's monotonic clock that lease deadlines are measured with;
-// their call sites move to mono once the split of the root has landed.
+// monoNow delegates to internal/mono (mono.Now), this process's monotonic
+// clock that lease deadlines are measured with; its call sites move to
+// mono once the split of the root has landed. (monoTime's one user, the
+// lease clock, moved to internal/lease: use mono.Time.)
 func monoNow() int64 { return mono.Now() }
-
-// monoTime spells a monoNow reading as a time.Time (mono.Time).
-func monoTime(ns int64) time.Time { return mono.Time(ns) }
 
 // writeJSONString writes s as a JSON string: as it is when it is printable
 // ASCII without quotes or backslashes (a traceparent always is), else as

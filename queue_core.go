@@ -13,6 +13,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/fleet-go/fleet/internal/keys"
+	"github.com/fleet-go/fleet/internal/lease"
 )
 
 // queueCore is the untyped part of a queue, or of one shard of it: its
@@ -289,9 +290,9 @@ func (q *queueCore) take(ctx context.Context, req reserveReq) (reserved, error) 
 	if len(reply) == 6 {
 		return res, nil
 	}
-	var clock leaseClock
-	clock.prove(sent, q.opts.Lease)
-	if !clock.usable(leaseMargin(q.opts.Lease)) {
+	var clock lease.Clock
+	clock.Prove(sent, q.opts.Lease)
+	if !clock.Usable(lease.Margin(q.opts.Lease)) {
 		// The reply came too late: another may get these tasks any moment.
 		// Never hand them out; give them back uncounted if still ours.
 		q.abandonReserve(prefix)
@@ -354,7 +355,7 @@ func (q *queueCore) reservations(ctx context.Context, reply []rueidis.RedisMessa
 		r.id, _ = reply[i].ToString()
 		r.token, _ = reply[i+1].ToString()
 		r.body, _ = reply[i+2].ToString()
-		r.clock.prove(sent, q.opts.Lease)
+		r.clock.Prove(sent, q.opts.Lease)
 		w, err := parseBody(r.body)
 		if err == nil && w.ID != r.id {
 			err = errors.New("body id changed") // cannot happen: the script read it
