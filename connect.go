@@ -97,8 +97,7 @@ func connectErr(addrs []string, err error) error {
 	if kind == nil {
 		kind = ErrUnavailable
 	}
-	var own fleetErr
-	if errors.As(err, &own) {
+	if ownError(err) {
 		return opErr("connect"+where, "", err)
 	}
 	return &opError{op: "connect" + where, kind: kind, err: err}

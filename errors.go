@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/fleet-go/fleet/internal/fault"
 	"github.com/fleet-go/fleet/internal/keys"
 )
 
@@ -112,7 +113,7 @@ var (
 	// batch handler's ctx, when the lease can no longer be proven (lease.go).
 	// The message says which thing it was. It is one error for all of them,
 	// so that one errors.Is check covers every lease.
-	ErrLeaseLost = newSentinel("lease lost", nil)
+	ErrLeaseLost = fault.LeaseLost
 )
 
 // Errors of task queues.
@@ -153,7 +154,7 @@ var (
 	// ErrCanceled is the cause of a handler's ctx when Queue.Cancel
 	// cancelled its task (context.Cause), and the error recorded with the
 	// task in the dead letters.
-	ErrCanceled = newSentinel("task canceled", nil)
+	ErrCanceled = fault.Canceled
 	// ErrRateLimited is what a RateLimitedError is (errors.Is): a handler
 	// that was refused by a rate limit, not a task that failed.
 	ErrRateLimited = newSentinel("rate limited", nil)
@@ -246,21 +247,12 @@ var (
 	errSubscriptionClosed = newSentinel("subscription closed", nil)
 )
 
-// sentinel is the type of fleet's sentinel errors: its text starts with
-// "fleet: ", and a sentinel with a parent is also its parent (errors.Is),
-// as every Err<Noun>NotFound is ErrNotFound.
-type sentinel struct {
-	msg    string
-	parent error
-}
+// newSentinel makes a sentinel of fleet (a *fault.Sentinel, the one type
+// of them all, the engine's too): its text is "fleet: " + what, and with a
+// parent it is also its parent (errors.Is), as every Err<Noun>NotFound is
+// ErrNotFound.
+func newSentinel(what string, parent error) error { return fault.New(what, parent) }
 
-func newSentinel(what string, parent error) error {
-	return &sentinel{msg: "fleet: " + what, parent: parent}
-}
-
-func (e *sentinel) Error() string         { return e.msg }
-func (e *sentinel) Is(target error) bool  { return e.parent != nil && target == e.parent }
-func (e *sentinel) fleetError()           {}
 func (e *DuplicateError) fleetError()     {}
 func (e *RateLimitedError) fleetError()   {}
 func (e *StaleGenError) fleetError()      {}
@@ -270,11 +262,18 @@ func (e *CatalogDecodeError) fleetError() {}
 func (e *opError) fleetError()            {}
 func (e *PanicError) fleetError()         {}
 
-// fleetErr is what every error of fleet's own is: a sentinel, an error
-// type of this file, or an error opErr made.
+// fleetErr is what every error of fleet's own is but a sentinel (a
+// *fault.Sentinel, see ownError): an error type of this file, or an error
+// opErr made.
 type fleetErr interface {
 	error
 	fleetError()
+}
+
+// ownError reports whether err is, or wraps, an error of fleet's own: a
+// sentinel or a fleetErr.
+func ownError(err error) bool {
+	return errors.As(err, new(*fault.Sentinel)) || errors.As(err, new(fleetErr))
 }
 
 // opError is what opErr makes: the call (op) and what it was on (name), the
@@ -329,8 +328,7 @@ func opErr(op, name string, err error) error {
 		return err
 	}
 	e := &opError{op: op, name: name, err: err}
-	var own fleetErr
-	if !errors.As(err, &own) && !errors.Is(err, ErrInvalidName) {
+	if !ownError(err) && !errors.Is(err, ErrInvalidName) {
 		e.kind = classify(err)
 	}
 	return e

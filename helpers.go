@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/fleet-go/fleet/internal/mono"
 )
 
 // Small helpers that many files share: durations and times as the scripts
@@ -125,22 +127,11 @@ func secondsString(t time.Time) string {
 // unixSeconds is t in unix seconds, to the millisecond.
 func unixSeconds(t time.Time) float64 { return float64(t.UnixMilli()) / 1000 }
 
-// monoEpoch anchors monoNow.
-var monoEpoch = time.Now()
-
-// monoNow is the time on this process's monotonic clock, in nanoseconds
-// since monoEpoch: what lease deadlines are measured with, immune to wall
-// clock steps.
-func monoNow() int64 { return int64(time.Since(monoEpoch)) }
-
-// monoTime spells a monoNow reading as a time.Time: now plus the time
-// until it, so that its monotonic reading compares on the monotonic clock
-// (time.Until, Before) and its wall reading is right by the wall clock of
-// now, whatever steps that clock took since the process started.
-func monoTime(ns int64) time.Time {
-	now := time.Now()
-	return now.Add(time.Duration(ns - int64(now.Sub(monoEpoch))))
-}
+// monoNow delegates to internal/mono (mono.Now), this process's monotonic
+// clock that lease deadlines are measured with; its call sites move to
+// mono once the split of the root has landed. (monoTime's one user, the
+// lease clock, moved to internal/lease: use mono.Time.)
+func monoNow() int64 { return mono.Now() }
 
 // writeJSONString writes s as a JSON string: as it is when it is printable
 // ASCII without quotes or backslashes (a traceparent always is), else as

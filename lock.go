@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fleet-go/fleet/internal/keys"
+	"github.com/fleet-go/fleet/internal/lease"
 )
 
 // The lock scripts need no type-check helper (each refuses a wrong type
@@ -71,13 +72,13 @@ type Lease struct {
 	sem   *Semaphore // a permit's semaphore (semaphore.go); lock is nil then
 	token string
 	fence int64
-	clock leaseClock
+	clock lease.Clock
 }
 
 // newLease is a lease of l taken by a call sent at sent (monoNow) for hold.
 func newLease(l *Lock, token string, fence, sent int64, hold time.Duration) *Lease {
 	lease := &Lease{lock: l, token: token, fence: fence}
-	lease.clock.prove(sent, hold)
+	lease.clock.Prove(sent, hold)
 	return lease
 }
 
@@ -95,7 +96,7 @@ func (l *Lease) Fence() int64 { return l.fence }
 // the acquire (or the last successful Extend) was sent, so no later than the
 // server lets the key expire. A lease that Extend found lost ends at once.
 // Past the deadline another may hold the lock.
-func (l *Lease) Deadline() time.Time { return l.clock.deadline() }
+func (l *Lease) Deadline() time.Time { return l.clock.Deadline() }
 
 func (l *Lock) check(ctx context.Context, hold time.Duration) error {
 	if l.err != nil {
@@ -233,10 +234,10 @@ func (l *Lease) Extend(ctx context.Context, hold time.Duration) error {
 		return opErr("lock extend", lk.name, err)
 	}
 	if n != 1 {
-		l.clock.lose()
+		l.clock.Lose()
 		return opErr("lock extend", lk.name, ErrLeaseLost)
 	}
-	l.clock.prove(sent, hold)
+	l.clock.Prove(sent, hold)
 	return nil
 }
 
@@ -261,10 +262,10 @@ func (l *Lock) Do(ctx context.Context, opts LockOptions, fn func(ctx context.Con
 // leased is what runLeased needs to run work under the lease (a lock's,
 // or a semaphore permit's), extended every hold/3 with keepAlive.
 func (l *Lease) leased(op, name string, hold time.Duration, keepAlive bool) leased {
-	keep := leaseKeep{clock: &l.clock, margin: leaseMargin(hold),
-		extend: func(ctx context.Context) error { return l.Extend(ctx, hold) }}
+	keep := lease.Keep{Clock: &l.clock, Margin: lease.Margin(hold),
+		Extend: func(ctx context.Context) error { return l.Extend(ctx, hold) }}
 	if keepAlive {
-		keep.every = max(hold/3, time.Millisecond)
+		keep.Every = max(hold/3, time.Millisecond)
 	}
 	abandon := func() { l.lock.abandon(l.token, hold, false) }
 	if l.sem != nil {

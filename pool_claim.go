@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/fleet-go/fleet/internal/lease"
 )
 
 // poolTombMargin is how much longer than the hold a claim's token key (and
@@ -49,7 +51,7 @@ type Claim[P, T any] struct {
 	core  *poolCore
 	token string
 	ended atomic.Bool
-	clock leaseClock // the lease: from the send of the claim or last extend (lease.go)
+	clock lease.Clock // the lease: from the send of the claim or last extend (internal/lease)
 }
 
 // Deadline returns the end of the claim's lease that this process can
@@ -57,7 +59,7 @@ type Claim[P, T any] struct {
 // this process's monotonic clock, so no later than the server lets the
 // claim expire. A claim that ended (Release, MarkBad, an Extend that found
 // it lost) ends at once. Past the deadline another may hold the item.
-func (c *Claim[P, T]) Deadline() time.Time { return c.clock.deadline() }
+func (c *Claim[P, T]) Deadline() time.Time { return c.clock.Deadline() }
 
 // Token returns the claim's random token, kept in the derived owner key
 // fleet:pidx:<name>:own:<id> while the claim lasts.
@@ -151,7 +153,7 @@ func (q *Query[P, T]) try(ctx context.Context, hold time.Duration, full bool) (*
 			it, err := decodeItem[P, T](id, raw)
 			if err == nil {
 				cl := &Claim[P, T]{Item: it, core: c, token: token}
-				cl.clock.prove(sent, hold)
+				cl.clock.Prove(sent, hold)
 				return cl, nil
 			}
 			// Valid to the script, but not for P or T: never hand it out.
@@ -425,7 +427,7 @@ func (c *Claim[P, T]) Release(ctx context.Context) error {
 	if err != nil {
 		return opErr("pool release", p.name, err)
 	}
-	c.clock.lose()
+	c.clock.Lose()
 	if n != 1 {
 		return opErr("pool release", p.name, fmt.Errorf("%w: item %q", ErrLeaseLost, id))
 	}
@@ -455,10 +457,10 @@ func (c *Claim[P, T]) Extend(ctx context.Context, hold time.Duration) error {
 		return opErr("pool extend", p.name, err)
 	}
 	if n != 1 {
-		c.clock.lose()
+		c.clock.Lose()
 		return opErr("pool extend", p.name, fmt.Errorf("%w: item %q", ErrLeaseLost, id))
 	}
-	c.clock.prove(sent, hold)
+	c.clock.Prove(sent, hold)
 	return nil
 }
 
@@ -480,7 +482,7 @@ func (c *Claim[P, T]) MarkBad(ctx context.Context, reason string) error {
 	if err != nil {
 		return opErr("pool mark bad", p.name, err)
 	}
-	c.clock.lose()
+	c.clock.Lose()
 	if n != 1 {
 		return opErr("pool mark bad", p.name, fmt.Errorf("%w: item %q", ErrLeaseLost, id))
 	}
@@ -505,10 +507,10 @@ func (q *Query[P, T]) Do(ctx context.Context, opts ClaimOptions, fn func(ctx con
 	if c == nil || err != nil {
 		return false, err
 	}
-	keep := leaseKeep{clock: &c.clock, margin: leaseMargin(opts.Hold),
-		extend: func(ctx context.Context) error { return c.Extend(ctx, opts.Hold) }}
+	keep := lease.Keep{Clock: &c.clock, Margin: lease.Margin(opts.Hold),
+		Extend: func(ctx context.Context) error { return c.Extend(ctx, opts.Hold) }}
 	if opts.KeepAlive {
-		keep.every = max(opts.Hold/3, time.Millisecond)
+		keep.Every = max(opts.Hold/3, time.Millisecond)
 	}
 	return true, runLeased(ctx, leased{op: "pool do", name: c.core.name, keep: keep, hold: opts.Hold,
 		end: func(ctx context.Context) error {

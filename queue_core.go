@@ -12,6 +12,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/fleet-go/fleet/internal/keys"
+	"github.com/fleet-go/fleet/internal/lease"
 )
 
 // queueCore is the untyped part of a queue, or of one shard of it: its
@@ -280,9 +281,9 @@ func (q *queueCore) take(ctx context.Context, req reserveReq) (reserved, error) 
 	if len(reply.tasks) == 0 {
 		return res, nil
 	}
-	var clock leaseClock
-	clock.prove(sent, q.opts.Lease)
-	if !clock.usable(leaseMargin(q.opts.Lease)) {
+	var clock lease.Clock
+	clock.Prove(sent, q.opts.Lease)
+	if !clock.Usable(lease.Margin(q.opts.Lease)) {
 		// The reply came too late: another may get these tasks any moment.
 		// Never hand them out; give them back uncounted if still ours.
 		q.abandonReserve(prefix)
@@ -336,7 +337,7 @@ func (q *queueCore) reservations(ctx context.Context, taken []takenTask, sent, n
 	var buryErr error
 	for _, t := range taken {
 		r := &reservation{c: q, permit: permits, id: t.id, token: t.token, body: t.body}
-		r.clock.prove(sent, q.opts.Lease)
+		r.clock.Prove(sent, q.opts.Lease)
 		w, err := parseBody(r.body)
 		if err == nil && w.ID != r.id {
 			err = errors.New("body id changed") // cannot happen: the script read it

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/fleet-go/fleet/internal/lease"
 )
 
 // The end of a reservation: a reserved task (reservation, which Task[T]
@@ -41,7 +43,7 @@ type reservation struct {
 	group       string
 	expires     int64
 	permit      bool                   // the task holds a GlobalConcurrency permit (its reserve said so): its ack gives it back
-	clock       leaseClock             // the lease: from the send of the reserve or last extend (lease.go)
+	clock       lease.Clock            // the lease: from the send of the reserve or last extend (internal/lease)
 	result      atomic.Pointer[[]byte] // SetResult's, as JSON
 	// The task's part in flows (flow.go): track is the body's "track", how
 	// long its end stays recorded (ms; 0: not tracked); progressed says it
@@ -68,7 +70,7 @@ func (r *reservation) prefix() string {
 // from when its script ran, a little later, so until Deadline no sweeper
 // can have re-queued the task; after it, another worker may be running it.
 // Stop working on the task before then, or Extend it.
-func (r *reservation) Deadline() time.Time { return r.clock.deadline() }
+func (r *reservation) Deadline() time.Time { return r.clock.Deadline() }
 
 // Body returns the task's body as stored in Redis.
 func (r *reservation) Body() string { return r.body }
@@ -305,10 +307,10 @@ func (r *reservation) Extend(ctx context.Context, lease time.Duration) error {
 	switch {
 	case err != nil:
 	case code == endLost:
-		r.clock.lose()
+		r.clock.Lose()
 		err = fmt.Errorf("%w: task %s", ErrLeaseLost, r.id)
 	default:
-		r.clock.prove(sent, lease)
+		r.clock.Prove(sent, lease)
 		if code == endCanceled {
 			err = fmt.Errorf("%w: task %s was cancelled (Queue.Cancel); its lease was extended", ErrCanceled, r.id)
 		}

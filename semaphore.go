@@ -148,7 +148,7 @@ func (s *Semaphore) try(ctx context.Context, token string, hold time.Duration) (
 		s.f.watch.WakeOne(s.key)
 	}
 	lease := &Lease{sem: s, token: token}
-	lease.clock.prove(sent, hold)
+	lease.clock.Prove(sent, hold)
 	return lease, 0, nil
 }
 
@@ -215,7 +215,7 @@ func (s *Semaphore) release(ctx context.Context, l *Lease) error {
 	if err != nil {
 		return opErr("semaphore release", s.name, err)
 	}
-	l.clock.lose()
+	l.clock.Lose()
 	if n != 1 {
 		return opErr("semaphore release", s.name, ErrLeaseLost)
 	}
@@ -236,9 +236,9 @@ func (s *Semaphore) extend(ctx context.Context, l *Lease, hold time.Duration) er
 		return opErr("semaphore extend", s.name, err)
 	}
 	if n != 1 {
-		l.clock.lose()
+		l.clock.Lose()
 		return opErr("semaphore extend", s.name, ErrLeaseLost)
 	}
-	l.clock.prove(sent, hold)
+	l.clock.Prove(sent, hold)
 	return nil
 }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/fleet-go/fleet/internal/lease"
 )
 
 // handle runs one task with its lease kept alive, and ends it by its
@@ -60,7 +62,7 @@ func (b *batch[C, O, P]) paused(ctx context.Context, key string) bool {
 
 func (b *batch[C, O, P]) handleTask(run, soft context.Context, s *Slot[C, O], t *Task[P]) (*Task[P], error) {
 	w := b.w
-	margin := leaseMargin(t.c.opts.Lease)
+	margin := lease.Margin(t.c.opts.Lease)
 	if time.Until(t.Deadline()) < margin {
 		// The reserve's reply came too late (held back, a stalled server, a
 		// paused process): another worker may get the task any moment.
@@ -89,14 +91,14 @@ func (b *batch[C, O, P]) handleTask(run, soft context.Context, s *Slot[C, O], t 
 		toCause = fmt.Errorf("%w after %v (the task's own Timeout)", ErrTaskTimeout, to)
 	}
 	if to > 0 {
-		keep.stopAt, keep.stopCause = monoNow()+int64(to), toCause
+		keep.StopAt, keep.StopCause = monoNow()+int64(to), toCause
 	}
-	kept := keepLease(run, keep)
-	defer kept.cancel(nil)
-	defer b.cancels.start(t.ID, kept.cancel)()
-	hctx := kept.wrap(kept.ctx) // outermost: its Err is the one called
+	kept := lease.Start(run, keep)
+	defer kept.Cancel(nil)
+	defer b.cancels.start(t.ID, kept.Cancel)()
+	hctx := kept.Wrap(kept.Ctx()) // outermost: its Err is the one called
 	err := protect(func() error { return b.runHandler(hctx, s, t) })
-	kept.stop()
+	kept.Stop()
 	cause := context.Cause(hctx)
 
 	if err == nil {
@@ -188,18 +190,18 @@ func (b *batch[C, O, P]) failed(s *Slot[C, O], err error) {
 }
 
 // leaseKeep is how a slot keeps t's lease while its handler runs
-// (keepLease): extended every WorkerOptions.LeaseExtend (a third of the
+// (lease.Start): extended every WorkerOptions.LeaseExtend (a third of the
 // lease by default), the handler's ctx ending when the lease can no longer
 // be proven, when Redis says it is lost, or when an extension says
 // Queue.Cancel asked the task to stop (a cancel whose message this worker
 // missed). A task never runs on two workers at once, beyond the margin.
-func (b *batch[C, O, P]) leaseKeep(t *Task[P], margin time.Duration) leaseKeep {
-	lease := t.c.opts.Lease
+func (b *batch[C, O, P]) leaseKeep(t *Task[P], margin time.Duration) lease.Keep {
+	hold := t.c.opts.Lease
 	every := b.w.opts.LeaseExtend
 	if every == 0 {
-		every = lease / 3
+		every = hold / 3
 	}
-	return leaseKeep{clock: &t.clock, margin: margin, every: max(every, time.Millisecond),
-		extend: func(ctx context.Context) error { return t.Extend(ctx, lease) },
-		failed: func(err error) { b.w.log.Warn("fleet: worker could not extend a lease", "task", t.ID, "err", err) }}
+	return lease.Keep{Clock: &t.clock, Margin: margin, Every: max(every, time.Millisecond),
+		Extend: func(ctx context.Context) error { return t.Extend(ctx, hold) },
+		Failed: func(err error) { b.w.log.Warn("fleet: worker could not extend a lease", "task", t.ID, "err", err) }}
 }
