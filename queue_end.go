@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -106,16 +107,30 @@ func (r *reservation) keeps() bool {
 // ErrLeaseLost (the deadline passed and the task was re-queued; nothing
 // changes), ErrUnavailable.
 func (r *reservation) Ack(ctx context.Context) error {
-	q := r.c
-	err := q.ready(ctx)
-	if err == nil {
-		var code endCode
-		code, err = q.groupAck(ctx, r)
-		if err == nil && code != endDone {
-			err = fmt.Errorf("%w: task %s", ErrLeaseLost, r.id)
-		}
-		q.f.recordEnd(ctx, q.name, r.id, TaskProcessed, err == nil)
+	if err := r.c.ready(ctx); err != nil {
+		return opErr("ack", r.c.name, err)
 	}
+	code, err := r.c.groupAck(ctx, r)
+	return r.acked(ctx, code, err == nil, err)
+}
+
+// acked ends an ack whose call returned, on every path an ack takes
+// (Ack, and the batch worker's group commit): it applies the ack's side
+// effects in this process (the history's count and the Observer's
+// TaskEnded, recordEnd) and says how it went. replied says the call's reply
+// gave code; when not, err says why. A tracked task's end was handed to
+// the flow driver by the ack step itself, as the reply came (flowsAcked).
+func (r *reservation) acked(ctx context.Context, code endCode, replied bool, err error) error {
+	q := r.c
+	switch {
+	case replied && code == endDone:
+		err = nil // a take that failed after the ack is its caller's to tell
+	case replied:
+		err = fmt.Errorf("%w: task %s", ErrLeaseLost, r.id)
+	case err == nil:
+		err = errors.New("no reply for the ack") // cannot happen
+	}
+	q.f.recordEnd(ctx, q.name, r.id, TaskProcessed, err == nil)
 	return opErr("ack", q.name, err)
 }
 

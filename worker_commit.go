@@ -6,8 +6,6 @@ package fleet
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"sync"
 )
 
@@ -42,8 +40,11 @@ type ackReq[P any] struct {
 	t     *Task[P]
 	take  *Queue[P] // the queue the slot's next task comes from; nil: none
 	next  *Task[P]  // the task taken for it, if any
-	acked endCode   // endDone, endLost, or endNeedEntry when no reply came (err)
-	err   error     // the call's error
+	acked endCode   // endDone or endLost, when replied
+	// replied says the call's reply said how the ack went (acked); when
+	// not, err says why.
+	replied bool
+	err     error // the call's error
 	lead  bool      // set before ready closes: this slot makes the next call
 	ready chan struct{}
 }
@@ -144,8 +145,8 @@ func (b *batch[C, O, P]) commitQueue(ctx context.Context, c *queueCore, q *Queue
 	res, err := c.reserve(ctx, reserveReq{n: n, owner: b.w.name(), acks: rs})
 	got := len(res.tasks)
 	for i, r := range acks {
-		r.acked, r.err = endNeedEntry, err // not a reply an ack gets: none came
-		if i < len(res.acks) {
+		r.replied, r.err = i < len(res.acks), err
+		if r.replied {
 			r.acked = res.acks[i]
 		}
 	}
@@ -178,27 +179,13 @@ func (b *batch[C, O, P]) commitQueue(ctx context.Context, c *queueCore, q *Queue
 // that call (takeQueue), so that a busy slot never waits on the fetcher.
 // The call is bounded by endTimeout (a ctx made by the slot that makes
 // it, once per call rather than per task); run bounds the cached read of
-// the pause flag.
+// the pause flag. The ack then ends as Task.Ack's does (reservation.acked).
 func (b *batch[C, O, P]) finish(run, soft context.Context, t *Task[P]) (*Task[P], error) {
-	q := t.c
 	r := &ackReq[P]{t: t, take: b.takeQueue(run, soft, t)}
 	b.acks.commit(r, func(reqs []*ackReq[P]) {
 		ctx, cancel := context.WithTimeout(context.Background(), endTimeout)
 		defer cancel()
 		b.commitCall(ctx, reqs)
 	})
-	ctx := run
-	q.f.recordEnd(ctx, q.name, t.ID, TaskProcessed, r.acked == endDone)
-	var err error
-	switch r.acked {
-	case endDone: // acked (a failed take was logged by the call's maker)
-	case endLost:
-		err = fmt.Errorf("%w: task %s", ErrLeaseLost, t.ID)
-	default:
-		err = r.err
-		if err == nil {
-			err = errors.New("no reply for the ack") // cannot happen
-		}
-	}
-	return r.next, opErr("ack", q.name, err)
+	return r.next, t.acked(run, r.acked, r.replied, r.err)
 }
