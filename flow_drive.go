@@ -19,7 +19,8 @@ import (
 // submits that look dead.
 
 // flowDriver passes on, in the background, the ends of the tracked tasks
-// that this process ended (added by the end steps: flowEnded, flowsAcked):
+// that this process ended (added by the engine's hooks: taskRunEnded,
+// flowsAcked):
 // one goroutine, started at the first end and ended by Close, batches
 // them. An end it cannot pass on (an error, Close) stays in its outbox for
 // the sweeper.
@@ -123,15 +124,20 @@ func (d *flowDriver) loop() {
 	}
 }
 
-// flowEnded hands the end of r to the driver when r is tracked.
-func (f *Fleet) flowEnded(r *reservation) {
-	if r.track > 0 {
+// taskRunEnded is the queue engine's ended hook (queueHooks, wired by
+// Open): the end of a task's run counts in the history and reaches the
+// Observer (recordEnd), and a tracked task's dead letter is handed to the
+// driver (an ack's was, by flowsAcked).
+func (f *Fleet) taskRunEnded(ctx context.Context, r *reservation, outcome TaskOutcome, ok bool) {
+	f.recordEnd(ctx, r.c.name, r.id, outcome, ok)
+	if ok && outcome == TaskDeadLettered && r.track > 0 {
 		f.flowEnds().add(r.c, r.id)
 	}
 }
 
 // flowsAcked hands the ends of the tracked tasks among acks that were
-// acked (codes) to the driver: the hook of the ack step (queue_core.go).
+// acked (codes) to the driver: the queue engine's acked hook (queueHooks,
+// wired by Open).
 func (f *Fleet) flowsAcked(acks []*reservation, codes []endCode) {
 	for i, r := range acks {
 		if r.track > 0 && i < len(codes) && codes[i] == endDone {

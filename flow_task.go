@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -15,26 +14,6 @@ import (
 // told (retention, flowFlags), what a task that waited reads of its
 // dependencies (Dependencies, and ResultOf in its handler), and the submit
 // of tracked tasks through SubmitWith and SubmitManyWith.
-
-// retention is how long r's ack keeps its record: the queue's Retention,
-// or a tracked task's own, whichever is longer.
-func (r *reservation) retention() time.Duration {
-	return max(r.c.opts.Retention, time.Duration(r.track)*time.Millisecond)
-}
-
-// flowFlags is what the end steps are told of r (flow_ended,
-// lib_flow_end.lua): "p" when it set a progress value, then "t<ms>" when
-// it is tracked; "" for neither.
-func (r *reservation) flowFlags() string {
-	s := ""
-	if r.progressed.Load() {
-		s = "p"
-	}
-	if r.track > 0 {
-		s += "t" + strconv.FormatInt(r.track, 10)
-	}
-	return s
-}
 
 // Dependencies returns what the task knows of the tasks it waited for
 // (SubmitOptions.After, a Flow's edges; a batch's callback: the batch),

@@ -270,7 +270,7 @@ func (q *queueCore) take(ctx context.Context, req reserveReq) (reserved, error) 
 	}
 	reply, err := readReserveReply(raw)
 	res.acks, _ = ackCodes(reply.acked, order) // nil when the reply has none: unknown
-	q.f.flowsAcked(req.acks, res.acks)
+	q.acked(req.acks, res.acks)
 	if err == nil {
 		err = reply.failure()
 	}
@@ -377,7 +377,7 @@ func (q *queueCore) ackOnly(ctx context.Context, req reserveReq) (reserved, erro
 		return res, err
 	}
 	res.acks, err = ackCodes(acked, order)
-	q.f.flowsAcked(req.acks, res.acks)
+	q.acked(req.acks, res.acks)
 	return res, err
 }
 

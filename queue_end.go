@@ -2,9 +2,10 @@ package fleet
 
 import (
 	"context"
-	"errors"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -94,6 +95,26 @@ func (r *reservation) keeps() bool {
 	return (r.unique > 0 && r.dedup != "") || r.c.opts.Retention > 0 || r.group != "" || r.permit || r.track > 0 || r.progressed.Load()
 }
 
+// retention is how long r's ack keeps its record: the queue's Retention,
+// or a tracked task's own, whichever is longer.
+func (r *reservation) retention() time.Duration {
+	return max(r.c.opts.Retention, time.Duration(r.track)*time.Millisecond)
+}
+
+// flowFlags is what the end steps are told of r (flow_ended,
+// lib_flow_end.lua): "p" when it set a progress value, then "t<ms>" when
+// it is tracked; "" for neither.
+func (r *reservation) flowFlags() string {
+	s := ""
+	if r.progressed.Load() {
+		s = "p"
+	}
+	if r.track > 0 {
+		s += "t" + strconv.FormatInt(r.track, 10)
+	}
+	return s
+}
+
 // Ack ends the reservation: the task is done and leaves Redis (its body,
 // its lease and its dedup key; its dedup key stays held for its unique
 // window, SubmitOptions.UniqueFor, and its record for
@@ -116,10 +137,10 @@ func (r *reservation) Ack(ctx context.Context) error {
 
 // acked ends an ack whose call returned, on every path an ack takes
 // (Ack, and the batch worker's group commit): it applies the ack's side
-// effects in this process (the history's count and the Observer's
-// TaskEnded, recordEnd) and says how it went. replied says the call's reply
-// gave code; when not, err says why. A tracked task's end was handed to
-// the flow driver by the ack step itself, as the reply came (flowsAcked).
+// effects in this process (queueHooks.ended) and says how it went.
+// replied says the call's reply gave code; when not, err says why. A
+// tracked task's end was passed on as the ack step's reply came
+// (queueHooks.acked).
 func (r *reservation) acked(ctx context.Context, code endCode, replied bool, err error) error {
 	q := r.c
 	switch {
@@ -130,7 +151,7 @@ func (r *reservation) acked(ctx context.Context, code endCode, replied bool, err
 	case err == nil:
 		err = errors.New("no reply for the ack") // cannot happen
 	}
-	q.f.recordEnd(ctx, q.name, r.id, TaskProcessed, err == nil)
+	q.ended(ctx, r, TaskProcessed, err == nil)
 	return opErr("ack", q.name, err)
 }
 
@@ -260,18 +281,16 @@ func (r *reservation) finish(ctx context.Context, mode endMode, cause string, af
 	case endLost:
 		return fmt.Errorf("%w: task %s", ErrLeaseLost, r.id)
 	case endCanceled:
-		q.f.recordEnd(ctx, q.name, r.id, TaskDeadLettered, true)
-		q.f.flowEnded(r)
+		q.ended(ctx, r, TaskDeadLettered, true)
 		if mode == endRelease || mode == endSnooze {
 			return fmt.Errorf("%w: task %s went to the dead letters instead (Queue.Cancel asked it to stop)", ErrCanceled, r.id)
 		}
 	case endBuried:
-		q.f.recordEnd(ctx, q.name, r.id, TaskDeadLettered, true)
-		q.f.flowEnded(r)
+		q.ended(ctx, r, TaskDeadLettered, true)
 	case endDone:
 		switch mode {
 		case endNack:
-			q.f.recordEnd(ctx, q.name, r.id, TaskRetried, true)
+			q.ended(ctx, r, TaskRetried, true)
 			q.look.soon() // a retry waits in :scheduled now
 		case endRelease:
 			q.wakeLocal()

@@ -215,3 +215,14 @@ func (q *Queue[T]) await(ctx context.Context, n int, wait time.Duration, st rese
 		t.Stop()
 	}
 }
+
+// wakeLocal wakes a local waiter after a push when invalidations are off.
+func (q *queueCore) wakeLocal() {
+	if !q.f.cache {
+		if q.knownSpan() > 1 {
+			q.f.watch.PokeAll(q.k.Pending) // sharded waiters listen (listenPending)
+			return
+		}
+		q.f.watch.WakeOne(q.k.Pending)
+	}
+}

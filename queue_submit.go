@@ -19,17 +19,6 @@ import (
 
 // Submitting tasks: Submit, SubmitMany, SubmitWith, SubmitJSON.
 
-// wakeLocal wakes a local waiter after a push when invalidations are off.
-func (q *queueCore) wakeLocal() {
-	if !q.f.cache {
-		if q.knownSpan() > 1 {
-			q.f.watch.PokeAll(q.k.Pending) // sharded waiters listen (listenPending)
-			return
-		}
-		q.f.watch.WakeOne(q.k.Pending)
-	}
-}
-
 // Submit validates payload (go-playground/validator tags on T) and pushes
 // it as a new task at the tail of the queue. It returns the task's id, a
 // UUIDv7. May return ErrInvalidPayload (the message lists the failing

@@ -45,8 +45,8 @@ type ackReq[P any] struct {
 	// not, err says why.
 	replied bool
 	err     error // the call's error
-	lead  bool      // set before ready closes: this slot makes the next call
-	ready chan struct{}
+	lead    bool  // set before ready closes: this slot makes the next call
+	ready   chan struct{}
 }
 
 // commit hands r over and returns when its outcome is known, making a
