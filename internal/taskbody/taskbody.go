@@ -2,8 +2,10 @@
 // keeps in Redis for each task (docs/SCHEMA.md), {"id":"<id>","payload":
 // <json>,"attempts":0} plus the optional fields of its per-task options,
 // "track", "trace", and on a retry or in the dead letters "error" and
-// "dead_at". It is the one place that writes (New, WithTrack, Rewrite,
-// DeadEntry) and reads (Parse) that shape.
+// "dead_at". It writes that shape (New, WithTrack, Rewrite, DeadEntry) and
+// reads it (Parse); only "trace" is still spelled outside, by the root's
+// observe_trace.go (with WriteJSONString), and spliced in before the
+// closing brace as WithTrack does, and "dead_at" by the scripts.
 //
 // It knows no fleet type: a body is a string, and the options it carries
 // are an Options.
