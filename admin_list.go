@@ -13,6 +13,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/fleet-go/fleet/internal/keys"
+	"github.com/fleet-go/fleet/internal/taskbody"
 )
 
 // Reads for an operator's dashboard (fleetui) that the rest of the admin
@@ -40,7 +41,7 @@ type WaitingTask struct {
 
 func waitingTask(raw string) WaitingTask {
 	t := WaitingTask{Raw: raw}
-	if b, err := parseBody(raw); err == nil {
+	if b, err := taskbody.Parse(raw); err == nil {
 		t.ID, t.Payload, t.Attempts = b.ID, b.Payload, b.Attempts
 	}
 	return t

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/fleet-go/fleet/internal/taskbody"
 )
 
 // Task reads and actions for an operator's dashboard (fleetui) that the
@@ -116,7 +118,7 @@ func (f *Fleet) zAfter(ctx context.Context, key string, after TaskCursor, count 
 func memberID(m string) string { return m }
 
 func bodyID(m string) string {
-	b, err := parseBody(m)
+	b, err := taskbody.Parse(m)
 	if err != nil {
 		return ""
 	}
@@ -167,7 +169,7 @@ func (q *queueCore) Running(ctx context.Context, after TaskCursor, count int) ([
 		for i, z := range zs {
 			t := RunningTask{ID: z.Member, Deadline: fromUnixSeconds(z.Score), Cursor: TaskCursor{z.Score, z.Member}}
 			if raw, err := bodies[i].ToString(); err == nil {
-				if b, err := parseBody(raw); err == nil {
+				if b, err := taskbody.Parse(raw); err == nil {
 					t.Payload, t.Attempts = b.Payload, b.Attempts
 				}
 			}

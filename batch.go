@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/fleet-go/fleet/internal/taskbody"
 )
 
 // Batches: a set of tasks, in any queues, with callbacks on success (all
@@ -71,7 +73,7 @@ func NewCallback[T any](q *Queue[T], payload T, opts SubmitOptions) *Callback {
 	if err != nil && cb.err == nil {
 		cb.err = err
 	}
-	cb.body = func(id string, keep int64) string { return withTrack(newBody(id, b, opts), keep) }
+	cb.body = func(id string, keep int64) string { return taskbody.WithTrack(newBody(id, b, opts), keep) }
 	return cb
 }
 
@@ -202,7 +204,7 @@ func BatchAdd[T any](ctx context.Context, b *Batch, q *Queue[T], payloads []T, o
 	}
 	for i := range payloads {
 		c := q.pick(opts.Group)
-		p.tasks = append(p.tasks, &flowTask{c: c, id: ids[i], body: withTrack(bodies[i], keepFor(c, keep)), flow: b.id, ready: opts.NotBefore})
+		p.tasks = append(p.tasks, &flowTask{c: c, id: ids[i], body: taskbody.WithTrack(bodies[i], keepFor(c, keep)), flow: b.id, ready: opts.NotBefore})
 	}
 	if err := f.submitPlan(ctx, p); err != nil {
 		done.call(0, err)

@@ -1,60 +1,25 @@
 package fleet
 
-// Fuzz targets for what fleet reads that another process wrote: task
-// bodies, dead letters, pool items, stream members, lease entries, stored
-// policies and schedule specs, and the URLs Open parses. Each must give a
-// clear error or a value that encodes back consistently, never a panic or
-// a hang. They touch no server, so nothing stored can change. CI runs each
-// for a few seconds (.ci/fuzz); the seeds are real encodings.
+// Fuzz targets for what fleet reads that another process wrote: dead
+// letters, pool items, stream members, lease entries, stored policies and
+// schedule specs, and the URLs Open parses (task bodies have theirs in
+// internal/taskbody). Each must give a clear error or a value that encodes
+// back consistently, never a panic or a hang. They touch no server, so
+// nothing stored can change. CI runs each for a few seconds (.ci/fuzz);
+// the seeds are real encodings.
 
 import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/rueidis"
-)
 
-func FuzzParseBody(f *testing.F) {
-	for _, s := range []string{
-		`{"id":"t1","payload":{"url":"https://example.org"},"attempts":0,"created_at":1764806400.123}`,
-		`{"id":"t2","payload":1,"attempts":3,"error":"boom","priority":5,"group":"g","meta":{"k":"v"},"expires_at":1764806500.5,"max_attempts":4,"timeout":1500,"track":60000}`,
-		`{"id":"","payload":null}`, `not json`, `{"id":7}`, `{"id":"x","attempts":-4}`, ``,
-	} {
-		f.Add(s)
-	}
-	f.Add(`{"id":"0199a0b6-7f3e-7cc1-9d2e-5b4c3a291807","payload":{"n":1,"attempts":0},"attempts":0}`)
-	f.Add(`{"id":"u","payload":1,"attempts":5,"attempts":0}`)
-	f.Fuzz(func(t *testing.T, body string) {
-		// The fast path reads what encoding/json reads, where it reads.
-		if fast, ok := plainBody(body); ok {
-			var slow wireBody
-			if err := json.Unmarshal([]byte(body), &slow); err != nil || !reflect.DeepEqual(fast, slow) {
-				t.Fatalf("plainBody(%q) = %+v; encoding/json: %+v, %v", body, fast, slow, err)
-			}
-		}
-		w, err := parseBody(body)
-		if err != nil {
-			return
-		}
-		if w.ID == "" || w.Attempts < 0 {
-			t.Fatalf("parseBody(%q) = id %q attempts %d with no error", body, w.ID, w.Attempts)
-		}
-		// A rewrite keeps the id and sets what it was told to.
-		next, err := rewriteBody(body, map[string]any{"attempts": w.Attempts + 1, "error": "lease ran out"})
-		if err != nil {
-			t.Fatalf("rewriteBody of a body parseBody read: %v", err)
-		}
-		w2, err := parseBody(next)
-		if err != nil || w2.ID != w.ID || w2.Attempts != w.Attempts+1 {
-			t.Fatalf("rewritten body %q reads %+v, %v; want id %q attempts %d", next, w2, err, w.ID, w.Attempts+1)
-		}
-	})
-}
+	"github.com/fleet-go/fleet/internal/taskbody"
+)
 
 func FuzzParseDead(f *testing.F) {
 	f.Add(`{"id":"t1","payload":{"a":1},"attempts":3,"error":"boom","dead_at":1764806400.5}`, "cause")
@@ -66,14 +31,14 @@ func FuzzParseDead(f *testing.F) {
 			t.Fatalf("parseDead kept Raw %q, want %q", d.Raw, raw)
 		}
 		// A body that is a task dead-letters with its id, attempts and cause.
-		w, err := parseBody(raw)
+		w, err := taskbody.Parse(raw)
 		if err != nil || !utf8Valid(cause) {
 			return
 		}
-		entry := deadEntry(raw, 3, cause)
+		entry := taskbody.DeadEntry(raw, 3, cause)
 		d = parseDead(entry)
 		if d.ID != w.ID || d.Attempts != 3 || d.Error != cause {
-			t.Fatalf("deadEntry(%q) reads back as id %q attempts %d error %q", raw, d.ID, d.Attempts, d.Error)
+			t.Fatalf("DeadEntry(%q) reads back as id %q attempts %d error %q", raw, d.ID, d.Attempts, d.Error)
 		}
 	})
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fleet-go/fleet/internal/keys"
+	"github.com/fleet-go/fleet/internal/taskbody"
 )
 
 // Flows: tasks that wait for other tasks, by id, in any queue
@@ -118,12 +119,6 @@ func (f *Fleet) coreOfRef(ref string) (*queueCore, string, bool) {
 		return nil, "", false
 	}
 	return f.coreOf(name, QueueOptions{}).top().sub(shard), id, true
-}
-
-// withTrack returns body with "track": ms, the field that makes a task
-// tracked (docs/SCHEMA.md), before its closing brace.
-func withTrack(body string, ms int64) string {
-	return body[:len(body)-1] + `,"track":` + strconv.FormatInt(ms, 10) + "}"
 }
 
 // keepFor is how long the end of a tracked task of c stays recorded: the
@@ -285,7 +280,7 @@ func AddStep[T any](fl *Flow, q *Queue[T], payload T, opts SubmitOptions) *FlowS
 			return err
 		}
 		s.c = q.pick(cmp.Or(opts.Group, opts.ShardKey))
-		s.body = withTrack(newBody(s.id, b, opts), keepFor(q.queueCore, fl.keep))
+		s.body = taskbody.WithTrack(newBody(s.id, b, opts), keepFor(q.queueCore, fl.keep))
 		return nil
 	}()
 	if s.err == nil {

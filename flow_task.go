@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/fleet-go/fleet/internal/taskbody"
 )
 
 // The task's side of flows: what a tracked task's ack and end steps are
@@ -118,7 +120,7 @@ func (q *queueCore) submitTracked(ctx context.Context, subs []submission) error 
 	p := &flowPlan{keep: DefaultFlowRetention, ext: map[string]*extDep{}}
 	for i, s := range subs {
 		c := q.pick(cmp.Or(s.opts.Group, s.opts.ShardKey))
-		t := &flowTask{c: c, id: s.id, body: withTrack(bodies[i], keepFor(c, DefaultFlowRetention)),
+		t := &flowTask{c: c, id: s.id, body: taskbody.WithTrack(bodies[i], keepFor(c, DefaultFlowRetention)),
 			ready: s.opts.NotBefore, now: len(s.opts.After) == 0}
 		p.tasks = append(p.tasks, t)
 		for _, d := range s.opts.After {

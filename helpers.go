@@ -3,7 +3,6 @@ package fleet
 import (
 	crand "crypto/rand"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -132,31 +131,6 @@ func unixSeconds(t time.Time) float64 { return float64(t.UnixMilli()) / 1000 }
 // mono once the split of the root has landed. (monoTime's one user, the
 // lease clock, moved to internal/lease: use mono.Time.)
 func monoNow() int64 { return mono.Now() }
-
-// writeJSONString writes s as a JSON string: as it is when it is printable
-// ASCII without quotes or backslashes (a traceparent always is), else as
-// encoding/json spells it.
-func writeJSONString(b *strings.Builder, s string) {
-	if htmlSafeASCII(s) {
-		b.WriteByte('"')
-		b.WriteString(s)
-		b.WriteByte('"')
-		return
-	}
-	q, _ := json.Marshal(s) // a string always encodes
-	b.Write(q)
-}
-
-// htmlSafeASCII reports whether s needs no escaping in a JSON string, nor
-// any in encoding/json's HTML-safe form.
-func htmlSafeASCII(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			return false
-		}
-	}
-	return true
-}
 
 // cmpErr keeps the first error of a series: first, else err.
 func cmpErr(first, err error) error {

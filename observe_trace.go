@@ -5,6 +5,8 @@ import (
 	"maps"
 	"slices"
 	"strings"
+
+	"github.com/fleet-go/fleet/internal/taskbody"
 )
 
 // A task's trace context travels in its body as the optional "trace"
@@ -26,9 +28,9 @@ func traceField(tr map[string]string) string {
 	b.WriteString(`,"trace":{`)
 	if len(tr) == 1 { // the usual traceparent alone: nothing to sort
 		for k, v := range tr {
-			writeJSONString(&b, k)
+			taskbody.WriteJSONString(&b, k)
 			b.WriteByte(':')
-			writeJSONString(&b, v)
+			taskbody.WriteJSONString(&b, v)
 		}
 		b.WriteByte('}')
 		return b.String()
@@ -37,9 +39,9 @@ func traceField(tr map[string]string) string {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		writeJSONString(&b, k)
+		taskbody.WriteJSONString(&b, k)
 		b.WriteByte(':')
-		writeJSONString(&b, tr[k])
+		taskbody.WriteJSONString(&b, tr[k])
 	}
 	b.WriteByte('}')
 	return b.String()

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"strconv"
 	"strings"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/fleet-go/fleet/internal/keys"
+	"github.com/fleet-go/fleet/internal/taskbody"
 )
 
 var queueSubmitScript = newScript("queue_submit.lua")
@@ -370,60 +370,12 @@ func newTaskID() (string, error) {
 	return id.String(), nil
 }
 
-// newBody spells a task body: {"id":...,"payload":...,"attempts":0}, plus
-// the fields of opts that are set: "dedup", "unique_ms", "priority",
-// "max_attempts", "timeout_ms", "expires_at" (unix s), "meta" and "group"
-// (docs/SCHEMA.md). A body of no options is the documented one.
+// newBody spells the body of a task (taskbody.New) with the per-task
+// options of opts: the one place that maps SubmitOptions to the options a
+// body carries.
 func newBody(id string, payload []byte, opts SubmitOptions) string {
-	var b strings.Builder
-	b.Grow(len(payload) + len(id) + len(opts.DedupKey) + 48)
-	b.WriteString(`{"id":`)
-	b.WriteString(strconv.Quote(id)) // a UUID: no byte needs JSON escaping
-	b.WriteString(`,"payload":`)
-	b.Write(payload)
-	b.WriteString(`,"attempts":0`)
-	str := func(name, v string) {
-		b.WriteString(`,"` + name + `":`)
-		writeJSONString(&b, v)
-	}
-	num := func(name string, v int64) {
-		b.WriteString(`,"` + name + `":`)
-		b.WriteString(strconv.FormatInt(v, 10))
-	}
-	if opts.DedupKey != "" {
-		str("dedup", opts.DedupKey)
-	}
-	if opts.UniqueFor > 0 {
-		num("unique_ms", opts.UniqueFor.Milliseconds())
-	}
-	if opts.Priority > 0 {
-		num("priority", int64(opts.Priority))
-	}
-	if opts.MaxAttempts > 0 {
-		num("max_attempts", int64(opts.MaxAttempts))
-	}
-	if opts.Timeout > 0 {
-		num("timeout_ms", max(opts.Timeout.Milliseconds(), 1))
-	}
-	if !opts.ExpiresAt.IsZero() {
-		b.WriteString(`,"expires_at":`)
-		b.WriteString(secondsString(opts.ExpiresAt))
-	}
-	if len(opts.Metadata) > 0 {
-		b.WriteString(`,"meta":{`)
-		for i, k := range sortedKeys(opts.Metadata) {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			writeJSONString(&b, k)
-			b.WriteByte(':')
-			writeJSONString(&b, opts.Metadata[k])
-		}
-		b.WriteByte('}')
-	}
-	if opts.Group != "" {
-		str("group", opts.Group)
-	}
-	b.WriteByte('}')
-	return b.String()
+	return taskbody.New(id, payload, taskbody.Options{
+		DedupKey: opts.DedupKey, UniqueFor: opts.UniqueFor, Priority: opts.Priority, MaxAttempts: opts.MaxAttempts,
+		Timeout: opts.Timeout, ExpiresAt: opts.ExpiresAt, Metadata: opts.Metadata, Group: opts.Group,
+	})
 }

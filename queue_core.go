@@ -13,6 +13,7 @@ import (
 
 	"github.com/fleet-go/fleet/internal/keys"
 	"github.com/fleet-go/fleet/internal/lease"
+	"github.com/fleet-go/fleet/internal/taskbody"
 )
 
 // queueCore is the untyped part of a queue, or of one shard of it: its
@@ -338,7 +339,7 @@ func (q *queueCore) reservations(ctx context.Context, taken []takenTask, sent, n
 	for _, t := range taken {
 		r := &reservation{c: q, permit: permits, id: t.id, token: t.token, body: t.body}
 		r.clock.Prove(sent, q.opts.Lease)
-		w, err := parseBody(r.body)
+		w, err := taskbody.Parse(r.body)
 		if err == nil && w.ID != r.id {
 			err = errors.New("body id changed") // cannot happen: the script read it
 		}

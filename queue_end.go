@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/fleet-go/fleet/internal/taskbody"
 )
 
 // The end of a reservation (reservation.go): the one end-of-reservation
@@ -148,9 +150,9 @@ func (r *reservation) finish(ctx context.Context, mode endMode, cause string, af
 	switch mode {
 	case endNack, endBury:
 		var err error
-		body, err = rewriteBody(r.body, map[string]any{"attempts": attempts, "error": cause, "dead_at": nil})
+		body, err = taskbody.Rewrite(r.body, map[string]any{"attempts": attempts, "error": cause, "dead_at": nil})
 		if err != nil || body == "{}" {
-			body, mode = deadEntry(r.body, attempts, cause), endBury // not a task: it can only be buried
+			body, mode = taskbody.DeadEntry(r.body, attempts, cause), endBury // not a task: it can only be buried
 		}
 		if strings.HasPrefix(cause, ErrCanceled.Error()) {
 			entry = "-" // body says it: the cause is a cancel
@@ -170,7 +172,7 @@ func (r *reservation) finish(ctx context.Context, mode endMode, cause string, af
 	}
 	code, err := run(ctx, end)
 	if err == nil && code == endNeedEntry {
-		end.entry = deadEntry(r.body, attempts, cause)
+		end.entry = taskbody.DeadEntry(r.body, attempts, cause)
 		code, err = run(ctx, end)
 	}
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/fleet-go/fleet/internal/keys"
+	"github.com/fleet-go/fleet/internal/taskbody"
 )
 
 var (
@@ -190,7 +191,7 @@ func parseDead(raw string) DeadLetter {
 	}
 	if json.Unmarshal([]byte(raw), &w) != nil {
 		// Written by another client, perhaps: keep what we can.
-		if b, err := parseBody(raw); err == nil {
+		if b, err := taskbody.Parse(raw); err == nil {
 			d.ID, d.Payload, d.Attempts = b.ID, b.Payload, b.Attempts
 		}
 		return d
@@ -295,11 +296,11 @@ func revived(d DeadLetter) ([]string, bool) {
 	if d.Poison() {
 		return nil, false
 	}
-	b, err := rewriteBody(d.Raw, map[string]any{"attempts": 0, "error": nil, "dead_at": nil})
+	b, err := taskbody.Rewrite(d.Raw, map[string]any{"attempts": 0, "error": nil, "dead_at": nil})
 	if err != nil {
 		return nil, false
 	}
-	w, _ := parseBody(b)
+	w, _ := taskbody.Parse(b)
 	return []string{d.Raw, b, d.ID, w.Dedup}, true
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/fleet-go/fleet/internal/keys"
+	"github.com/fleet-go/fleet/internal/taskbody"
 )
 
 var (
@@ -390,19 +391,19 @@ func (q *queueCore) sweepShard(ctx context.Context, qo QueueOptions, opts Sweepe
 			token, _ := res[i+1].ToString()
 			body, _ := res[i+2].ToString()
 			var next, bury string
-			w, err := parseBody(body)
+			w, err := taskbody.Parse(body)
 			switch attempts := w.Attempts + 1; {
 			case err != nil:
-				next, bury = deadEntry(body, attempts, "lease ran out, and "+err.Error()), "1"
+				next, bury = taskbody.DeadEntry(body, attempts, "lease ran out, and "+err.Error()), "1"
 			case leaseCanceled(token):
 				// Queue.Cancel asked for it to stop while it ran: it never
 				// runs again.
-				next, bury = deadEntry(body, attempts, ErrCanceled.Error()+": its lease ran out before its worker ended it"), "c"
+				next, bury = taskbody.DeadEntry(body, attempts, ErrCanceled.Error()+": its lease ran out before its worker ended it"), "c"
 			case attempts >= qo.MaxAttempts && w.MaxAttempts <= 0, w.MaxAttempts > 0 && attempts >= w.MaxAttempts:
-				next, bury = deadEntry(body, attempts, "lease ran out on the last attempt"), "1"
+				next, bury = taskbody.DeadEntry(body, attempts, "lease ran out on the last attempt"), "1"
 			default:
-				if next, err = rewriteBody(body, map[string]any{"attempts": attempts, "error": "lease ran out"}); err != nil {
-					next, bury = deadEntry(body, attempts, "lease ran out, and "+err.Error()), "1"
+				if next, err = taskbody.Rewrite(body, map[string]any{"attempts": attempts, "error": "lease ran out"}); err != nil {
+					next, bury = taskbody.DeadEntry(body, attempts, "lease ran out, and "+err.Error()), "1"
 				} else {
 					bury = "0"
 				}
