@@ -14,7 +14,6 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/fleet-go/fleet/internal/keys"
-	"github.com/fleet-go/fleet/internal/taskbody"
 )
 
 var queueSubmitScript = newScript("queue_submit.lua")
@@ -261,9 +260,9 @@ type Queue[T any] struct {
 }
 
 // queueEntry is what f.queues holds for a queue name: the untyped side of
-// the latest Queue[T] this process made for it.
+// the latest Queue[T] this process made for it (SubmitJSON also takes it
+// as a jsonSubmitter: queue_submit.go).
 type queueEntry interface {
-	submitJSON(ctx context.Context, raw []byte, opts SubmitOptions) (string, error)
 	core() *queueCore
 }
 
@@ -368,14 +367,4 @@ func newTaskID() (string, error) {
 		return "", fmt.Errorf("task id: %w", err)
 	}
 	return id.String(), nil
-}
-
-// newBody spells the body of a task (taskbody.New) with the per-task
-// options of opts: the one place that maps SubmitOptions to the options a
-// body carries.
-func newBody(id string, payload []byte, opts SubmitOptions) string {
-	return taskbody.New(id, payload, taskbody.Options{
-		DedupKey: opts.DedupKey, UniqueFor: opts.UniqueFor, Priority: opts.Priority, MaxAttempts: opts.MaxAttempts,
-		Timeout: opts.Timeout, ExpiresAt: opts.ExpiresAt, Metadata: opts.Metadata, Group: opts.Group,
-	})
 }

@@ -106,6 +106,24 @@ func (q *queueCore) ready(ctx context.Context) error {
 	return q.f.alive(ctx)
 }
 
+// known refuses, with ErrQueueNotFound, an operator's call on a handle of
+// Fleet.Queue (byName) for a queue that the registry (fleet:queues) does
+// not know, before it writes anything; a NewQueue handle's queue is known.
+func (q *queueCore) known(ctx context.Context) error {
+	if !q.byName {
+		return nil
+	}
+	c := q.f.client
+	known, err := c.Do(ctx, c.B().Sismember().Key(q.f.keys.Queues()).Member(q.name).Build()).AsBool()
+	if err != nil {
+		return err
+	}
+	if !known {
+		return fmt.Errorf("%w: %q is not in the queue registry", ErrQueueNotFound, q.name)
+	}
+	return nil
+}
+
 // Policy returns the policy stored for the queue, which every process
 // applies, and whether one is stored (none until a handle of the queue
 // first reached Redis). May return ErrUnavailable.

@@ -151,7 +151,7 @@ func (r *reservation) finish(ctx context.Context, mode endMode, cause string, af
 	case endNack, endBury:
 		var err error
 		body, err = taskbody.Rewrite(r.body, map[string]any{"attempts": attempts, "error": cause, "dead_at": nil})
-		if err != nil || body == "{}" {
+		if err != nil {
 			body, mode = taskbody.DeadEntry(r.body, attempts, cause), endBury // not a task: it can only be buried
 		}
 		if strings.HasPrefix(cause, ErrCanceled.Error()) {

@@ -2,7 +2,6 @@ package fleet
 
 import (
 	"context"
-	"fmt"
 )
 
 // Pause pauses the queue: batch workers reserve nothing from it (each
@@ -53,24 +52,6 @@ func (q *queueCore) setPaused(ctx context.Context, paused bool) error {
 	}
 	if !q.f.cache {
 		q.f.watch.PokeAll(q.k.Paused)
-	}
-	return nil
-}
-
-// known refuses, with ErrQueueNotFound, an operator's call on a handle of
-// Fleet.Queue (byName) for a queue that the registry (fleet:queues) does
-// not know, before it writes anything; a NewQueue handle's queue is known.
-func (q *queueCore) known(ctx context.Context) error {
-	if !q.byName {
-		return nil
-	}
-	c := q.f.client
-	known, err := c.Do(ctx, c.B().Sismember().Key(q.f.keys.Queues()).Member(q.name).Build()).AsBool()
-	if err != nil {
-		return err
-	}
-	if !known {
-		return fmt.Errorf("%w: %q is not in the queue registry", ErrQueueNotFound, q.name)
 	}
 	return nil
 }

@@ -14,10 +14,21 @@ import (
 	"unicode/utf8"
 
 	"github.com/fleet-go/fleet/internal/keys"
+	"github.com/fleet-go/fleet/internal/taskbody"
 	"github.com/redis/rueidis"
 )
 
 // Submitting tasks: Submit, SubmitMany, SubmitWith, SubmitJSON.
+
+// newBody spells the body of a task (taskbody.New) with the per-task
+// options of opts: the one place that maps SubmitOptions to the options a
+// body carries.
+func newBody(id string, payload []byte, opts SubmitOptions) string {
+	return taskbody.New(id, payload, taskbody.Options{
+		DedupKey: opts.DedupKey, UniqueFor: opts.UniqueFor, Priority: opts.Priority, MaxAttempts: opts.MaxAttempts,
+		Timeout: opts.Timeout, ExpiresAt: opts.ExpiresAt, Metadata: opts.Metadata, Group: opts.Group,
+	})
+}
 
 // Submit validates payload (go-playground/validator tags on T) and pushes
 // it as a new task at the tail of the queue. It returns the task's id, a
@@ -485,7 +496,13 @@ func (f *Fleet) SubmitJSONWith(ctx context.Context, queue string, raw []byte, op
 	if !ok {
 		return "", opErr("submit json", queue, ErrQueueNotFound)
 	}
-	return e.(queueEntry).submitJSON(ctx, raw, opts)
+	return e.(jsonSubmitter).submitJSON(ctx, raw, opts)
+}
+
+// jsonSubmitter is what SubmitJSON takes of the queueEntry of a queue
+// name: every Queue[T] is one.
+type jsonSubmitter interface {
+	submitJSON(ctx context.Context, raw []byte, opts SubmitOptions) (string, error)
 }
 
 func (q *Queue[T]) submitJSON(ctx context.Context, raw []byte, opts SubmitOptions) (string, error) {

@@ -44,3 +44,40 @@ func TestSweeperForgetsWorkers(t *testing.T) {
 		}
 	})
 }
+
+// TestSweepNullBody: a reservation that another client registered with
+// the body null (JSON, but no task) is buried by the sweep as poison,
+// wrapped, once its deadline passed; the sweep does not fail (a null body
+// once made the sweeper's rewrite panic) and the queue's other task stays.
+func TestSweepNullBody(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		t.Parallel()
+		e := open(t, tg)
+		k := e.qk("nullbody")
+		q := fastQueue(e.F, "nullbody", time.Minute)
+		id, err := q.Submit(ctx(t), job{URL: "https://example.com/a", N: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.do(t, e.Raw.B().Zadd().Key(k.Processing).ScoreMember().ScoreMember(1, "n1").Build())
+		e.do(t, e.Raw.B().Hset().Key(k.Body).FieldValue().FieldValue("n1", "null").Build())
+		st, err := e.F.Sweep(ctx(t), fleet.SweeperOptions{})
+		if err != nil || st.DeadLettered != 1 {
+			t.Fatalf("Sweep = %+v, %v; want the null body dead-lettered", st, err)
+		}
+		dead, err := q.DeadLetters(ctx(t), 0, 10)
+		if err != nil || len(dead) != 1 || !dead[0].Poison() {
+			t.Fatalf("DeadLetters = %+v, %v", dead, err)
+		}
+		if m := decodeMap(t, dead[0].Raw); m["body"] != "null" || m["error"] != "lease ran out, and body has no usable id" {
+			t.Fatalf("dead letter %s", dead[0].Raw)
+		}
+		if n := e.do(t, e.Raw.B().Zcard().Key(k.Processing).Build()); mustInt(t, n) != 0 {
+			t.Fatalf("processing still holds %d", mustInt(t, n))
+		}
+		got, err := q.Reserve(ctx(t), 1, time.Second)
+		if err != nil || len(got) != 1 || got[0].ID != id {
+			t.Fatalf("Reserve = %v, %v; want %s", got, err, id)
+		}
+	})
+}

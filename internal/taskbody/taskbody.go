@@ -218,13 +218,15 @@ func isJSONSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c =
 // white space between its tokens, which encoding/json compacts). The
 // result's keys are sorted (encoding/json's map order); the fields kept
 // are not HTML-escaped, the values of set are (json.Marshal). An error
-// means body is not a JSON object or a value does not encode; the body
-// null, though, decodes as no map and panics (the reserve script lets only
-// objects with an id through, so no caller meets one).
+// means body is not a JSON object (null included) or a value does not
+// encode.
 func Rewrite(body string, set map[string]any) (string, error) {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal([]byte(body), &m); err != nil {
 		return "", err
+	}
+	if m == nil {
+		return "", errors.New("body is null, not a JSON object")
 	}
 	for k, v := range set {
 		if v == nil {
@@ -251,9 +253,9 @@ func Rewrite(body string, set map[string]any) (string, error) {
 // attempts counted, plus "error".
 func DeadEntry(body string, attempts int, cause string) string {
 	s, err := Rewrite(body, map[string]any{"attempts": attempts, "error": cause, "dead_at": nil})
-	if err != nil || s == "{}" {
-		// Not a JSON object (or an empty one): keep the raw body inside a
-		// wrapper, the shape that queue_reserve.lua gives poison.
+	if err != nil {
+		// Not a JSON object: keep the raw body inside a wrapper, the shape
+		// that queue_reserve.lua gives poison.
 		b, _ := json.Marshal(map[string]any{"body": body, "error": cause})
 		return string(b)
 	}

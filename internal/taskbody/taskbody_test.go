@@ -128,7 +128,7 @@ func TestRewrite(t *testing.T) {
 			t.Errorf("%s: Rewrite(%s) =\n%s, %v\nwant\n%s", c.name, c.body, got, err, c.want)
 		}
 	}
-	for _, body := range []string{`not json`, `[1]`, `"s"`, ``} {
+	for _, body := range []string{`not json`, `[1]`, `"s"`, ``, `null`, ` null `} {
 		if got, err := Rewrite(body, map[string]any{"attempts": 1}); err == nil {
 			t.Errorf("Rewrite(%q) = %s with no error", body, got)
 		}
@@ -152,6 +152,7 @@ func TestDeadEntry(t *testing.T) {
 		{"poison: not JSON", `not json`, 1, "payload does not decode", `{"body":"not json","error":"payload does not decode"}`},
 		{"poison: not an object", `[1,2]`, 1, "x", `{"body":"[1,2]","error":"x"}`},
 		{"poison: empty", ``, 2, "y<z>", `{"body":"","error":"y\u003cz\u003e"}`},
+		{"poison: null", `null`, 1, "x", `{"body":"null","error":"x"}`},
 		// An empty object is no task, but gets attempts and error set
 		// like one: the wrapper is only for what Rewrite refuses.
 		{"empty object", `{}`, 1, "x<y>", `{"attempts":1,"error":"x\u003cy\u003e"}`},
