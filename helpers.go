@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
-
-	"github.com/fleet-go/fleet/internal/mono"
 )
 
 // Small helpers that many files share: durations and times as the scripts
@@ -125,12 +123,6 @@ func secondsString(t time.Time) string {
 
 // unixSeconds is t in unix seconds, to the millisecond.
 func unixSeconds(t time.Time) float64 { return float64(t.UnixMilli()) / 1000 }
-
-// monoNow delegates to internal/mono (mono.Now), this process's monotonic
-// clock that lease deadlines are measured with; its call sites move to
-// mono once the split of the root has landed. (monoTime's one user, the
-// lease clock, moved to internal/lease: use mono.Time.)
-func monoNow() int64 { return mono.Now() }
 
 // cmpErr keeps the first error of a series: first, else err.
 func cmpErr(first, err error) error {

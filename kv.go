@@ -12,6 +12,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/fleet-go/fleet/internal/keys"
+	"github.com/fleet-go/fleet/internal/mono"
 )
 
 // KV is a namespace of named values with optional TTLs
@@ -145,7 +146,7 @@ func (kv *KV) Set(ctx context.Context, key string, value any, ttl time.Duration)
 // reads the old value first, and a key of another type fails that read
 // before anything is written. One command, no script.
 func (f *Fleet) setString(ctx context.Context, key, value string, ttl time.Duration) error {
-	f.watch.WroteCached(key, monoNow())
+	f.watch.WroteCached(key, mono.Now())
 	c := f.client
 	var cmd rueidis.Completed
 	if ttl > 0 {
@@ -242,7 +243,7 @@ func (kv *KV) get(ctx context.Context, key string) (string, bool, error) {
 		w.Settle(ctx, k, settleFor)
 	}
 	if cached && !w.Stale(k) {
-		w.ReadCached(k, kv.f.cacheTTL, monoNow())
+		w.ReadCached(k, kv.f.cacheTTL, mono.Now())
 		res = c.DoCache(ctx, c.B().Get().Key(k).Cache(), kv.f.cacheTTL)
 	} else {
 		res = c.Do(ctx, c.B().Get().Key(k).Build())
@@ -288,7 +289,7 @@ func (kv *KV) Delete(ctx context.Context, key string) (bool, error) {
 	if err != nil {
 		return false, opErr("kv delete", key, err)
 	}
-	kv.f.watch.WroteCached(k, monoNow())
+	kv.f.watch.WroteCached(k, mono.Now())
 	n, err := kv.f.client.Do(ctx, kv.f.client.B().Del().Key(k).Build()).AsInt64()
 	return n == 1, opErr("kv delete", key, err)
 }

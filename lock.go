@@ -7,16 +7,18 @@ import (
 
 	"github.com/fleet-go/fleet/internal/keys"
 	"github.com/fleet-go/fleet/internal/lease"
+	"github.com/fleet-go/fleet/internal/mono"
+	"github.com/fleet-go/fleet/internal/script"
 )
 
 // The lock scripts need no type-check helper (each refuses a wrong type
 // with its first read), so they load without lib_types.lua: one closure
 // less to build on every call of the hottest scripts.
 var (
-	lockAcquireScript = newScript("lock_acquire.lua", retryable)
+	lockAcquireScript = newScript("lock_acquire.lua", script.Retryable)
 	lockReleaseScript = newScript("lock_release.lua")
-	lockExtendScript  = newScript("lock_extend.lua", retryable)
-	lockAbandonScript = newScript("lock_abandon.lua", retryable)
+	lockExtendScript  = newScript("lock_extend.lua", script.Retryable)
+	lockAbandonScript = newScript("lock_abandon.lua", script.Retryable)
 )
 
 const (
@@ -75,7 +77,7 @@ type Lease struct {
 	clock lease.Clock
 }
 
-// newLease is a lease of l taken by a call sent at sent (monoNow) for hold.
+// newLease is a lease of l taken by a call sent at sent (mono.Now) for hold.
 func newLease(l *Lock, token string, fence, sent int64, hold time.Duration) *Lease {
 	lease := &Lease{lock: l, token: token, fence: fence}
 	lease.clock.Prove(sent, hold)
@@ -154,7 +156,7 @@ func (l *Lock) abandon(token string, hold time.Duration, tomb bool) {
 // script's outcome is unknown (ctx ended or the connection broke while it
 // was in flight), it abandons token.
 func (l *Lock) try(ctx context.Context, token string, hold time.Duration) (*Lease, time.Duration, error) {
-	sent := monoNow()
+	sent := mono.Now()
 	res, err := lockAcquireScript.Exec(ctx, l.f.client, []string{l.key, l.fence, l.tomb},
 		[]string{token, millis(hold), millis(max(hold, fenceLife))}).ToArray()
 	if err != nil {
@@ -228,7 +230,7 @@ func (l *Lease) Extend(ctx context.Context, hold time.Duration) error {
 	if err := lk.check(ctx, hold); err != nil {
 		return opErr("lock extend", lk.name, err)
 	}
-	sent := monoNow()
+	sent := mono.Now()
 	n, err := lockExtendScript.Exec(ctx, lk.f.client, []string{lk.key}, []string{l.token, millis(hold)}).AsInt64()
 	if err != nil {
 		return opErr("lock extend", lk.name, err)

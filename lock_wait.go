@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/fleet-go/fleet/internal/mono"
 	"github.com/fleet-go/fleet/internal/wake"
 )
 
@@ -40,7 +41,7 @@ func pickWaiter(w *wake.Watcher, key string) *lockWaiter {
 // outcome to lw. It reports whether the lock was passed.
 func (l *Lease) handover(ctx context.Context, lw *lockWaiter) (bool, error) {
 	lk := l.lock
-	sent := monoNow() // the waiter's lease counts from here
+	sent := mono.Now() // the waiter's lease counts from here
 	s, err := lockHandoverScript.Exec(ctx, lk.f.client, []string{lk.key, lk.fence},
 		[]string{l.token, lw.token, millis(lw.hold), millis(max(lw.hold, fenceLife))}).ToString()
 	if err != nil {

@@ -3,6 +3,8 @@ package fleet
 import (
 	"context"
 	"time"
+
+	"github.com/fleet-go/fleet/internal/mono"
 )
 
 // swept tells the Observer what a sweep of queue did, when it did
@@ -24,7 +26,7 @@ func (f *Fleet) limited(ctx context.Context, limiter string, tokens, taken int, 
 // start (obsStart) went.
 func (f *Fleet) semaphoreWaited(ctx context.Context, sem string, start int64, obtained bool, err error) {
 	if f.obs != nil && f.obs.SemaphoreWaited != nil {
-		f.obs.SemaphoreWaited(ctx, SemaphoreWaitEvent{Semaphore: sem, Wait: time.Duration(monoNow() - start), Obtained: obtained, Err: err})
+		f.obs.SemaphoreWaited(ctx, SemaphoreWaitEvent{Semaphore: sem, Wait: time.Duration(mono.Now() - start), Obtained: obtained, Err: err})
 	}
 }
 
@@ -34,7 +36,7 @@ func (f *Fleet) obsStart() int64 {
 	if f.obs == nil {
 		return 0
 	}
-	return monoNow()
+	return mono.Now()
 }
 
 // observeSubmit tells the Observer of a submit of ids to queue, adds the
@@ -110,7 +112,7 @@ func (f *Fleet) lockWaitedSlow(ctx context.Context, lock string, start int64, ob
 	if f.obs.LockWaited == nil {
 		return
 	}
-	f.obs.LockWaited(ctx, LockWaitEvent{Lock: lock, Wait: time.Duration(monoNow() - start), Obtained: obtained, Err: err})
+	f.obs.LockWaited(ctx, LockWaitEvent{Lock: lock, Wait: time.Duration(mono.Now() - start), Obtained: obtained, Err: err})
 }
 
 // claimWaited tells the Observer how a claim on pool that began at start
@@ -125,5 +127,5 @@ func (f *Fleet) claimWaitedSlow(ctx context.Context, pool string, start int64, c
 	if f.obs.ClaimWaited == nil {
 		return
 	}
-	f.obs.ClaimWaited(ctx, ClaimWaitEvent{Pool: pool, Wait: time.Duration(monoNow() - start), Claimed: claimed, Err: err})
+	f.obs.ClaimWaited(ctx, ClaimWaitEvent{Pool: pool, Wait: time.Duration(mono.Now() - start), Claimed: claimed, Err: err})
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/fleet-go/fleet/internal/lease"
+	"github.com/fleet-go/fleet/internal/mono"
 )
 
 // poolTombMargin is how much longer than the hold a claim's token key (and
@@ -126,7 +127,7 @@ func (q *Query[P, T]) try(ctx context.Context, hold time.Duration, full bool) (*
 	cursor, set, badSeen := "", "0", 0
 	checkCursor, checked := "0", false
 	for {
-		sent := monoNow()
+		sent := mono.Now()
 		k, a := c.std(extra...)
 		a = append(a, token, millis(hold), millis(hold+poolTombMargin), cursor, set,
 			strconv.Itoa(poolClaimBudget), strconv.Itoa(len(extra)))
@@ -451,7 +452,7 @@ func (c *Claim[P, T]) Extend(ctx context.Context, hold time.Duration) error {
 	}
 	id := c.Item.ID
 	k, a := p.std(p.claim+id, p.owner(id))
-	sent := monoNow()
+	sent := mono.Now()
 	n, err := poolExtendScript.Exec(ctx, p.f.client, k, append(a, c.token, millis(hold), id)).AsInt64()
 	if err != nil {
 		return opErr("pool extend", p.name, err)

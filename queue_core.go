@@ -13,6 +13,7 @@ import (
 
 	"github.com/fleet-go/fleet/internal/keys"
 	"github.com/fleet-go/fleet/internal/lease"
+	"github.com/fleet-go/fleet/internal/mono"
 	"github.com/fleet-go/fleet/internal/taskbody"
 )
 
@@ -55,7 +56,7 @@ type queueCore struct {
 	lmu    sync.Mutex
 	lsn    map[*shardListener]struct{} // listenPending's listeners, grown with the shard count
 	span   atomic.Int64                // the stored shard high-water mark last read (0: none read)
-	spanAt atomic.Int64                // monoNow of that read
+	spanAt atomic.Int64                // mono.Now of that read
 }
 
 // newQueueCore returns the core of queue name with opts (defaults not yet
@@ -274,7 +275,7 @@ func (q *queueCore) take(ctx context.Context, req reserveReq) (reserved, error) 
 	if req.owner != "" {
 		prefix = req.owner + "/" + prefix
 	}
-	sent := monoNow()
+	sent := mono.Now()
 	args := reserveArgs{n: req.n, lease: q.opts.Lease, prefix: prefix, deadMax: q.opts.DeadMax, wantLeft: req.wantLeft}
 	if q.look.now(sent) {
 		args.move = 1000

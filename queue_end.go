@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fleet-go/fleet/internal/mono"
 	"github.com/fleet-go/fleet/internal/taskbody"
 )
 
@@ -233,7 +234,7 @@ func (r *reservation) Extend(ctx context.Context, lease time.Duration) error {
 	if lease <= 0 {
 		return opErr("extend", q.name, fmt.Errorf("%w: lease %v must be > 0", ErrInvalidArgument, lease))
 	}
-	sent := monoNow()
+	sent := mono.Now()
 	reply, err := queueExtendScript.Exec(ctx, q.f.client, q.keys(), extendArgs{id: r.id, token: r.token, lease: lease}.args()).AsIntSlice()
 	var code endCode
 	if err == nil {

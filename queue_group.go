@@ -16,9 +16,10 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/fleet-go/fleet/internal/keys"
+	"github.com/fleet-go/fleet/internal/script"
 )
 
-var queueGroupScript = newScript("queue_group.lua", retryable)
+var queueGroupScript = newScript("queue_group.lua", script.Retryable)
 
 // SetGroupLimit gives group its own limits, in place of the queue's
 // (QueueOptions.Groups), fleet-wide and at once: a group held back by its

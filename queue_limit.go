@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/fleet-go/fleet/internal/mono"
 )
 
 // snoozeWake bounds the snoozes after which this process wakes its own
@@ -36,7 +38,7 @@ func (o QueueOptions) rateLimit(f *Fleet) error {
 }
 
 // limitBooking is a token that a limited queue handle booked ahead
-// (Limiter.book): it may be used from at (monoNow) on.
+// (Limiter.book): it may be used from at (mono.Now) on.
 type limitBooking struct {
 	mu   sync.Mutex
 	held bool
@@ -52,7 +54,7 @@ func (q *queueCore) limitTake(ctx context.Context, n int) (int, time.Duration, e
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.held {
-		if d := b.at - monoNow(); d > 0 {
+		if d := b.at - mono.Now(); d > 0 {
 			return 0, time.Duration(d), nil
 		}
 		b.held = false
@@ -63,6 +65,6 @@ func (q *queueCore) limitTake(ctx context.Context, n int) (int, time.Duration, e
 		return got, 0, err
 	}
 	// Counted from the reply: on this clock, no sooner than the server's.
-	b.held, b.at = true, monoNow()+int64(wait)
+	b.held, b.at = true, mono.Now()+int64(wait)
 	return 0, wait, nil
 }

@@ -22,8 +22,8 @@ const schedLookEvery = 100 * time.Millisecond
 // earliest task that look saw falls due, or at once after this process
 // scheduled a task (lookSoon).
 type schedLook struct {
-	next   atomic.Int64 // monoNow at which the next reserve looks
-	due    atomic.Int64 // monoNow at which the earliest task seen falls due; 0: none seen
+	next   atomic.Int64 // mono.Now at which the next reserve looks
+	due    atomic.Int64 // mono.Now at which the earliest task seen falls due; 0: none seen
 	signal atomic.Int64 // the queue's signal as the last reserve saw it (cachedPending)
 }
 

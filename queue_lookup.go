@@ -10,11 +10,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fleet-go/fleet/internal/script"
 	"github.com/google/uuid"
 	"github.com/redis/rueidis"
 )
 
-var queueLookupScript = newScript("queue_lookup.lua", readOnly)
+var queueLookupScript = newScript("queue_lookup.lua", script.ReadOnly)
 
 // TaskRecord is what Lookup found of a task.
 type TaskRecord struct {

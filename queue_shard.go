@@ -10,6 +10,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/fleet-go/fleet/internal/keys"
+	"github.com/fleet-go/fleet/internal/mono"
 	"github.com/fleet-go/fleet/internal/wake"
 )
 
@@ -83,7 +84,7 @@ func (q *queueCore) spanOf(ctx context.Context) int {
 	if !q.f.keys.Tagged() {
 		return 1
 	}
-	now := monoNow()
+	now := mono.Now()
 	if last := q.spanAt.Load(); last == 0 || now-last >= int64(spanEvery) {
 		if q.spanAt.CompareAndSwap(last, now) {
 			c := q.f.client
@@ -172,7 +173,7 @@ func (q *queueCore) shardRegister(ctx context.Context, nx bool) error {
 		return err
 	}
 	q.span.Store(min(max(m, 1), keys.MaxShards))
-	q.spanAt.Store(monoNow())
+	q.spanAt.Store(mono.Now())
 	q.growListeners(q.knownSpan())
 	cmds := make(rueidis.Commands, 0, q.opts.Shards)
 	for i := 1; i < q.opts.Shards; i++ {
@@ -331,7 +332,7 @@ func (q *queueCore) spread(ctx context.Context, req reserveReq) (reserved, error
 	// the call costs one round trip. Then the others, skipping those that
 	// the local cache says are empty (when the Fleet caches).
 	var lens []int64
-	now := monoNow()
+	now := mono.Now()
 	var firstErr error
 	for j := range k {
 		i := (start + j) % k

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fleet-go/fleet/internal/lease"
+	"github.com/fleet-go/fleet/internal/mono"
 )
 
 // reservation is a reserved task, untyped: what the holder needs to end
@@ -32,7 +33,7 @@ type reservation struct {
 	trace    json.RawMessage
 	// The per-task options of the body (SubmitOptions): maxAttempts and
 	// timeout (0: the queue's, the worker's), meta, group, and expires,
-	// monoNow past which the task must not start (0: never).
+	// mono.Now past which the task must not start (0: never).
 	maxAttempts int
 	timeout     time.Duration
 	meta        map[string]string
@@ -79,7 +80,7 @@ func (r *reservation) Metadata() map[string]string { return r.meta }
 func (r *reservation) Group() string { return r.group }
 
 // expired reports whether the task's ExpiresAt passed: it must not start.
-func (r *reservation) expired() bool { return r.expires != 0 && monoNow() >= r.expires }
+func (r *reservation) expired() bool { return r.expires != 0 && mono.Now() >= r.expires }
 
 // keeps reports whether r's ack does more than a plain one: its dedup key
 // held for a unique window, its record kept (QueueOptions.Retention), its

@@ -15,12 +15,6 @@ import (
 //go:embed scripts/*.lua
 var scriptFS embed.FS
 
-// The options of newScript (internal/script: ReadOnly, Retryable).
-const (
-	readOnly  = script.ReadOnly
-	retryable = script.Retryable
-)
-
 // libraries are the scripts' libraries, in the order their blocks go
 // before a script: a block may call the blocks of the libraries before its
 // own, and those before it in its own library. The first two are made here
@@ -38,7 +32,7 @@ var linker = script.NewLinker(scriptFS, "scripts", libraries, map[string]string{
 // newScript loads scripts/<name>, a script of its own, with the blocks of
 // the libraries that it calls, directly or through another block: a script
 // names no library, it uses what it calls (script.Linker.Text). Exec sends
-// EVALSHA (EVALSHA_RO with readOnly) and falls back to EVAL on NOSCRIPT,
+// EVALSHA (EVALSHA_RO with script.ReadOnly) and falls back to EVAL on NOSCRIPT,
 // so SCRIPT FLUSH or a restarted server never breaks a call.
 func newScript(name string, opts ...script.Option) *rueidis.Lua {
 	return linker.New(name, opts...)

@@ -7,13 +7,15 @@ import (
 	"time"
 
 	"github.com/fleet-go/fleet/internal/keys"
+	"github.com/fleet-go/fleet/internal/mono"
+	"github.com/fleet-go/fleet/internal/script"
 )
 
 var (
-	semAcquireScript = newScript("sem_acquire.lua", retryable)
+	semAcquireScript = newScript("sem_acquire.lua", script.Retryable)
 	semReleaseScript = newScript("sem_release.lua")
-	semExtendScript  = newScript("sem_extend.lua", retryable)
-	semAbandonScript = newScript("sem_abandon.lua", retryable)
+	semExtendScript  = newScript("sem_extend.lua", script.Retryable)
+	semAbandonScript = newScript("sem_abandon.lua", script.Retryable)
 )
 
 // Semaphore is a fleet-wide counting semaphore (fleet:sem:<name>): at most
@@ -125,7 +127,7 @@ func (s *Semaphore) Do(ctx context.Context, opts SemaphoreOptions, fn func(ctx c
 // ends (-1 when unknown). When the script's outcome is unknown it abandons
 // token.
 func (s *Semaphore) try(ctx context.Context, token string, hold time.Duration) (*Lease, time.Duration, error) {
-	sent := monoNow()
+	sent := mono.Now()
 	res, err := semAcquireScript.Exec(ctx, s.f.client, []string{s.key, s.tomb},
 		[]string{token, millis(hold), strconv.Itoa(s.limit)}).AsIntSlice()
 	if err != nil {
@@ -230,7 +232,7 @@ func (s *Semaphore) extend(ctx context.Context, l *Lease, hold time.Duration) er
 	if err := s.check(ctx, hold); err != nil {
 		return opErr("semaphore extend", s.name, err)
 	}
-	sent := monoNow()
+	sent := mono.Now()
 	n, err := semExtendScript.Exec(ctx, s.f.client, []string{s.key}, []string{l.token, millis(hold)}).AsInt64()
 	if err != nil {
 		return opErr("semaphore extend", s.name, err)

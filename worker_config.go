@@ -12,11 +12,12 @@ import (
 	"time"
 
 	"github.com/fleet-go/fleet/internal/keys"
+	"github.com/fleet-go/fleet/internal/script"
 )
 
 var (
 	workerSetConfigScript  = newScript("worker_set_config.lua")
-	workerReadConfigScript = newScript("worker_read_config.lua", readOnly)
+	workerReadConfigScript = newScript("worker_read_config.lua", script.ReadOnly)
 )
 
 // maxGen bounds a pushed gen: Lua numbers are doubles, exact up to 2^53.

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/fleet-go/fleet/internal/lease"
+	"github.com/fleet-go/fleet/internal/mono"
 )
 
 // handle runs one task with its lease kept alive, and ends it by its
@@ -91,7 +92,7 @@ func (b *batch[C, O, P]) handleTask(run, soft context.Context, s *Slot[C, O], t 
 		toCause = fmt.Errorf("%w after %v (the task's own Timeout)", ErrTaskTimeout, to)
 	}
 	if to > 0 {
-		keep.StopAt, keep.StopCause = monoNow()+int64(to), toCause
+		keep.StopAt, keep.StopCause = mono.Now()+int64(to), toCause
 	}
 	kept := lease.Start(run, keep)
 	defer kept.Cancel(nil)
