@@ -69,9 +69,9 @@ func (q *queueCore) Pending(ctx context.Context, offset, count int) ([]WaitingTa
 	shards := q.shardsOf(ctx)
 	lists := make([]string, len(shards))
 	for i, s := range shards {
-		lists[i] = s.k.Pending
+		lists[i] = s.key.Pending
 	}
-	raws, err := q.f.concatRange(ctx, lists, offset, offset+count-1)
+	raws, err := q.fleet.concatRange(ctx, lists, offset, offset+count-1)
 	if err != nil {
 		return nil, opErr("pending tasks", q.name, err)
 	}
@@ -94,13 +94,13 @@ func (q *queueCore) Scheduled(ctx context.Context, offset, count int) ([]Waiting
 	if count == 0 {
 		return nil, nil
 	}
-	c := q.f.client
+	c := q.fleet.client
 	// A sharded queue: the first offset+count of each shard, merged by
 	// when they are due.
 	shards := q.shardsOf(ctx)
 	cmds := make(rueidis.Commands, len(shards))
 	for i, s := range shards {
-		cmds[i] = c.B().Zrange().Key(s.k.Scheduled).Min("0").Max(strconv.Itoa(offset + count - 1)).Withscores().Build()
+		cmds[i] = c.B().Zrange().Key(s.key.Scheduled).Min("0").Max(strconv.Itoa(offset + count - 1)).Withscores().Build()
 	}
 	var zs []rueidis.ZScore
 	for _, r := range c.DoMulti(ctx, cmds...) {

@@ -144,9 +144,9 @@ func (q *queueCore) Running(ctx context.Context, after TaskCursor, count int) ([
 		return nil, opErr(op, q.name, err)
 	}
 	var out []RunningTask
-	c := q.f.client
+	c := q.fleet.client
 	for _, s := range q.shardsOf(ctx) {
-		zs, err := q.f.zAfter(ctx, s.k.Processing, after, count, memberID)
+		zs, err := q.fleet.zAfter(ctx, s.key.Processing, after, count, memberID)
 		if err != nil {
 			return nil, opErr(op, q.name, err)
 		}
@@ -157,7 +157,7 @@ func (q *queueCore) Running(ctx context.Context, after TaskCursor, count int) ([
 		for i, z := range zs {
 			ids[i] = z.Member
 		}
-		rs := c.DoMulti(ctx, c.B().Hmget().Key(s.k.Body).Field(ids...).Build(), c.B().Hmget().Key(s.k.Lease).Field(ids...).Build())
+		rs := c.DoMulti(ctx, c.B().Hmget().Key(s.key.Body).Field(ids...).Build(), c.B().Hmget().Key(s.key.Lease).Field(ids...).Build())
 		bodies, err := rs[0].ToArray()
 		if err != nil {
 			return nil, opErr(op, q.name, err)
@@ -202,7 +202,7 @@ func (q *queueCore) ScheduledAfter(ctx context.Context, after TaskCursor, count 
 	}
 	var zs []rueidis.ZScore
 	for _, s := range q.shardsOf(ctx) {
-		z, err := q.f.zAfter(ctx, s.k.Scheduled, after, count, bodyID)
+		z, err := q.fleet.zAfter(ctx, s.key.Scheduled, after, count, bodyID)
 		if err != nil {
 			return nil, TaskCursor{}, opErr(op, q.name, err)
 		}
@@ -255,9 +255,9 @@ func (q *queueCore) Done(ctx context.Context, after TaskCursor, count int) ([]Do
 		return nil, opErr(op, q.name, err)
 	}
 	var out []DoneTask
-	c := q.f.client
+	c := q.fleet.client
 	for _, s := range q.shardsOf(ctx) {
-		zs, err := q.f.zAfter(ctx, s.k.Retained, after, count, memberID)
+		zs, err := q.fleet.zAfter(ctx, s.key.Retained, after, count, memberID)
 		if err != nil {
 			return nil, opErr(op, q.name, err)
 		}
@@ -266,7 +266,7 @@ func (q *queueCore) Done(ctx context.Context, after TaskCursor, count int) ([]Do
 		}
 		ks := make([]string, len(zs))
 		for i, z := range zs {
-			ks[i] = s.k.Result + z.Member
+			ks[i] = s.key.Result + z.Member
 		}
 		recs, err := c.Do(ctx, c.B().Mget().Key(ks...).Build()).ToArray()
 		if err != nil {
@@ -309,14 +309,14 @@ func (q *queueCore) DedupTask(ctx context.Context, key string) (string, error) {
 	if key == "" || len(key) > 1024 {
 		return "", opErr(op, q.name, fmt.Errorf("%w: dedup key of %d bytes", ErrInvalidArgument, len(key)))
 	}
-	c := q.f.client
+	c := q.fleet.client
 	shards := q.shardsOf(ctx)
 	cmds := make(rueidis.Commands, 0, 2*len(shards))
 	for _, s := range shards {
-		cmds = append(cmds, c.B().Hget().Key(s.k.Dedup).Field(key).Build())
+		cmds = append(cmds, c.B().Hget().Key(s.key.Dedup).Field(key).Build())
 	}
 	for _, s := range shards {
-		cmds = append(cmds, c.B().Get().Key(s.k.Unique+key).Build())
+		cmds = append(cmds, c.B().Get().Key(s.key.Unique+key).Build())
 	}
 	for _, r := range c.DoMulti(ctx, cmds...) {
 		id, err := r.ToString()
@@ -346,14 +346,14 @@ func (q *queueCore) RunNow(ctx context.Context, id string) error {
 	if id == "" || len(id) > 1024 {
 		return opErr(op, q.name, fmt.Errorf("%w: task id of %d bytes", ErrInvalidArgument, len(id)))
 	}
-	c := q.f.client
+	c := q.fleet.client
 	now, err := timeReply(c.Do(ctx, c.B().Time().Build()))
 	if err != nil {
 		return opErr(op, q.name, err)
 	}
 	score := float64(now.UnixMicro()) / 1e6
 	for _, s := range q.shardsOf(ctx) {
-		members, err := c.Do(ctx, c.B().Zrange().Key(s.k.Scheduled).Min("0").Max("-1").Build()).AsStrSlice()
+		members, err := c.Do(ctx, c.B().Zrange().Key(s.key.Scheduled).Min("0").Max("-1").Build()).AsStrSlice()
 		if err != nil {
 			return opErr(op, q.name, err)
 		}
@@ -361,7 +361,7 @@ func (q *queueCore) RunNow(ctx context.Context, id string) error {
 			if bodyID(m) != id {
 				continue
 			}
-			n, err := c.Do(ctx, c.B().Zadd().Key(s.k.Scheduled).Xx().Ch().ScoreMember().ScoreMember(score, m).Build()).AsInt64()
+			n, err := c.Do(ctx, c.B().Zadd().Key(s.key.Scheduled).Xx().Ch().ScoreMember().ScoreMember(score, m).Build()).AsInt64()
 			if err != nil {
 				return opErr(op, q.name, err)
 			}

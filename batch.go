@@ -108,7 +108,7 @@ func (f *Fleet) NewBatch(ctx context.Context, opts BatchOptions) (*Batch, error)
 		if c.cb.err != nil {
 			return nil, opErr(op, id, within("BatchOptions.On"+map[string]string{"success": "Success", "complete": "Complete"}[c.kind], c.cb.err))
 		}
-		if c.cb.c.f != f {
+		if c.cb.c.fleet != f {
 			return nil, opErr(op, id, fmt.Errorf("%w: a callback's queue is of another Fleet", ErrInvalidArgument))
 		}
 		tid, err := newTaskID()
@@ -160,7 +160,7 @@ func BatchAdd[T any](ctx context.Context, b *Batch, q *Queue[T], payloads []T, o
 		return nil, opErr(op, b.id, err)
 	}
 	switch {
-	case q.f != b.f:
+	case q.fleet != b.f:
 		return nil, opErr(op, b.id, fmt.Errorf("%w: queue %s is of another Fleet than the batch", ErrInvalidArgument, q.name))
 	case len(payloads) > MaxFlowSteps:
 		return nil, opErr(op, b.id, fmt.Errorf("%w: %d tasks, more than MaxFlowSteps %d", ErrInvalidArgument, len(payloads), MaxFlowSteps))
@@ -293,7 +293,7 @@ func (r *reservation) BatchStatus(ctx context.Context) (FlowStatus, bool, error)
 		if d.Queue == "" {
 			var st FlowStatus
 			if err := json.Unmarshal(d.Result, &st); err != nil && d.Status == TaskDone {
-				return st, false, opErr("batch status", r.c.name, fmt.Errorf("%w: %w", ErrDecode, err))
+				return st, false, opErr("batch status", r.core.name, fmt.Errorf("%w: %w", ErrDecode, err))
 			}
 			st.ID = d.ID
 			st.Pending = max(st.Total-st.Succeeded-st.Failed-st.Canceled, 0)

@@ -24,7 +24,7 @@ func AckManyAndTake[T any](ctx context.Context, q *Queue[T], ts []*Task[T], n in
 	for i, t := range ts {
 		rs[i] = t.reservation
 	}
-	res, err := ts[0].c.reserve(ctx, reserveReq{n: n, acks: rs}) // t's shard, as the worker's group commit
+	res, err := ts[0].core.reserve(ctx, reserveReq{n: n, acks: rs}) // t's shard, as the worker's group commit
 	for _, c := range res.acks {
 		acks += string(rune('0' + c))
 	}
@@ -37,9 +37,9 @@ func AckManyAndTake[T any](ctx context.Context, q *Queue[T], ts []*Task[T], n in
 // StaleTask returns a handle on t's task that holds token instead of t's
 // lease token: a holder whose reservation is not the one that exists.
 func StaleTask[T any](t *Task[T], token string) *Task[T] {
-	r := &reservation{c: t.c, id: t.ID, token: token, body: t.body, dedup: t.dedup}
+	r := &reservation{core: t.core, id: t.ID, token: token, body: t.body, dedup: t.dedup}
 	return &Task[T]{ID: t.ID, reservation: r}
 }
 
 // TaskShard is the shard of a sharded queue that holds t (0 unsharded).
-func TaskShard[T any](t *Task[T]) int { return t.c.k.Shard }
+func TaskShard[T any](t *Task[T]) int { return t.core.key.Shard }

@@ -87,8 +87,8 @@ func Ignoring(deps ...Dependency) []Dependency {
 // refOf is the ref of task id of shard c (docs/FLOWS.md): "<queue> <id>",
 // or "<queue>:<i> <id>" for shard i > 0 of a sharded queue.
 func refOf(c *queueCore, id string) string {
-	if c.k.Shard > 0 {
-		return c.name + ":" + strconv.Itoa(c.k.Shard) + " " + id
+	if c.key.Shard > 0 {
+		return c.name + ":" + strconv.Itoa(c.key.Shard) + " " + id
 	}
 	return c.name + " " + id
 }
@@ -261,7 +261,7 @@ func AddStep[T any](fl *Flow, q *Queue[T], payload T, opts SubmitOptions) *FlowS
 			return fmt.Errorf("%w: AddStep needs a queue", ErrInvalidArgument)
 		case q.err != nil:
 			return q.err
-		case fl.f != nil && q.f != fl.f:
+		case fl.f != nil && q.fleet != fl.f:
 			return fmt.Errorf("%w: queue %s is of another Fleet than the flow", ErrInvalidArgument, q.name)
 		case fl.submitted:
 			return fmt.Errorf("%w: the flow was submitted already", ErrInvalidArgument)

@@ -129,9 +129,9 @@ func (d *flowDriver) loop() {
 // Observer (recordEnd), and a tracked task's dead letter is handed to the
 // driver (an ack's was, by flowsAcked).
 func (f *Fleet) taskRunEnded(ctx context.Context, r *reservation, outcome TaskOutcome, ok bool) {
-	f.recordEnd(ctx, r.c.name, r.id, outcome, ok)
+	f.recordEnd(ctx, r.core.name, r.id, outcome, ok)
 	if ok && outcome == TaskDeadLettered && r.track > 0 {
-		f.flowEnds().add(r.c, r.id)
+		f.flowEnds().add(r.core, r.id)
 	}
 }
 
@@ -141,7 +141,7 @@ func (f *Fleet) taskRunEnded(ctx context.Context, r *reservation, outcome TaskOu
 func (f *Fleet) flowsAcked(acks []*reservation, codes []endCode) {
 	for i, r := range acks {
 		if r.track > 0 && i < len(codes) && codes[i] == endDone {
-			f.flowEnds().add(r.c, r.id)
+			f.flowEnds().add(r.core, r.id)
 		}
 	}
 }
@@ -374,7 +374,7 @@ func (f *Fleet) afterRelease(c *queueCore, ids []string, codes string) {
 		case '2':
 			if !woke {
 				c.wakeLocal()
-				c.look.soon()
+				c.sched.soon()
 				woke = true
 			}
 			f.released(c, ids[j])
@@ -390,9 +390,9 @@ func (f *Fleet) afterRelease(c *queueCore, ids []string, codes string) {
 // whose task is no longer reserved.
 // It returns how many ends it passed on and submits it resolved.
 func (q *queueCore) sweepFlows(ctx context.Context, batch int, grace time.Duration) (passed, resolved int, err error) {
-	f := q.f
+	f := q.fleet
 	cur := "0"
-	if v, ok := f.progress.Load(q.k.Progress); ok {
+	if v, ok := f.progress.Load(q.key.Progress); ok {
 		cur = v.(string)
 	}
 	after, g := f.flowEnds().timings()
@@ -412,7 +412,7 @@ func (q *queueCore) sweepFlows(ctx context.Context, batch int, grace time.Durati
 	if len(stale) != 2*m {
 		return 0, 0, unexpectedReply("flow sweep", len(got))
 	}
-	f.progress.Store(q.k.Progress, got[len(got)-1])
+	f.progress.Store(q.key.Progress, got[len(got)-1])
 	if len(outs) > 0 {
 		if err := f.drive(ctx, map[*queueCore][]string{q: outs}); err != nil {
 			return 0, 0, err

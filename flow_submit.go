@@ -71,7 +71,7 @@ func (p *flowPlan) addExt(d Dependency, task int) {
 	key := d.Queue + " " + d.ID
 	e := p.ext[key]
 	if e == nil {
-		e = &extDep{c: p.tasks[task].c.f.coreOf(d.Queue, QueueOptions{}).top(), id: d.ID}
+		e = &extDep{c: p.tasks[task].c.fleet.coreOf(d.Queue, QueueOptions{}).top(), id: d.ID}
 		p.ext[key] = e
 		p.order = append(p.order, e)
 	}
@@ -247,7 +247,7 @@ func (f *Fleet) lookExt(ctx context.Context, p *flowPlan) error {
 	for _, e := range p.order {
 		for _, s := range e.c.shardsOf(ctx) {
 			looks = append(looks, look{e, s})
-			execs = append(execs, rueidis.LuaExec{Keys: s.keys(s.k.Result + e.id), Args: []string{e.id, ""}})
+			execs = append(execs, rueidis.LuaExec{Keys: s.keys(s.key.Result + e.id), Args: []string{e.id, ""}})
 		}
 	}
 	rank := func(s string) int {
@@ -441,7 +441,7 @@ func (f *Fleet) watchExt(ctx context.Context, p *flowPlan) error {
 		for _, i := range e.waiters {
 			t := p.tasks[i]
 			ws = append(ws, watch{e, t})
-			execs = append(execs, rueidis.LuaExec{Keys: e.at.keys(e.at.k.Result + e.id), Args: []string{e.id, refOf(t.c, t.id)}})
+			execs = append(execs, rueidis.LuaExec{Keys: e.at.keys(e.at.key.Result + e.id), Args: []string{e.id, refOf(t.c, t.id)}})
 		}
 	}
 	type tell struct {

@@ -30,10 +30,10 @@ func (r *reservation) Dependencies(ctx context.Context) ([]DependencyState, erro
 	if r.track == 0 {
 		return nil, nil
 	}
-	c := r.c.f.client
-	m, err := c.Do(ctx, c.B().Hgetall().Key(r.c.k.Flow+r.id).Build()).AsStrMap()
+	c := r.core.fleet.client
+	m, err := c.Do(ctx, c.B().Hgetall().Key(r.core.key.Flow+r.id).Build()).AsStrMap()
 	if err != nil {
-		return nil, opErr("dependencies", r.c.name, err)
+		return nil, opErr("dependencies", r.core.name, err)
 	}
 	var out []DependencyState
 	for field, v := range m {
@@ -112,7 +112,7 @@ func (q *queueCore) submitTracked(ctx context.Context, subs []submission) error 
 	for i, s := range subs {
 		ids[i], bodies[i] = s.id, s.body
 	}
-	done := q.f.observeSubmit(ctx, q.name, ids, bodies, time.Time{}, "")
+	done := q.fleet.observeSubmit(ctx, q.name, ids, bodies, time.Time{}, "")
 	if err := q.register(ctx); err != nil {
 		done.call(0, err)
 		return err
@@ -127,7 +127,7 @@ func (q *queueCore) submitTracked(ctx context.Context, subs []submission) error 
 			p.addExt(d, i)
 		}
 	}
-	err := q.f.submitPlan(ctx, p)
+	err := q.fleet.submitPlan(ctx, p)
 	if err != nil {
 		done.call(0, err)
 		return err

@@ -292,13 +292,13 @@ func (q *queueCore) History(ctx context.Context, span time.Duration) ([]HistoryP
 	if span <= 0 || span > HistoryDays {
 		return nil, opErr(op, q.name, fmt.Errorf("%w: span %v is not in (0, %v]", ErrInvalidArgument, span, HistoryDays))
 	}
-	now := q.f.now().Unix()
+	now := q.fleet.now().Unix()
 	step, key := int64(60), func(at int64) (string, string) {
 		hour := at / 3600 * 3600
-		return q.k.HistMinute + strconv.FormatInt(hour, 10), strconv.FormatInt((at-hour)/60, 10) + ":"
+		return q.key.HistMinute + strconv.FormatInt(hour, 10), strconv.FormatInt((at-hour)/60, 10) + ":"
 	}
 	if span > HistoryMinutes {
-		step, key = 86400, func(at int64) (string, string) { return q.k.HistDay + strconv.FormatInt(at, 10), "" }
+		step, key = 86400, func(at int64) (string, string) { return q.key.HistDay + strconv.FormatInt(at, 10), "" }
 	}
 	n := int64((span + time.Duration(step)*time.Second - 1) / (time.Duration(step) * time.Second))
 	first := now/step*step - (n-1)*step
@@ -313,7 +313,7 @@ func (q *queueCore) History(ctx context.Context, span time.Duration) ([]HistoryP
 			idx[k] = len(names)
 		}
 	}
-	c := q.f.client
+	c := q.fleet.client
 	cmds := make(rueidis.Commands, len(names))
 	for i, k := range names {
 		cmds[i] = c.B().Hgetall().Key(k).Build()

@@ -62,17 +62,3 @@ func chain(h Handler, mws []Middleware) Handler {
 	}
 	return h
 }
-
-// runHandler runs the handler of task t through the worker's middleware.
-func (b *batch[C, O, P]) runHandler(ctx context.Context, s *Slot[C, O], t *Task[P]) error {
-	ctx = withTask(ctx, t.reservation) // ResultOf reads a task's dependencies (flow_task.go)
-	mws := b.w.opts.Middleware
-	if len(mws) == 0 {
-		return b.a.Handle(ctx, s, t)
-	}
-	inner := func(ctx context.Context, _ TaskInfo) error { return b.a.Handle(ctx, s, t) }
-	info := TaskInfo{Queue: t.c.name, ID: t.ID, Attempts: t.Attempts, Type: b.w.opts.Type, Worker: b.w.opts.ID,
-		Slot: s.st.index, Deadline: t.Deadline(), Payload: t.Payload, Trace: decodeTrace(t.trace), Metadata: t.meta,
-		Progress: t.Progress}
-	return chain(inner, mws)(ctx, info)
-}

@@ -24,7 +24,7 @@ var queueProgressScript = newScript("queue_progress.lua")
 // ErrUnavailable. A failed publish is not an error: the value is stored.
 func (r *reservation) Progress(ctx context.Context, v any) error {
 	const op = "progress"
-	q := r.c
+	q := r.core
 	if err := q.ready(ctx); err != nil {
 		return opErr(op, q.name, err)
 	}
@@ -36,7 +36,7 @@ func (r *reservation) Progress(ctx context.Context, v any) error {
 		return opErr(op, q.name, fmt.Errorf("%w: progress value of %d bytes of JSON, more than MaxProgressBytes %d", ErrInvalidArgument, len(b), MaxProgressBytes))
 	}
 	r.progressed.Store(true) // before the write: the end step must delete it
-	code, err := queueProgressScript.Exec(ctx, q.f.client, q.keys(), []string{r.id, r.token, string(b)}).AsInt64()
+	code, err := queueProgressScript.Exec(ctx, q.fleet.client, q.keys(), []string{r.id, r.token, string(b)}).AsInt64()
 	if err != nil {
 		return opErr(op, q.name, err)
 	}
@@ -44,11 +44,11 @@ func (r *reservation) Progress(ctx context.Context, v any) error {
 		return opErr(op, q.name, fmt.Errorf("%w: task %s", ErrLeaseLost, r.id))
 	}
 	pe := ProgressEvent{Queue: q.name, ID: r.id, Progress: b}
-	if o := q.f.obs; o != nil && o.Progressed != nil {
+	if o := q.fleet.obs; o != nil && o.Progressed != nil {
 		o.Progressed(ctx, pe)
 	}
 	ev, _ := json.Marshal(pe)
-	_ = q.f.publishRaw(ctx, q.f.keys.Event(q.f.keys.ProgressTopic(q.name)), string(ev))
+	_ = q.fleet.publishRaw(ctx, q.fleet.keys.Event(q.fleet.keys.ProgressTopic(q.name)), string(ev))
 	return nil
 }
 
@@ -61,5 +61,5 @@ func (q *queueCore) WatchProgress(ctx context.Context, opts SubscribeOptions) (*
 	if q.err != nil {
 		return nil, opErr("watch progress", q.name, q.err)
 	}
-	return Subscribe[ProgressEvent](ctx, q.f, q.f.keys.ProgressTopic(q.name), opts)
+	return Subscribe[ProgressEvent](ctx, q.fleet, q.fleet.keys.ProgressTopic(q.name), opts)
 }

@@ -167,7 +167,7 @@ func (q *queueCore) handOff() {
 		return
 	}
 	g.mu.Unlock()
-	if q.f.spawn(q.flush) {
+	if q.fleet.spawn(q.flush) {
 		return
 	}
 	q.closeGroup()
@@ -190,7 +190,7 @@ func (q *queueCore) closeGroup() {
 func (q *queueCore) flush() {
 	g := &q.calls
 	for {
-		if q.f.closed.Load() {
+		if q.fleet.closed.Load() {
 			q.closeGroup()
 			return
 		}
@@ -255,7 +255,7 @@ func (q *queueCore) send(batch []*groupCall) {
 			req.n += c.n
 		}
 	}
-	ctx, cancel := context.WithTimeout(q.f.doneCtx(), groupCallTimeout)
+	ctx, cancel := context.WithTimeout(q.fleet.doneCtx(), groupCallTimeout)
 	var codes []endCode
 	var endErr error
 	if len(ends) > 0 {
@@ -306,7 +306,7 @@ func (q *queueCore) send(batch []*groupCall) {
 
 // closedErr says ErrClosed for err when Close cancelled the call.
 func closedErr(q *queueCore, err error) error {
-	if err != nil && q.f.closed.Load() && errors.Is(err, context.Canceled) {
+	if err != nil && q.fleet.closed.Load() && errors.Is(err, context.Canceled) {
 		return ErrClosed
 	}
 	return err
@@ -317,14 +317,14 @@ func closedErr(q *queueCore, err error) error {
 // hands back an ungrouped call's (queue_abandon.lua, given the ids: the
 // other shares of the call stay with their callers).
 func (q *queueCore) giveBack(rs []*reservation) {
-	ks := q.keys(q.k.Call + rs[0].prefix())
+	ks := q.keys(q.key.Call + rs[0].prefix())
 	args := make([]string, 0, 2+len(rs))
 	args = append(args, rs[0].prefix(), millis(q.opts.Lease+time.Minute))
 	for _, r := range rs {
 		args = append(args, r.id)
 	}
-	q.f.abandon("reserve "+q.name, q.opts.Lease, func(ctx context.Context) error {
-		n, err := queueAbandonScript.Exec(ctx, q.f.client, ks, args).AsInt64()
+	q.fleet.abandon("reserve "+q.name, q.opts.Lease, func(ctx context.Context) error {
+		n, err := queueAbandonScript.Exec(ctx, q.fleet.client, ks, args).AsInt64()
 		if err == nil && n > 0 {
 			q.wakeLocal()
 		}

@@ -150,7 +150,7 @@ func heldBy(q *queueCore) (release func()) {
 // processing, bodies, leases) exist.
 func queueLeft(t *testing.T, f *Fleet, q *queueCore) int64 {
 	t.Helper()
-	n, err := f.client.Do(context.Background(), f.client.B().Exists().Key(q.k.Pending, q.k.Processing, q.k.Body, q.k.Lease).Build()).AsInt64()
+	n, err := f.client.Do(context.Background(), f.client.B().Exists().Key(q.key.Pending, q.key.Processing, q.key.Body, q.key.Lease).Build()).AsInt64()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -319,7 +319,7 @@ func TestReserveGroupLeaves(t *testing.T) {
 	release()
 	// The group's call ran (the three tasks are reserved on the server);
 	// its reply waits in the proxy.
-	k := q.k
+	k := q.key
 	zcard := func() int64 {
 		n, _ := direct.client.Do(ctx, direct.client.B().Zcard().Key(k.Processing).Build()).AsInt64()
 		return n
@@ -550,7 +550,7 @@ func TestEndGroup(t *testing.T) {
 	if st.Pending != 1 || st.InFlight != 2 || st.Scheduled != 2 || st.Dead != 2 {
 		t.Fatalf("Stats = %+v; want 1 pending, 2 in flight (the left nack's and the reserved), 2 scheduled (retry, snooze), 2 dead", st)
 	}
-	k := q.k
+	k := q.key
 	sched, err := direct.client.Do(ctx, direct.client.B().Zrange().Key(k.Scheduled).Min("0").Max("-1").Build()).AsStrSlice()
 	if err != nil || len(sched) != 2 {
 		t.Fatalf("scheduled = %v, %v", sched, err)

@@ -53,12 +53,12 @@ func (q *queueCore) Cancel(ctx context.Context, id string) error {
 	shards := q.shardsOf(ctx)
 	execs := make([]rueidis.LuaExec, len(shards))
 	for i, s := range shards {
-		execs[i] = rueidis.LuaExec{Keys: s.keys(s.k.Result + id), Args: []string{id, ErrCanceled.Error()}}
+		execs[i] = rueidis.LuaExec{Keys: s.keys(s.key.Result + id), Args: []string{id, ErrCanceled.Error()}}
 	}
 	var n int64
 	var err error
 	var in *queueCore // the shard that holds the task
-	for i, rr := range queueCancelScript.ExecMulti(ctx, q.f.client, execs...) {
+	for i, rr := range queueCancelScript.ExecMulti(ctx, q.fleet.client, execs...) {
 		m, e := rr.AsInt64()
 		if e != nil && err == nil {
 			err = e
@@ -75,9 +75,9 @@ func (q *queueCore) Cancel(ctx context.Context, id string) error {
 	case n == 0:
 		err = fmt.Errorf("%w: %s", ErrTaskNotFound, id)
 	case n == 1:
-		q.f.flowEnds().add(in, id) // a tracked task's end waits in its outbox: pass it on
+		q.fleet.flowEnds().add(in, id) // a tracked task's end waits in its outbox: pass it on
 	case n == 2:
-		err = q.f.Publish(ctx, q.f.keys.CancelTopic(q.name), id)
+		err = q.fleet.Publish(ctx, q.fleet.keys.CancelTopic(q.name), id)
 	case n == 3:
 		err = fmt.Errorf("%w: task %s is in the dead letters", ErrTaskFinished, id)
 	case n == 4:

@@ -28,10 +28,10 @@ import (
 // the other queue_*.go files add its features (submit, shards, limits,
 // cancel, lookup, pause, the dead letters).
 type queueCore struct {
-	f    *Fleet
-	name string
-	k    keys.Queue
-	// skeys is k as every queue script takes it (KEYS[1..8], keys).
+	fleet *Fleet
+	name  string
+	key   keys.Queue
+	// skeys is key as every queue script takes it (KEYS[1..8], keys).
 	skeys []string
 	opts  QueueOptions
 	err   error
@@ -42,28 +42,27 @@ type queueCore struct {
 	policy     string       // the stored policy these options spell (policyJSON)
 	published  atomic.Bool  // this handle's policy was written once
 	registered atomic.Int64 // unix ms of the last registration (register)
-	look       *schedLook   // when reserves look at :scheduled (shared per name)
+	sched      *schedLook   // when reserves look at :scheduled (shared per name)
 	booked     limitBooking // a rate-limit token booked ahead (queue_limit.go)
+	calls      callGroup    // Task.Ack's and Queue.Reserve's group commit (queue_callgroup.go)
 
 	// Sharding (queue_shard.go).
-	calls callGroup // Task.Ack's and Queue.Reserve's group commit (queue_callgroup.go)
-
-	root   *queueCore    // the core a shard's core belongs to; nil for a queue's own
-	subs   sync.Map      // shard index -> *queueCore, the shards' cores made so far
-	rr     atomic.Uint64 // round-robin counter of submits
-	turn   atomic.Uint64 // rotation counter of reserves
-	last   atomic.Int64  // the shard that gave the last reserve tasks
-	lmu    sync.Mutex
-	lsn    map[*shardListener]struct{} // listenPending's listeners, grown with the shard count
-	span   atomic.Int64                // the stored shard high-water mark last read (0: none read)
-	spanAt atomic.Int64                // mono.Now of that read
+	root        *queueCore    // the core a shard's core belongs to; nil for a queue's own
+	subs        sync.Map      // shard index -> *queueCore, the shards' cores made so far
+	submitTurn  atomic.Uint64 // round-robin counter of submits
+	reserveTurn atomic.Uint64 // rotation counter of reserves
+	last        atomic.Int64  // the shard that gave the last reserve tasks
+	listenersMu sync.Mutex
+	listeners   map[*shardListener]struct{} // listenPending's listeners, grown with the shard count
+	spanSeen    atomic.Int64                // the stored shard high-water mark last read (0: none read)
+	spanSeenAt  atomic.Int64                // mono.Now of that read
 }
 
 // newQueueCore returns the core of queue name with opts (defaults not yet
 // filled in): a bad name or options is kept in err.
 func newQueueCore(f *Fleet, name string, opts QueueOptions) *queueCore {
-	c := &queueCore{f: f, name: name, k: f.keys.Queue(name), look: f.schedLook(name)}
-	c.skeys = scriptKeys(&c.k)
+	c := &queueCore{fleet: f, name: name, key: f.keys.Queue(name), sched: f.schedLook(name)}
+	c.skeys = scriptKeys(&c.key)
 	c.opts, c.err = opts.withDefaults()
 	if err := keys.Check(keys.KindQueue, name); err != nil {
 		c.err = err
@@ -104,7 +103,7 @@ func (q *queueCore) ready(ctx context.Context) error {
 	if q.err != nil {
 		return q.err
 	}
-	return q.f.alive(ctx)
+	return q.fleet.alive(ctx)
 }
 
 // known refuses, with ErrQueueNotFound, an operator's call on a handle of
@@ -114,8 +113,8 @@ func (q *queueCore) known(ctx context.Context) error {
 	if !q.byName {
 		return nil
 	}
-	c := q.f.client
-	known, err := c.Do(ctx, c.B().Sismember().Key(q.f.keys.Queues()).Member(q.name).Build()).AsBool()
+	c := q.fleet.client
+	known, err := c.Do(ctx, c.B().Sismember().Key(q.fleet.keys.Queues()).Member(q.name).Build()).AsBool()
 	if err != nil {
 		return err
 	}
@@ -132,7 +131,7 @@ func (q *queueCore) Policy(ctx context.Context) (QueuePolicy, bool, error) {
 	if err := q.ready(ctx); err != nil {
 		return QueuePolicy{}, false, opErr("policy", q.name, err)
 	}
-	p, ok, err := q.f.storedPolicy(ctx, q.k.Policy)
+	p, ok, err := q.fleet.storedPolicy(ctx, q.key.Policy)
 	return p, ok, opErr("policy", q.name, err)
 }
 
@@ -152,14 +151,14 @@ func (q *queueCore) register(ctx context.Context) error {
 	if now-last < 1000 || !q.registered.CompareAndSwap(last, now) {
 		return nil
 	}
-	c := q.f.client
+	c := q.fleet.client
 	var pol rueidis.Completed
 	if q.published.Load() {
-		pol = c.B().Set().Key(q.k.Policy).Value(q.policy).Nx().Build()
+		pol = c.B().Set().Key(q.key.Policy).Value(q.policy).Nx().Build()
 	} else {
-		pol = c.B().Set().Key(q.k.Policy).Value(q.policy).Build()
+		pol = c.B().Set().Key(q.key.Policy).Value(q.policy).Build()
 	}
-	for _, r := range c.DoMulti(ctx, c.B().Sadd().Key(q.f.keys.Queues()).Member(q.name).Build(), pol) {
+	for _, r := range c.DoMulti(ctx, c.B().Sadd().Key(q.fleet.keys.Queues()).Member(q.name).Build(), pol) {
 		if err := r.Error(); err != nil && !rueidis.IsRedisNil(err) {
 			q.registered.Store(0)
 			return err
@@ -277,11 +276,11 @@ func (q *queueCore) take(ctx context.Context, req reserveReq) (reserved, error) 
 	}
 	sent := mono.Now()
 	args := reserveArgs{n: req.n, lease: q.opts.Lease, prefix: prefix, deadMax: q.opts.DeadMax, wantLeft: req.wantLeft}
-	if q.look.now(sent) {
+	if q.sched.now(sent) {
 		args.move = 1000
 	}
 	ks, argv, order := q.reserveCall(req.acks, args)
-	raw, err := queueReserveScript.Exec(ctx, q.f.client, ks, argv).ToArray()
+	raw, err := queueReserveScript.Exec(ctx, q.fleet.client, ks, argv).ToArray()
 	if err != nil {
 		if outcomeUnknown(err) {
 			q.abandonReserve(prefix)
@@ -323,7 +322,7 @@ func (q *queueCore) readLook(reply *reserveReply, sent int64, res *reserved) {
 	res.permits = reply.permits()
 	res.drained, res.capped = reply.drained(), reply.capped()
 	if reply.hasSignal {
-		q.look.signal.Store(reply.signal)
+		q.sched.signal.Store(reply.signal)
 	}
 	if reply.wake != "" {
 		if at, err := strconv.ParseFloat(reply.wake, 64); err == nil {
@@ -332,16 +331,16 @@ func (q *queueCore) readLook(reply *reserveReply, sent int64, res *reserved) {
 	}
 	switch next := reply.nextReady; next {
 	case "-": // not looked at: what the last look saw still holds
-		if due := q.look.due.Load(); due != 0 {
+		if due := q.sched.due.Load(); due != 0 {
 			res.nextReady = max(time.Duration(due-sent), 0)
 		}
 	case "":
-		q.look.looked(sent, -1)
+		q.sched.looked(sent, -1)
 	default:
 		if s, err := strconv.ParseFloat(next, 64); err == nil {
 			res.nextReady = max(time.Duration(s*1000-float64(reply.now))*time.Millisecond, 0)
 		}
-		q.look.looked(sent, res.nextReady)
+		q.sched.looked(sent, res.nextReady)
 	}
 }
 
@@ -356,7 +355,7 @@ func (q *queueCore) reservations(ctx context.Context, taken []takenTask, sent, n
 	rs := make([]*reservation, 0, len(taken))
 	var buryErr error
 	for _, t := range taken {
-		r := &reservation{c: q, permit: permits, id: t.id, token: t.token, body: t.body}
+		r := &reservation{core: q, permit: permits, id: t.id, token: t.token, body: t.body}
 		r.clock.Prove(sent, q.opts.Lease)
 		w, err := taskbody.Parse(r.body)
 		if err == nil && w.ID != r.id {
@@ -392,7 +391,7 @@ func (q *queueCore) reservations(ctx context.Context, taken []takenTask, sent, n
 func (q *queueCore) ackOnly(ctx context.Context, req reserveReq) (reserved, error) {
 	res := reserved{nextReady: -1}
 	keep, args, order := ackArgs(req.acks, make([]string, 0, 1+3*len(req.acks)))
-	acked, err := queueAckScript.Exec(ctx, q.f.client, q.keys(keep...), args).ToString()
+	acked, err := queueAckScript.Exec(ctx, q.fleet.client, q.keys(keep...), args).ToString()
 	if err != nil {
 		return res, err
 	}
@@ -406,7 +405,7 @@ func (q *queueCore) ackOnly(ctx context.Context, req reserveReq) (reserved, erro
 func (q *queueCore) reserveCall(acks []*reservation, args reserveArgs) (ks, argv []string, order []int) {
 	argv = args.appendTo(make([]string, 0, 7+3*len(acks)))
 	keep, argv, order := ackArgs(acks, argv)
-	return q.keys(append([]string{q.k.Call + args.prefix}, keep...)...), argv, order
+	return q.keys(append([]string{q.key.Call + args.prefix}, keep...)...), argv, order
 }
 
 // abandonReserve hands back, in the background, what the reserve call with
@@ -414,10 +413,10 @@ func (q *queueCore) reserveCall(acks []*reservation, args reserveArgs) (ks, argv
 // runs later (queue_abandon.lua), for as long as a lease (after that the
 // sweeper has the tasks anyway); see Fleet.abandon.
 func (q *queueCore) abandonReserve(prefix string) {
-	ks := q.keys(q.k.Call + prefix)
+	ks := q.keys(q.key.Call + prefix)
 	args := []string{prefix, millis(q.opts.Lease + time.Minute)}
-	q.f.abandon("reserve "+q.name, q.opts.Lease, func(ctx context.Context) error {
-		n, err := queueAbandonScript.Exec(ctx, q.f.client, ks, args).AsInt64()
+	q.fleet.abandon("reserve "+q.name, q.opts.Lease, func(ctx context.Context) error {
+		n, err := queueAbandonScript.Exec(ctx, q.fleet.client, ks, args).AsInt64()
 		if err == nil && n > 0 {
 			q.wakeLocal()
 		}

@@ -30,10 +30,10 @@ import (
 // ErrLeaseLost (the deadline passed and the task was re-queued; nothing
 // changes), ErrUnavailable.
 func (r *reservation) Ack(ctx context.Context) error {
-	if err := r.c.ready(ctx); err != nil {
-		return opErr("ack", r.c.name, err)
+	if err := r.core.ready(ctx); err != nil {
+		return opErr("ack", r.core.name, err)
 	}
-	code, err := r.c.groupAck(ctx, r)
+	code, err := r.core.groupAck(ctx, r)
 	return r.acked(ctx, code, err == nil, err)
 }
 
@@ -44,7 +44,7 @@ func (r *reservation) Ack(ctx context.Context) error {
 // tracked task's end was passed on as the ack step's reply came
 // (queueHooks.acked).
 func (r *reservation) acked(ctx context.Context, code endCode, replied bool, err error) error {
-	q := r.c
+	q := r.core
 	switch {
 	case replied && code == endDone:
 		err = nil // a take that failed after the ack is its caller's to tell
@@ -73,7 +73,7 @@ func (r *reservation) Nack(ctx context.Context, cause error) error {
 	if cause != nil {
 		msg = cause.Error()
 	}
-	return opErr("nack", r.c.name, r.finish(ctx, endNack, msg, 0, true, false))
+	return opErr("nack", r.core.name, r.finish(ctx, endNack, msg, 0, true, false))
 }
 
 // DeadLetter ends the reservation and moves the task to the dead letters at
@@ -85,7 +85,7 @@ func (r *reservation) DeadLetter(ctx context.Context, cause error) error {
 	if cause != nil {
 		msg = cause.Error()
 	}
-	return opErr("dead-letter", r.c.name, r.finish(ctx, endBury, msg, 0, true, false))
+	return opErr("dead-letter", r.core.name, r.finish(ctx, endBury, msg, 0, true, false))
 }
 
 // bury dead-letters the reservation with cause, now, counting no attempt:
@@ -105,7 +105,7 @@ func (r *reservation) bury(ctx context.Context, cause string) error {
 // ErrCanceled: it never runs again. May return ErrLeaseLost (nothing
 // changes), ErrCanceled, ErrWrongType, ErrUnavailable.
 func (r *reservation) Release(ctx context.Context) error {
-	return opErr("release", r.c.name, r.finish(ctx, endRelease, "released before it ended", 0, false, false))
+	return opErr("release", r.core.name, r.finish(ctx, endRelease, "released before it ended", 0, false, false))
 }
 
 // Snooze ends the reservation without counting an attempt: the task goes,
@@ -122,13 +122,13 @@ func (r *reservation) Snooze(ctx context.Context, after time.Duration) error {
 	if err == nil && after <= snoozeWake {
 		// Wake this process's reserves when the task is due: an idle
 		// fetcher would otherwise only find it at its next poll.
-		q := r.c
+		q := r.core
 		time.AfterFunc(after+time.Millisecond, func() {
-			q.look.soon() // the next reserve looks at :scheduled
-			q.f.watch.PokeAll(q.k.Pending)
+			q.sched.soon() // the next reserve looks at :scheduled
+			q.fleet.watch.PokeAll(q.key.Pending)
 		})
 	}
-	return opErr("snooze", r.c.name, err)
+	return opErr("snooze", r.core.name, err)
 }
 
 // finish ends the reservation by mode (queue_end.lua): "nack" (cause is
@@ -139,7 +139,7 @@ func (r *reservation) Snooze(ctx context.Context, after time.Duration) error {
 // cancelled dead letter, a copy of the body, is made and sent only when
 // the script says the task is cancelled and needs one (endNeedEntry).
 func (r *reservation) finish(ctx context.Context, mode endMode, cause string, after time.Duration, counted, alone bool) error {
-	q := r.c
+	q := r.core
 	if err := q.ready(ctx); err != nil {
 		return err
 	}
@@ -193,7 +193,7 @@ func (r *reservation) finish(ctx context.Context, mode endMode, cause string, af
 		switch mode {
 		case endNack:
 			q.ended(ctx, r, TaskRetried, true)
-			q.look.soon() // a retry waits in :scheduled now
+			q.sched.soon() // a retry waits in :scheduled now
 		case endRelease:
 			q.wakeLocal()
 		}
@@ -211,7 +211,7 @@ func (q *queueCore) runEnds(ctx context.Context, ends []*endArgs) ([]endCode, er
 	for _, e := range ends {
 		args = e.appendTo(args)
 	}
-	reply, err := queueEndScript.Exec(ctx, q.f.client, q.keys(), args).AsIntSlice()
+	reply, err := queueEndScript.Exec(ctx, q.fleet.client, q.keys(), args).AsIntSlice()
 	if err != nil {
 		return nil, err
 	}
@@ -227,7 +227,7 @@ func (q *queueCore) runEnds(ctx context.Context, ends []*endArgs) ([]endCode, er
 // task to stop: the lease was extended all the same, so that the holder
 // can wind down, and the task should end (a worker dead-letters it).
 func (r *reservation) Extend(ctx context.Context, lease time.Duration) error {
-	q := r.c
+	q := r.core
 	if err := q.ready(ctx); err != nil {
 		return opErr("extend", q.name, err)
 	}
@@ -235,7 +235,7 @@ func (r *reservation) Extend(ctx context.Context, lease time.Duration) error {
 		return opErr("extend", q.name, fmt.Errorf("%w: lease %v must be > 0", ErrInvalidArgument, lease))
 	}
 	sent := mono.Now()
-	reply, err := queueExtendScript.Exec(ctx, q.f.client, q.keys(), extendArgs{id: r.id, token: r.token, lease: lease}.args()).AsIntSlice()
+	reply, err := queueExtendScript.Exec(ctx, q.fleet.client, q.keys(), extendArgs{id: r.id, token: r.token, lease: lease}.args()).AsIntSlice()
 	var code endCode
 	if err == nil {
 		code, err = readExtendReply(reply)

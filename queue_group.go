@@ -70,10 +70,10 @@ func (q *queueCore) setGroup(ctx context.Context, group, mode, limits string) er
 		return err
 	}
 	s := q.pick(group)
-	if err := queueGroupScript.Exec(ctx, q.f.client, s.keys(), []string{mode, group, limits}).Error(); err != nil {
+	if err := queueGroupScript.Exec(ctx, q.fleet.client, s.keys(), []string{mode, group, limits}).Error(); err != nil {
 		return err
 	}
-	if !q.f.cache {
+	if !q.fleet.cache {
 		s.wakeLocal()
 	}
 	return nil
@@ -131,7 +131,7 @@ func (q *queueCore) Groups(ctx context.Context) ([]GroupInfo, error) {
 
 // groups is Groups on one shard.
 func (q *queueCore) groups(ctx context.Context, now time.Time) ([]GroupInfo, error) {
-	c, k := q.f.client, q.k
+	c, k := q.fleet.client, q.key
 	res := c.DoMulti(ctx,
 		c.B().Hgetall().Key(k.GroupState).Build(),
 		c.B().Hgetall().Key(k.GroupLimits).Build(),

@@ -23,14 +23,14 @@ type queueHooks struct {
 
 // acked calls the acked hook.
 func (q *queueCore) acked(acks []*reservation, codes []endCode) {
-	if h := q.f.hooks.acked; h != nil && len(acks) > 0 {
+	if h := q.fleet.hooks.acked; h != nil && len(acks) > 0 {
 		h(acks, codes)
 	}
 }
 
 // ended calls the ended hook.
 func (q *queueCore) ended(ctx context.Context, r *reservation, outcome TaskOutcome, ok bool) {
-	if h := q.f.hooks.ended; h != nil {
+	if h := q.fleet.hooks.ended; h != nil {
 		h(ctx, r, outcome, ok)
 	}
 }

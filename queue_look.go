@@ -67,7 +67,7 @@ type pendingWait struct {
 // which grows with the shard count), read in one pipelined look at the
 // local cache (cachedPending).
 func (q *queueCore) listen(ctx context.Context) pendingWait {
-	f := q.f
+	f := q.fleet
 	pending := func(ctx context.Context, signalOnly bool) (int64, error) {
 		l, _, err := q.cachedPending(ctx, signalOnly)
 		return l, err
@@ -76,10 +76,10 @@ func (q *queueCore) listen(ctx context.Context) pendingWait {
 		ch, stop := q.listenPending(ctx)
 		return pendingWait{wake: ch, taken: func() {}, stop: stop, pending: pending}
 	}
-	g := f.watch.Join(q.k.Pending)
-	sig, stopSig := f.watch.Listen(q.k.Signal)
+	g := f.watch.Join(q.key.Pending)
+	sig, stopSig := f.watch.Listen(q.key.Signal)
 	return pendingWait{wake: g.One(), signal: sig, pending: pending,
-		stop: func() { f.watch.Leave(q.k.Pending, g); stopSig() },
+		stop: func() { f.watch.Leave(q.key.Pending, g); stopSig() },
 		// Pass the wake on: another local waiter takes what is left, or
 		// re-arms the invalidation that this pop used up.
 		taken: g.WakeOne}
@@ -87,11 +87,11 @@ func (q *queueCore) listen(ctx context.Context) pendingWait {
 
 // wakeLocal wakes a local waiter after a push when invalidations are off.
 func (q *queueCore) wakeLocal() {
-	if !q.f.cache {
+	if !q.fleet.cache {
 		if q.knownSpan() > 1 {
-			q.f.watch.PokeAll(q.k.Pending) // sharded waiters listen (listenPending)
+			q.fleet.watch.PokeAll(q.key.Pending) // sharded waiters listen (listenPending)
 			return
 		}
-		q.f.watch.WakeOne(q.k.Pending)
+		q.fleet.watch.WakeOne(q.key.Pending)
 	}
 }

@@ -87,10 +87,10 @@ func (q *queueCore) Lookup(ctx context.Context, id string) (TaskRecord, error) {
 	shards := q.shardsOf(ctx)
 	execs := make([]rueidis.LuaExec, len(shards))
 	for i, s := range shards {
-		execs[i] = rueidis.LuaExec{Keys: s.keys(s.k.Result + id), Args: []string{id}}
+		execs[i] = rueidis.LuaExec{Keys: s.keys(s.key.Result + id), Args: []string{id}}
 	}
 	var res []string
-	for _, rr := range queueLookupScript.ExecMulti(ctx, q.f.client, execs...) {
+	for _, rr := range queueLookupScript.ExecMulti(ctx, q.fleet.client, execs...) {
 		got, err := rr.AsStrSlice()
 		if err != nil {
 			return r, opErr(op, q.name, err)

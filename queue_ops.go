@@ -56,14 +56,14 @@ func (q *queueCore) Stats(ctx context.Context) (QueueStats, error) {
 	if err := q.ready(ctx); err != nil {
 		return QueueStats{}, opErr("stats", q.name, err)
 	}
-	ks := q.f.shardKeys(q.name, q.spanOf(ctx))
-	c := q.f.client
+	ks := q.fleet.shardKeys(q.name, q.spanOf(ctx))
+	c := q.fleet.client
 	cmds := make(rueidis.Commands, 0, statCmds*len(ks)+1)
 	for _, k := range ks {
 		cmds = appendStatCmds(c, cmds, k)
 	}
-	cmds = append(cmds, c.B().Exists().Key(q.k.Paused).Build())
-	s, err := q.f.readStats(ctx, c.DoMulti(ctx, cmds...), ks, time.Now())
+	cmds = append(cmds, c.B().Exists().Key(q.key.Paused).Build())
+	s, err := q.fleet.readStats(ctx, c.DoMulti(ctx, cmds...), ks, time.Now())
 	return s, opErr("stats", q.name, err)
 }
 
@@ -234,18 +234,18 @@ func (q *queueCore) deadRange(ctx context.Context, from, to int) ([]string, erro
 	if n == 1 {
 		return q.deadRangeOne(ctx, from, to)
 	}
-	ks := q.f.shardKeys(q.name, n)
+	ks := q.fleet.shardKeys(q.name, n)
 	lists := make([]string, len(ks))
 	for i, k := range ks {
 		lists[i] = k.Dead
 	}
-	return q.f.concatRange(ctx, lists, from, to)
+	return q.fleet.concatRange(ctx, lists, from, to)
 }
 
 // deadRangeOne is deadRange on the shard of q's keys only.
 func (q *queueCore) deadRangeOne(ctx context.Context, from, to int) ([]string, error) {
-	c := q.f.client
-	return c.Do(ctx, c.B().Lrange().Key(q.k.Dead).Start(int64(from)).Stop(int64(to)).Build()).AsStrSlice()
+	c := q.fleet.client
+	return c.Do(ctx, c.B().Lrange().Key(q.key.Dead).Start(int64(from)).Stop(int64(to)).Build()).AsStrSlice()
 }
 
 // concatRange reads the elements from index from to index to (-1: the
@@ -308,7 +308,7 @@ func revived(d DeadLetter) ([]string, bool) {
 // how many moved, and the dead letters left because a live task holds
 // their dedup key (id -> the holder's id).
 func (q *queueCore) requeueDead(ctx context.Context, args []string) (int, map[string]string, error) {
-	res, err := queueDeadRequeueScript.Exec(ctx, q.f.client, q.keys(), args).ToArray()
+	res, err := queueDeadRequeueScript.Exec(ctx, q.fleet.client, q.keys(), args).ToArray()
 	if err != nil {
 		return 0, nil, err
 	}
@@ -442,7 +442,7 @@ func (q *queueCore) PurgeDead(ctx context.Context) (int64, error) {
 	}
 	var total int64
 	for _, s := range q.shardsOf(ctx) {
-		n, err := queueDeadPurgeScript.Exec(ctx, q.f.client, s.keys(), nil).AsInt64()
+		n, err := queueDeadPurgeScript.Exec(ctx, q.fleet.client, s.keys(), nil).AsInt64()
 		total += n
 		if err != nil {
 			return total, opErr("purge dead", q.name, err)

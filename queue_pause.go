@@ -31,7 +31,7 @@ func (q *queueCore) Paused(ctx context.Context) (bool, error) {
 	if err := q.ready(ctx); err != nil {
 		return false, opErr("paused", q.name, err)
 	}
-	v, err := q.f.track(ctx, q.k.Paused)
+	v, err := q.fleet.track(ctx, q.key.Paused)
 	return v != nil, opErr("paused", q.name, err)
 }
 
@@ -42,16 +42,16 @@ func (q *queueCore) setPaused(ctx context.Context, paused bool) error {
 	if err := q.known(ctx); err != nil {
 		return err
 	}
-	c := q.f.client
-	cmd := c.B().Del().Key(q.k.Paused).Build()
+	c := q.fleet.client
+	cmd := c.B().Del().Key(q.key.Paused).Build()
 	if paused {
-		cmd = c.B().Set().Key(q.k.Paused).Value("1").Build()
+		cmd = c.B().Set().Key(q.key.Paused).Value("1").Build()
 	}
 	if err := c.Do(ctx, cmd).Error(); err != nil {
 		return err
 	}
-	if !q.f.cache {
-		q.f.watch.PokeAll(q.k.Paused)
+	if !q.fleet.cache {
+		q.fleet.watch.PokeAll(q.key.Paused)
 	}
 	return nil
 }

@@ -161,7 +161,7 @@ func ackArgs(acks []*reservation, args []string) (keep, _ []string, order []int)
 			a.result = string(*p)
 		}
 		args = a.appendTo(args)
-		keep = append(keep, r.c.k.Unique+r.dedup, r.c.k.Result+r.id)
+		keep = append(keep, r.core.key.Unique+r.dedup, r.core.key.Result+r.id)
 		order = append(order, i)
 	}
 	return keep, args, order

@@ -76,7 +76,7 @@ func (q *Queue[T]) reserveTasks(ctx context.Context, req reserveReq) ([]*Task[T]
 
 // await waits for tasks on w; see Reserve.
 func (q *Queue[T]) await(ctx context.Context, n int, wait time.Duration, st reserved, lastErr error, w pendingWait) ([]*Task[T], error) {
-	f := q.f
+	f := q.fleet
 	end := time.NewTimer(wait)
 	defer end.Stop()
 	bo := backoff{min: 2 * time.Millisecond, max: time.Second}

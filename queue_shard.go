@@ -58,11 +58,11 @@ func (q *queueCore) sub(i int) *queueCore {
 	if s, ok := q.subs.Load(i); ok {
 		return s.(*queueCore)
 	}
-	s := &queueCore{f: q.f, name: q.name, k: q.f.keys.QueueShard(q.name, i), opts: q.opts, err: q.err,
+	s := &queueCore{fleet: q.fleet, name: q.name, key: q.fleet.keys.QueueShard(q.name, i), opts: q.opts, err: q.err,
 		policy: q.policy, root: q}
-	s.k.Paused = q.k.Paused // the queue's one pause flag
-	s.skeys = scriptKeys(&s.k)
-	s.look = q.f.schedLook(q.name + ":" + strconv.Itoa(i)) // ':' is no queue name's
+	s.key.Paused = q.key.Paused // the queue's one pause flag
+	s.skeys = scriptKeys(&s.key)
+	s.sched = q.fleet.schedLook(q.name + ":" + strconv.Itoa(i)) // ':' is no queue name's
 	got, _ := q.subs.LoadOrStore(i, s)
 	return got.(*queueCore)
 }
@@ -81,30 +81,30 @@ func (q *queueCore) top() *queueCore {
 // the compat layout.
 func (q *queueCore) spanOf(ctx context.Context) int {
 	q = q.top()
-	if !q.f.keys.Tagged() {
+	if !q.fleet.keys.Tagged() {
 		return 1
 	}
 	now := mono.Now()
-	if last := q.spanAt.Load(); last == 0 || now-last >= int64(spanEvery) {
-		if q.spanAt.CompareAndSwap(last, now) {
-			c := q.f.client
-			m, err := c.Do(ctx, c.B().Hget().Key(q.k.Shards).Field("max").Build()).AsInt64()
+	if last := q.spanSeenAt.Load(); last == 0 || now-last >= int64(spanEvery) {
+		if q.spanSeenAt.CompareAndSwap(last, now) {
+			c := q.fleet.client
+			m, err := c.Do(ctx, c.B().Hget().Key(q.key.Shards).Field("max").Build()).AsInt64()
 			switch {
 			case rueidis.IsRedisNil(err):
-				q.span.Store(1)
+				q.spanSeen.Store(1)
 			case err == nil:
-				q.span.Store(min(max(m, 1), keys.MaxShards))
+				q.spanSeen.Store(min(max(m, 1), keys.MaxShards))
 			}
-			q.growListeners(max(q.opts.Shards, int(q.span.Load())))
+			q.growListeners(max(q.opts.Shards, int(q.spanSeen.Load())))
 		}
 	}
-	return max(q.opts.Shards, int(q.span.Load()))
+	return max(q.opts.Shards, int(q.spanSeen.Load()))
 }
 
 // knownSpan is spanOf without a read: what the handle knows now.
 func (q *queueCore) knownSpan() int {
 	q = q.top()
-	return max(q.opts.Shards, int(q.span.Load()), 1)
+	return max(q.opts.Shards, int(q.spanSeen.Load()), 1)
 }
 
 // shardKeys returns the keys of the n first shards of queue name.
@@ -153,7 +153,7 @@ func (q *queueCore) pick(key string) *queueCore {
 	if key != "" {
 		return q.sub(shardOf(key, k))
 	}
-	return q.sub(int(q.rr.Add(1) % uint64(k)))
+	return q.sub(int(q.submitTurn.Add(1) % uint64(k)))
 }
 
 // shardOf is the shard of key among k: FNV-1a of the key, modulo k.
@@ -167,17 +167,17 @@ func shardOf(key string, k int) int {
 // is stamped (and the mark raised), and the policy goes to every shard of
 // the handle past shard 0.
 func (q *queueCore) shardRegister(ctx context.Context, nx bool) error {
-	c := q.f.client
-	m, err := queueShardsScript.Exec(ctx, c, []string{q.k.Shards}, []string{"reg", strconv.Itoa(q.opts.Shards)}).AsInt64()
+	c := q.fleet.client
+	m, err := queueShardsScript.Exec(ctx, c, []string{q.key.Shards}, []string{"reg", strconv.Itoa(q.opts.Shards)}).AsInt64()
 	if err != nil {
 		return err
 	}
-	q.span.Store(min(max(m, 1), keys.MaxShards))
-	q.spanAt.Store(mono.Now())
+	q.spanSeen.Store(min(max(m, 1), keys.MaxShards))
+	q.spanSeenAt.Store(mono.Now())
 	q.growListeners(q.knownSpan())
 	cmds := make(rueidis.Commands, 0, q.opts.Shards)
 	for i := 1; i < q.opts.Shards; i++ {
-		k := q.sub(i).k.Policy
+		k := q.sub(i).key.Policy
 		if nx {
 			cmds = append(cmds, c.B().Set().Key(k).Value(q.policy).Nx().Build())
 		} else {
@@ -199,24 +199,24 @@ func (q *queueCore) shardRegister(ctx context.Context, nx bool) error {
 // later (spanOf reads a higher mark), the listener joins the new shards,
 // and is poked once.
 func (q *queueCore) listenPending(ctx context.Context) (<-chan struct{}, func()) {
-	w := q.f.watch
+	w := q.fleet.watch
 	l := &shardListener{ch: make(chan struct{}, 1)}
-	if !q.f.keys.Tagged() {
+	if !q.fleet.keys.Tagged() {
 		l.join(w, q)
 		return l.ch, func() { l.leave(w) }
 	}
 	r := q.top()
-	r.lmu.Lock()
-	if r.lsn == nil {
-		r.lsn = map[*shardListener]struct{}{}
+	r.listenersMu.Lock()
+	if r.listeners == nil {
+		r.listeners = map[*shardListener]struct{}{}
 	}
-	r.lsn[l] = struct{}{}
-	r.lmu.Unlock()
+	r.listeners[l] = struct{}{}
+	r.listenersMu.Unlock()
 	r.growListeners(r.spanOf(ctx))
 	return l.ch, func() {
-		r.lmu.Lock()
-		delete(r.lsn, l)
-		r.lmu.Unlock()
+		r.listenersMu.Lock()
+		delete(r.listeners, l)
+		r.listenersMu.Unlock()
 		l.leave(w)
 	}
 }
@@ -232,7 +232,7 @@ type shardListener struct {
 
 // join makes l listen to shard s's pending list and signal.
 func (l *shardListener) join(w *wake.Watcher, s *queueCore) {
-	for _, k := range [...]string{s.k.Pending, s.k.Signal} {
+	for _, k := range [...]string{s.key.Pending, s.key.Signal} {
 		g := w.AddListener(k, l.ch)
 		l.keys, l.gates = append(l.keys, k), append(l.gates, g)
 	}
@@ -250,10 +250,10 @@ func (l *shardListener) leave(w *wake.Watcher) {
 // growListeners makes every listener of the queue listen to its first n
 // shards.
 func (q *queueCore) growListeners(n int) {
-	w := q.f.watch
-	q.lmu.Lock()
-	defer q.lmu.Unlock()
-	for l := range q.lsn {
+	w := q.fleet.watch
+	q.listenersMu.Lock()
+	defer q.listenersMu.Unlock()
+	for l := range q.listeners {
 		if l.shards >= n {
 			continue
 		}
@@ -274,13 +274,13 @@ func (q *queueCore) growListeners(n int) {
 // holds the list), plus one when its signal moved since its last reserve
 // saw it (grouped or prioritized work came, or a permit came back).
 func (q *queueCore) cachedPending(ctx context.Context, signalOnly bool) (int64, []int64, error) {
-	f := q.f
+	f := q.fleet
 	n := q.spanOf(ctx)
 	cmds := make([]rueidis.CacheableTTL, 0, 2*n)
 	for i := range n {
 		s := q.sub(i)
-		cmds = append(cmds, rueidis.CT(noTTL(f.client.B().Llen().Key(s.k.Pending).Cache()), hintTTL),
-			rueidis.CT(noTTL(f.client.B().Get().Key(s.k.Signal).Cache()), hintTTL))
+		cmds = append(cmds, rueidis.CT(noTTL(f.client.B().Llen().Key(s.key.Pending).Cache()), hintTTL),
+			rueidis.CT(noTTL(f.client.B().Get().Key(s.key.Signal).Cache()), hintTTL))
 	}
 	res := f.client.DoMultiCache(ctx, cmds...)
 	lens := make([]int64, n)
@@ -297,7 +297,7 @@ func (q *queueCore) cachedPending(ctx context.Context, signalOnly bool) (int64, 
 		if signalOnly {
 			l = 0
 		}
-		if sig != q.sub(i).look.signal.Load() {
+		if sig != q.sub(i).sched.signal.Load() {
 			l++
 		}
 		lens[i] = l
@@ -319,7 +319,7 @@ func (q *queueCore) cachedPending(ctx context.Context, signalOnly bool) (int64, 
 func (q *queueCore) spread(ctx context.Context, req reserveReq) (reserved, error) {
 	shards := q.shardsOf(ctx)
 	k := len(shards)
-	start := int(q.turn.Add(1) % uint64(k))
+	start := int(q.reserveTurn.Add(1) % uint64(k))
 	if rand.IntN(4) != 0 {
 		// A reserve starts from the shard that gave the last one tasks:
 		// it likely has more (a SubmitMany fills one shard).
@@ -337,12 +337,12 @@ func (q *queueCore) spread(ctx context.Context, req reserveReq) (reserved, error
 	for j := range k {
 		i := (start + j) % k
 		s := shards[i]
-		if j == 1 && q.f.cache {
+		if j == 1 && q.fleet.cache {
 			if _, l, err := q.cachedPending(ctx, false); err == nil && len(l) == k {
 				lens = l
 			}
 		}
-		if j > 0 && lens != nil && lens[i] == 0 && !s.look.now(now) {
+		if j > 0 && lens != nil && lens[i] == 0 && !s.sched.now(now) {
 			continue
 		}
 		ss, err := s.take(ctx, req)

@@ -71,14 +71,14 @@ func (q *Queue[T]) submitMany(ctx context.Context, op string, payloads []T) ([]s
 		}
 		bodies[i] = newBody(ids[i], b, SubmitOptions{})
 	}
-	done := q.f.observeSubmit(ctx, q.name, ids, bodies, time.Time{}, "")
+	done := q.fleet.observeSubmit(ctx, q.name, ids, bodies, time.Time{}, "")
 	if err := q.register(ctx); err != nil {
 		done.call(0, err)
 		return nil, opErr(op, q.name, err)
 	}
-	c := q.f.client
+	c := q.fleet.client
 	s := q.pick("") // a sharded queue: the whole batch goes to one shard, round-robin
-	if err := c.Do(ctx, c.B().Rpush().Key(s.k.Pending).Element(bodies...).Build()).Error(); err != nil {
+	if err := c.Do(ctx, c.B().Rpush().Key(s.key.Pending).Element(bodies...).Build()).Error(); err != nil {
 		done.call(0, err)
 		return nil, opErr(op, q.name, err)
 	}
@@ -337,7 +337,7 @@ func (q *queueCore) checkSubmit(opts SubmitOptions) error {
 		return fmt.Errorf("%w: SubmitOptions.MaxAttempts %d is negative", ErrInvalidArgument, opts.MaxAttempts)
 	case opts.Timeout < 0:
 		return fmt.Errorf("%w: SubmitOptions.Timeout %v is negative", ErrInvalidArgument, opts.Timeout)
-	case !opts.ExpiresAt.IsZero() && !opts.ExpiresAt.After(q.f.now()):
+	case !opts.ExpiresAt.IsZero() && !opts.ExpiresAt.After(q.fleet.now()):
 		return fmt.Errorf("%w: SubmitOptions.ExpiresAt %v is not in the future", ErrInvalidArgument, opts.ExpiresAt.Format(time.RFC3339Nano))
 	}
 	if opts.Group != "" {
@@ -388,13 +388,13 @@ func (q *queueCore) push(ctx context.Context, subs []submission) ([]string, erro
 	var done submitDone
 	if len(subs) == 1 {
 		s := &subs[0]
-		done = q.f.observeSubmitOne(ctx, q.name, s.id, &s.body, s.opts.NotBefore, s.opts.DedupKey)
-	} else if q.f.obs != nil {
+		done = q.fleet.observeSubmitOne(ctx, q.name, s.id, &s.body, s.opts.NotBefore, s.opts.DedupKey)
+	} else if q.fleet.obs != nil {
 		ids, bodies := make([]string, len(subs)), make([]string, len(subs))
 		for i, s := range subs {
 			ids[i], bodies[i] = s.id, s.body
 		}
-		done = q.f.observeSubmit(ctx, q.name, ids, bodies, time.Time{}, "")
+		done = q.fleet.observeSubmit(ctx, q.name, ids, bodies, time.Time{}, "")
 		for i := range subs {
 			subs[i].body = bodies[i]
 		}
@@ -433,7 +433,7 @@ func (q *queueCore) push(ctx context.Context, subs []submission) ([]string, erro
 			o := subs[i].opts
 			uk, ready := "0", ""
 			if o.UniqueFor > 0 {
-				ks = append(slices.Clip(ks), sh.k.Unique+o.DedupKey)
+				ks = append(slices.Clip(ks), sh.key.Unique+o.DedupKey)
 				uk = strconv.Itoa(len(ks))
 			}
 			if !o.NotBefore.IsZero() {
@@ -446,7 +446,7 @@ func (q *queueCore) push(ctx context.Context, subs []submission) ([]string, erro
 	ids := make([]string, len(subs))
 	written := 0
 	var err error
-	for j, r := range queueSubmitScript.ExecMulti(ctx, q.f.client, execs...) {
+	for j, r := range queueSubmitScript.ExecMulti(ctx, q.fleet.client, execs...) {
 		got, e := r.AsStrSlice()
 		if e == nil && len(got) != len(places[j]) {
 			e = unexpectedReply("submit", len(got))
@@ -468,7 +468,7 @@ func (q *queueCore) push(ctx context.Context, subs []submission) ([]string, erro
 			shards[j].wakeLocal()
 		}
 		if scheduled {
-			shards[j].look.soon()
+			shards[j].sched.soon()
 		}
 	}
 	done.call(written, err)

@@ -20,7 +20,7 @@ import (
 // of its body. Task[T] is a reservation and its decoded payload; the
 // worker's group commit works on reservations.
 type reservation struct {
-	c       *queueCore // the core of the task's shard
+	core    *queueCore // the core of the task's shard
 	id      string
 	token   string
 	body    string          // as stored in :processing:body
@@ -87,13 +87,13 @@ func (r *reservation) expired() bool { return r.expires != 0 && mono.Now() >= r.
 // group's or GlobalConcurrency's permit given back, or its end passed on
 // (a tracked task, or one that set a progress value: flowFlags).
 func (r *reservation) keeps() bool {
-	return (r.unique > 0 && r.dedup != "") || r.c.opts.Retention > 0 || r.group != "" || r.permit || r.track > 0 || r.progressed.Load()
+	return (r.unique > 0 && r.dedup != "") || r.core.opts.Retention > 0 || r.group != "" || r.permit || r.track > 0 || r.progressed.Load()
 }
 
 // retention is how long r's ack keeps its record: the queue's Retention,
 // or a tracked task's own, whichever is longer.
 func (r *reservation) retention() time.Duration {
-	return max(r.c.opts.Retention, time.Duration(r.track)*time.Millisecond)
+	return max(r.core.opts.Retention, time.Duration(r.track)*time.Millisecond)
 }
 
 // flowFlags is what the end steps are told of r (flow_ended,
@@ -117,10 +117,10 @@ func (r *reservation) flowFlags() string {
 func (r *reservation) SetResult(v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
-		return opErr("set result", r.c.name, fmt.Errorf("%w: cannot encode %T as JSON: %w", ErrInvalidArgument, v, err))
+		return opErr("set result", r.core.name, fmt.Errorf("%w: cannot encode %T as JSON: %w", ErrInvalidArgument, v, err))
 	}
-	if len(b) > r.c.opts.MaxPayloadBytes {
-		return opErr("set result", r.c.name, fmt.Errorf("%w: result of %d bytes, more than MaxPayloadBytes %d", ErrInvalidArgument, len(b), r.c.opts.MaxPayloadBytes))
+	if len(b) > r.core.opts.MaxPayloadBytes {
+		return opErr("set result", r.core.name, fmt.Errorf("%w: result of %d bytes, more than MaxPayloadBytes %d", ErrInvalidArgument, len(b), r.core.opts.MaxPayloadBytes))
 	}
 	r.result.Store(&b)
 	return nil

@@ -217,7 +217,7 @@ func AddSchedule[T any](ctx context.Context, q *Queue[T], name string, spec Spec
 	if err != nil {
 		return opErr(op, name, err)
 	}
-	return q.f.addSchedule(ctx, q.name, name, spec, b, opts, q.register)
+	return q.fleet.addSchedule(ctx, q.name, name, spec, b, opts, q.register)
 }
 
 // AddScheduleJSON is AddSchedule for a queue made by NewQueue in this

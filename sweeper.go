@@ -335,8 +335,8 @@ func sweep(ctx context.Context, f *Fleet, opts SweeperOptions) (SweepStats, erro
 // (lowering its shard count's high-water mark when it can); by its stored
 // policy, else its options.
 func (q *queueCore) sweep(ctx context.Context, opts SweeperOptions, st *SweepStats) error {
-	f, qo := q.f, q.opts
-	if p, ok, err := f.storedPolicy(ctx, q.k.Policy); err != nil {
+	f, qo := q.fleet, q.opts
+	if p, ok, err := f.storedPolicy(ctx, q.key.Policy); err != nil {
 		return err
 	} else if ok {
 		qo = qo.withPolicy(p)
@@ -355,7 +355,7 @@ func (q *queueCore) sweep(ctx context.Context, opts SweeperOptions, st *SweepSta
 	}
 	// A sharded queue (queue_shard.go): each shard in turn, then the
 	// shard count's high-water mark lowered when it can be.
-	span, used, err := f.shardState(ctx, q.k, opts.ShardGrace)
+	span, used, err := f.shardState(ctx, q.key, opts.ShardGrace)
 	if err != nil {
 		return err
 	}
@@ -373,7 +373,7 @@ func (q *queueCore) sweep(ctx context.Context, opts SweeperOptions, st *SweepSta
 
 // sweepShard sweeps q's shard (the queue itself when unsharded), by qo.
 func (q *queueCore) sweepShard(ctx context.Context, qo QueueOptions, opts SweeperOptions, st *SweepStats) error {
-	f, k, batch := q.f, &q.k, opts.Batch
+	f, k, batch := q.fleet, &q.key, opts.Batch
 	ks := scriptKeys(k)
 	for range 100 { // bounds one sweep of one queue
 		res, err := queueSweepScript.Exec(ctx, f.client, ks, []string{"1000", strconv.Itoa(batch)}).ToArray()

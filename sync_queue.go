@@ -83,7 +83,7 @@ func (s *syncer) queueShard(ctx context.Context, q *queueCore) error {
 // An entry made after step 1 (by a submit) is never a candidate: no live
 // task's entry is removed because its task was submitted during Sync.
 func (s *syncer) syncDedup(ctx context.Context, q *queueCore) error {
-	k, ks := &q.k, q.keys()
+	k, ks := &q.key, q.keys()
 	c := s.f.client
 	seed := maphash.MakeSeed()
 	h := func(s string) uint64 { return maphash.String(seed, s) }

@@ -42,14 +42,14 @@ func (q *queueCore) Wait(ctx context.Context, id string) (TaskRecord, error) {
 	if id == "" || len(id) > 1024 {
 		return TaskRecord{ID: id}, opErr(op, q.name, fmt.Errorf("%w: task id of %d bytes", ErrInvalidArgument, len(id)))
 	}
-	f := q.f
+	f := q.fleet
 	shards := q.shardsOf(ctx)
 	keys := make([]string, 0, 2*len(shards))
 	for _, s := range shards {
-		keys = append(keys, s.k.Result+id)
+		keys = append(keys, s.key.Result+id)
 	}
 	for _, s := range shards {
-		keys = append(keys, s.k.Dead)
+		keys = append(keys, s.key.Dead)
 	}
 	wake, quit := make(chan struct{}, 1), make(chan struct{})
 	defer close(quit)

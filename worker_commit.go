@@ -118,7 +118,7 @@ func (b *batch[C, O, P]) commitCall(ctx context.Context, reqs []*ackReq[P]) {
 		return g
 	}
 	for _, r := range reqs {
-		g := of(r.t.c)
+		g := of(r.t.core)
 		g.acks = append(g.acks, r)
 		if r.take != nil {
 			g := of(r.take.queueCore)

@@ -214,7 +214,7 @@ func (p *fetcher[C, O, P]) listen(run, soft context.Context) func() {
 	stops := make([]func(), 0, 2*n)
 	for i, q := range p.qs {
 		ch, stop := q.listenPending(run)
-		p.gates[i] = newPauseGate(f, q.k.Paused, p.b.w.opts.ConfigPoll)
+		p.gates[i] = newPauseGate(f, q.key.Paused, p.b.w.opts.ConfigPoll)
 		stops = append(stops, stop, p.gates[i].stop)
 		p.cases = append(p.cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)})
 	}

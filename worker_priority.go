@@ -73,7 +73,7 @@ func checkPriority[P any](f *Fleet, mode PriorityMode, queues []WeightedQueue[P]
 		case err != nil:
 		case wq.Queue == nil:
 			err = fmt.Errorf("%w: queue %d is nil", ErrInvalidArgument, i)
-		case wq.Queue.f != f:
+		case wq.Queue.fleet != f:
 			err = fmt.Errorf("%w: queue %q belongs to another Fleet", ErrInvalidArgument, wq.Queue.name)
 		case wq.Queue.err != nil:
 			err = wq.Queue.err

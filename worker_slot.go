@@ -190,7 +190,7 @@ func NewBatchWorker[C, O, P any](f *Fleet, opts WorkerOptions, q *Queue[P], a Ba
 	switch {
 	case q == nil || a == nil:
 		err = fmt.Errorf("%w: NewBatchWorker needs a queue and an automation", ErrInvalidArgument)
-	case q.f != f:
+	case q.fleet != f:
 		err = fmt.Errorf("%w: the queue belongs to another Fleet", ErrInvalidArgument)
 	case q.err != nil:
 		err = q.err

@@ -40,7 +40,7 @@ func (b *batch[C, O, P]) takeQueue(ctx, soft context.Context, t *Task[P]) *Queue
 		return nil
 	}
 	q := b.fetch.takeNext()
-	if q == nil || !q.takesWithAcks(ctx) || b.paused(ctx, q.k.Paused) {
+	if q == nil || !q.takesWithAcks(ctx) || b.paused(ctx, q.key.Paused) {
 		return nil
 	}
 	return q
@@ -63,7 +63,7 @@ func (b *batch[C, O, P]) paused(ctx context.Context, key string) bool {
 
 func (b *batch[C, O, P]) handleTask(run, soft context.Context, s *Slot[C, O], t *Task[P]) (*Task[P], error) {
 	w := b.w
-	margin := lease.Margin(t.c.opts.Lease)
+	margin := lease.Margin(t.core.opts.Lease)
 	if time.Until(t.Deadline()) < margin {
 		// The reserve's reply came too late (held back, a stalled server, a
 		// paused process): another worker may get the task any moment.
@@ -197,7 +197,7 @@ func (b *batch[C, O, P]) failed(s *Slot[C, O], err error) {
 // Queue.Cancel asked the task to stop (a cancel whose message this worker
 // missed). A task never runs on two workers at once, beyond the margin.
 func (b *batch[C, O, P]) leaseKeep(t *Task[P], margin time.Duration) lease.Keep {
-	hold := t.c.opts.Lease
+	hold := t.core.opts.Lease
 	every := b.w.opts.LeaseExtend
 	if every == 0 {
 		every = hold / 3
@@ -205,4 +205,18 @@ func (b *batch[C, O, P]) leaseKeep(t *Task[P], margin time.Duration) lease.Keep 
 	return lease.Keep{Clock: &t.clock, Margin: margin, Every: max(every, time.Millisecond),
 		Extend: func(ctx context.Context) error { return t.Extend(ctx, hold) },
 		Failed: func(err error) { b.w.log.Warn("fleet: worker could not extend a lease", "task", t.ID, "err", err) }}
+}
+
+// runHandler runs the handler of task t through the worker's middleware.
+func (b *batch[C, O, P]) runHandler(ctx context.Context, s *Slot[C, O], t *Task[P]) error {
+	ctx = withTask(ctx, t.reservation) // ResultOf reads a task's dependencies (flow_task.go)
+	mws := b.w.opts.Middleware
+	if len(mws) == 0 {
+		return b.a.Handle(ctx, s, t)
+	}
+	inner := func(ctx context.Context, _ TaskInfo) error { return b.a.Handle(ctx, s, t) }
+	info := TaskInfo{Queue: t.core.name, ID: t.ID, Attempts: t.Attempts, Type: b.w.opts.Type, Worker: b.w.opts.ID,
+		Slot: s.st.index, Deadline: t.Deadline(), Payload: t.Payload, Trace: decodeTrace(t.trace), Metadata: t.meta,
+		Progress: t.Progress}
+	return chain(inner, mws)(ctx, info)
 }
