@@ -297,7 +297,7 @@ func (q *queueCore) take(ctx context.Context, req reserveReq) (reserved, error) 
 		return res, err
 	}
 	q.readLook(&reply, sent, &res)
-	if len(reply.tasks) == 0 {
+	if reply.tasks() == 0 {
 		return res, nil
 	}
 	var clock lease.Clock
@@ -308,7 +308,7 @@ func (q *queueCore) take(ctx context.Context, req reserveReq) (reserved, error) 
 		q.abandonReserve(prefix)
 		return res, nil
 	}
-	res.tasks, err = q.reservations(ctx, reply.tasks, sent, reply.now, res.permits)
+	res.tasks, err = q.reservations(ctx, &reply, sent, res.permits)
 	return res, err
 }
 
@@ -344,17 +344,18 @@ func (q *queueCore) readLook(reply *reserveReply, sent int64, res *reserved) {
 	}
 }
 
-// reservations makes the reservations of a take's reply (triples of id,
-// token and body), leased from sent; now is the server's clock in unix ms
-// when the script ran, and permits says the tasks hold GlobalConcurrency
-// permits. A body that is not a task is poison, and a task
+// reservations makes the reservations of the tasks a take's reply took,
+// leased from sent (the reply's now is the server's clock in unix ms when
+// the script ran); permits says the tasks hold GlobalConcurrency permits. A body that is not a task is poison, and a task
 // whose ExpiresAt passed by the server's clock expired: either is buried
 // under its very lease, uncounted, so that it never runs or loops; the
 // error is the last burial's when no task is left.
-func (q *queueCore) reservations(ctx context.Context, taken []takenTask, sent, now int64, permits bool) ([]*reservation, error) {
-	rs := make([]*reservation, 0, len(taken))
+func (q *queueCore) reservations(ctx context.Context, reply *reserveReply, sent int64, permits bool) ([]*reservation, error) {
+	now := reply.now
+	rs := make([]*reservation, 0, reply.tasks())
 	var buryErr error
-	for _, t := range taken {
+	for i := range reply.tasks() {
+		t := reply.task(i)
 		r := &reservation{core: q, permit: permits, id: t.id, token: t.token, body: t.body}
 		r.clock.Prove(sent, q.opts.Lease)
 		w, err := taskbody.Parse(r.body)

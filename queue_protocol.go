@@ -58,7 +58,10 @@ type reserveReply struct {
 	// reads as a number (hasSignal).
 	signal    int64
 	hasSignal bool
-	tasks     []takenTask
+	// taken is the tasks' part of the reply, id, token and body for each
+	// (tasks, task): read where it is used, so that a reserve allocates
+	// nothing for it.
+	taken []rueidis.RedisMessage
 	// failed is the take's error when the acks were done and the take then
 	// failed (a wrong-type key: it changed nothing); "" otherwise.
 	failed string
@@ -100,15 +103,20 @@ func readReserveReply(reply []rueidis.RedisMessage) (reserveReply, error) {
 	if sig, err := reply[5].AsInt64(); err == nil {
 		r.signal, r.hasSignal = sig, true
 	}
-	rest := reply[reserveReplyHead:]
-	r.tasks = make([]takenTask, len(rest)/3)
-	for i := range r.tasks {
-		t := &r.tasks[i]
-		t.id, _ = rest[3*i].ToString()
-		t.token, _ = rest[3*i+1].ToString()
-		t.body, _ = rest[3*i+2].ToString()
-	}
+	r.taken = reply[reserveReplyHead:]
 	return r, nil
+}
+
+// tasks is how many tasks the reply took.
+func (r *reserveReply) tasks() int { return len(r.taken) / 3 }
+
+// task returns the i-th task the reply took.
+func (r *reserveReply) task(i int) takenTask {
+	var t takenTask
+	t.id, _ = r.taken[3*i].ToString()
+	t.token, _ = r.taken[3*i+1].ToString()
+	t.body, _ = r.taken[3*i+2].ToString()
+	return t
 }
 
 // failure is the error of a reply whose take failed after its acks, nil

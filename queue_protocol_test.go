@@ -155,10 +155,17 @@ func TestQueueProtocolReplies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := reserveReply{now: 1700000000123, left: 5, nextReady: "1700000001.5", wake: "1700000000200", acked: "10", signal: 42, hasSignal: true,
-		tasks: []takenTask{{"a", "tok.1", `{"id":"a"}`}, {"b", "tok.2", `{"id":"b"}`}}}
+	var tasks []takenTask
+	for i := range r.tasks() {
+		tasks = append(tasks, r.task(i))
+	}
+	r.taken = nil
+	want := reserveReply{now: 1700000000123, left: 5, nextReady: "1700000001.5", wake: "1700000000200", acked: "10", signal: 42, hasSignal: true}
 	if !reflect.DeepEqual(r, want) {
 		t.Errorf("got %+v\nwant %+v", r, want)
+	}
+	if wantTasks := []takenTask{{"a", "tok.1", `{"id":"a"}`}, {"b", "tok.2", `{"id":"b"}`}}; !reflect.DeepEqual(tasks, wantTasks) {
+		t.Errorf("tasks %+v, want %+v", tasks, wantTasks)
 	}
 	if r.drained() || r.capped() || !r.permits() || r.failure() != nil {
 		t.Errorf("left 5: drained %v capped %v permits %v failure %v", r.drained(), r.capped(), r.permits(), r.failure())

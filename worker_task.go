@@ -96,7 +96,7 @@ func (b *batch[C, O, P]) handleTask(run, soft context.Context, s *Slot[C, O], t 
 	}
 	kept := lease.Start(run, keep)
 	defer kept.Cancel(nil)
-	defer b.cancels.start(t.ID, kept.Cancel)()
+	defer b.cancels.start(t.ID, kept.CancelFunc())()
 	hctx := kept.Wrap(kept.Ctx()) // outermost: its Err is the one called
 	err := protect(func() error { return b.runHandler(hctx, s, t) })
 	kept.Stop()

@@ -128,6 +128,10 @@ func (l *Kept) Ctx() context.Context { return l.ctx }
 // ended already.
 func (l *Kept) Cancel(cause error) { l.cancel(cause) }
 
+// CancelFunc is Cancel as the func it calls, for a caller that hands it
+// on: unlike the method value l.Cancel, it allocates nothing.
+func (l *Kept) CancelFunc() context.CancelCauseFunc { return l.cancel }
+
 // Wrap returns ctx (Ctx or one derived from it, such as one with a
 // timeout) with an Err that also looks at the clock: a lease that ran out
 // (less the margin) cancels Ctx at once, with fault.LeaseLost, even before
