@@ -110,7 +110,7 @@ var (
 	// out (and perhaps another took the thing), or it already ended.
 	// Nothing is changed. It is also the cause (context.Cause) of the ctx
 	// that Lock.Do, Semaphore.Do and Query.Do give their function, and of a
-	// batch handler's ctx, when the lease can no longer be proven (lease.go).
+	// batch handler's ctx, when the lease can no longer be proven (internal/lease).
 	// The message says which thing it was. It is one error for all of them,
 	// so that one errors.Is check covers every lease.
 	ErrLeaseLost = fault.LeaseLost
