@@ -20,7 +20,7 @@ import (
 
 // flowDriver passes on, in the background, the ends of the tracked tasks
 // that this process ended (added by the engine's hooks: taskRunEnded,
-// flowsAcked):
+// flowAcked):
 // one goroutine, started at the first end and ended by Close, batches
 // them. An end it cannot pass on (an error, Close) stays in its outbox for
 // the sweeper.
@@ -127,7 +127,7 @@ func (d *flowDriver) loop() {
 // taskRunEnded is the queue engine's ended hook (queueHooks, wired by
 // Open): the end of a task's run counts in the history and reaches the
 // Observer (recordEnd), and a tracked task's dead letter is handed to the
-// driver (an ack's was, by flowsAcked).
+// driver (an ack's was, by flowAcked).
 func (f *Fleet) taskRunEnded(ctx context.Context, r *reservation, outcome TaskOutcome, ok bool) {
 	f.recordEnd(ctx, r.core.name, r.id, outcome, ok)
 	if ok && outcome == TaskDeadLettered && r.track > 0 {
@@ -135,14 +135,12 @@ func (f *Fleet) taskRunEnded(ctx context.Context, r *reservation, outcome TaskOu
 	}
 }
 
-// flowsAcked hands the ends of the tracked tasks among acks that were
-// acked (codes) to the driver: the queue engine's acked hook (queueHooks,
-// wired by Open).
-func (f *Fleet) flowsAcked(acks []*reservation, codes []endCode) {
-	for i, r := range acks {
-		if r.track > 0 && i < len(codes) && codes[i] == endDone {
-			f.flowEnds().add(r.core, r.id)
-		}
+// flowAcked hands the end of r, which an ack step acked, to the driver
+// when r is tracked: the queue engine's acked hook (queueHooks, wired by
+// Open).
+func (f *Fleet) flowAcked(r *reservation) {
+	if r.track > 0 {
+		f.flowEnds().add(r.core, r.id)
 	}
 }
 

@@ -150,7 +150,7 @@ func Open(ctx context.Context, opts Options) (*Fleet, error) {
 	}
 	f.hist = newHistory(opts.HistoryFlush)
 	f.flows = &flowDriver{f: f}
-	f.hooks = queueHooks{acked: f.flowsAcked, ended: f.taskRunEnded}
+	f.hooks = queueHooks{acked: f.flowAcked, ended: f.taskRunEnded}
 	f.life, f.endLife = context.WithCancel(context.Background())
 	if f.cacheTTL == 0 {
 		f.cacheTTL = DefaultCacheTTL
