@@ -500,10 +500,12 @@ func (f *Fleet) SubmitJSONWith(ctx context.Context, queue string, raw []byte, op
 }
 
 // jsonSubmitter is what SubmitJSON takes of the queueEntry of a queue
-// name: every Queue[T] is one.
+// name: every Queue[T] is one (the compiler checks it below).
 type jsonSubmitter interface {
 	submitJSON(ctx context.Context, raw []byte, opts SubmitOptions) (string, error)
 }
+
+var _ jsonSubmitter = (*Queue[struct{}])(nil)
 
 func (q *Queue[T]) submitJSON(ctx context.Context, raw []byte, opts SubmitOptions) (string, error) {
 	if len(raw) > q.opts.MaxPayloadBytes {

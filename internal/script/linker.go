@@ -143,20 +143,10 @@ func (l *Linker) Text(name string) string {
 		// was when it lived in the root's scripts.go.
 		sb.WriteString("-- lazy holds the blocks that only some runs call, made at the first use\n-- of one (scripts.go: linked).\nlocal lazy = {}\n\n")
 	}
-	for i, b := range l.blocks {
-		if eager[i] {
-			sb.WriteString(b.text)
-			sb.WriteString("\n\n")
-		}
-	}
+	l.writeBlocks(&sb, eager)
 	if len(lazyNames) > 0 {
 		sb.WriteString("setmetatable(lazy, {__index = function(t, k)\n")
-		for i, b := range l.blocks {
-			if lazy[i] {
-				sb.WriteString(b.text)
-				sb.WriteString("\n\n")
-			}
-		}
+		l.writeBlocks(&sb, lazy)
 		slices.Sort(lazyNames)
 		for _, n := range lazyNames {
 			sb.WriteString("rawset(t, '" + n + "', " + n + ")\n")
@@ -165,6 +155,17 @@ func (l *Linker) Text(name string) string {
 	}
 	sb.WriteString(script)
 	return sb.String()
+}
+
+// writeBlocks writes the blocks marked in which, in the libraries' order,
+// each followed by a blank line.
+func (l *Linker) writeBlocks(sb *strings.Builder, which []bool) {
+	for i, b := range l.blocks {
+		if which[i] {
+			sb.WriteString(b.text)
+			sb.WriteString("\n\n")
+		}
+	}
 }
 
 // closureInto marks in used the blocks that Lua text calls, and those
