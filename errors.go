@@ -4,13 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -29,14 +26,14 @@ import (
 // Errors of every primitive.
 var (
 	// ErrClosed is returned by calls on a Fleet after Close.
-	ErrClosed = newSentinel("closed", nil)
+	ErrClosed = fault.Closed
 	// ErrInvalidName is returned for a name that is empty, too long, or holds
 	// '{', '}', white space, a control character, or a separator its place
 	// in a key forbids. The message names the bad name.
 	ErrInvalidName = keys.ErrInvalidName
 	// ErrInvalidArgument is returned for an argument out of range, such as a
 	// lock hold <= 0 or a negative TTL. The message names the argument.
-	ErrInvalidArgument = newSentinel("invalid argument", nil)
+	ErrInvalidArgument = fault.InvalidArgument
 	// ErrInvalidOptions is returned for options that cannot be used (by
 	// Open, and for a pool's or a queue's options that cannot work
 	// together).
@@ -47,7 +44,7 @@ var (
 	// ErrWrongType is returned when a key holds a value of another kind than
 	// the call expects (a hash where a KV string should be, text in a counter).
 	// Nothing is changed.
-	ErrWrongType = newSentinel("key holds the wrong kind of value", nil)
+	ErrWrongType = fault.WrongType
 	// ErrUnavailable is returned when Redis could not be reached or the
 	// connection broke during the call. The call may or may not have taken
 	// effect on the server.
@@ -366,24 +363,13 @@ func classify(err error) error {
 	return nil
 }
 
-// unreachable reports whether err says Redis could not be reached or the
-// connection broke: a network error, an EOF, a refused or reset connection.
-func unreachable(err error) bool {
-	var ne net.Error
-	// rueidis.ErrClosing also means "unable to connect": a Fleet's own
-	// Close is caught before any call (alive) and says ErrClosed.
-	return errors.As(err, &ne) || errors.Is(err, rueidis.ErrClosing) || errors.Is(err, rueidis.ErrNoAddr) ||
-		errors.Is(err, rueidis.ErrDoCacheAborted) || errors.Is(err, rueidis.ErrNoSlot) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
-		errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, net.ErrClosed)
-}
-
-// outcomeUnknown reports whether a script that failed with err may have
-// run (or may still run) on the server: ctx ended, or the connection broke,
-// while it was in flight. A reply (an error reply too) is a known outcome.
-func outcomeUnknown(err error) bool {
-	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || unreachable(err)
-}
+// unreachable is fault.Unreachable; outcomeUnknown, fault.OutcomeUnknown.
+var (
+	unreachable    = fault.Unreachable
+	outcomeUnknown = fault.OutcomeUnknown
+	// unexpectedReply is the error of a reply of n elements to what.
+	unexpectedReply = fault.UnexpectedReply
+)
 
 // transient reports whether err may go away by itself (a connection that
 // broke, a server that restarts).
@@ -404,12 +390,6 @@ func (e *partError) Unwrap() error { return e.err }
 
 // within says err of part (see partError).
 func within(part string, err error) error { return &partError{part: part, err: err} }
-
-// unexpectedReply is the error of a reply of n elements to what: a defect,
-// or a server that runs other scripts under fleet's names.
-func unexpectedReply(what string, n int) error {
-	return fmt.Errorf("unexpected reply of %d elements to %s", n, what)
-}
 
 // DuplicateError is returned by Queue.SubmitWith with UniqueFor set when
 // another task holds the dedup key, live or within its unique window.

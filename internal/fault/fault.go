@@ -5,6 +5,18 @@
 // every sentinel of fleet is a *Sentinel.
 package fault
 
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"syscall"
+
+	"github.com/redis/rueidis"
+)
+
 // Sentinels the engine raises.
 var (
 	// LeaseLost says a lease ended before its holder ended it: it could no
@@ -14,6 +26,15 @@ var (
 	// Canceled is the cause of a task's ctx when Queue.Cancel cancelled it.
 	// It is fleet.ErrCanceled.
 	Canceled = New("task canceled", nil)
+	// Closed is returned by calls after the Fleet closed. It is
+	// fleet.ErrClosed.
+	Closed = New("closed", nil)
+	// InvalidArgument is an argument out of range. It is
+	// fleet.ErrInvalidArgument.
+	InvalidArgument = New("invalid argument", nil)
+	// WrongType is a key that holds another kind of value than the call
+	// expects. It is fleet.ErrWrongType.
+	WrongType = New("key holds the wrong kind of value", nil)
 )
 
 // Sentinel is the type of fleet's sentinel errors: its text starts with
@@ -35,3 +56,28 @@ func (e *Sentinel) Error() string { return e.msg }
 
 // Is reports whether target is the sentinel's parent.
 func (e *Sentinel) Is(target error) bool { return e.parent != nil && target == e.parent }
+
+// UnexpectedReply is the error of a reply of n elements to what: a defect,
+// or a server that runs other scripts under fleet's names.
+func UnexpectedReply(what string, n int) error {
+	return fmt.Errorf("unexpected reply of %d elements to %s", n, what)
+}
+
+// Unreachable reports whether err says Redis could not be reached or the
+// connection broke: a network error, an EOF, a refused or reset connection.
+func Unreachable(err error) bool {
+	var ne net.Error
+	// rueidis.ErrClosing also means "unable to connect": a Fleet's own
+	// Close is caught before any call (alive) and says ErrClosed.
+	return errors.As(err, &ne) || errors.Is(err, rueidis.ErrClosing) || errors.Is(err, rueidis.ErrNoAddr) ||
+		errors.Is(err, rueidis.ErrDoCacheAborted) || errors.Is(err, rueidis.ErrNoSlot) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, net.ErrClosed)
+}
+
+// OutcomeUnknown reports whether a script that failed with err may have
+// run (or may still run) on the server: ctx ended, or the connection broke,
+// while it was in flight. A reply (an error reply too) is a known outcome.
+func OutcomeUnknown(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || Unreachable(err)
+}
