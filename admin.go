@@ -156,7 +156,7 @@ func (f *Fleet) RemoveType(ctx context.Context, typ string) (RemoveReport, error
 		}
 	}
 	c, q := f.client, f.keys.Queue(typ)
-	span, err := f.queueSpan(ctx, typ)
+	span, err := f.eng.QueueSpan(ctx, typ)
 	if err != nil {
 		return r, opErr("remove type", typ, err)
 	}
@@ -168,7 +168,7 @@ func (f *Fleet) RemoveType(ctx context.Context, typ string) (RemoveReport, error
 	}
 	if span > 1 {
 		// A sharded queue (QueueOptions.Shards): every shard, and the count.
-		for _, s := range f.shardKeys(typ, span)[1:] {
+		for _, s := range f.eng.ShardKeys(typ, span)[1:] {
 			dels = append(dels, c.B().Del().Key(s.Pending, s.Processing, s.Body, s.Lease, s.Scheduled, s.Dead, s.Dedup, s.Policy, s.Retained).Build())
 		}
 		dels = append(dels, c.B().Del().Key(q.Shards).Build())

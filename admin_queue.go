@@ -111,7 +111,7 @@ func (f *Fleet) Overview(ctx context.Context) (Overview, error) {
 	}
 	for i, n := range qs {
 		spans[i] = max(spans[i], 1)
-		for _, k := range f.shardKeys(n, spans[i]) {
+		for _, k := range f.eng.ShardKeys(n, spans[i]) {
 			cmds = appendStatCmds(c, cmds, k)
 		}
 		cmds = append(cmds, c.B().Exists().Key(f.keys.Queue(n).Paused).Build())
@@ -126,7 +126,7 @@ func (f *Fleet) Overview(ctx context.Context) (Overview, error) {
 	}
 	res = c.DoMulti(ctx, cmds...)
 	for i, n := range qs {
-		st, err := f.readStats(ctx, res, f.shardKeys(n, spans[i]), now)
+		st, err := f.readStats(ctx, res, f.eng.ShardKeys(n, spans[i]), now)
 		if err != nil {
 			return ov, opErr("overview", n, err)
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/fleet-go/fleet/internal/engine"
 	"github.com/fleet-go/fleet/internal/fault"
 	"github.com/fleet-go/fleet/internal/keys"
 )
@@ -237,7 +238,7 @@ var (
 var (
 	// errExpired is why a task whose SubmitOptions.ExpiresAt passed before
 	// it started is in the dead letters.
-	errExpired = errors.New("expired")
+	errExpired = engine.ErrExpired
 	// errTLSHandshake marks a failed TLS handshake in the chain (connect.go).
 	errTLSHandshake = errors.New("TLS handshake failed")
 	// errSubscriptionClosed ends a subscription's wait (events.go).

@@ -1,6 +1,10 @@
 package fleet
 
-import "context"
+import (
+	"context"
+
+	"github.com/fleet-go/fleet/internal/engine"
+)
 
 // AckAndTake runs the reserve script as a worker slot does when it finishes
 // a task while the queue has more: it acks t and takes up to n tasks in one
@@ -20,16 +24,16 @@ func AckAndTake[T any](ctx context.Context, q *Queue[T], t *Task[T], n int) (ack
 // group commit call do). acks has a digit per task, in order: '1' done,
 // '0' lease lost.
 func AckManyAndTake[T any](ctx context.Context, q *Queue[T], ts []*Task[T], n int) (acks string, tasks []*Task[T], err error) {
-	rs := make([]*reservation, len(ts))
+	rs := make([]*engine.Reservation, len(ts))
 	for i, t := range ts {
-		rs[i] = t.reservation
+		rs[i] = t.r
 	}
-	res, err := ts[0].core.reserve(ctx, reserveReq{n: n, acks: rs}) // t's shard, as the worker's group commit
-	for _, c := range res.acks {
+	res, err := ts[0].core.e.Reserve(ctx, engine.Req{N: n, Acks: rs}) // t's shard, as the worker's group commit
+	for _, c := range res.Acks {
 		acks += string(rune('0' + c))
 	}
-	if len(res.tasks) > 0 {
-		tasks, _ = q.decodeAll(ctx, res.tasks)
+	if len(res.Tasks) > 0 {
+		tasks, _ = q.decodeAll(ctx, res.Tasks)
 	}
 	return acks, tasks, opErr("ack", q.name, err) // as the worker's group commit reports it
 }
@@ -37,8 +41,7 @@ func AckManyAndTake[T any](ctx context.Context, q *Queue[T], ts []*Task[T], n in
 // StaleTask returns a handle on t's task that holds token instead of t's
 // lease token: a holder whose reservation is not the one that exists.
 func StaleTask[T any](t *Task[T], token string) *Task[T] {
-	r := &reservation{core: t.core, id: t.ID, token: token, body: t.body, dedup: t.dedup}
-	return &Task[T]{ID: t.ID, reservation: r}
+	return &Task[T]{ID: t.ID, reservation: reservation{r: t.r.WithToken(token), core: t.core}}
 }
 
 // TaskShard is the shard of a sharded queue that holds t (0 unsharded).

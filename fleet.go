@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/fleet-go/fleet/internal/engine"
 	"github.com/fleet-go/fleet/internal/keys"
 	"github.com/fleet-go/fleet/internal/wake"
 )
@@ -42,10 +43,9 @@ type Fleet struct {
 	log      *slog.Logger
 	watch    *wake.Watcher
 	queues   sync.Map         // queue name -> the codec of the Queue[T] made in this process (queue.go)
-	looks    sync.Map         // queue name -> *schedLook (queue_reserve.go)
 	now      func() time.Time // this process's clock, for values no other process compares
 	obs      *Observer        // Options.Observer's copy, or nil (observe.go)
-	hooks    queueHooks       // what the queue engine tells the layers above it (queue_hooks.go; wired by Open)
+	eng      *engine.Env      // the queue engine's view of this Fleet, with the hooks it tells the layers above it (internal/engine; made by Open)
 	flows    any              // the *flowDriver that passes on the ends of tracked tasks (flow_drive.go: flowEnds); untyped, so that fleet.go needs no flow file
 	progress sync.Map         // progress hash key -> the sweep's HSCAN cursor (flow_drive.go)
 	hist     any              // the *history of task ends counted and not yet added to the queues' history (history.go); untyped, so that fleet.go needs no history file

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/fleet-go/fleet/internal/engine"
 )
 
 // Passing on the ends of tracked tasks (docs/FLOWS.md, "The steps of an
@@ -124,23 +126,30 @@ func (d *flowDriver) loop() {
 	}
 }
 
-// taskRunEnded is the queue engine's ended hook (queueHooks, wired by
+// taskRunEnded is the queue engine's ended hook (engine.Hooks, wired by
 // Open): the end of a task's run counts in the history and reaches the
 // Observer (recordEnd), and a tracked task's dead letter is handed to the
 // driver (an ack's was, by flowAcked).
-func (f *Fleet) taskRunEnded(ctx context.Context, r *reservation, outcome TaskOutcome, ok bool) {
-	f.recordEnd(ctx, r.core.name, r.id, outcome, ok)
-	if ok && outcome == TaskDeadLettered && r.track > 0 {
-		f.flowEnds().add(r.core, r.id)
+func (f *Fleet) taskRunEnded(ctx context.Context, r *engine.Reservation, o engine.Outcome, ok bool) {
+	outcome := TaskProcessed
+	switch o {
+	case engine.Retried:
+		outcome = TaskRetried
+	case engine.DeadLettered:
+		outcome = TaskDeadLettered
+	}
+	f.recordEnd(ctx, r.Queue().Name(), r.ID(), outcome, ok)
+	if ok && outcome == TaskDeadLettered && r.Tracked() > 0 {
+		f.flowEnds().add(f.shardCore(r.Queue()), r.ID())
 	}
 }
 
 // flowAcked hands the end of r, which an ack step acked, to the driver
-// when r is tracked: the queue engine's acked hook (queueHooks, wired by
+// when r is tracked: the queue engine's acked hook (engine.Hooks, wired by
 // Open).
-func (f *Fleet) flowAcked(r *reservation) {
-	if r.track > 0 {
-		f.flowEnds().add(r.core, r.id)
+func (f *Fleet) flowAcked(r *engine.Reservation) {
+	if r.Tracked() > 0 {
+		f.flowEnds().add(f.shardCore(r.Queue()), r.ID())
 	}
 }
 
@@ -372,7 +381,7 @@ func (f *Fleet) afterRelease(c *queueCore, ids []string, codes string) {
 		case '2':
 			if !woke {
 				c.wakeLocal()
-				c.sched.soon()
+				c.e.LookSoon()
 				woke = true
 			}
 			f.released(c, ids[j])

@@ -27,11 +27,11 @@ func (r *reservation) Dependencies(ctx context.Context) ([]DependencyState, erro
 	if p := r.deps.Load(); p != nil {
 		return *p, nil
 	}
-	if r.track == 0 {
+	if r.r.Tracked() == 0 {
 		return nil, nil
 	}
 	c := r.core.fleet.client
-	m, err := c.Do(ctx, c.B().Hgetall().Key(r.core.key.Flow+r.id).Build()).AsStrMap()
+	m, err := c.Do(ctx, c.B().Hgetall().Key(r.core.key.Flow+r.id()).Build()).AsStrMap()
 	if err != nil {
 		return nil, opErr("dependencies", r.core.name, err)
 	}
@@ -75,7 +75,7 @@ type taskKey struct{}
 // withTask returns ctx carrying r, when r waited for others: ResultOf in
 // its handler then reads its dependencies' results from its own record.
 func withTask(ctx context.Context, r *reservation) context.Context {
-	if r == nil || r.track == 0 {
+	if r == nil || r.r.Tracked() == 0 {
 		return ctx
 	}
 	return context.WithValue(ctx, taskKey{}, r)

@@ -1,8 +1,6 @@
 package fleet
 
 import (
-	crand "crypto/rand"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -12,27 +10,19 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/fleet-go/fleet/internal/argv"
 )
 
 // Small helpers that many files share: durations and times as the scripts
 // spell them, tokens, backoff, sets of names.
 
-// millis spells d in whole milliseconds for Redis, rounding a positive d up
-// so that a sub-millisecond TTL never turns into "no TTL".
-func millis(d time.Duration) string {
-	ms := d.Milliseconds()
-	if d > 0 && time.Duration(ms)*time.Millisecond < d {
-		ms++
-	}
-	return strconv.FormatInt(ms, 10)
-}
-
-// newToken returns a random token of 24 URL-safe characters (144 bits).
-func newToken() string {
-	var b [18]byte
-	_, _ = crand.Read(b[:]) // crypto/rand.Read never fails
-	return base64.RawURLEncoding.EncodeToString(b[:])
-}
+// millis, newToken and boolArg spell script arguments (internal/argv).
+var (
+	millis   = argv.Millis
+	newToken = argv.Token
+	boolArg  = argv.Bool
+)
 
 // backoff is a capped exponential backoff with full jitter.
 type backoff struct {
@@ -100,14 +90,6 @@ func setOf(names []string) map[string]bool {
 		m[n] = true
 	}
 	return m
-}
-
-// boolArg spells b as a script's flag: "1" or "0".
-func boolArg(b bool) string {
-	if b {
-		return "1"
-	}
-	return "0"
 }
 
 // isText reports whether s is valid UTF-8 without control characters.

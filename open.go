@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/fleet-go/fleet/internal/engine"
 	"github.com/fleet-go/fleet/internal/keys"
 	"github.com/fleet-go/fleet/internal/wake"
 )
@@ -150,7 +151,6 @@ func Open(ctx context.Context, opts Options) (*Fleet, error) {
 	}
 	f.hist = newHistory(opts.HistoryFlush)
 	f.flows = &flowDriver{f: f}
-	f.hooks = queueHooks{acked: f.flowAcked, ended: f.taskRunEnded}
 	f.life, f.endLife = context.WithCancel(context.Background())
 	if f.cacheTTL == 0 {
 		f.cacheTTL = DefaultCacheTTL
@@ -193,6 +193,9 @@ func Open(ctx context.Context, opts Options) (*Fleet, error) {
 		return nil, fmt.Errorf("%w: the compat layout spreads one queue's keys over many slots, which a Redis Cluster cannot script; use LayoutTagged (or LayoutAuto), and Migrate a compat database first", ErrLayout)
 	}
 	f.keys = keys.New(opts.Prefix, f.layout == LayoutTagged)
+	f.eng = &engine.Env{Client: f.client, Keys: f.keys, Watch: f.watch, Cache: f.cache,
+		Hooks: engine.Hooks{Acked: f.flowAcked, Ended: f.taskRunEnded},
+		Alive: f.alive, Closed: f.closed.Load, Spawn: f.spawn, Abandon: f.abandon, Life: f.life}
 	if err := f.client.Do(ctx, f.client.B().Ping().Build()).Error(); err != nil {
 		f.closeClient()
 		return nil, connectErr(nil, err)

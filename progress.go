@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+
+	"github.com/fleet-go/fleet/internal/engine"
 )
 
 // Progress: a running task's progress value, stored with its reservation
@@ -35,15 +37,15 @@ func (r *reservation) Progress(ctx context.Context, v any) error {
 	if len(b) > MaxProgressBytes {
 		return opErr(op, q.name, fmt.Errorf("%w: progress value of %d bytes of JSON, more than MaxProgressBytes %d", ErrInvalidArgument, len(b), MaxProgressBytes))
 	}
-	r.progressed.Store(true) // before the write: the end step must delete it
-	code, err := queueProgressScript.Exec(ctx, q.fleet.client, q.keys(), []string{r.id, r.token, string(b)}).AsInt64()
+	r.r.MarkProgressed() // before the write: the end step must delete it
+	code, err := queueProgressScript.Exec(ctx, q.fleet.client, q.keys(), []string{r.id(), r.r.Token(), string(b)}).AsInt64()
 	if err != nil {
 		return opErr(op, q.name, err)
 	}
-	if endCode(code) != endDone {
-		return opErr(op, q.name, fmt.Errorf("%w: task %s", ErrLeaseLost, r.id))
+	if engine.EndCode(code) != engine.EndDone {
+		return opErr(op, q.name, fmt.Errorf("%w: task %s", ErrLeaseLost, r.id()))
 	}
-	pe := ProgressEvent{Queue: q.name, ID: r.id, Progress: b}
+	pe := ProgressEvent{Queue: q.name, ID: r.id(), Progress: b}
 	if o := q.fleet.obs; o != nil && o.Progressed != nil {
 		o.Progressed(ctx, pe)
 	}

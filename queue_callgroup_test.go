@@ -131,20 +131,11 @@ func groupServer(t *testing.T) (*fleettest.Server, *fleettest.Proxy, *Fleet, *Fl
 
 // groupState reads q's group: whether a call is in flight, and how many
 // calls wait.
-func groupState(q *queueCore) (busy bool, pending int) {
-	q.calls.mu.Lock()
-	defer q.calls.mu.Unlock()
-	return q.calls.busy, len(q.calls.pending)
-}
+func groupState(q *queueCore) (busy bool, pending int) { return q.e.GroupState() }
 
 // heldBy plays a lone caller whose call is in flight: the calls that come
 // wait in q's group until release hands them to the group's goroutine.
-func heldBy(q *queueCore) (release func()) {
-	q.calls.mu.Lock()
-	q.calls.busy = true
-	q.calls.mu.Unlock()
-	return q.handOff
-}
+func heldBy(q *queueCore) (release func()) { return q.e.HoldGroup() }
 
 // queueLeft returns how many of q's keys that hold tasks (pending,
 // processing, bodies, leases) exist.
@@ -344,7 +335,8 @@ func TestReserveGroupLeaves(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prefix := r.ts[0].prefix()
+	tok := r.ts[0].Token()
+	prefix := tok[:strings.LastIndexByte(tok, '.')+1]
 	want := map[string]string{
 		ids[1]:               r.ts[0].Token() + " ",
 		ids[2]:               r.ts[1].Token() + " ",

@@ -10,9 +10,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fleet-go/fleet/internal/script"
 	"github.com/google/uuid"
 	"github.com/redis/rueidis"
+
+	"github.com/fleet-go/fleet/internal/script"
 )
 
 var queueLookupScript = newScript("queue_lookup.lua", script.ReadOnly)

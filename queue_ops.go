@@ -56,7 +56,7 @@ func (q *queueCore) Stats(ctx context.Context) (QueueStats, error) {
 	if err := q.ready(ctx); err != nil {
 		return QueueStats{}, opErr("stats", q.name, err)
 	}
-	ks := q.fleet.shardKeys(q.name, q.spanOf(ctx))
+	ks := q.fleet.eng.ShardKeys(q.name, q.spanOf(ctx))
 	c := q.fleet.client
 	cmds := make(rueidis.Commands, 0, statCmds*len(ks)+1)
 	for _, k := range ks {
@@ -234,7 +234,7 @@ func (q *queueCore) deadRange(ctx context.Context, from, to int) ([]string, erro
 	if n == 1 {
 		return q.deadRangeOne(ctx, from, to)
 	}
-	ks := q.fleet.shardKeys(q.name, n)
+	ks := q.fleet.eng.ShardKeys(q.name, n)
 	lists := make([]string, len(ks))
 	for i, k := range ks {
 		lists[i] = k.Dead

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/fleet-go/fleet/internal/engine"
 )
 
 // Reserve takes up to n tasks (1 <= n <= MaxReserve) from the head of the
@@ -54,28 +56,28 @@ func (q *Queue[T]) Reserve(ctx context.Context, n int, wait time.Duration) ([]*T
 	if wait < 0 {
 		return nil, opErr(op, q.name, fmt.Errorf("%w: wait %v is negative", ErrInvalidArgument, wait))
 	}
-	tasks, st, err := q.reserveTasks(ctx, reserveReq{n: n, shared: true})
+	tasks, st, err := q.reserveTasks(ctx, engine.Req{N: n, Shared: true})
 	if len(tasks) > 0 || wait == 0 || (err != nil && !transient(err)) {
 		return tasks, opErr(op, q.name, err)
 	}
-	w := q.listen(ctx)
-	defer w.stop()
+	w := q.e.Listen(ctx)
+	defer w.Stop()
 	tasks, err = q.await(ctx, n, wait, st, err, w)
 	return tasks, opErr(op, q.name, err)
 }
 
 // reserveTasks is one reserve (queueCore.reserve), its tasks decoded.
-func (q *Queue[T]) reserveTasks(ctx context.Context, req reserveReq) ([]*Task[T], reserved, error) {
-	res, err := q.reserve(ctx, req)
-	if len(res.tasks) == 0 {
+func (q *Queue[T]) reserveTasks(ctx context.Context, req engine.Req) ([]*Task[T], engine.Reserved, error) {
+	res, err := q.e.Reserve(ctx, req)
+	if len(res.Tasks) == 0 {
 		return nil, res, err
 	}
-	tasks, berr := q.decodeAll(ctx, res.tasks)
+	tasks, berr := q.decodeAll(ctx, res.Tasks)
 	return tasks, res, berr
 }
 
 // await waits for tasks on w; see Reserve.
-func (q *Queue[T]) await(ctx context.Context, n int, wait time.Duration, st reserved, lastErr error, w pendingWait) ([]*Task[T], error) {
+func (q *Queue[T]) await(ctx context.Context, n int, wait time.Duration, st engine.Reserved, lastErr error, w engine.PendingWait) ([]*Task[T], error) {
 	f := q.fleet
 	end := time.NewTimer(wait)
 	defer end.Stop()
@@ -83,9 +85,9 @@ func (q *Queue[T]) await(ctx context.Context, n int, wait time.Duration, st rese
 	tryNow, retried := false, false
 	for {
 		if tryNow {
-			tasks, s, err := q.reserveTasks(ctx, reserveReq{n: n, shared: true})
+			tasks, s, err := q.reserveTasks(ctx, engine.Req{N: n, Shared: true})
 			if len(tasks) > 0 {
-				w.taken()
+				w.Taken()
 				return tasks, nil
 			}
 			if err != nil && !transient(err) {
@@ -96,10 +98,10 @@ func (q *Queue[T]) await(ctx context.Context, n int, wait time.Duration, st rese
 		// Arm the server's invalidation of the pending list, and catch a push
 		// that came between the reserve and now.
 		sleep := bo.next()
-		if st.limited > 0 {
-			sleep = st.limited // the rate limit: no token before then
+		if st.Limited > 0 {
+			sleep = st.Limited // the rate limit: no token before then
 		} else if f.cache && lastErr == nil {
-			l, err := w.pending(ctx, st.capped)
+			l, err := w.Pending(ctx, st.Capped)
 			if err == nil {
 				if l > 0 && !retried {
 					tryNow, retried = true, true
@@ -109,11 +111,11 @@ func (q *Queue[T]) await(ctx context.Context, n int, wait time.Duration, st rese
 			}
 		}
 		retried = false
-		if st.blocked > 0 && st.blocked < sleep {
-			sleep = st.blocked // a group's limit, or GlobalConcurrency
+		if st.Blocked > 0 && st.Blocked < sleep {
+			sleep = st.Blocked // a group's limit, or GlobalConcurrency
 		}
-		if st.nextReady >= 0 && st.nextReady < sleep {
-			sleep = max(st.nextReady, time.Millisecond)
+		if st.NextReady >= 0 && st.NextReady < sleep {
+			sleep = max(st.NextReady, time.Millisecond)
 		}
 		t := time.NewTimer(sleep)
 		select {
@@ -126,13 +128,13 @@ func (q *Queue[T]) await(ctx context.Context, n int, wait time.Duration, st rese
 		case <-end.C:
 			t.Stop()
 			return nil, lastErr
-		case <-w.wake:
+		case <-w.Wake:
 			// With caching, the loop re-arms first and tries when the list
 			// holds anything; without, a local push woke us: try.
-			tryNow = !f.cache || lastErr != nil || st.limited > 0
+			tryNow = !f.cache || lastErr != nil || st.Limited > 0
 			retried = false
-		case <-w.signal:
-			tryNow = !f.cache || lastErr != nil || st.limited > 0
+		case <-w.Signal:
+			tryNow = !f.cache || lastErr != nil || st.Limited > 0
 			retried = false
 		case <-t.C:
 			tryNow = true

@@ -13,9 +13,10 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/redis/rueidis"
+
 	"github.com/fleet-go/fleet/internal/keys"
 	"github.com/fleet-go/fleet/internal/taskbody"
-	"github.com/redis/rueidis"
 )
 
 // Submitting tasks: Submit, SubmitMany, SubmitWith, SubmitJSON.
@@ -468,7 +469,7 @@ func (q *queueCore) push(ctx context.Context, subs []submission) ([]string, erro
 			shards[j].wakeLocal()
 		}
 		if scheduled {
-			shards[j].sched.soon()
+			shards[j].e.LookSoon()
 		}
 	}
 	done.call(written, err)

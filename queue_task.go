@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+
+	"github.com/fleet-go/fleet/internal/engine"
 )
 
 // Task is a reserved task: the payload and the lease that only its holder
@@ -19,16 +21,16 @@ type Task[T any] struct {
 	// leases that ran out): 0 on the first delivery.
 	Attempts int
 
-	*reservation // the lease, and the end of the reservation (queue_core.go)
+	reservation // the lease, and the end of the reservation (reservation.go)
 }
 
 // decode makes the typed task of r: its payload decoded into T and
 // validated. A payload that does not is poison, which decode buries under
 // r's lease, uncounted (so that it never loops), returning nil and what
 // the burial returned.
-func (q *Queue[T]) decode(ctx context.Context, r *reservation) (*Task[T], error) {
-	t := &Task[T]{ID: r.id, Attempts: r.attempts, reservation: r}
-	payload := r.payload
+func (q *Queue[T]) decode(ctx context.Context, r *engine.Reservation) (*Task[T], error) {
+	t := &Task[T]{ID: r.ID(), Attempts: r.Attempts(), reservation: reservation{r: r, core: q.sub(r.Queue().Shard())}}
+	payload := r.TakePayload()
 	if len(payload) == 0 {
 		payload = json.RawMessage("null")
 	}
@@ -38,16 +40,15 @@ func (q *Queue[T]) decode(ctx context.Context, r *reservation) (*Task[T], error)
 	} else if err = q.validate(t.Payload); err != nil {
 		err = within("payload no longer validates", err)
 	}
-	r.payload = nil
 	if err != nil {
-		return nil, r.bury(ctx, err.Error())
+		return nil, r.Bury(ctx, err.Error())
 	}
 	return t, nil
 }
 
 // decodeAll decodes rs (decode): the tasks, and the last burial's error
 // when none was left.
-func (q *Queue[T]) decodeAll(ctx context.Context, rs []*reservation) ([]*Task[T], error) {
+func (q *Queue[T]) decodeAll(ctx context.Context, rs []*engine.Reservation) ([]*Task[T], error) {
 	tasks := make([]*Task[T], 0, len(rs))
 	var buryErr error
 	for _, r := range rs {

@@ -1,65 +1,40 @@
 package fleet
 
-// A reserved task, untyped (Task[T] is one with its payload), and what
-// its ends are told of it; the ends themselves are queue_end.go's.
+// A reserved task, untyped, as the root's callers hold it: the engine's
+// reservation (internal/engine) and what the root's features add to it.
+// Task[T] is one with its decoded payload; its ends wrap the engine's
+// with the call's name (opErr).
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
-	"github.com/fleet-go/fleet/internal/lease"
-	"github.com/fleet-go/fleet/internal/mono"
+	"github.com/fleet-go/fleet/internal/engine"
 )
 
-// reservation is a reserved task, untyped: what the holder needs to end
-// it (its shard's core, id, lease token and clock), and what fleet reads
-// of its body. Task[T] is a reservation and its decoded payload; the
-// worker's group commit works on reservations.
+// reservation is a reserved task, untyped: the engine's reservation (its
+// shard's core, id, lease token and clock, what fleet reads of its body,
+// and its ends), and the cache of its dependencies' outcomes once read
+// (Task.Dependencies). Task[T] holds one; the worker's group commit works
+// on them.
 type reservation struct {
-	core    *queueCore // the core of the task's shard
-	id      string
-	token   string
-	body    string          // as stored in :processing:body
-	payload json.RawMessage // the body's payload, until decoded
-	// attempts, dedup, unique and trace are the body's "attempts",
-	// "dedup", "unique_ms" (SubmitOptions.UniqueFor) and "trace".
-	attempts int
-	dedup    string
-	unique   int64
-	trace    json.RawMessage
-	// The per-task options of the body (SubmitOptions): maxAttempts and
-	// timeout (0: the queue's, the worker's), meta, group, and expires,
-	// mono.Now past which the task must not start (0: never).
-	maxAttempts int
-	timeout     time.Duration
-	meta        map[string]string
-	group       string
-	expires     int64
-	permit      bool                   // the task holds a GlobalConcurrency permit (its reserve said so): its ack gives it back
-	clock       lease.Clock            // the lease: from the send of the reserve or last extend (internal/lease)
-	result      atomic.Pointer[[]byte] // SetResult's, as JSON
-	// The task's part in flows (flow.go): track is the body's "track", how
-	// long its end stays recorded (ms; 0: not tracked); progressed says it
-	// set a progress value (progress.go); deps caches its dependencies'
-	// outcomes once read (Task.Dependencies).
-	track      int64
-	progressed atomic.Bool
-	deps       atomic.Pointer[[]DependencyState]
+	r    *engine.Reservation
+	core *queueCore // the root's core of the task's shard
+	deps atomic.Pointer[[]DependencyState]
 }
+
+// name is the name of the task's queue, as errors say it.
+func (r *reservation) name() string { return r.core.name }
+
+// id is the task's id.
+func (r *reservation) id() string { return r.r.ID() }
 
 // Token returns the lease token of this reservation, stored in
 // fleet:queue:<name>:processing:lease while it holds.
-func (r *reservation) Token() string { return r.token }
-
-// prefix returns the token prefix of the reserve call that took r (its
-// token is prefix..i: prefix_of in lib_queue.lua).
-func (r *reservation) prefix() string {
-	return r.token[:strings.LastIndexByte(r.token, '.')+1]
-}
+func (r *reservation) Token() string { return r.r.Token() }
 
 // Deadline returns the end of the lease that this process can prove: the
 // time the reserve (or the last successful Extend) was sent, plus the
@@ -67,48 +42,17 @@ func (r *reservation) prefix() string {
 // from when its script ran, a little later, so until Deadline no sweeper
 // can have re-queued the task; after it, another worker may be running it.
 // Stop working on the task before then, or Extend it.
-func (r *reservation) Deadline() time.Time { return r.clock.Deadline() }
+func (r *reservation) Deadline() time.Time { return r.r.Deadline() }
 
 // Body returns the task's body as stored in Redis.
-func (r *reservation) Body() string { return r.body }
+func (r *reservation) Body() string { return r.r.Body() }
 
 // Metadata returns the task's metadata (SubmitOptions.Metadata), nil when
 // it has none. Treat it as read-only.
-func (r *reservation) Metadata() map[string]string { return r.meta }
+func (r *reservation) Metadata() map[string]string { return r.r.Metadata() }
 
 // Group returns the task's group (SubmitOptions.Group), "" for none.
-func (r *reservation) Group() string { return r.group }
-
-// expired reports whether the task's ExpiresAt passed: it must not start.
-func (r *reservation) expired() bool { return r.expires != 0 && mono.Now() >= r.expires }
-
-// keeps reports whether r's ack does more than a plain one: its dedup key
-// held for a unique window, its record kept (QueueOptions.Retention), its
-// group's or GlobalConcurrency's permit given back, or its end passed on
-// (a tracked task, or one that set a progress value: flowFlags).
-func (r *reservation) keeps() bool {
-	return (r.unique > 0 && r.dedup != "") || r.core.opts.Retention > 0 || r.group != "" || r.permit || r.track > 0 || r.progressed.Load()
-}
-
-// retention is how long r's ack keeps its record: the queue's Retention,
-// or a tracked task's own, whichever is longer.
-func (r *reservation) retention() time.Duration {
-	return max(r.core.opts.Retention, time.Duration(r.track)*time.Millisecond)
-}
-
-// flowFlags is what the end steps are told of r (flow_ended,
-// lib_flow_end.lua): "p" when it set a progress value, then "t<ms>" when
-// it is tracked; "" for neither.
-func (r *reservation) flowFlags() string {
-	s := ""
-	if r.progressed.Load() {
-		s = "p"
-	}
-	if r.track > 0 {
-		s += "t" + strconv.FormatInt(r.track, 10)
-	}
-	return s
-}
+func (r *reservation) Group() string { return r.r.Group() }
 
 // SetResult sets the task's result, kept with its record when it is acked
 // on a queue with QueueOptions.Retention (without it, nothing is kept). v
@@ -117,13 +61,9 @@ func (r *reservation) flowFlags() string {
 func (r *reservation) SetResult(v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
-		return opErr("set result", r.core.name, fmt.Errorf("%w: cannot encode %T as JSON: %w", ErrInvalidArgument, v, err))
+		return opErr("set result", r.name(), fmt.Errorf("%w: cannot encode %T as JSON: %w", ErrInvalidArgument, v, err))
 	}
-	if len(b) > r.core.opts.MaxPayloadBytes {
-		return opErr("set result", r.core.name, fmt.Errorf("%w: result of %d bytes, more than MaxPayloadBytes %d", ErrInvalidArgument, len(b), r.core.opts.MaxPayloadBytes))
-	}
-	r.result.Store(&b)
-	return nil
+	return opErr("set result", r.name(), r.r.SetResult(b))
 }
 
 // TraceContext returns the trace context that the task's body carries
@@ -132,4 +72,76 @@ func (r *reservation) SetResult(v any) error {
 // handler needs to link work it hands on to the submit's trace. It returns
 // nil when the body has none, or when the field is not an object of
 // strings. Each call returns a new map.
-func (r *reservation) TraceContext() map[string]string { return decodeTrace(r.trace) }
+func (r *reservation) TraceContext() map[string]string { return decodeTrace(r.r.Trace()) }
+
+// Ack ends the reservation: the task is done and leaves Redis (its body,
+// its lease and its dedup key; its dedup key stays held for its unique
+// window, SubmitOptions.UniqueFor, and its record for
+// QueueOptions.Retention). An ack is a reserve with nothing to take
+// (engine.Queue.Take): the one ack step of the scripts (ack_all), which a
+// worker's acks run in the call that takes their next tasks. The acks
+// (and reserves) that concurrent callers make of one queue while a call of
+// it is in flight go together in the next call (internal/engine/callgroup.go),
+// which takes the reserves' tasks after the acks; each caller still waits
+// on its own ctx only. May return
+// ErrLeaseLost (the deadline passed and the task was re-queued; nothing
+// changes), ErrUnavailable.
+func (r *reservation) Ack(ctx context.Context) error { return opErr("ack", r.name(), r.r.Ack(ctx)) }
+
+// Nack ends the reservation as failed with cause: the attempt is counted
+// and the task is retried after the backoff (through :scheduled), or goes
+// to the dead letters with cause once it has failed MaxAttempts times. The
+// attempts and the backoff follow the queue's stored policy (see
+// QueuePolicy), the same in every process. A task that Queue.Cancel asked
+// to stop goes to the dead letters at once, as cancelled (ErrCanceled's
+// text, then cause), never retried. The ends (Nack, DeadLetter, Release,
+// Snooze) that concurrent callers make of one queue while a call of it is
+// in flight go together in the next call (internal/engine/callgroup.go), each
+// caller waiting on its own ctx only. May return ErrLeaseLost (nothing
+// changes), ErrUnavailable.
+func (r *reservation) Nack(ctx context.Context, cause error) error {
+	return opErr("nack", r.name(), r.r.Nack(ctx, cause))
+}
+
+// DeadLetter ends the reservation and moves the task to the dead letters at
+// once, with cause: for failures that no retry can fix. A dead letter can be
+// re-queued (Queue.RequeueDead), unlike a pool item marked bad. May return
+// ErrLeaseLost (nothing changes), ErrUnavailable.
+func (r *reservation) DeadLetter(ctx context.Context, cause error) error {
+	return opErr("dead-letter", r.name(), r.r.DeadLetter(ctx, cause))
+}
+
+// Release ends the reservation without counting an attempt: the task goes
+// back, unchanged, to the head of the queue, where the next Reserve takes
+// it. It is for work that was interrupted rather than failed (a worker
+// shutting down); use Nack for a failure. A task that Queue.Cancel asked
+// to stop goes to the dead letters instead, as cancelled, and Release says
+// ErrCanceled: it never runs again. May return ErrLeaseLost (nothing
+// changes), ErrCanceled, ErrWrongType, ErrUnavailable.
+func (r *reservation) Release(ctx context.Context) error {
+	return opErr("release", r.name(), r.r.Release(ctx))
+}
+
+// Snooze ends the reservation without counting an attempt: the task goes,
+// unchanged, to :scheduled, due after (server clock; a negative after
+// counts as zero). It is what a batch worker does for a handler that
+// returned RateLimited. When the task is due (within a minute), this
+// process's workers and Reserve calls on the queue are woken to take it.
+// A task that Queue.Cancel asked to stop goes to the dead letters instead,
+// as cancelled, and Snooze says ErrCanceled. May return ErrLeaseLost
+// (nothing changes), ErrCanceled, ErrWrongType, ErrUnavailable.
+func (r *reservation) Snooze(ctx context.Context, after time.Duration) error {
+	return opErr("snooze", r.name(), r.r.Snooze(ctx, after))
+}
+
+// Extend sets the lease to run out lease from now (server clock), and moves
+// Deadline to lease after the call was sent. A lease whose deadline passed
+// can still be extended while the sweeper has not re-queued the task.
+//
+// May return ErrInvalidArgument for lease <= 0, ErrLeaseLost (nothing
+// changes), ErrUnavailable, and ErrCanceled when Queue.Cancel asked for the
+// task to stop: the lease was extended all the same, so that the holder
+// can wind down, and the task should end (a worker dead-letters it).
+func (r *reservation) Extend(ctx context.Context, lease time.Duration) error {
+	return opErr("extend", r.name(), r.r.Extend(ctx, lease))
+}

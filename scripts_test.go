@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fleet-go/fleet/internal/engine"
 	"github.com/fleet-go/fleet/internal/redistest"
 )
 
@@ -21,7 +22,7 @@ func TestScriptsLinkAndLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	libTexts := []string{queueKeyBlock(), endCodeBlock()}
+	libTexts := []string{engine.KeyBlock(), engine.EndCodeBlock()}
 	var scripts []string
 	for _, e := range ents {
 		if strings.HasPrefix(e.Name(), "lib_") {

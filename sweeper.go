@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/fleet-go/fleet/internal/engine"
 	"github.com/fleet-go/fleet/internal/keys"
 	"github.com/fleet-go/fleet/internal/taskbody"
 )
@@ -355,7 +356,7 @@ func (q *queueCore) sweep(ctx context.Context, opts SweeperOptions, st *SweepSta
 	}
 	// A sharded queue (queue_shard.go): each shard in turn, then the
 	// shard count's high-water mark lowered when it can be.
-	span, used, err := f.shardState(ctx, q.key, opts.ShardGrace)
+	span, used, err := f.eng.ShardState(ctx, q.key, opts.ShardGrace)
 	if err != nil {
 		return err
 	}
@@ -366,7 +367,7 @@ func (q *queueCore) sweep(ctx context.Context, opts SweeperOptions, st *SweepSta
 		}
 	}
 	if first == nil && used < span {
-		first = f.lowerShards(ctx, q.name, span, used, opts.ShardGrace)
+		first = f.eng.LowerShards(ctx, q.name, span, used, opts.ShardGrace)
 	}
 	return first
 }
@@ -374,7 +375,7 @@ func (q *queueCore) sweep(ctx context.Context, opts SweeperOptions, st *SweepSta
 // sweepShard sweeps q's shard (the queue itself when unsharded), by qo.
 func (q *queueCore) sweepShard(ctx context.Context, qo QueueOptions, opts SweeperOptions, st *SweepStats) error {
 	f, k, batch := q.fleet, &q.key, opts.Batch
-	ks := scriptKeys(k)
+	ks := engine.ScriptKeys(k)
 	for range 100 { // bounds one sweep of one queue
 		res, err := queueSweepScript.Exec(ctx, f.client, ks, []string{"1000", strconv.Itoa(batch)}).ToArray()
 		if err != nil {

@@ -6,8 +6,9 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/fleet-go/fleet/internal/keys"
 	"github.com/redis/rueidis"
+
+	"github.com/fleet-go/fleet/internal/keys"
 )
 
 // A queue's part of Sync: its lease hash checked and its dedup hash
@@ -26,7 +27,7 @@ const syncQueueStep = 500
 // queue checks one queue's lease hash and rebuilds its dedup hash, in
 // bounded steps (see syncDedup).
 func (s *syncer) queue(ctx context.Context, name string) error {
-	span, err := s.f.queueSpan(ctx, name)
+	span, err := s.f.eng.QueueSpan(ctx, name)
 	if err != nil {
 		return err
 	}

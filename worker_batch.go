@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/fleet-go/fleet/internal/engine"
 )
 
 // batch is the machinery of one batch worker: one fetcher that reserves
@@ -30,7 +32,7 @@ func (b *batch[C, O, P]) slot(run, soft context.Context, s *Slot[C, O]) {
 		for t != nil {
 			if run.Err() != nil {
 				err := run.Err()
-				if cerr := b.release(t.reservation); cerr != nil {
+				if cerr := b.release(t.r); cerr != nil {
 					err = cerr
 				}
 				if b.w.opts.OnTaskEnd != nil {
@@ -48,15 +50,15 @@ func (b *batch[C, O, P]) slot(run, soft context.Context, s *Slot[C, O]) {
 }
 
 // release puts an interrupted task back without counting an attempt.
-func (b *batch[C, O, P]) release(t *reservation) error {
+func (b *batch[C, O, P]) release(t *engine.Reservation) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	err := t.Release(ctx)
+	err := opErr("release", t.Queue().Name(), t.Release(ctx))
 	if errors.Is(err, ErrCanceled) {
 		return err // Queue.Cancel asked it to stop: buried instead, as it should be
 	}
 	if err != nil {
-		b.w.log.Warn("fleet: worker could not release a task", "task", t.id, "err", err)
+		b.w.log.Warn("fleet: worker could not release a task", "task", t.ID(), "err", err)
 	}
 	return nil
 }

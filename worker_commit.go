@@ -1,12 +1,14 @@
 package fleet
 
-// This file group-commits a batch worker's acks: the slots that finish
+// This file group-commits a batch worker's Acks: the slots that finish
 // tasks while a call is in flight have them acked, and their next tasks
 // taken, together in the next call.
 
 import (
 	"context"
 	"sync"
+
+	"github.com/fleet-go/fleet/internal/engine"
 )
 
 // maxInFlight is how many group calls of one worker may be in flight at
@@ -38,9 +40,9 @@ type acker[P any] struct {
 // ackReq is one slot's task handed over to the acker, and the outcome.
 type ackReq[P any] struct {
 	t     *Task[P]
-	take  *Queue[P] // the queue the slot's next task comes from; nil: none
-	next  *Task[P]  // the task taken for it, if any
-	acked endCode   // endDone or endLost, when replied
+	take  *Queue[P]      // the queue the slot's next task comes from; nil: none
+	next  *Task[P]       // the task taken for it, if any
+	acked engine.EndCode // engine.EndDone or engine.EndLost, when replied
 	// replied says the call's reply said how the ack went (acked); when
 	// not, err says why.
 	replied bool
@@ -70,7 +72,7 @@ func (a *acker[P]) commit(r *ackReq[P], call func([]*ackReq[P])) {
 	} else {
 		a.inFlight++
 	}
-	n := min(len(a.pending), maxCommit-1)
+	n := min(len(a.pending), engine.MaxCommit-1)
 	batch := make([]*ackReq[P], 0, n+1)
 	batch = append(append(batch, r), a.pending[:n]...)
 	a.pending = a.pending[n:]
@@ -137,20 +139,20 @@ func (b *batch[C, O, P]) commitCall(ctx context.Context, reqs []*ackReq[P]) {
 // commitQueue is commitCall for core c: it acks the tasks of acks and takes
 // a task for each request of takes (decoded with q).
 func (b *batch[C, O, P]) commitQueue(ctx context.Context, c *queueCore, q *Queue[P], acks, takes []*ackReq[P]) {
-	rs := make([]*reservation, len(acks))
+	rs := make([]*engine.Reservation, len(acks))
 	for i, r := range acks {
-		rs[i] = r.t.reservation
+		rs[i] = r.t.r
 	}
 	n := len(takes)
-	res, err := c.reserve(ctx, reserveReq{n: n, owner: b.w.name(), acks: rs})
-	got := len(res.tasks)
+	res, err := c.e.Reserve(ctx, engine.Req{N: n, Owner: b.w.name(), Acks: rs})
+	got := len(res.Tasks)
 	for i, r := range acks {
-		r.replied, r.err = i < len(res.acks), err
+		r.replied, r.err = i < len(res.Acks), err
 		if r.replied {
-			r.acked = res.acks[i]
+			r.acked = res.Acks[i]
 		}
 	}
-	tasks := res.tasks
+	tasks := res.Tasks
 	for _, r := range takes {
 		if len(tasks) == 0 {
 			break
@@ -159,7 +161,7 @@ func (b *batch[C, O, P]) commitQueue(ctx context.Context, c *queueCore, q *Queue
 		r.next, tasks = next, tasks[1:]
 	}
 	switch {
-	case err != nil && n > 0 && (len(acks) == 0 || res.acks != nil):
+	case err != nil && n > 0 && (len(acks) == 0 || res.Acks != nil):
 		// The acks are done (or there were none); only the take failed:
 		// the fetcher takes over.
 		b.w.log.Warn("fleet: worker reserve failed", "queue", c.name, "err", err)
@@ -187,5 +189,5 @@ func (b *batch[C, O, P]) finish(run, soft context.Context, t *Task[P]) (*Task[P]
 		defer cancel()
 		b.commitCall(ctx, reqs)
 	})
-	return r.next, t.acked(run, r.acked, r.replied, r.err)
+	return r.next, opErr("ack", t.core.name, t.r.Acked(run, r.acked, r.replied, r.err))
 }

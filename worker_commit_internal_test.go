@@ -5,6 +5,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/fleet-go/fleet/internal/engine"
 )
 
 // TestAckerGroupsWhileInFlight: an acker of one call in flight. A slot
@@ -64,14 +66,14 @@ func TestAckerGroupsWhileInFlight(t *testing.T) {
 	}
 }
 
-// TestAckerBoundsACall: a call acks at most maxCommit tasks; the rest go in
+// TestAckerBoundsACall: a call acks at most engine.MaxCommit tasks; the rest go in
 // the next call.
 func TestAckerBoundsACall(t *testing.T) {
 	a := acker[int]{max: 1}
 	log := newCallLog(1)
 	gate, call := log.gate, log.call
 	var wg sync.WaitGroup
-	n := maxCommit + 10
+	n := engine.MaxCommit + 10
 	for i := range n + 1 {
 		wg.Add(1)
 		go func() {
@@ -89,8 +91,8 @@ func TestAckerBoundsACall(t *testing.T) {
 	for _, c := range log.made() {
 		sizes = append(sizes, len(c))
 	}
-	if !slices.Equal(sizes, []int{1, maxCommit, 10}) {
-		t.Fatalf("call sizes = %v; want [1 %d 10]", sizes, maxCommit)
+	if !slices.Equal(sizes, []int{1, engine.MaxCommit, 10}) {
+		t.Fatalf("call sizes = %v; want [1 %d 10]", sizes, engine.MaxCommit)
 	}
 }
 

@@ -12,6 +12,8 @@ import (
 	"reflect"
 	"sync"
 	"time"
+
+	"github.com/fleet-go/fleet/internal/engine"
 )
 
 // fetcher is the fetcher of a batch worker. It never polls its queues in
@@ -67,19 +69,19 @@ func (p *fetcher[C, O, P]) takeNext() *Queue[P] {
 // fetcher takes over), with what the take learned (st): the queue is
 // marked empty, its key's invalidation armed, and when to look again
 // without one recorded (lookAgain).
-func (p *fetcher[C, O, P]) tookNone(ctx context.Context, queue string, st reserved) {
+func (p *fetcher[C, O, P]) tookNone(ctx context.Context, queue string, st engine.Reserved) {
 	if i, ok := p.index[queue]; ok {
 		p.lookAgain(i, st)
-		p.arm(ctx, i, st.capped)
+		p.arm(ctx, i, st.Capped)
 	}
 }
 
 // lookAgain records when queue i may have tasks again without a wake-up,
 // from what a take of it learned: a scheduled task falls due, a rate
 // limit's token comes, a group's limit lets go (zero: none known).
-func (p *fetcher[C, O, P]) lookAgain(i int, st reserved) {
-	wait := st.nextReady
-	for _, d := range [...]time.Duration{st.limited, st.blocked} {
+func (p *fetcher[C, O, P]) lookAgain(i int, st engine.Reserved) {
+	wait := st.NextReady
+	for _, d := range [...]time.Duration{st.Limited, st.Blocked} {
 		if d > 0 && (wait < 0 || d < wait) {
 			wait = d
 		}
@@ -103,7 +105,7 @@ func (p *fetcher[C, O, P]) arm(ctx context.Context, i int, signalOnly bool) bool
 	if !p.b.w.f.cache {
 		return true
 	}
-	l, _, err := p.qs[i].cachedPending(ctx, signalOnly) // every shard of a sharded queue
+	l, _, err := p.qs[i].e.CachedPending(ctx, signalOnly) // every shard of a sharded queue
 	if err == nil && l > 0 {
 		p.mu.Lock()
 		p.empty[i] = false
@@ -213,7 +215,7 @@ func (p *fetcher[C, O, P]) listen(run, soft context.Context) func() {
 	p.cases = make([]reflect.SelectCase, 0, 2*n+2)
 	stops := make([]func(), 0, 2*n)
 	for i, q := range p.qs {
-		ch, stop := q.listenPending(run)
+		ch, stop := q.e.ListenPending(run)
 		p.gates[i] = newPauseGate(f, q.key.Paused, p.b.w.opts.ConfigPoll)
 		stops = append(stops, stop, p.gates[i].stop)
 		p.cases = append(p.cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)})
@@ -282,9 +284,9 @@ func (p *fetcher[C, O, P]) reserveFor(run context.Context, free int) (got int, f
 			continue
 		}
 		q := p.qs[i]
-		tasks, st, err := q.reserveTasks(run, reserveReq{n: k, wantLeft: true, owner: b.w.name()})
+		tasks, st, err := q.reserveTasks(run, engine.Req{N: k, WantLeft: true, Owner: b.w.name()})
 		p.lookAgain(i, st)
-		if err == nil && (len(tasks) == 0 || st.drained) {
+		if err == nil && (len(tasks) == 0 || st.Drained) {
 			// Known empty before the slots get the tasks: a slot that
 			// finishes at once acks without trying a take (takeNext).
 			p.mu.Lock()
@@ -302,10 +304,10 @@ func (p *fetcher[C, O, P]) reserveFor(run context.Context, free int) (got int, f
 			}
 			b.w.log.Warn("fleet: worker reserve failed", "queue", q.name, "err", err)
 			failed = true
-		case st.limited > 0:
+		case st.Limited > 0:
 			// The rate limit's tokens come back by time alone (readyAt).
-		case len(tasks) == 0 || st.drained:
-			p.arm(run, i, st.capped)
+		case len(tasks) == 0 || st.Drained:
+			p.arm(run, i, st.Capped)
 		}
 	}
 	return got, failed, false

@@ -40,7 +40,7 @@ func (b *batch[C, O, P]) takeQueue(ctx, soft context.Context, t *Task[P]) *Queue
 		return nil
 	}
 	q := b.fetch.takeNext()
-	if q == nil || !q.takesWithAcks(ctx) || b.paused(ctx, q.key.Paused) {
+	if q == nil || !q.e.TakesWithAcks(ctx) || b.paused(ctx, q.key.Paused) {
 		return nil
 	}
 	return q
@@ -68,15 +68,15 @@ func (b *batch[C, O, P]) handleTask(run, soft context.Context, s *Slot[C, O], t 
 		// The reserve's reply came too late (held back, a stalled server, a
 		// paused process): another worker may get the task any moment.
 		// Never start it; hand it back uncounted if it is still ours.
-		if cerr := b.release(t.reservation); cerr != nil {
+		if cerr := b.release(t.r); cerr != nil {
 			return nil, cerr
 		}
 		return nil, fmt.Errorf("task %s: %w: its lease ran out before it could start", t.ID, ErrLeaseLost)
 	}
-	if t.expired() {
+	if t.r.Expired() {
 		// SubmitOptions.ExpiresAt passed while it waited for its slot: it
 		// never runs.
-		if berr := t.bury(context.WithoutCancel(run), errExpired.Error()); berr != nil {
+		if berr := t.r.Bury(context.WithoutCancel(run), errExpired.Error()); berr != nil {
 			w.log.Warn("fleet: worker could not bury an expired task", "task", t.ID, "err", berr)
 		}
 		return nil, fmt.Errorf("task %s: %w before it could start", t.ID, errExpired)
@@ -87,8 +87,8 @@ func (b *batch[C, O, P]) handleTask(run, soft context.Context, s *Slot[C, O], t 
 	// The handler's timeout ends its ctx on the lease's timer (one timer
 	// and one ctx per task, not two).
 	to, toCause := w.opts.TaskTimeout, w.timeoutCause
-	if t.timeout > 0 {
-		to = t.timeout // SubmitOptions.Timeout
+	if own := t.r.Timeout(); own > 0 {
+		to = own // SubmitOptions.Timeout
 		toCause = fmt.Errorf("%w after %v (the task's own Timeout)", ErrTaskTimeout, to)
 	}
 	if to > 0 {
@@ -126,7 +126,7 @@ func (b *batch[C, O, P]) handleTask(run, soft context.Context, s *Slot[C, O], t 
 		// The handler was stopped because the lease could no longer be
 		// proven: not the task's fault. Hand it back uncounted if it is
 		// still ours (else the sweeper has it, or already gave it away).
-		if cerr := b.release(t.reservation); cerr != nil {
+		if cerr := b.release(t.r); cerr != nil {
 			return nil, cerr
 		}
 		err = within("task "+t.ID, cause)
@@ -136,13 +136,13 @@ func (b *batch[C, O, P]) handleTask(run, soft context.Context, s *Slot[C, O], t 
 		err = fmt.Errorf("%w: %w", cause, err)
 	case run.Err() != nil:
 		// Stop's deadline cut it off: interrupted, not failed.
-		if cerr := b.release(t.reservation); cerr != nil {
+		if cerr := b.release(t.r); cerr != nil {
 			return nil, cerr
 		}
 		return nil, err
 	case errors.Is(err, ErrRateLimited):
 		// Not a failure: the task waits out the limit, uncounted (queue_limit.go).
-		if serr := t.snoozeLimited(ectx, err); errors.Is(serr, ErrCanceled) {
+		if serr := opErr("snooze", t.core.name, snoozeLimited(ectx, t.r, err)); errors.Is(serr, ErrCanceled) {
 			return nil, serr // Queue.Cancel asked it to stop: buried instead
 		} else if serr != nil {
 			w.log.Warn("fleet: worker could not snooze a rate-limited task", "task", t.ID, "err", serr)
@@ -202,21 +202,21 @@ func (b *batch[C, O, P]) leaseKeep(t *Task[P], margin time.Duration) lease.Keep 
 	if every == 0 {
 		every = hold / 3
 	}
-	return lease.Keep{Clock: &t.clock, Margin: margin, Every: max(every, time.Millisecond),
+	return lease.Keep{Clock: t.r.Clock(), Margin: margin, Every: max(every, time.Millisecond),
 		Extend: func(ctx context.Context) error { return t.Extend(ctx, hold) },
 		Failed: func(err error) { b.w.log.Warn("fleet: worker could not extend a lease", "task", t.ID, "err", err) }}
 }
 
 // runHandler runs the handler of task t through the worker's middleware.
 func (b *batch[C, O, P]) runHandler(ctx context.Context, s *Slot[C, O], t *Task[P]) error {
-	ctx = withTask(ctx, t.reservation) // ResultOf reads a task's dependencies (flow_task.go)
+	ctx = withTask(ctx, &t.reservation) // ResultOf reads a task's dependencies (flow_task.go)
 	mws := b.w.opts.Middleware
 	if len(mws) == 0 {
 		return b.a.Handle(ctx, s, t)
 	}
 	inner := func(ctx context.Context, _ TaskInfo) error { return b.a.Handle(ctx, s, t) }
 	info := TaskInfo{Queue: t.core.name, ID: t.ID, Attempts: t.Attempts, Type: b.w.opts.Type, Worker: b.w.opts.ID,
-		Slot: s.st.index, Deadline: t.Deadline(), Payload: t.Payload, Trace: decodeTrace(t.trace), Metadata: t.meta,
+		Slot: s.st.index, Deadline: t.Deadline(), Payload: t.Payload, Trace: decodeTrace(t.r.Trace()), Metadata: t.Metadata(),
 		Progress: t.Progress}
 	return chain(inner, mws)(ctx, info)
 }

@@ -1,4 +1,4 @@
-package fleet
+package engine
 
 // The typed protocol of the queue scripts that every task's life goes
 // through: each script's ARGV as a Go struct that spells it, and each
@@ -16,6 +16,9 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/fleet-go/fleet/internal/argv"
+	"github.com/fleet-go/fleet/internal/fault"
 )
 
 // reserveArgs is ARGV[1..6] of queue_reserve.lua; the acks to make first
@@ -26,12 +29,12 @@ type reserveArgs struct {
 	prefix   string        `argv:"3"` // the call's token prefix: the i-th task's token is prefix..i
 	move     int           `argv:"4"` // due scheduled tasks to move at most; 0 skips the look at :scheduled
 	deadMax  int           `argv:"5"` // the dead letters' bound when no policy is stored (0: none)
-	wantLeft bool          `argv:"6"` // learn whether tasks are left pending
+	WantLeft bool          `argv:"6"` // learn whether tasks are left pending
 }
 
 // appendTo appends the ARGV that a spells to args.
 func (a reserveArgs) appendTo(args []string) []string {
-	return append(args, strconv.Itoa(a.n), millis(a.lease), a.prefix, strconv.Itoa(a.move), strconv.Itoa(a.deadMax), boolArg(a.wantLeft))
+	return append(args, strconv.Itoa(a.n), argv.Millis(a.lease), a.prefix, strconv.Itoa(a.move), strconv.Itoa(a.deadMax), argv.Bool(a.WantLeft))
 }
 
 // reserveReply is what queue_reserve.lua answers: {now_ms, left,
@@ -45,9 +48,9 @@ type reserveReply struct {
 	// tasks taken hold GlobalConcurrency permits (see drained, capped,
 	// permits).
 	left int64
-	// nextReady is the earliest scheduled ready_at (unix s) when none was
+	// NextReady is the earliest scheduled ready_at (unix s) when none was
 	// due, "" when none is scheduled, "-" when :scheduled was not looked at.
-	nextReady string
+	NextReady string
 	// wake is when (server ms) a group at its limit, or the
 	// GlobalConcurrency, may let a task go next; "" when nothing waits on
 	// a limit.
@@ -80,7 +83,7 @@ const reserveReplyHead = 6
 func readReserveReply(reply []rueidis.RedisMessage) (reserveReply, error) {
 	var r reserveReply
 	if len(reply) < reserveReplyHead {
-		return r, unexpectedReply("reserve", len(reply))
+		return r, fault.UnexpectedReply("reserve", len(reply))
 	}
 	r.acked, _ = reply[4].ToString()
 	switch (len(reply) - reserveReplyHead) % 3 {
@@ -93,12 +96,12 @@ func readReserveReply(reply []rueidis.RedisMessage) (reserveReply, error) {
 		}
 		return r, nil
 	default:
-		return r, unexpectedReply("reserve", len(reply))
+		return r, fault.UnexpectedReply("reserve", len(reply))
 	}
 	nowStr, _ := reply[0].ToString()
 	r.now, _ = strconv.ParseInt(nowStr, 10, 64)
 	r.left, _ = reply[1].AsInt64()
-	r.nextReady, _ = reply[2].ToString()
+	r.NextReady, _ = reply[2].ToString()
 	r.wake, _ = reply[3].ToString()
 	if sig, err := reply[5].AsInt64(); err == nil {
 		r.signal, r.hasSignal = sig, true
@@ -126,12 +129,12 @@ func (r *reserveReply) failure() error {
 	case r.failed == "":
 		return nil
 	case strings.HasPrefix(r.failed, "WRONGTYPE"):
-		return fmt.Errorf("%w: %s", ErrWrongType, r.failed)
+		return fmt.Errorf("%w: %s", fault.WrongType, r.failed)
 	}
 	return errors.New(r.failed)
 }
 
-// drained reports that nothing was left pending (asked for with wantLeft).
+// drained reports that nothing was left pending (asked for with WantLeft).
 func (r *reserveReply) drained() bool { return r.left&3 != 1 }
 
 // capped reports that GlobalConcurrency is reached.
@@ -146,7 +149,7 @@ func (r *reserveReply) permits() bool { return r.left&4 != 0 }
 // something, belong to a group or pass on their end (flowFlags) as
 // 9-tuples (ackKept), whose unique and result keys it returns (keep).
 // order maps each ack of the reply to its place in acks.
-func ackArgs(acks []*reservation, args []string) (keep, _ []string, order []int) {
+func ackArgs(acks []*Reservation, args []string) (keep, _ []string, order []int) {
 	at := len(args)
 	args = append(args, "")
 	order = make([]int, 0, len(acks))
@@ -200,18 +203,18 @@ type ackKept struct {
 }
 
 func (a ackKept) appendTo(args []string) []string {
-	return append(args, a.id, a.token, a.dedup, strconv.FormatInt(a.unique, 10), millis(a.retention), a.result, strconv.Itoa(a.attempts), a.group, a.flags)
+	return append(args, a.id, a.token, a.dedup, strconv.FormatInt(a.unique, 10), argv.Millis(a.retention), a.result, strconv.Itoa(a.attempts), a.group, a.flags)
 }
 
 // ackCodes reads the acks' codes of a reply, one digit per ack in the
 // order of ackArgs, into the order of the acks.
-func ackCodes(acked string, order []int) ([]endCode, error) {
+func ackCodes(acked string, order []int) ([]EndCode, error) {
 	if len(acked) != len(order) {
-		return nil, unexpectedReply("ack", len(acked))
+		return nil, fault.UnexpectedReply("ack", len(acked))
 	}
-	codes := make([]endCode, len(order))
+	codes := make([]EndCode, len(order))
 	for i, j := range order {
-		codes[j] = endCode(acked[i] - '0')
+		codes[j] = EndCode(acked[i] - '0')
 	}
 	return codes, nil
 }
@@ -226,7 +229,7 @@ type endPolicy struct {
 }
 
 func (p endPolicy) appendTo(args []string) []string {
-	return append(args, strconv.Itoa(p.maxAttempts), millis(p.backoffBase), millis(p.backoffMax), strconv.Itoa(p.deadMax))
+	return append(args, strconv.Itoa(p.maxAttempts), argv.Millis(p.backoffBase), argv.Millis(p.backoffMax), strconv.Itoa(p.deadMax))
 }
 
 // endMode is what an end of queue_end.lua does.
@@ -246,7 +249,7 @@ type endArgs struct {
 	token string  `argv:"i+2"` // the caller's lease token
 	dedup string  `argv:"i+3"` // the task's dedup key, or ""
 	// entry is the task's dead letter should it be cancelled: "" when the
-	// caller has not made it (a cancelled task then answers endNeedEntry,
+	// caller has not made it (a cancelled task then answers EndNeedEntry,
 	// and the caller calls again with it), "-" for body itself (a nack or
 	// bury whose cause is a cancel).
 	entry string `argv:"i+4"`
@@ -267,7 +270,7 @@ const endArity = 11
 func (e *endArgs) appendTo(args []string) []string {
 	body := e.body
 	if e.mode == endSnooze {
-		body = millis(e.after)
+		body = argv.Millis(e.after)
 	}
 	return append(args, string(e.mode), e.id, e.token, e.dedup, e.entry, body, strconv.Itoa(e.attempts),
 		strconv.FormatFloat(e.jitter, 'f', 6, 64), strconv.Itoa(e.maxAttempts), e.group, e.flags)
@@ -278,13 +281,13 @@ func newJitter() float64 { return rand.Float64() }
 
 // readEndReply reads queue_end.lua's reply to n ends: a pair {code, n} per
 // end, in order; what is read is each end's code.
-func readEndReply(reply []int64, n int, mode endMode) ([]endCode, error) {
+func readEndReply(reply []int64, n int, mode endMode) ([]EndCode, error) {
 	if len(reply) != 2*n {
-		return nil, unexpectedReply(string(mode), len(reply))
+		return nil, fault.UnexpectedReply(string(mode), len(reply))
 	}
-	codes := make([]endCode, n)
+	codes := make([]EndCode, n)
 	for i := range codes {
-		codes[i] = endCode(reply[2*i])
+		codes[i] = EndCode(reply[2*i])
 	}
 	return codes, nil
 }
@@ -296,12 +299,12 @@ type extendArgs struct {
 	lease time.Duration `argv:"3"`
 }
 
-func (a extendArgs) args() []string { return []string{a.id, a.token, millis(a.lease)} }
+func (a extendArgs) args() []string { return []string{a.id, a.token, argv.Millis(a.lease)} }
 
 // readExtendReply reads queue_extend.lua's reply, {code, deadline}.
-func readExtendReply(reply []int64) (endCode, error) {
+func readExtendReply(reply []int64) (EndCode, error) {
 	if len(reply) != 2 {
-		return 0, unexpectedReply("extend", len(reply))
+		return 0, fault.UnexpectedReply("extend", len(reply))
 	}
-	return endCode(reply[0]), nil
+	return EndCode(reply[0]), nil
 }

@@ -1,8 +1,10 @@
-package fleet
+package engine
 
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
@@ -11,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleet-go/fleet/internal/fault"
 	"github.com/fleet-go/fleet/internal/redistest"
 )
 
@@ -118,7 +121,7 @@ func numbered(n int) []string {
 
 // TestQueueProtocolEncode pins the spelling of each ARGV struct.
 func TestQueueProtocolEncode(t *testing.T) {
-	got := reserveArgs{n: 3, lease: 1500 * time.Millisecond, prefix: "w/ab.", move: 1000, deadMax: 7, wantLeft: true}.appendTo(nil)
+	got := reserveArgs{n: 3, lease: 1500 * time.Millisecond, prefix: "w/ab.", move: 1000, deadMax: 7, WantLeft: true}.appendTo(nil)
 	if want := []string{"3", "1500", "w/ab.", "1000", "7", "1"}; !slices.Equal(got, want) {
 		t.Errorf("reserveArgs: %q, want %q", got, want)
 	}
@@ -160,7 +163,7 @@ func TestQueueProtocolReplies(t *testing.T) {
 		tasks = append(tasks, r.task(i))
 	}
 	r.taken = nil
-	want := reserveReply{now: 1700000000123, left: 5, nextReady: "1700000001.5", wake: "1700000000200", acked: "10", signal: 42, hasSignal: true}
+	want := reserveReply{now: 1700000000123, left: 5, NextReady: "1700000001.5", wake: "1700000000200", acked: "10", signal: 42, hasSignal: true}
 	if !reflect.DeepEqual(r, want) {
 		t.Errorf("got %+v\nwant %+v", r, want)
 	}
@@ -172,12 +175,22 @@ func TestQueueProtocolReplies(t *testing.T) {
 	}
 
 	r, err = read(`return {'0', 1, '-', '', '1', '0', 'WRONGTYPE Operation against a key holding the wrong kind of value'}`)
-	if err != nil || r.acked != "1" || !errors.Is(r.failure(), ErrWrongType) {
-		t.Errorf("a take that failed after its acks: %+v, %v, failure %v", r, err, r.failure())
+	if err != nil || r.acked != "1" || !errors.Is(r.failure(), fault.WrongType) {
+		t.Errorf("a take that failed after its Acks: %+v, %v, failure %v", r, err, r.failure())
 	}
 	for _, bad := range []string{`return {'1', 0, '', '', '', '0', 'a', 'b'}`, `return {'1', 0, ''}`} {
 		if _, err := read(bad); err == nil || !strings.Contains(err.Error(), "unexpected reply") {
 			t.Errorf("%s: %v, want an unexpected reply", bad, err)
 		}
 	}
+}
+
+// readScript reads scripts/<name>, where the root keeps the Lua files.
+func readScript(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "scripts", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

@@ -1,4 +1,4 @@
-package fleet
+package engine
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fleet-go/fleet/internal/fault"
 	"github.com/fleet-go/fleet/internal/mono"
 	"github.com/fleet-go/fleet/internal/taskbody"
 )
@@ -21,40 +22,40 @@ import (
 // its lease and its dedup key; its dedup key stays held for its unique
 // window, SubmitOptions.UniqueFor, and its record for
 // QueueOptions.Retention). An ack is a reserve with nothing to take
-// (queueCore.take): the one ack step of the scripts (ack_all), which a
+// (Queue.take): the one ack step of the scripts (ack_all), which a
 // worker's acks run in the call that takes their next tasks. The acks
 // (and reserves) that concurrent callers make of one queue while a call of
 // it is in flight go together in the next call (queue_callgroup.go),
 // which takes the reserves' tasks after the acks; each caller still waits
 // on its own ctx only. May return
-// ErrLeaseLost (the deadline passed and the task was re-queued; nothing
+// fault.LeaseLost (the deadline passed and the task was re-queued; nothing
 // changes), ErrUnavailable.
-func (r *reservation) Ack(ctx context.Context) error {
+func (r *Reservation) Ack(ctx context.Context) error {
 	if err := r.core.ready(ctx); err != nil {
-		return opErr("ack", r.core.name, err)
+		return err
 	}
 	code, err := r.core.groupAck(ctx, r)
-	return r.acked(ctx, code, err == nil, err)
+	return r.Acked(ctx, code, err == nil, err)
 }
 
 // acked ends an ack whose call returned, on every path an ack takes
 // (Ack, and the batch worker's group commit): it applies the ack's side
-// effects in this process (queueHooks.ended) and says how it went.
+// effects in this process (Hooks.ended) and says how it went.
 // replied says the call's reply gave code; when not, err says why. A
 // tracked task's end was passed on as the ack step's reply came
-// (queueHooks.acked).
-func (r *reservation) acked(ctx context.Context, code endCode, replied bool, err error) error {
+// (Hooks.acked).
+func (r *Reservation) Acked(ctx context.Context, code EndCode, replied bool, err error) error {
 	q := r.core
 	switch {
-	case replied && code == endDone:
+	case replied && code == EndDone:
 		err = nil // a take that failed after the ack is its caller's to tell
 	case replied:
-		err = fmt.Errorf("%w: task %s", ErrLeaseLost, r.id)
+		err = fmt.Errorf("%w: task %s", fault.LeaseLost, r.id)
 	case err == nil:
 		err = errors.New("no reply for the ack") // cannot happen
 	}
-	q.ended(ctx, r, TaskProcessed, err == nil)
-	return opErr("ack", q.name, err)
+	q.ended(ctx, r, Processed, err == nil)
+	return err
 }
 
 // Nack ends the reservation as failed with cause: the attempt is counted
@@ -62,38 +63,38 @@ func (r *reservation) acked(ctx context.Context, code endCode, replied bool, err
 // to the dead letters with cause once it has failed MaxAttempts times. The
 // attempts and the backoff follow the queue's stored policy (see
 // QueuePolicy), the same in every process. A task that Queue.Cancel asked
-// to stop goes to the dead letters at once, as cancelled (ErrCanceled's
+// to stop goes to the dead letters at once, as cancelled (fault.Canceled's
 // text, then cause), never retried. The ends (Nack, DeadLetter, Release,
 // Snooze) that concurrent callers make of one queue while a call of it is
 // in flight go together in the next call (queue_callgroup.go), each
-// caller waiting on its own ctx only. May return ErrLeaseLost (nothing
+// caller waiting on its own ctx only. May return fault.LeaseLost (nothing
 // changes), ErrUnavailable.
-func (r *reservation) Nack(ctx context.Context, cause error) error {
+func (r *Reservation) Nack(ctx context.Context, cause error) error {
 	msg := "nacked"
 	if cause != nil {
 		msg = cause.Error()
 	}
-	return opErr("nack", r.core.name, r.finish(ctx, endNack, msg, 0, true, false))
+	return r.finish(ctx, endNack, msg, 0, true, false)
 }
 
 // DeadLetter ends the reservation and moves the task to the dead letters at
 // once, with cause: for failures that no retry can fix. A dead letter can be
 // re-queued (Queue.RequeueDead), unlike a pool item marked bad. May return
-// ErrLeaseLost (nothing changes), ErrUnavailable.
-func (r *reservation) DeadLetter(ctx context.Context, cause error) error {
+// fault.LeaseLost (nothing changes), ErrUnavailable.
+func (r *Reservation) DeadLetter(ctx context.Context, cause error) error {
 	msg := "dead-lettered"
 	if cause != nil {
 		msg = cause.Error()
 	}
-	return opErr("dead-letter", r.core.name, r.finish(ctx, endBury, msg, 0, true, false))
+	return r.finish(ctx, endBury, msg, 0, true, false)
 }
 
 // bury dead-letters the reservation with cause, now, counting no attempt:
 // poison, which never ran (a body that is not a task, a payload that does
 // not decode), or a task that expired. It goes alone, never through the
-// group: a take buries what it finds (queueCore.reservations), and that
+// group: a take buries what it finds (Queue.reservations), and that
 // take may be the group's own call.
-func (r *reservation) bury(ctx context.Context, cause string) error {
+func (r *Reservation) Bury(ctx context.Context, cause string) error {
 	return r.finish(ctx, endBury, cause, 0, false, true)
 }
 
@@ -102,10 +103,10 @@ func (r *reservation) bury(ctx context.Context, cause string) error {
 // it. It is for work that was interrupted rather than failed (a worker
 // shutting down); use Nack for a failure. A task that Queue.Cancel asked
 // to stop goes to the dead letters instead, as cancelled, and Release says
-// ErrCanceled: it never runs again. May return ErrLeaseLost (nothing
-// changes), ErrCanceled, ErrWrongType, ErrUnavailable.
-func (r *reservation) Release(ctx context.Context) error {
-	return opErr("release", r.core.name, r.finish(ctx, endRelease, "released before it ended", 0, false, false))
+// fault.Canceled: it never runs again. May return fault.LeaseLost (nothing
+// changes), fault.Canceled, fault.WrongType, ErrUnavailable.
+func (r *Reservation) Release(ctx context.Context) error {
+	return r.finish(ctx, endRelease, "released before it ended", 0, false, false)
 }
 
 // Snooze ends the reservation without counting an attempt: the task goes,
@@ -114,9 +115,9 @@ func (r *reservation) Release(ctx context.Context) error {
 // returned RateLimited. When the task is due (within a minute), this
 // process's workers and Reserve calls on the queue are woken to take it.
 // A task that Queue.Cancel asked to stop goes to the dead letters instead,
-// as cancelled, and Snooze says ErrCanceled. May return ErrLeaseLost
-// (nothing changes), ErrCanceled, ErrWrongType, ErrUnavailable.
-func (r *reservation) Snooze(ctx context.Context, after time.Duration) error {
+// as cancelled, and Snooze says fault.Canceled. May return fault.LeaseLost
+// (nothing changes), fault.Canceled, fault.WrongType, ErrUnavailable.
+func (r *Reservation) Snooze(ctx context.Context, after time.Duration) error {
 	after = max(after, 0)
 	err := r.finish(ctx, endSnooze, "snoozed before it ended", after, false, false)
 	if err == nil && after <= snoozeWake {
@@ -125,10 +126,10 @@ func (r *reservation) Snooze(ctx context.Context, after time.Duration) error {
 		q := r.core
 		time.AfterFunc(after+time.Millisecond, func() {
 			q.sched.soon() // the next reserve looks at :scheduled
-			q.fleet.watch.PokeAll(q.key.Pending)
+			q.env.Watch.PokeAll(q.key.Pending)
 		})
 	}
-	return opErr("snooze", r.core.name, err)
+	return err
 }
 
 // finish ends the reservation by mode (queue_end.lua): "nack" (cause is
@@ -137,8 +138,8 @@ func (r *reservation) Snooze(ctx context.Context, after time.Duration) error {
 // records. counted counts the run as an attempt. alone sends the end in
 // a call of its own, else it goes through the group (groupEnd). The
 // cancelled dead letter, a copy of the body, is made and sent only when
-// the script says the task is cancelled and needs one (endNeedEntry).
-func (r *reservation) finish(ctx context.Context, mode endMode, cause string, after time.Duration, counted, alone bool) error {
+// the script says the task is cancelled and needs one (EndNeedEntry).
+func (r *Reservation) finish(ctx context.Context, mode endMode, cause string, after time.Duration, counted, alone bool) error {
 	q := r.core
 	if err := q.ready(ctx); err != nil {
 		return err
@@ -155,15 +156,15 @@ func (r *reservation) finish(ctx context.Context, mode endMode, cause string, af
 		if err != nil {
 			body, mode = taskbody.DeadEntry(r.body, attempts, cause), endBury // not a task: it can only be buried
 		}
-		if strings.HasPrefix(cause, ErrCanceled.Error()) {
+		if strings.HasPrefix(cause, fault.Canceled.Error()) {
 			entry = "-" // body says it: the cause is a cancel
 		} else {
-			cause = ErrCanceled.Error() + ": " + cause
+			cause = fault.Canceled.Error() + ": " + cause
 		}
 	case endSnooze:
-		cause = ErrCanceled.Error() + ": " + cause
+		cause = fault.Canceled.Error() + ": " + cause
 	default:
-		cause = ErrCanceled.Error() + ": " + cause
+		cause = fault.Canceled.Error() + ": " + cause
 	}
 	end := &endArgs{mode: mode, id: r.id, token: r.token, dedup: r.dedup, entry: entry, body: body, after: after,
 		attempts: attempts, jitter: newJitter(), maxAttempts: r.maxAttempts, group: r.group, flags: r.flowFlags()}
@@ -172,7 +173,7 @@ func (r *reservation) finish(ctx context.Context, mode endMode, cause string, af
 		run = q.endAlone
 	}
 	code, err := run(ctx, end)
-	if err == nil && code == endNeedEntry {
+	if err == nil && code == EndNeedEntry {
 		end.entry = taskbody.DeadEntry(r.body, attempts, cause)
 		code, err = run(ctx, end)
 	}
@@ -180,38 +181,38 @@ func (r *reservation) finish(ctx context.Context, mode endMode, cause string, af
 		return err
 	}
 	switch code {
-	case endLost:
-		return fmt.Errorf("%w: task %s", ErrLeaseLost, r.id)
-	case endCanceled:
-		q.ended(ctx, r, TaskDeadLettered, true)
+	case EndLost:
+		return fmt.Errorf("%w: task %s", fault.LeaseLost, r.id)
+	case EndCanceled:
+		q.ended(ctx, r, DeadLettered, true)
 		if mode == endRelease || mode == endSnooze {
-			return fmt.Errorf("%w: task %s went to the dead letters instead (Queue.Cancel asked it to stop)", ErrCanceled, r.id)
+			return fmt.Errorf("%w: task %s went to the dead letters instead (Queue.Cancel asked it to stop)", fault.Canceled, r.id)
 		}
-	case endBuried:
-		q.ended(ctx, r, TaskDeadLettered, true)
-	case endDone:
+	case EndBuried:
+		q.ended(ctx, r, DeadLettered, true)
+	case EndDone:
 		switch mode {
 		case endNack:
-			q.ended(ctx, r, TaskRetried, true)
+			q.ended(ctx, r, Retried, true)
 			q.sched.soon() // a retry waits in :scheduled now
 		case endRelease:
-			q.wakeLocal()
+			q.WakeLocal()
 		}
 	default:
-		return unexpectedReply(string(mode), int(code))
+		return fault.UnexpectedReply(string(mode), int(code))
 	}
 	return nil
 }
 
 // runEnds runs queue_end.lua once for ends, and reads their codes, in
 // order.
-func (q *queueCore) runEnds(ctx context.Context, ends []*endArgs) ([]endCode, error) {
+func (q *Queue) runEnds(ctx context.Context, ends []*endArgs) ([]EndCode, error) {
 	o := q.opts
 	args := endPolicy{maxAttempts: o.MaxAttempts, backoffBase: o.BackoffBase, backoffMax: o.BackoffMax, deadMax: o.DeadMax}.appendTo(make([]string, 0, 4+len(ends)*endArity))
 	for _, e := range ends {
 		args = e.appendTo(args)
 	}
-	reply, err := queueEndScript.Exec(ctx, q.fleet.client, q.keys(), args).AsIntSlice()
+	reply, err := queueEndScript.Exec(ctx, q.env.Client, q.Keys(), args).AsIntSlice()
 	if err != nil {
 		return nil, err
 	}
@@ -222,39 +223,34 @@ func (q *queueCore) runEnds(ctx context.Context, ends []*endArgs) ([]endCode, er
 // Deadline to lease after the call was sent. A lease whose deadline passed
 // can still be extended while the sweeper has not re-queued the task.
 //
-// May return ErrInvalidArgument for lease <= 0, ErrLeaseLost (nothing
-// changes), ErrUnavailable, and ErrCanceled when Queue.Cancel asked for the
+// May return fault.InvalidArgument for lease <= 0, fault.LeaseLost (nothing
+// changes), ErrUnavailable, and fault.Canceled when Queue.Cancel asked for the
 // task to stop: the lease was extended all the same, so that the holder
 // can wind down, and the task should end (a worker dead-letters it).
-func (r *reservation) Extend(ctx context.Context, lease time.Duration) error {
+func (r *Reservation) Extend(ctx context.Context, lease time.Duration) error {
 	q := r.core
 	if err := q.ready(ctx); err != nil {
-		return opErr("extend", q.name, err)
+		return err
 	}
 	if lease <= 0 {
-		return opErr("extend", q.name, fmt.Errorf("%w: lease %v must be > 0", ErrInvalidArgument, lease))
+		return fmt.Errorf("%w: lease %v must be > 0", fault.InvalidArgument, lease)
 	}
 	sent := mono.Now()
-	reply, err := queueExtendScript.Exec(ctx, q.fleet.client, q.keys(), extendArgs{id: r.id, token: r.token, lease: lease}.args()).AsIntSlice()
-	var code endCode
+	reply, err := queueExtendScript.Exec(ctx, q.env.Client, q.Keys(), extendArgs{id: r.id, token: r.token, lease: lease}.args()).AsIntSlice()
+	var code EndCode
 	if err == nil {
 		code, err = readExtendReply(reply)
 	}
 	switch {
 	case err != nil:
-	case code == endLost:
+	case code == EndLost:
 		r.clock.Lose()
-		err = fmt.Errorf("%w: task %s", ErrLeaseLost, r.id)
+		err = fmt.Errorf("%w: task %s", fault.LeaseLost, r.id)
 	default:
 		r.clock.Prove(sent, lease)
-		if code == endCanceled {
-			err = fmt.Errorf("%w: task %s was cancelled (Queue.Cancel); its lease was extended", ErrCanceled, r.id)
+		if code == EndCanceled {
+			err = fmt.Errorf("%w: task %s was cancelled (Queue.Cancel); its lease was extended", fault.Canceled, r.id)
 		}
 	}
-	return opErr("extend", q.name, err)
+	return err
 }
-
-var (
-	queueEndScript    = newScript("queue_end.lua")
-	queueExtendScript = newScript("queue_extend.lua")
-)

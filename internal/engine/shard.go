@@ -1,4 +1,4 @@
-package fleet
+package engine
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/fleet-go/fleet/internal/argv"
+	"github.com/fleet-go/fleet/internal/fault"
 	"github.com/fleet-go/fleet/internal/keys"
 	"github.com/fleet-go/fleet/internal/mono"
 	"github.com/fleet-go/fleet/internal/wake"
@@ -22,7 +24,7 @@ import (
 // over the masters. Each shard is a plain queue of its own: every script
 // runs on one shard, and a task lives in one shard from its submit to its
 // end (a retry, a re-queue by the sweeper, a dead letter and its re-queue
-// stay in its shard). A shard has a core of its own (sub), a queueCore
+// stay in its shard). A shard has a core of its own (sub), a Queue
 // with the shard's keys whose root is the queue's core; a reserved task's
 // core is its shard's, so Ack, Nack, Extend, Snooze and the rest reach its
 // shard with no more work.
@@ -45,49 +47,49 @@ import (
 // spanEvery is how often a handle re-reads the stored mark.
 const spanEvery = time.Second
 
-var queueShardsScript = newScript("queue_shards.lua")
-
 // sub returns the handle of shard i (q itself for shard 0).
-func (q *queueCore) sub(i int) *queueCore {
+func (q *Queue) Sub(i int) *Queue {
 	if q.root != nil {
-		return q.root.sub(i)
+		return q.root.Sub(i)
 	}
 	if i == 0 {
 		return q
 	}
 	if s, ok := q.subs.Load(i); ok {
-		return s.(*queueCore)
+		return s.(*Queue)
 	}
-	s := &queueCore{fleet: q.fleet, name: q.name, key: q.fleet.keys.QueueShard(q.name, i), opts: q.opts, err: q.err,
-		policy: q.policy, root: q}
+	s := &Queue{env: q.env, name: q.name, key: q.env.Keys.QueueShard(q.name, i), opts: q.opts, root: q, shard: i}
 	s.key.Paused = q.key.Paused // the queue's one pause flag
-	s.skeys = scriptKeys(&s.key)
-	s.sched = q.fleet.schedLook(q.name + ":" + strconv.Itoa(i)) // ':' is no queue name's
+	s.skeys = ScriptKeys(&s.key)
+	s.sched = q.env.schedLook(q.name + ":" + strconv.Itoa(i)) // ':' is no queue name's
 	got, _ := q.subs.LoadOrStore(i, s)
-	return got.(*queueCore)
+	return got.(*Queue)
 }
 
-// top returns the queue's own handle.
-func (q *queueCore) top() *queueCore {
+// Shard returns the index of q's shard: 0 for the queue's own core.
+func (q *Queue) Shard() int { return q.shard }
+
+// Top returns the queue's own handle.
+func (q *Queue) Top() *Queue {
 	if q.root != nil {
 		return q.root
 	}
 	return q
 }
 
-// spanOf returns how many shards the reserves of the queue look at: the
+// SpanOf returns how many shards the reserves of the queue look at: the
 // handle's own count or the stored mark, whichever is higher, re-read at
 // most once per spanEvery (a failed read keeps the last one). Always 1 in
 // the compat layout.
-func (q *queueCore) spanOf(ctx context.Context) int {
-	q = q.top()
-	if !q.fleet.keys.Tagged() {
+func (q *Queue) SpanOf(ctx context.Context) int {
+	q = q.Top()
+	if !q.env.Keys.Tagged() {
 		return 1
 	}
 	now := mono.Now()
 	if last := q.spanSeenAt.Load(); last == 0 || now-last >= int64(spanEvery) {
 		if q.spanSeenAt.CompareAndSwap(last, now) {
-			c := q.fleet.client
+			c := q.env.Client
 			m, err := c.Do(ctx, c.B().Hget().Key(q.key.Shards).Field("max").Build()).AsInt64()
 			switch {
 			case rueidis.IsRedisNil(err):
@@ -101,29 +103,29 @@ func (q *queueCore) spanOf(ctx context.Context) int {
 	return max(q.opts.Shards, int(q.spanSeen.Load()))
 }
 
-// knownSpan is spanOf without a read: what the handle knows now.
-func (q *queueCore) knownSpan() int {
-	q = q.top()
+// KnownSpan is SpanOf without a read: what the handle knows now.
+func (q *Queue) KnownSpan() int {
+	q = q.Top()
 	return max(q.opts.Shards, int(q.spanSeen.Load()), 1)
 }
 
-// shardKeys returns the keys of the n first shards of queue name.
-func (f *Fleet) shardKeys(name string, n int) []keys.Queue {
+// ShardKeys returns the keys of the n first shards of queue name.
+func (f *Env) ShardKeys(name string, n int) []keys.Queue {
 	ks := make([]keys.Queue, n)
 	for i := range ks {
-		ks[i] = f.keys.QueueShard(name, i)
+		ks[i] = f.Keys.QueueShard(name, i)
 	}
 	return ks
 }
 
-// queueSpan reads the stored mark of queue name (1 without one, and always
+// QueueSpan reads the stored mark of queue name (1 without one, and always
 // in the compat layout), for calls by name.
-func (f *Fleet) queueSpan(ctx context.Context, name string) (int, error) {
-	if !f.keys.Tagged() {
+func (f *Env) QueueSpan(ctx context.Context, name string) (int, error) {
+	if !f.Keys.Tagged() {
 		return 1, nil
 	}
-	c := f.client
-	m, err := c.Do(ctx, c.B().Hget().Key(f.keys.Queue(name).Shards).Field("max").Build()).AsInt64()
+	c := f.Client
+	m, err := c.Do(ctx, c.B().Hget().Key(f.Keys.Queue(name).Shards).Field("max").Build()).AsInt64()
 	if rueidis.IsRedisNil(err) {
 		return 1, nil
 	}
@@ -133,27 +135,27 @@ func (f *Fleet) queueSpan(ctx context.Context, name string) (int, error) {
 	return int(min(max(m, 1), keys.MaxShards)), nil
 }
 
-// shardsOf returns the handles of every shard the queue's reserves look at.
-func (q *queueCore) shardsOf(ctx context.Context) []*queueCore {
-	n := q.spanOf(ctx)
-	out := make([]*queueCore, n)
+// ShardsOf returns the handles of every shard the queue's reserves look at.
+func (q *Queue) ShardsOf(ctx context.Context) []*Queue {
+	n := q.SpanOf(ctx)
+	out := make([]*Queue, n)
 	for i := range out {
-		out[i] = q.sub(i)
+		out[i] = q.Sub(i)
 	}
 	return out
 }
 
 // pick returns the shard handle a submit goes to: by key (hashed) when
 // one is given, else round-robin.
-func (q *queueCore) pick(key string) *queueCore {
+func (q *Queue) Pick(key string) *Queue {
 	k := q.opts.Shards
 	if k <= 1 || q.root != nil {
 		return q
 	}
 	if key != "" {
-		return q.sub(shardOf(key, k))
+		return q.Sub(shardOf(key, k))
 	}
-	return q.sub(int(q.submitTurn.Add(1) % uint64(k)))
+	return q.Sub(int(q.submitTurn.Add(1) % uint64(k)))
 }
 
 // shardOf is the shard of key among k: FNV-1a of the key, modulo k.
@@ -166,22 +168,22 @@ func shardOf(key string, k int) int {
 // shardRegister is register's part for a sharded queue: the shard count
 // is stamped (and the mark raised), and the policy goes to every shard of
 // the handle past shard 0.
-func (q *queueCore) shardRegister(ctx context.Context, nx bool) error {
-	c := q.fleet.client
+func (q *Queue) shardRegister(ctx context.Context, nx bool) error {
+	c := q.env.Client
 	m, err := queueShardsScript.Exec(ctx, c, []string{q.key.Shards}, []string{"reg", strconv.Itoa(q.opts.Shards)}).AsInt64()
 	if err != nil {
 		return err
 	}
 	q.spanSeen.Store(min(max(m, 1), keys.MaxShards))
 	q.spanSeenAt.Store(mono.Now())
-	q.growListeners(q.knownSpan())
+	q.growListeners(q.KnownSpan())
 	cmds := make(rueidis.Commands, 0, q.opts.Shards)
 	for i := 1; i < q.opts.Shards; i++ {
-		k := q.sub(i).key.Policy
+		k := q.Sub(i).key.Policy
 		if nx {
-			cmds = append(cmds, c.B().Set().Key(k).Value(q.policy).Nx().Build())
+			cmds = append(cmds, c.B().Set().Key(k).Value(q.opts.Policy).Nx().Build())
 		} else {
-			cmds = append(cmds, c.B().Set().Key(k).Value(q.policy).Build())
+			cmds = append(cmds, c.B().Set().Key(k).Value(q.opts.Policy).Build())
 		}
 	}
 	for _, r := range c.DoMulti(ctx, cmds...) {
@@ -192,27 +194,27 @@ func (q *queueCore) shardRegister(ctx context.Context, nx bool) error {
 	return nil
 }
 
-// listenPending returns a channel that receives after each change of the
+// ListenPending returns a channel that receives after each change of the
 // pending list, or of the signal (keys.Queue.Signal: grouped or
 // prioritized work), of any of the queue's shards (its wake-ups coalesce),
 // and the function that stops it. When the queue's shard count grows
-// later (spanOf reads a higher mark), the listener joins the new shards,
+// later (SpanOf reads a higher mark), the listener joins the new shards,
 // and is poked once.
-func (q *queueCore) listenPending(ctx context.Context) (<-chan struct{}, func()) {
-	w := q.fleet.watch
+func (q *Queue) ListenPending(ctx context.Context) (<-chan struct{}, func()) {
+	w := q.env.Watch
 	l := &shardListener{ch: make(chan struct{}, 1)}
-	if !q.fleet.keys.Tagged() {
+	if !q.env.Keys.Tagged() {
 		l.join(w, q)
 		return l.ch, func() { l.leave(w) }
 	}
-	r := q.top()
+	r := q.Top()
 	r.listenersMu.Lock()
 	if r.listeners == nil {
 		r.listeners = map[*shardListener]struct{}{}
 	}
 	r.listeners[l] = struct{}{}
 	r.listenersMu.Unlock()
-	r.growListeners(r.spanOf(ctx))
+	r.growListeners(r.SpanOf(ctx))
 	return l.ch, func() {
 		r.listenersMu.Lock()
 		delete(r.listeners, l)
@@ -221,7 +223,7 @@ func (q *queueCore) listenPending(ctx context.Context) (<-chan struct{}, func())
 	}
 }
 
-// shardListener is one listenPending: its channel, the shards it listens
+// shardListener is one ListenPending: its channel, the shards it listens
 // to, and the gates of their keys.
 type shardListener struct {
 	ch     chan struct{}
@@ -231,7 +233,7 @@ type shardListener struct {
 }
 
 // join makes l listen to shard s's pending list and signal.
-func (l *shardListener) join(w *wake.Watcher, s *queueCore) {
+func (l *shardListener) join(w *wake.Watcher, s *Queue) {
 	for _, k := range [...]string{s.key.Pending, s.key.Signal} {
 		g := w.AddListener(k, l.ch)
 		l.keys, l.gates = append(l.keys, k), append(l.gates, g)
@@ -249,8 +251,8 @@ func (l *shardListener) leave(w *wake.Watcher) {
 
 // growListeners makes every listener of the queue listen to its first n
 // shards.
-func (q *queueCore) growListeners(n int) {
-	w := q.fleet.watch
+func (q *Queue) growListeners(n int) {
+	w := q.env.Watch
 	q.listenersMu.Lock()
 	defer q.listenersMu.Unlock()
 	for l := range q.listeners {
@@ -259,30 +261,33 @@ func (q *queueCore) growListeners(n int) {
 		}
 		grew := l.shards > 0
 		for i := l.shards; i < n; i++ {
-			l.join(w, q.sub(i))
+			l.join(w, q.Sub(i))
 		}
 		if grew {
-			poke(l.ch) // tasks may wait on the new shards already
+			select { // tasks may wait on the new shards already
+			case l.ch <- struct{}{}:
+			default:
+			}
 		}
 	}
 }
 
-// cachedPending returns how many tasks may wait in every shard the
+// CachedPending returns how many tasks may wait in every shard the
 // reserves look at, and per shard, read through the client-side cache
 // (which arms the invalidation of each shard's pending list and signal):
 // a shard's pending list's length (unless signalOnly: GlobalConcurrency
 // holds the list), plus one when its signal moved since its last reserve
 // saw it (grouped or prioritized work came, or a permit came back).
-func (q *queueCore) cachedPending(ctx context.Context, signalOnly bool) (int64, []int64, error) {
-	f := q.fleet
-	n := q.spanOf(ctx)
+func (q *Queue) CachedPending(ctx context.Context, signalOnly bool) (int64, []int64, error) {
+	f := q.env
+	n := q.SpanOf(ctx)
 	cmds := make([]rueidis.CacheableTTL, 0, 2*n)
 	for i := range n {
-		s := q.sub(i)
-		cmds = append(cmds, rueidis.CT(noTTL(f.client.B().Llen().Key(s.key.Pending).Cache()), hintTTL),
-			rueidis.CT(noTTL(f.client.B().Get().Key(s.key.Signal).Cache()), hintTTL))
+		s := q.Sub(i)
+		cmds = append(cmds, rueidis.CT(noTTL(f.Client.B().Llen().Key(s.key.Pending).Cache()), hintTTL),
+			rueidis.CT(noTTL(f.Client.B().Get().Key(s.key.Signal).Cache()), hintTTL))
 	}
-	res := f.client.DoMultiCache(ctx, cmds...)
+	res := f.Client.DoMultiCache(ctx, cmds...)
 	lens := make([]int64, n)
 	var sum int64
 	for i := range n {
@@ -297,7 +302,7 @@ func (q *queueCore) cachedPending(ctx context.Context, signalOnly bool) (int64, 
 		if signalOnly {
 			l = 0
 		}
-		if sig != q.sub(i).sched.signal.Load() {
+		if sig != q.Sub(i).sched.signal.Load() {
 			l++
 		}
 		lens[i] = l
@@ -316,8 +321,8 @@ func (q *queueCore) cachedPending(ctx context.Context, signalOnly bool) (int64, 
 // reserve starts from the shard that gave this handle's last reserve its
 // tasks, the fourth from the next in turn: fewer probes of empty shards,
 // and no shard waits long.
-func (q *queueCore) spread(ctx context.Context, req reserveReq) (reserved, error) {
-	shards := q.shardsOf(ctx)
+func (q *Queue) spread(ctx context.Context, req Req) (Reserved, error) {
+	shards := q.ShardsOf(ctx)
 	k := len(shards)
 	start := int(q.reserveTurn.Add(1) % uint64(k))
 	if rand.IntN(4) != 0 {
@@ -327,7 +332,7 @@ func (q *queueCore) spread(ctx context.Context, req reserveReq) (reserved, error
 			start = last
 		}
 	}
-	st := reserved{nextReady: -1}
+	st := Reserved{NextReady: -1}
 	// The starting shard first, blind: on a busy queue it has tasks, and
 	// the call costs one round trip. Then the others, skipping those that
 	// the local cache says are empty (when the Fleet caches).
@@ -337,8 +342,8 @@ func (q *queueCore) spread(ctx context.Context, req reserveReq) (reserved, error
 	for j := range k {
 		i := (start + j) % k
 		s := shards[i]
-		if j == 1 && q.fleet.cache {
-			if _, l, err := q.cachedPending(ctx, false); err == nil && len(l) == k {
+		if j == 1 && q.env.Cache {
+			if _, l, err := q.CachedPending(ctx, false); err == nil && len(l) == k {
 				lens = l
 			}
 		}
@@ -346,11 +351,11 @@ func (q *queueCore) spread(ctx context.Context, req reserveReq) (reserved, error
 			continue
 		}
 		ss, err := s.take(ctx, req)
-		if ss.nextReady >= 0 && (st.nextReady < 0 || ss.nextReady < st.nextReady) {
-			st.nextReady = ss.nextReady
+		if ss.NextReady >= 0 && (st.NextReady < 0 || ss.NextReady < st.NextReady) {
+			st.NextReady = ss.NextReady
 		}
-		if ss.blocked > 0 && (st.blocked == 0 || ss.blocked < st.blocked) {
-			st.blocked = ss.blocked
+		if ss.Blocked > 0 && (st.Blocked == 0 || ss.Blocked < st.Blocked) {
+			st.Blocked = ss.Blocked
 		}
 		if err != nil {
 			if firstErr == nil {
@@ -358,38 +363,38 @@ func (q *queueCore) spread(ctx context.Context, req reserveReq) (reserved, error
 			}
 			continue
 		}
-		if len(ss.tasks) > 0 {
+		if len(ss.Tasks) > 0 {
 			q.last.Store(int64(i))
-			st.tasks = ss.tasks
-			return st, nil // st.drained false: others may hold tasks
+			st.Tasks = ss.Tasks
+			return st, nil // st.Drained false: others may hold tasks
 		}
 	}
-	st.drained = firstErr == nil
+	st.Drained = firstErr == nil
 	return st, firstErr
 }
 
-// shardState reads a queue's shard high-water mark and the highest shard
+// ShardState reads a queue's shard high-water mark and the highest shard
 // count in use (registered within grace); 1 and 1 for a queue never
 // sharded.
-func (f *Fleet) shardState(ctx context.Context, k keys.Queue, grace time.Duration) (mark, used int, err error) {
-	res, err := queueShardsScript.Exec(ctx, f.client, []string{k.Shards}, []string{"state", millis(grace)}).AsIntSlice()
+func (f *Env) ShardState(ctx context.Context, k keys.Queue, grace time.Duration) (mark, used int, err error) {
+	res, err := queueShardsScript.Exec(ctx, f.Client, []string{k.Shards}, []string{"state", argv.Millis(grace)}).AsIntSlice()
 	if err != nil {
 		return 1, 1, err
 	}
 	if len(res) != 2 {
-		return 1, 1, unexpectedReply("shards", len(res))
+		return 1, 1, fault.UnexpectedReply("shards", len(res))
 	}
 	return int(min(max(res[0], 1), keys.MaxShards)), int(min(max(res[1], 1), keys.MaxShards)), nil
 }
 
-// lowerShards lowers queue name's high-water mark from mark to used when
+// LowerShards lowers queue name's high-water mark from mark to used when
 // the shards used..mark-1 hold nothing (no task pending, scheduled, in
 // flight or dead, no lease, no dedup key); the script checks again that no
 // handle of more than used shards registered meanwhile. The policy keys of
 // the shards let go are deleted after.
-func (f *Fleet) lowerShards(ctx context.Context, name string, mark, used int, grace time.Duration) error {
-	c := f.client
-	extra := f.shardKeys(name, mark)[used:]
+func (f *Env) LowerShards(ctx context.Context, name string, mark, used int, grace time.Duration) error {
+	c := f.Client
+	extra := f.ShardKeys(name, mark)[used:]
 	cmds := make(rueidis.Commands, len(extra))
 	for i, s := range extra {
 		cmds[i] = c.B().Exists().Key(s.Pending, s.Processing, s.Body, s.Lease, s.Scheduled, s.Dead, s.Dedup).Build()
@@ -403,8 +408,8 @@ func (f *Fleet) lowerShards(ctx context.Context, name string, mark, used int, gr
 			return nil // still draining
 		}
 	}
-	k := f.keys.Queue(name)
-	got, err := queueShardsScript.Exec(ctx, c, []string{k.Shards}, []string{"lower", millis(grace), strconv.Itoa(used)}).AsInt64()
+	k := f.Keys.Queue(name)
+	got, err := queueShardsScript.Exec(ctx, c, []string{k.Shards}, []string{"lower", argv.Millis(grace), strconv.Itoa(used)}).AsInt64()
 	if err != nil || int(got) != used {
 		return err
 	}

@@ -1,4 +1,4 @@
-package fleet
+package engine
 
 // This file group-commits the raw calls of a queue (or shard) outside a
 // worker's acker: the Task.Acks, Queue.Reserves and other ends (Nack,
@@ -14,12 +14,15 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/fleet-go/fleet/internal/argv"
+	"github.com/fleet-go/fleet/internal/fault"
 )
 
-// maxCommit bounds the tasks one group commit acks (and takes), a
+// MaxCommit bounds the tasks one group commit acks (and takes), a
 // worker's (worker_commit.go) or the raw calls' (callGroup): a call stays
 // a few hundred arguments whatever the slot count.
-const maxCommit = 256
+const MaxCommit = 256
 
 // groupCallTimeout bounds a group call, which no caller's ctx bounds: each
 // caller waits on its own ctx instead.
@@ -28,14 +31,14 @@ const groupCallTimeout = 30 * time.Second
 // callGroup is a queue core's raw calls waiting for a script call: acks
 // (Task.Ack), other ends (Task.Nack, DeadLetter, Release, Snooze:
 // reservation.finish) and reserves (Queue.Reserve's immediate take, where
-// it is grouped: see queueCore.reserve). A lone call is sent at once, in
+// it is grouped: see Queue.reserve). A lone call is sent at once, in
 // its caller's goroutine and with its ctx, as before. Calls that come
 // while one is in flight wait; when it returns, one goroutine (spawned, so
 // Close waits for it) sends them until none wait, each round ending up to
-// maxCommit ends (one queue_end.lua call, before the take, so that a
+// MaxCommit ends (one queue_end.lua call, before the take, so that a
 // released task can go to the reserves beside it), then acking up to
-// maxCommit and taking the tasks of the reserves that wait, in arrival
-// order, up to maxCommit (a lone reserve may ask for up to MaxReserve):
+// MaxCommit and taking the tasks of the reserves that wait, in arrival
+// order, up to MaxCommit (a lone reserve may ask for up to MaxReserve):
 // queue_reserve.lua acks first, then takes, and each reserve gets its
 // share in arrival order (the first ones theirs in full when the queue
 // runs short). No caller waits on another's ctx. A caller whose ctx ends
@@ -55,13 +58,13 @@ type callGroup struct {
 // r, an end (end: its queue_end.lua arguments), or (r and end nil) a
 // reserve of up to n tasks.
 type groupCall struct {
-	r    *reservation
+	r    *Reservation
 	end  *endArgs
 	n    int
 	sent bool // taken into a call (under callGroup.mu)
 	left bool // the caller left after its call was sent: its share goes back (under callGroup.mu)
-	code endCode
-	res  reserved
+	code EndCode
+	res  Reserved
 	err  error
 	done chan struct{} // closed under callGroup.mu once the outcome is set
 }
@@ -73,7 +76,7 @@ func (c *groupCall) reserve() bool { return c.r == nil && c.end == nil }
 // when no call is in flight, else in the group's next call. It reports
 // false when ctx ended first (c left the group, or its outcome is lost to
 // the caller); the outcome is then ctx's error.
-func (q *queueCore) join(ctx context.Context, c *groupCall, lone func()) bool {
+func (q *Queue) join(ctx context.Context, c *groupCall, lone func()) bool {
 	g := &q.calls
 	g.mu.Lock()
 	if !g.busy {
@@ -107,12 +110,12 @@ func (q *queueCore) join(ctx context.Context, c *groupCall, lone func()) bool {
 }
 
 // groupAck acks r, alone or with the calls that wait beside it, and
-// returns its code (endDone, or endLost: not the caller's) or the call's
+// returns its code (EndDone, or EndLost: not the caller's) or the call's
 // error.
-func (q *queueCore) groupAck(ctx context.Context, r *reservation) (endCode, error) {
+func (q *Queue) groupAck(ctx context.Context, r *Reservation) (EndCode, error) {
 	c := &groupCall{r: r}
 	if !q.join(ctx, c, func() { c.code, c.err = q.ackOne(ctx, r) }) {
-		return endLost, ctx.Err()
+		return EndLost, ctx.Err()
 	}
 	return c.code, c.err
 }
@@ -120,45 +123,45 @@ func (q *queueCore) groupAck(ctx context.Context, r *reservation) (endCode, erro
 // groupEnd runs one end (its queue_end.lua arguments, as finish makes
 // them), alone or with the calls that wait beside it, and returns its code
 // or the call's error.
-func (q *queueCore) groupEnd(ctx context.Context, end *endArgs) (endCode, error) {
+func (q *Queue) groupEnd(ctx context.Context, end *endArgs) (EndCode, error) {
 	c := &groupCall{end: end}
 	if !q.join(ctx, c, func() { c.code, c.err = q.endAlone(ctx, end) }) {
-		return endLost, ctx.Err()
+		return EndLost, ctx.Err()
 	}
 	return c.code, c.err
 }
 
 // endAlone runs one end in a call of its own (queue_end.lua).
-func (q *queueCore) endAlone(ctx context.Context, end *endArgs) (endCode, error) {
+func (q *Queue) endAlone(ctx context.Context, end *endArgs) (EndCode, error) {
 	codes, err := q.runEnds(ctx, []*endArgs{end})
 	if err != nil {
-		return endLost, err
+		return EndLost, err
 	}
 	return codes[0], nil
 }
 
 // ackOne runs the ack step for r alone (queue_ack.lua, through take).
-func (q *queueCore) ackOne(ctx context.Context, r *reservation) (endCode, error) {
-	res, err := q.take(ctx, reserveReq{acks: []*reservation{r}})
-	if err == nil && len(res.acks) == 1 {
-		return res.acks[0], nil
+func (q *Queue) ackOne(ctx context.Context, r *Reservation) (EndCode, error) {
+	res, err := q.take(ctx, Req{Acks: []*Reservation{r}})
+	if err == nil && len(res.Acks) == 1 {
+		return res.Acks[0], nil
 	}
-	return endLost, err
+	return EndLost, err
 }
 
-// groupReserve is take for Queue.Reserve (req.n tasks, no acks, no owner),
+// groupReserve is take for Queue.Reserve (req.N tasks, no acks, no owner),
 // alone or with the calls that wait beside it.
-func (q *queueCore) groupReserve(ctx context.Context, req reserveReq) (reserved, error) {
-	c := &groupCall{n: req.n}
+func (q *Queue) groupReserve(ctx context.Context, req Req) (Reserved, error) {
+	c := &groupCall{n: req.N}
 	if !q.join(ctx, c, func() { c.res, c.err = q.take(ctx, req) }) {
-		return reserved{nextReady: -1}, ctx.Err()
+		return Reserved{NextReady: -1}, ctx.Err()
 	}
 	return c.res, c.err
 }
 
 // handOff ends a call: the calls that came meanwhile are sent by a
 // goroutine of their own (flush), or the group goes idle.
-func (q *queueCore) handOff() {
+func (q *Queue) handOff() {
 	g := &q.calls
 	g.mu.Lock()
 	if len(g.pending) == 0 {
@@ -167,30 +170,30 @@ func (q *queueCore) handOff() {
 		return
 	}
 	g.mu.Unlock()
-	if q.fleet.spawn(q.flush) {
+	if q.env.Spawn(q.flush) {
 		return
 	}
 	q.closeGroup()
 }
 
-// closeGroup answers every waiting call with ErrClosed: Close has begun,
+// closeGroup answers every waiting call with fault.Closed: Close has begun,
 // and nothing more is sent.
-func (q *queueCore) closeGroup() {
+func (q *Queue) closeGroup() {
 	g := &q.calls
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for _, c := range g.pending {
-		c.code, c.res, c.err = endLost, reserved{nextReady: -1}, ErrClosed
+		c.code, c.res, c.err = EndLost, Reserved{NextReady: -1}, fault.Closed
 		close(c.done)
 	}
 	g.pending, g.busy = nil, false
 }
 
 // flush sends the waiting calls until none wait.
-func (q *queueCore) flush() {
+func (q *Queue) flush() {
 	g := &q.calls
 	for {
-		if q.fleet.closed.Load() {
+		if q.env.Closed() {
 			q.closeGroup()
 			return
 		}
@@ -207,20 +210,20 @@ func (q *queueCore) flush() {
 }
 
 // nextBatch takes the next round's batch out of pending, in arrival
-// order: ends and acks up to maxCommit each, and reserves while their
-// tasks stay within maxCommit (the first one whatever it asks). Under
+// order: ends and acks up to MaxCommit each, and reserves while their
+// tasks stay within MaxCommit (the first one whatever it asks). Under
 // callGroup.mu.
-func (q *queueCore) nextBatch() []*groupCall {
+func (q *Queue) nextBatch() []*groupCall {
 	g := &q.calls
 	var batch []*groupCall
 	ends, acks, tasks, full := 0, 0, 0, false
 	g.pending = slices.DeleteFunc(g.pending, func(c *groupCall) bool {
 		switch {
-		case c.end != nil && ends < maxCommit:
+		case c.end != nil && ends < MaxCommit:
 			ends++
-		case c.r != nil && acks < maxCommit:
+		case c.r != nil && acks < MaxCommit:
 			acks++
-		case c.reserve() && !full && (tasks == 0 || tasks+c.n <= maxCommit):
+		case c.reserve() && !full && (tasks == 0 || tasks+c.n <= MaxCommit):
 			tasks += c.n
 		default:
 			// Later reserves wait behind this one: they keep their order.
@@ -242,48 +245,48 @@ func (q *queueCore) nextBatch() []*groupCall {
 // its outcome: each end and ack its code, each reserve its share of the
 // tasks, in order. The shares of reserves whose callers left go back to
 // the queue (giveBack).
-func (q *queueCore) send(batch []*groupCall) {
-	req := reserveReq{}
+func (q *Queue) send(batch []*groupCall) {
+	req := Req{}
 	var ends []*endArgs
 	for _, c := range batch {
 		switch {
 		case c.end != nil:
 			ends = append(ends, c.end)
 		case c.r != nil:
-			req.acks = append(req.acks, c.r)
+			req.Acks = append(req.Acks, c.r)
 		default:
-			req.n += c.n
+			req.N += c.n
 		}
 	}
-	ctx, cancel := context.WithTimeout(q.fleet.doneCtx(), groupCallTimeout)
-	var codes []endCode
+	ctx, cancel := context.WithTimeout(q.env.Life, groupCallTimeout)
+	var codes []EndCode
 	var endErr error
 	if len(ends) > 0 {
 		codes, endErr = q.runEnds(ctx, ends)
 	}
-	res, err := reserved{nextReady: -1}, error(nil)
-	if len(req.acks) > 0 || req.n > 0 {
+	res, err := Reserved{NextReady: -1}, error(nil)
+	if len(req.Acks) > 0 || req.N > 0 {
 		res, err = q.take(ctx, req)
 	}
 	cancel()
 	endErr, err = closedErr(q, endErr), closedErr(q, err)
-	tasks := res.tasks
-	var back []*reservation
+	tasks := res.Tasks
+	var back []*Reservation
 	g := &q.calls
 	g.mu.Lock()
 	i, e := 0, 0
 	for _, c := range batch {
 		if c.end != nil {
-			c.code, c.err = endLost, endErr
+			c.code, c.err = EndLost, endErr
 			if endErr == nil {
 				c.code = codes[e]
 			}
 			e++
 		} else if c.r != nil {
-			c.code, c.err = endLost, err
-			if i < len(res.acks) {
+			c.code, c.err = EndLost, err
+			if i < len(res.Acks) {
 				// The acks are done even when the take then failed.
-				c.code, c.err = res.acks[i], nil
+				c.code, c.err = res.Acks[i], nil
 			}
 			i++
 		} else {
@@ -294,7 +297,7 @@ func (q *queueCore) send(batch []*groupCall) {
 				continue
 			}
 			c.res, c.err = res, err
-			c.res.tasks = share
+			c.res.Tasks = share
 		}
 		close(c.done)
 	}
@@ -304,10 +307,10 @@ func (q *queueCore) send(batch []*groupCall) {
 	}
 }
 
-// closedErr says ErrClosed for err when Close cancelled the call.
-func closedErr(q *queueCore, err error) error {
-	if err != nil && q.fleet.closed.Load() && errors.Is(err, context.Canceled) {
-		return ErrClosed
+// closedErr says fault.Closed for err when Close cancelled the call.
+func closedErr(q *Queue, err error) error {
+	if err != nil && q.env.Closed() && errors.Is(err, context.Canceled) {
+		return fault.Closed
 	}
 	return err
 }
@@ -316,18 +319,38 @@ func closedErr(q *queueCore, err error) error {
 // share whose caller left while the call was in flight, as abandonReserve
 // hands back an ungrouped call's (queue_abandon.lua, given the ids: the
 // other shares of the call stay with their callers).
-func (q *queueCore) giveBack(rs []*reservation) {
-	ks := q.keys(q.key.Call + rs[0].prefix())
+func (q *Queue) giveBack(rs []*Reservation) {
+	ks := q.Keys(q.key.Call + rs[0].prefix())
 	args := make([]string, 0, 2+len(rs))
-	args = append(args, rs[0].prefix(), millis(q.opts.Lease+time.Minute))
+	args = append(args, rs[0].prefix(), argv.Millis(q.opts.Lease+time.Minute))
 	for _, r := range rs {
 		args = append(args, r.id)
 	}
-	q.fleet.abandon("reserve "+q.name, q.opts.Lease, func(ctx context.Context) error {
-		n, err := queueAbandonScript.Exec(ctx, q.fleet.client, ks, args).AsInt64()
+	q.env.Abandon("reserve "+q.name, q.opts.Lease, func(ctx context.Context) error {
+		n, err := queueAbandonScript.Exec(ctx, q.env.Client, ks, args).AsInt64()
 		if err == nil && n > 0 {
-			q.wakeLocal()
+			q.WakeLocal()
 		}
 		return err
 	})
+}
+
+// GroupState reports whether a call of q's group is in flight, and how
+// many calls wait: what the root's tests of the group commit look at.
+func (q *Queue) GroupState() (busy bool, pending int) {
+	g := &q.calls
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.busy, len(g.pending)
+}
+
+// HoldGroup plays a lone caller whose call is in flight, for the root's
+// tests of the group commit: the calls that come wait in q's group until
+// release hands them to the group's goroutine.
+func (q *Queue) HoldGroup() (release func()) {
+	g := &q.calls
+	g.mu.Lock()
+	g.busy = true
+	g.mu.Unlock()
+	return q.handOff
 }

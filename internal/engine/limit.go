@@ -1,9 +1,7 @@
-package fleet
+package engine
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"sync"
 	"time"
 
@@ -15,27 +13,18 @@ import (
 // reserves' polls.
 const snoozeWake = time.Minute
 
-// snoozeLimited snoozes t for the retry-after of err, a RateLimitedError.
-func (r *reservation) snoozeLimited(ctx context.Context, err error) error {
-	var rl *RateLimitedError
-	if !errors.As(err, &rl) {
-		return r.Snooze(ctx, 0)
-	}
-	return r.Snooze(ctx, rl.RetryAfter)
+// Limiter is a rate limit on a queue's reserves (the root's Limiter,
+// QueueOptions.RateLimit).
+type Limiter interface {
+	// Book takes up to n tokens: it returns how many it took, or, with none
+	// to take now, books one and says how long until it is due.
+	Book(ctx context.Context, n int) (int, time.Duration, error)
+	// Refund gives back n tokens taken and not used.
+	Refund(ctx context.Context, n int) error
 }
 
-// rateLimit checks QueueOptions.RateLimit against the queue's Fleet.
-func (o QueueOptions) rateLimit(f *Fleet) error {
-	switch l := o.RateLimit; {
-	case l == nil:
-		return nil
-	case l.f != f:
-		return fmt.Errorf("%w: QueueOptions.RateLimit %q belongs to another Fleet", ErrInvalidArgument, l.name)
-	case l.err != nil:
-		return within("QueueOptions.RateLimit", l.err)
-	}
-	return nil
-}
+// refundTimeout bounds a refund of unused tokens, which no caller waits on.
+const refundTimeout = time.Second
 
 // limitBooking is a token that a limited queue handle booked ahead
 // (Limiter.book): it may be used from at (mono.Now) on.
@@ -49,7 +38,7 @@ type limitBooking struct {
 // token booked earlier once it is due, else as many as the limiter has,
 // up to n, else it books one. It returns how many tasks the reserve may
 // take, or how long until it may take one.
-func (q *queueCore) limitTake(ctx context.Context, n int) (int, time.Duration, error) {
+func (q *Queue) limitTake(ctx context.Context, n int) (int, time.Duration, error) {
 	b := &q.booked
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -60,7 +49,7 @@ func (q *queueCore) limitTake(ctx context.Context, n int) (int, time.Duration, e
 		b.held = false
 		return 1, 0, nil
 	}
-	got, wait, err := q.opts.RateLimit.book(ctx, n)
+	got, wait, err := q.opts.RateLimit.Book(ctx, n)
 	if err != nil || wait == 0 {
 		return got, 0, err
 	}

@@ -1,4 +1,4 @@
-package fleet
+package engine
 
 // The protocol of the queue scripts, written once for Go and Lua: the
 // order of the keys every queue script takes, and the codes the end of a
@@ -15,7 +15,7 @@ import (
 
 // queueScriptKeys are the keys of a queue (or of one shard of it) in the
 // one order that every queue script takes them, KEYS[1..8], with the names
-// the scripts know them by (linked in from here: queueKeyBlock). A script's
+// the scripts know them by (linked in from here: KeyBlock). A script's
 // own keys (a call's tombstone, a task's unique or result key) come after.
 var queueScriptKeys = [...]struct {
 	lua, typ string // the script's name for it; its Redis type
@@ -40,8 +40,8 @@ var queueScriptKeys = [...]struct {
 
 }
 
-// scriptKeys returns k's keys in queueScriptKeys' order, then extra.
-func scriptKeys(k *keys.Queue, extra ...string) []string {
+// ScriptKeys returns k's keys in queueScriptKeys' order, then extra.
+func ScriptKeys(k *keys.Queue, extra ...string) []string {
 	out := make([]string, len(queueScriptKeys), len(queueScriptKeys)+len(extra))
 	for i, s := range queueScriptKeys {
 		out[i] = s.key(k)
@@ -49,9 +49,9 @@ func scriptKeys(k *keys.Queue, extra ...string) []string {
 	return append(out, extra...)
 }
 
-// queueKeyBlock is the library blocks that name KEYS[1..8] of a queue
+// KeyBlock is the library blocks that name KEYS[1..8] of a queue
 // script, and their types (for wrong_types).
-func queueKeyBlock() string {
+func KeyBlock() string {
 	n := len(queueScriptKeys)
 	names, refs, types := make([]string, n), make([]string, n), make([]string, n)
 	for i, s := range queueScriptKeys {
@@ -84,34 +84,34 @@ func queueKeyBlock() string {
 // minutes before it, and after older ones.
 const PriorityStep = time.Minute
 
-// endCode is what an end-of-reservation step answers (lib_queue.lua): its
+// EndCode is what an end-of-reservation step answers (lib_queue.lua): its
 // name in the scripts is endCodeNames'.
-type endCode int64
+type EndCode int64
 
 const (
-	// endLost: the reservation is not the caller's (its lease ran out, it
+	// EndLost: the reservation is not the caller's (its lease ran out, it
 	// was re-queued, it already ended): nothing changed.
-	endLost endCode = iota
-	// endDone: done as asked (acked, retried, released, snoozed, extended).
-	endDone
-	// endBuried: moved to the dead letters.
-	endBuried
-	// endCanceled: moved to the dead letters as cancelled (Queue.Cancel
+	EndLost EndCode = iota
+	// EndDone: done as asked (acked, retried, released, snoozed, extended).
+	EndDone
+	// EndBuried: moved to the dead letters.
+	EndBuried
+	// EndCanceled: moved to the dead letters as cancelled (Queue.Cancel
 	// asked the task to stop); for an extension, extended all the same.
-	endCanceled
-	// endNeedEntry: the task is cancelled, and the script needs its
+	EndCanceled
+	// EndNeedEntry: the task is cancelled, and the script needs its
 	// cancelled dead letter to bury it: call again with it. Nothing changed.
-	endNeedEntry
+	EndNeedEntry
 )
 
-var endCodeNames = [...]string{endLost: "LOST", endDone: "DONE", endBuried: "BURIED", endCanceled: "CANCELED", endNeedEntry: "NEED_ENTRY"}
+var endCodeNames = [...]string{EndLost: "LOST", EndDone: "DONE", EndBuried: "BURIED", EndCanceled: "CANCELED", EndNeedEntry: "NEED_ENTRY"}
 
-// endCodeBlock is the library block that names the end codes.
-func endCodeBlock() string {
+// EndCodeBlock is the library block that names the end codes.
+func EndCodeBlock() string {
 	vals := make([]string, len(endCodeNames))
 	for i := range endCodeNames {
 		vals[i] = strconv.Itoa(i)
 	}
-	return "-- What the end-of-reservation steps answer (endCode, queue_core.go).\n" +
+	return "-- What the end-of-reservation steps answer (EndCode, queue_core.go).\n" +
 		"local " + strings.Join(endCodeNames[:], ", ") + " = " + strings.Join(vals, ", ")
 }

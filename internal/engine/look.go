@@ -1,8 +1,8 @@
-package fleet
+package engine
 
 // When a queue's reserves look, in this process: at :scheduled (schedLook,
 // so that a reserve reads it only when something may be due), and at the
-// pending list and signal while they wait (listen; wakeLocal when
+// pending list and signal while they wait (listen; WakeLocal when
 // invalidations are off).
 
 import (
@@ -24,10 +24,10 @@ const schedLookEvery = 100 * time.Millisecond
 type schedLook struct {
 	next   atomic.Int64 // mono.Now at which the next reserve looks
 	due    atomic.Int64 // mono.Now at which the earliest task seen falls due; 0: none seen
-	signal atomic.Int64 // the queue's signal as the last reserve saw it (cachedPending)
+	signal atomic.Int64 // the queue's signal as the last reserve saw it (CachedPending)
 }
 
-func (f *Fleet) schedLook(name string) *schedLook {
+func (f *Env) schedLook(name string) *schedLook {
 	if l, ok := f.looks.Load(name); ok {
 		return l.(*schedLook)
 	}
@@ -53,45 +53,49 @@ func (l *schedLook) looked(now int64, nextReady time.Duration) {
 // soon makes the next reserve look: this process just scheduled a task.
 func (l *schedLook) soon() { l.next.Store(0) }
 
-// pendingWait is what a waiting reserve listens to.
-type pendingWait struct {
-	wake    <-chan struct{}                            // a push (or its invalidation) wakes it
-	signal  <-chan struct{}                            // the queue's signal moved (grouped or prioritized work); nil for none
-	taken   func()                                     // called after tasks were taken
-	pending func(context.Context, bool) (int64, error) // what may be pending (cachedPending), through the local cache, which arms the invalidations
-	stop    func()                                     // stops listening
+// LookSoon makes the next reserve of q's shard look at :scheduled: this
+// process just scheduled a task there.
+func (q *Queue) LookSoon() { q.sched.soon() }
+
+// PendingWait is what a waiting reserve listens to.
+type PendingWait struct {
+	Wake    <-chan struct{}                            // a push (or its invalidation) wakes it
+	Signal  <-chan struct{}                            // the queue's signal moved (grouped or prioritized work); nil for none
+	Taken   func()                                     // called after tasks were taken
+	Pending func(context.Context, bool) (int64, error) // what may be pending (CachedPending), through the local cache, which arms the invalidations
+	Stop    func()                                     // stops listening
 }
 
-// listen returns the wait point of the queue's pending list and signal:
-// for a sharded queue, every shard's (one channel for all: listenPending,
+// Listen returns the wait point of the queue's pending list and signal:
+// for a sharded queue, every shard's (one channel for all: ListenPending,
 // which grows with the shard count), read in one pipelined look at the
-// local cache (cachedPending).
-func (q *queueCore) listen(ctx context.Context) pendingWait {
-	f := q.fleet
+// local cache (CachedPending).
+func (q *Queue) Listen(ctx context.Context) PendingWait {
+	f := q.env
 	pending := func(ctx context.Context, signalOnly bool) (int64, error) {
-		l, _, err := q.cachedPending(ctx, signalOnly)
+		l, _, err := q.CachedPending(ctx, signalOnly)
 		return l, err
 	}
-	if q.knownSpan() > 1 {
-		ch, stop := q.listenPending(ctx)
-		return pendingWait{wake: ch, taken: func() {}, stop: stop, pending: pending}
+	if q.KnownSpan() > 1 {
+		ch, stop := q.ListenPending(ctx)
+		return PendingWait{Wake: ch, Taken: func() {}, Stop: stop, Pending: pending}
 	}
-	g := f.watch.Join(q.key.Pending)
-	sig, stopSig := f.watch.Listen(q.key.Signal)
-	return pendingWait{wake: g.One(), signal: sig, pending: pending,
-		stop: func() { f.watch.Leave(q.key.Pending, g); stopSig() },
+	g := f.Watch.Join(q.key.Pending)
+	sig, stopSig := f.Watch.Listen(q.key.Signal)
+	return PendingWait{Wake: g.One(), Signal: sig, Pending: pending,
+		Stop: func() { f.Watch.Leave(q.key.Pending, g); stopSig() },
 		// Pass the wake on: another local waiter takes what is left, or
 		// re-arms the invalidation that this pop used up.
-		taken: g.WakeOne}
+		Taken: g.WakeOne}
 }
 
-// wakeLocal wakes a local waiter after a push when invalidations are off.
-func (q *queueCore) wakeLocal() {
-	if !q.fleet.cache {
-		if q.knownSpan() > 1 {
-			q.fleet.watch.PokeAll(q.key.Pending) // sharded waiters listen (listenPending)
+// WakeLocal wakes a local waiter after a push when invalidations are off.
+func (q *Queue) WakeLocal() {
+	if !q.env.Cache {
+		if q.KnownSpan() > 1 {
+			q.env.Watch.PokeAll(q.key.Pending) // sharded waiters listen (ListenPending)
 			return
 		}
-		q.fleet.watch.WakeOne(q.key.Pending)
+		q.env.Watch.WakeOne(q.key.Pending)
 	}
 }
