@@ -46,9 +46,9 @@ type Fleet struct {
 	now      func() time.Time // this process's clock, for values no other process compares
 	obs      *Observer        // Options.Observer's copy, or nil (observe.go)
 	eng      *engine.Env      // the queue engine's view of this Fleet, with the hooks it tells the layers above it (internal/engine; made by Open)
-	flows    any              // the *flowDriver that passes on the ends of tracked tasks (flow_drive.go: flowEnds); untyped, so that fleet.go needs no flow file
+	flows    flowDriver       // passes on the ends of tracked tasks (flow_driver.go; flow_drive.go drives it)
 	progress sync.Map         // progress hash key -> the sweep's HSCAN cursor (flow_drive.go)
-	hist     any              // the *history of task ends counted and not yet added to the queues' history (history.go); untyped, so that fleet.go needs no history file
+	hist     *history         // task ends counted, not yet added to the history (history.go)
 
 	workersMu sync.Mutex
 	workers   map[stopper]struct{} // started and not yet stopped: Close stops them first
@@ -62,11 +62,6 @@ type Fleet struct {
 	endLife   context.CancelFunc // cancels life, right after done closes
 	wg        sync.WaitGroup
 }
-
-// doneCtx is a ctx that ends when Close begins stopping background work
-// (with done), for calls made on behalf of callers who each wait on a ctx
-// of their own (queue_callgroup.go).
-func (f *Fleet) doneCtx() context.Context { return f.life }
 
 // Layout returns the key layout in use.
 func (f *Fleet) Layout() Layout { return f.layout }
@@ -228,23 +223,10 @@ func (f *Fleet) nodes() ([]string, map[string]rueidis.Client) {
 	return addrs, nodes
 }
 
-// hintTTL is how long a cached read that only tells a waiter when to look
-// again (a queue's pending length and signal, a pool's or semaphore's
-// count, a lock's holder) is kept: such a read returns nothing to the
-// caller, and a stale one costs at most a poll, so it need not refetch
-// every CacheTTL (which would add a round trip every 2 s to each idle
-// waiter).
-const hintTTL = time.Minute
+// hintTTL and noTTL are the cached reads of waiters (internal/wake).
+const hintTTL = wake.HintTTL
 
-// noTTL marks a cached read of a key that never has a TTL of its own (a
-// queue's pending list, signal and dead letters, a pool's items): rueidis
-// then sends CLIENT CACHING yes and the read alone, without the MULTI,
-// PTTL and EXEC that it wraps a read in to follow the key's TTL, so that
-// arming an idle waiter costs 2 commands instead of 5. The server's
-// invalidation still ends the entry at once; an expiry would not (the
-// entry would live out its ttl), which is why a key with a TTL (a lock, a
-// semaphore's holders) is never read so.
-func noTTL(c rueidis.Cacheable) rueidis.Cacheable { return c.ToStaticTTL() }
+var noTTL = wake.NoTTL
 
 // track reads key through the client-side cache so that the server sends an
 // invalidation when it next changes. It returns the cached or fresh value

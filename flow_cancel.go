@@ -159,7 +159,7 @@ func (f *Fleet) finishCancel(ctx context.Context, id string) error {
 			for j := 0; j < len(codes) && j < len(ids[i]); j++ {
 				switch codes[j] {
 				case '1':
-					f.flowEnds().add(cores[i], ids[i][j])
+					f.passOn(cores[i], ids[i][j])
 				case 'r':
 					if err := f.Publish(ctx, f.keys.CancelTopic(cores[i].name), ids[i][j]); err != nil {
 						return err

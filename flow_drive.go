@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"slices"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -20,69 +19,32 @@ import (
 // left in an outbox (the process died, or is late), and resolves the
 // submits that look dead.
 
-// flowDriver passes on, in the background, the ends of the tracked tasks
-// that this process ended (added by the engine's hooks: taskRunEnded,
-// flowAcked):
-// one goroutine, started at the first end and ended by Close, batches
-// them. An end it cannot pass on (an error, Close) stays in its outbox for
-// the sweeper.
-type flowDriver struct {
-	f       *Fleet
-	mu      sync.Mutex
-	pend    map[*queueCore][]string
-	running bool
-	wake    chan struct{}
-	// Test hooks (export_flow_test.go): off drops what is added (as if the
-	// process died right after its end steps); driveAfter and grace, when
-	// set, replace flowDriveAfter and SweeperOptions.SubmitGrace for this Fleet's
-	// sweeps.
-	off               bool
-	driveAfter, grace time.Duration
-}
+// flowEnds is f's flow driver (Fleet.flows, flow_driver.go).
+func (f *Fleet) flowEnds() *flowDriver { return &f.flows }
 
-// flowEnds is f's flow driver (Fleet.flows, made by Open).
-func (f *Fleet) flowEnds() *flowDriver { return f.flows.(*flowDriver) }
-
-// add hands the end of task id of shard c to the driver.
-func (d *flowDriver) add(c *queueCore, id string) {
+// passOn hands the end of task id of shard c to the flow driver, and
+// starts its loop on the first.
+func (f *Fleet) passOn(c *queueCore, id string) {
 	if c == nil || id == "" {
 		return
 	}
-	d.mu.Lock()
-	if d.off {
-		d.mu.Unlock()
+	d := &f.flows
+	start, ok := d.add(c.e, id)
+	if !ok {
 		return
 	}
-	if d.pend == nil {
-		d.pend = map[*queueCore][]string{}
-		d.wake = make(chan struct{}, 1)
-	}
-	d.pend[c] = append(d.pend[c], id)
-	start := !d.running
-	d.running = true
-	d.mu.Unlock()
-	if start && !d.f.spawn(d.loop) {
-		d.mu.Lock()
-		d.running = false
-		d.mu.Unlock()
+	if start && !f.spawn(f.driveLoop) {
+		d.stopped()
 		return
 	}
 	poke(d.wake)
 }
 
-// take returns what waits, and empties it.
-func (d *flowDriver) take() map[*queueCore][]string {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	p := d.pend
-	d.pend = map[*queueCore][]string{}
-	return p
-}
-
-// loop drives what is added until the Fleet closes. A drive that fails is
-// tried again after a pause, a few times; then the sweeper has it.
-func (d *flowDriver) loop() {
-	f := d.f
+// driveLoop drives what is added until the Fleet closes. A drive that
+// fails is tried again after a pause, a few times; then the sweeper has
+// it.
+func (f *Fleet) driveLoop() {
+	d := &f.flows
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
@@ -102,7 +64,11 @@ func (d *flowDriver) loop() {
 		case <-d.wake:
 		case <-timer:
 		}
-		items := d.take()
+		items := map[*queueCore][]string{}
+		for e, ids := range d.take() {
+			c := f.shardCore(e)
+			items[c] = append(items[c], ids...)
+		}
 		for c, ids := range retry {
 			items[c] = append(items[c], ids...)
 		}
@@ -140,7 +106,7 @@ func (f *Fleet) taskRunEnded(ctx context.Context, r *engine.Reservation, o engin
 	}
 	f.recordEnd(ctx, r.Queue().Name(), r.ID(), outcome, ok)
 	if ok && outcome == TaskDeadLettered && r.Tracked() > 0 {
-		f.flowEnds().add(f.shardCore(r.Queue()), r.ID())
+		f.passOn(f.shardCore(r.Queue()), r.ID())
 	}
 }
 
@@ -149,7 +115,7 @@ func (f *Fleet) taskRunEnded(ctx context.Context, r *engine.Reservation, o engin
 // Open).
 func (f *Fleet) flowAcked(r *engine.Reservation) {
 	if r.Tracked() > 0 {
-		f.flowEnds().add(f.shardCore(r.Queue()), r.ID())
+		f.passOn(f.shardCore(r.Queue()), r.ID())
 	}
 }
 
@@ -386,7 +352,7 @@ func (f *Fleet) afterRelease(c *queueCore, ids []string, codes string) {
 			}
 			f.released(c, ids[j])
 		case '3':
-			f.flowEnds().add(c, ids[j])
+			f.passOn(c, ids[j])
 		}
 	}
 }

@@ -559,7 +559,7 @@ func (f *Fleet) dropRecords(ctx context.Context, ids map[*queueCore][]string) in
 		}
 		// Per task dropped: its id, the count of its dependencies, their refs.
 		for j := 0; j+1 < len(got); {
-			f.flowEnds().add(cores[i], got[j]) // one that ended cancelled (xo) is passed on; another is a no-op
+			f.passOn(cores[i], got[j]) // one that ended cancelled (xo) is passed on; another is a no-op
 			ref := refOf(cores[i], got[j])
 			n, _ := strconv.Atoi(got[j+1])
 			j += 2

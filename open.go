@@ -150,7 +150,6 @@ func Open(ctx context.Context, opts Options) (*Fleet, error) {
 		obs:      copyObserver(opts.Observer),
 	}
 	f.hist = newHistory(opts.HistoryFlush)
-	f.flows = &flowDriver{f: f}
 	f.life, f.endLife = context.WithCancel(context.Background())
 	if f.cacheTTL == 0 {
 		f.cacheTTL = DefaultCacheTTL

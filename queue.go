@@ -80,7 +80,7 @@ type QueueOptions struct {
 	// RateLimit, when set, limits how fast the queue's tasks are reserved,
 	// fleet-wide: each task reserved takes a token of this Limiter (of the
 	// same Fleet), and a reserve with no token to take sleeps until one
-	// comes back instead of spinning (queue_limit.go). Every process of the
+	// comes back instead of spinning (internal/engine/limit.go). Every process of the
 	// queue must set the same limiter. Defaults to none.
 	RateLimit *Limiter
 	// Shards spreads the queue over this many shards, each its own set of

@@ -48,7 +48,7 @@ func (q *queueCore) Cancel(ctx context.Context, id string) error {
 	if id == "" || len(id) > 1024 {
 		return opErr(op, q.name, fmt.Errorf("%w: task id of %d bytes", ErrInvalidArgument, len(id)))
 	}
-	// A sharded queue: every shard is asked at once (queue_shard.go); the
+	// A sharded queue: every shard is asked at once (internal/engine/shard.go); the
 	// task is in one of them at most.
 	shards := q.shardsOf(ctx)
 	execs := make([]rueidis.LuaExec, len(shards))
@@ -75,7 +75,7 @@ func (q *queueCore) Cancel(ctx context.Context, id string) error {
 	case n == 0:
 		err = fmt.Errorf("%w: %s", ErrTaskNotFound, id)
 	case n == 1:
-		q.fleet.flowEnds().add(in, id) // a tracked task's end waits in its outbox: pass it on
+		q.fleet.passOn(in, id) // a tracked task's end waits in its outbox: pass it on
 	case n == 2:
 		err = q.fleet.Publish(ctx, q.fleet.keys.CancelTopic(q.name), id)
 	case n == 3:

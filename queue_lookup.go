@@ -83,7 +83,7 @@ func (q *queueCore) Lookup(ctx context.Context, id string) (TaskRecord, error) {
 	if id == "" || len(id) > 1024 {
 		return r, opErr(op, q.name, fmt.Errorf("%w: task id of %d bytes", ErrInvalidArgument, len(id)))
 	}
-	// A sharded queue: every shard is asked at once (queue_shard.go), and
+	// A sharded queue: every shard is asked at once (internal/engine/shard.go), and
 	// the shard that holds the task answers.
 	shards := q.shardsOf(ctx)
 	execs := make([]rueidis.LuaExec, len(shards))

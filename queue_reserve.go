@@ -30,7 +30,7 @@ import (
 // The reserves and acks (Task.Ack) that goroutines of one Fleet make of
 // one queue while one of its calls is in flight share the next script
 // call: the acks first, then each reserve takes its share of the tasks, in
-// arrival order (queue_callgroup.go). A lone reserve goes at once, as
+// arrival order (internal/engine/callgroup.go). A lone reserve goes at once, as
 // before, and each caller waits on its own ctx only: a reserve whose ctx
 // ends while it waits leaves without being sent, and one whose ctx ends
 // while its call is in flight returns ctx's error, its tasks handed back to
@@ -66,7 +66,7 @@ func (q *Queue[T]) Reserve(ctx context.Context, n int, wait time.Duration) ([]*T
 	return tasks, opErr(op, q.name, err)
 }
 
-// reserveTasks is one reserve (queueCore.reserve), its tasks decoded.
+// reserveTasks is one reserve (engine.Queue.Reserve), its tasks decoded.
 func (q *Queue[T]) reserveTasks(ctx context.Context, req engine.Req) ([]*Task[T], engine.Reserved, error) {
 	res, err := q.e.Reserve(ctx, req)
 	if len(res.Tasks) == 0 {

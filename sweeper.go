@@ -354,7 +354,7 @@ func (q *queueCore) sweep(ctx context.Context, opts SweeperOptions, st *SweepSta
 	if !f.keys.Tagged() {
 		return q.sweepShard(ctx, qo, opts, st)
 	}
-	// A sharded queue (queue_shard.go): each shard in turn, then the
+	// A sharded queue (internal/engine/shard.go): each shard in turn, then the
 	// shard count's high-water mark lowered when it can be.
 	span, used, err := f.eng.ShardState(ctx, q.key, opts.ShardGrace)
 	if err != nil {

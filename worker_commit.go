@@ -181,7 +181,7 @@ func (b *batch[C, O, P]) commitQueue(ctx context.Context, c *queueCore, q *Queue
 // that call (takeQueue), so that a busy slot never waits on the fetcher.
 // The call is bounded by endTimeout (a ctx made by the slot that makes
 // it, once per call rather than per task); run bounds the cached read of
-// the pause flag. The ack then ends as Task.Ack's does (reservation.acked).
+// the pause flag. The ack then ends as Task.Ack's does (engine.Reservation.Acked).
 func (b *batch[C, O, P]) finish(run, soft context.Context, t *Task[P]) (*Task[P], error) {
 	r := &ackReq[P]{t: t, take: b.takeQueue(run, soft, t)}
 	b.acks.commit(r, func(reqs []*ackReq[P]) {

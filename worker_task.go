@@ -141,7 +141,7 @@ func (b *batch[C, O, P]) handleTask(run, soft context.Context, s *Slot[C, O], t 
 		}
 		return nil, err
 	case errors.Is(err, ErrRateLimited):
-		// Not a failure: the task waits out the limit, uncounted (queue_limit.go).
+		// Not a failure: the task waits out the limit, uncounted (internal/engine/limit.go).
 		if serr := opErr("snooze", t.core.name, snoozeLimited(ectx, t.r, err)); errors.Is(serr, ErrCanceled) {
 			return nil, serr // Queue.Cancel asked it to stop: buried instead
 		} else if serr != nil {

@@ -20,7 +20,7 @@ import (
 )
 
 // MaxCommit bounds the tasks one group commit acks (and takes), a
-// worker's (worker_commit.go) or the raw calls' (callGroup): a call stays
+// worker's (the root's worker_commit.go) or the raw calls' (callGroup): a call stays
 // a few hundred arguments whatever the slot count.
 const MaxCommit = 256
 

@@ -13,7 +13,7 @@ import (
 )
 
 // The end of a reservation (reservation.go): the one end-of-reservation
-// family that every holder goes through: Ack (a reserve with nothing to take, queue_core.go:
+// family that every holder goes through: Ack (a reserve with nothing to take, queue.go:
 // the ack step of queue_reserve.lua, alone in queue_ack.lua), Nack,
 // DeadLetter, Release and Snooze (queue_end.lua), and Extend
 // (queue_extend.lua).
@@ -25,7 +25,7 @@ import (
 // (Queue.take): the one ack step of the scripts (ack_all), which a
 // worker's acks run in the call that takes their next tasks. The acks
 // (and reserves) that concurrent callers make of one queue while a call of
-// it is in flight go together in the next call (queue_callgroup.go),
+// it is in flight go together in the next call (callgroup.go),
 // which takes the reserves' tasks after the acks; each caller still waits
 // on its own ctx only. May return
 // fault.LeaseLost (the deadline passed and the task was re-queued; nothing
@@ -66,7 +66,7 @@ func (r *Reservation) Acked(ctx context.Context, code EndCode, replied bool, err
 // to stop goes to the dead letters at once, as cancelled (fault.Canceled's
 // text, then cause), never retried. The ends (Nack, DeadLetter, Release,
 // Snooze) that concurrent callers make of one queue while a call of it is
-// in flight go together in the next call (queue_callgroup.go), each
+// in flight go together in the next call (callgroup.go), each
 // caller waiting on its own ctx only. May return fault.LeaseLost (nothing
 // changes), ErrUnavailable.
 func (r *Reservation) Nack(ctx context.Context, cause error) error {

@@ -44,14 +44,3 @@ type Env struct {
 
 	looks sync.Map // queue name (or name:shard) -> *schedLook (look.go)
 }
-
-// hintTTL is how long a cached read that only tells a waiter when to look
-// again (a queue's pending length and signal) is kept: such a read returns
-// nothing to the caller, and a stale one costs at most a poll.
-const hintTTL = time.Minute
-
-// noTTL marks a cached read of a key that never has a TTL of its own (a
-// queue's pending list and signal): rueidis then sends CLIENT CACHING yes
-// and the read alone, without the MULTI, PTTL and EXEC that it wraps a read
-// in to follow the key's TTL.
-func noTTL(c rueidis.Cacheable) rueidis.Cacheable { return c.ToStaticTTL() }

@@ -4,7 +4,7 @@ import "context"
 
 // Hooks is how the engine (queue.go, end.go) tells the layers above it
 // what became of the tasks it ended, without knowing them: in the root,
-// the flows (flow_drive.go) pass a tracked task's end on, and the history
+// the flows (the root's flow_drive.go) pass a tracked task's end on, and the history
 // and the Observer count it (history.go, observe.go). The root's Open
 // wires them (Env.Hooks); a nil hook is skipped. Every end of a task's run
 // reaches them through this one place.

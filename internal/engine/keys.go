@@ -68,7 +68,7 @@ func KeyBlock() string {
 		derived.WriteString("-- A key " + what + ", built from PENDING: it shares the queue's slot.\n" +
 			"local " + s.Lua + " = PENDING .. '" + s.Suffix + "'\n\n")
 	}
-	return "-- The queue's keys, KEYS[1..8] of every queue script (queue_core.go).\n" +
+	return "-- The queue's keys, KEYS[1..8] of every queue script (queue.go).\n" +
 		"local " + strings.Join(names, ", ") + " = " + strings.Join(refs, ", ") + "\n\n" +
 		"-- The types of KEYS[1..8], for wrong_types (lib_types.lua).\n" +
 		"local QUEUE_TYPES = {" + strings.Join(types, ", ") + "}\n\n" +
@@ -112,6 +112,6 @@ func EndCodeBlock() string {
 	for i := range endCodeNames {
 		vals[i] = strconv.Itoa(i)
 	}
-	return "-- What the end-of-reservation steps answer (EndCode, queue_core.go).\n" +
+	return "-- What the end-of-reservation steps answer (EndCode, queue.go).\n" +
 		"local " + strings.Join(endCodeNames[:], ", ") + " = " + strings.Join(vals, ", ")
 }

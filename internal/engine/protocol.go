@@ -5,7 +5,7 @@ package engine
 // reply as a Go struct read from it, here and nowhere else, with the
 // meaning the script's header gives (queue_protocol_test.go checks each
 // struct's argv tags against the header's ARGV lines). The order of the
-// keys and the end codes are queue_keys.go's, generated into the scripts.
+// keys and the end codes are keys.go's, generated into the scripts.
 
 import (
 	"errors"

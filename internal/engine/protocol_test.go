@@ -56,7 +56,7 @@ var (
 	endArgLine = regexp.MustCompile(`^--\s+(i(?:\+\d+)?)\s`)
 )
 
-// TestQueueProtocolHeaders holds each ARGV struct of queue_protocol.go to
+// TestQueueProtocolHeaders holds each ARGV struct of protocol.go to
 // the header of its script: the same positions, in the same order, and an
 // encoder that spells exactly one value per position.
 func TestQueueProtocolHeaders(t *testing.T) {

@@ -156,9 +156,9 @@ type Reserved struct {
 
 // Reserve is the queue's one reserve. It acks req.Acks and takes up to
 // req.N tasks, in one script call per shard (take): from the queue's
-// shards in turn when the queue is sharded (spread, queue_shard.go), and
+// shards in turn when the queue is sharded (spread, shard.go), and
 // under the queue's rate limit (QueueOptions.RateLimit) when it has one:
-// it first takes the limiter's tokens (limitTake, queue_limit.go), takes
+// it first takes the limiter's tokens (limitTake, limit.go), takes
 // that many tasks at most, and gives back the tokens of the tasks it did
 // not find, so an empty queue costs the limiter nothing. With no token to
 // use yet it takes nothing, and says in reserved.Limited how long until it

@@ -284,8 +284,8 @@ func (q *Queue) CachedPending(ctx context.Context, signalOnly bool) (int64, []in
 	cmds := make([]rueidis.CacheableTTL, 0, 2*n)
 	for i := range n {
 		s := q.Sub(i)
-		cmds = append(cmds, rueidis.CT(noTTL(f.Client.B().Llen().Key(s.key.Pending).Cache()), hintTTL),
-			rueidis.CT(noTTL(f.Client.B().Get().Key(s.key.Signal).Cache()), hintTTL))
+		cmds = append(cmds, rueidis.CT(wake.NoTTL(f.Client.B().Llen().Key(s.key.Pending).Cache()), wake.HintTTL),
+			rueidis.CT(wake.NoTTL(f.Client.B().Get().Key(s.key.Signal).Cache()), wake.HintTTL))
 	}
 	res := f.Client.DoMultiCache(ctx, cmds...)
 	lens := make([]int64, n)
