@@ -12,6 +12,7 @@ import (
 
 	"github.com/fleet-go/fleet/fleettest"
 	"github.com/fleet-go/fleet/internal/costmeter"
+	"github.com/fleet-go/fleet/internal/engine"
 )
 
 // evalshaCalls reads how many EVALSHA calls s has served.
@@ -714,4 +715,97 @@ func awaitCanceled(t *testing.T, left <-chan error, what string) {
 	case <-time.After(5 * time.Second):
 		t.Fatalf("%s kept waiting on the group", what)
 	}
+}
+
+// waitUntil polls cond until it holds, for up to 10 s (the conditions here
+// only wait on goroutines of the test).
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached in 10 s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestGroupOwners: the one group commit carries a worker slot's ack with
+// its next take (AckTake, as finish makes it), raw Task.Acks and raw
+// Reserves of the same queue. With the group held, a raw Reserve, a
+// slot's ack-and-take for worker "w|1", a raw Ack and a second slot's
+// ack-and-take come in that order. The first round acks the three acks
+// and takes for the raw Reserve only (the first reserve's owner, none);
+// the two takes of "w|1" wait for the second round, in one call. Each
+// caller gets its own outcome: the worker's tasks hold tokens that name
+// it ("w|1/..."), the raw one's does not, and Redis holds exactly the
+// three tasks taken.
+func TestGroupOwners(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, _, _, f := groupServer(t)
+	q := NewQueue[int](f, "owners", QueueOptions{Lease: time.Minute})
+	if _, err := q.SubmitMany(ctx, []int{1, 2, 3, 4, 5, 6}); err != nil {
+		t.Fatal(err)
+	}
+	held, err := q.Reserve(ctx, 3, 0)
+	if err != nil || len(held) != 3 {
+		t.Fatalf("Reserve = %d tasks, %v", len(held), err)
+	}
+	before := evalshaCalls(t, s)
+	release := heldBy(q.queueCore)
+	pending := func() int { _, n := groupState(q.queueCore); return n }
+	type taken struct {
+		code    engine.EndCode
+		replied bool
+		res     engine.Reserved
+		err     error
+	}
+	var raw []*Task[int]
+	var rawErr, ackErr error
+	slots := make([]taken, 2)
+	var wg sync.WaitGroup
+	wg.Go(func() { raw, rawErr = q.Reserve(ctx, 1, 0) })
+	waitUntil(t, func() bool { return pending() == 1 })
+	wg.Go(func() {
+		c, r, res, err := q.e.AckTake(ctx, held[0].r, 1, "w|1")
+		slots[0] = taken{c, r, res, err}
+	})
+	waitUntil(t, func() bool { return pending() == 2 })
+	wg.Go(func() { ackErr = held[1].Ack(ctx) })
+	waitUntil(t, func() bool { return pending() == 3 })
+	wg.Go(func() {
+		c, r, res, err := q.e.AckTake(ctx, held[2].r, 1, "w|1")
+		slots[1] = taken{c, r, res, err}
+	})
+	waitUntil(t, func() bool { return pending() == 4 })
+	release()
+	wg.Wait()
+	if rawErr != nil || len(raw) != 1 || strings.Contains(raw[0].Token(), "/") {
+		t.Fatalf("raw Reserve = %v, %v; want one task whose token names no worker", raw, rawErr)
+	}
+	if ackErr != nil {
+		t.Fatalf("raw Ack = %v", ackErr)
+	}
+	for i, sl := range slots {
+		if sl.err != nil || !sl.replied || sl.code != engine.EndDone || len(sl.res.Tasks) != 1 || !strings.HasPrefix(sl.res.Tasks[0].Token(), "w|1/") {
+			t.Fatalf("slot %d = %+v; want its ack done and one task whose token names w|1", i, sl)
+		}
+	}
+	if a, b := slots[0].res.Tasks[0].Token(), slots[1].res.Tasks[0].Token(); a[:strings.LastIndexByte(a, '.')] != b[:strings.LastIndexByte(b, '.')] {
+		t.Fatalf("the two slots' tasks came from two calls (tokens %s, %s), want one", a, b)
+	}
+	if calls := evalshaCalls(t, s) - before; calls != 2 {
+		t.Fatalf("%d scripts, want 2: the acks with the raw take, then the worker's two takes", calls)
+	}
+	st, err := q.Stats(ctx)
+	if err != nil || st.InFlight != 3 || st.Pending != 0 {
+		t.Fatalf("Stats = %+v, %v; want the three tasks taken in flight, none pending", st, err)
+	}
+	for _, tk := range append([]*engine.Reservation{raw[0].r}, slots[0].res.Tasks[0], slots[1].res.Tasks[0]) {
+		if err := tk.Ack(ctx); err != nil {
+			t.Fatalf("ack of a task taken: %v", err)
+		}
+	}
+	waitUntil(t, func() bool { busy, n := groupState(q.queueCore); return !busy && n == 0 })
 }

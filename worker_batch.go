@@ -11,8 +11,8 @@ import (
 )
 
 // batch is the machinery of one batch worker: one fetcher that reserves
-// tasks for the free slots (worker_fetch.go), the slots, and the acker
-// that group-commits their acks (worker_commit.go).
+// tasks for the free slots (worker_fetch.go), and the slots, whose acks go
+// through their queues' group commit (finish, worker_task.go).
 type batch[C, O, P any] struct {
 	w     *Worker
 	q     *Queue[P] // the first of its queues (payloads decode with it)
@@ -22,7 +22,9 @@ type batch[C, O, P any] struct {
 
 	cancels *cancelWatch      // the handlers that Queue.Cancel may cancel
 	fetch   *fetcher[C, O, P] // reserves for the free slots; picks the queue a slot takes from
-	acks    *acker[P]         // group-commits the slots' acks (worker_commit.go)
+	// commitCtx is what the slots' acks wait on (finish): run without its
+	// end, made once for the batch.
+	commitCtx context.Context
 }
 
 // slot runs the tasks handed to it until the fetcher is done and no task is

@@ -220,3 +220,43 @@ func (b *batch[C, O, P]) runHandler(ctx context.Context, s *Slot[C, O], t *Task[
 		Progress: t.Progress}
 	return chain(inner, mws)(ctx, info)
 }
+
+// finish acks a task that succeeded through its queue's group commit
+// (internal/engine/callgroup.go), which puts the acks that this process's
+// slots (and its raw calls) make together while a call is in flight, and
+// their next tasks, in one call. While the queue has more, it takes the
+// slot's next task in that call (takeQueue), so that a busy slot never
+// waits on the fetcher; from another queue than the task's (a priority
+// worker's), in a call of that queue's group after the ack. The slot
+// waits for the outcome whatever run does (b.commitCtx never ends: the
+// call is bounded by the engine); run bounds the cached read of the pause
+// flag. The ack then ends as Task.Ack's does (engine.Reservation.Acked).
+func (b *batch[C, O, P]) finish(run, soft context.Context, t *Task[P]) (*Task[P], error) {
+	ctx := b.commitCtx
+	q := b.takeQueue(run, soft, t)
+	n := 0
+	if q != nil && q.e == t.r.Queue() {
+		n = 1
+	}
+	code, replied, res, err := t.r.Queue().AckTake(ctx, t.r, n, b.w.name())
+	if q != nil && n == 0 && replied {
+		n = 1
+		_, _, res, err = q.e.AckTake(ctx, nil, 1, b.w.name())
+		replied = true // the ack's outcome is known; err is the take's
+	}
+	var next *Task[P]
+	if len(res.Tasks) > 0 {
+		next, _ = q.decode(ctx, res.Tasks[0]) // a poison payload is buried: no next task
+	}
+	switch {
+	case n == 0:
+	case err != nil && replied:
+		// The ack is done; only the take failed: the fetcher takes over.
+		b.w.log.Warn("fleet: worker reserve failed", "queue", q.name, "err", err)
+		b.fetch.tookNone(run, q.name, res)
+	case err == nil && len(res.Tasks) < n:
+		// No task for the slot: the queue is empty now.
+		b.fetch.tookNone(run, q.name, res)
+	}
+	return next, opErr("ack", t.core.name, t.r.Acked(run, code, replied, err))
+}

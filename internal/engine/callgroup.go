@@ -1,12 +1,13 @@
 package engine
 
-// This file group-commits the raw calls of a queue (or shard) outside a
-// worker's acker: the Task.Acks, Queue.Reserves and other ends (Nack,
-// DeadLetter, Release, Snooze) that callers make while a call of it is in
-// flight go together in the next call, as a batch worker's acks do
-// (acker): one queue_end.lua call ends the ends, then one
-// queue_reserve.lua call acks the acks and takes the tasks of every
-// reserve, and each caller gets its outcome or its share.
+// This file is the one group commit of a queue (or shard): the acks (a
+// worker slot's, which takes the slot's next task in the same call, and
+// Task.Ack's), the reserves (Queue.Reserve's) and the other ends (Nack,
+// DeadLetter, Release, Snooze) that callers of this process make while a
+// call of it is in flight go together in the next call: one
+// queue_end.lua call ends the ends, then one queue_reserve.lua call acks
+// the acks and takes the tasks of every reserve, and each caller gets its
+// outcome or its share.
 
 import (
 	"context"
@@ -19,20 +20,20 @@ import (
 	"github.com/fleet-go/fleet/internal/fault"
 )
 
-// MaxCommit bounds the tasks one group commit acks (and takes), a
-// worker's (the root's worker_commit.go) or the raw calls' (callGroup): a call stays
-// a few hundred arguments whatever the slot count.
+// MaxCommit bounds the tasks one group call acks (and takes): a call
+// stays a few hundred arguments whatever the callers.
 const MaxCommit = 256
 
 // groupCallTimeout bounds a group call, which no caller's ctx bounds: each
 // caller waits on its own ctx instead.
 const groupCallTimeout = 30 * time.Second
 
-// callGroup is a queue core's raw calls waiting for a script call: acks
-// (Task.Ack), other ends (Task.Nack, DeadLetter, Release, Snooze:
-// reservation.finish) and reserves (Queue.Reserve's immediate take, where
-// it is grouped: see Queue.reserve). A lone call is sent at once, in
-// its caller's goroutine and with its ctx, as before. Calls that come
+// callGroup is a queue core's calls waiting for a script call: acks (a
+// worker's, with its slot's next take, and Task.Ack's: AckTake), other
+// ends (Task.Nack, DeadLetter, Release, Snooze: Reservation.finish) and
+// reserves (Queue.Reserve's immediate take, where it is grouped: see
+// Queue.Reserve; a worker slot's take from another queue than its ack's).
+// A lone call is sent at once, in its caller's goroutine and with its ctx. Calls that come
 // while one is in flight wait; when it returns, one goroutine (spawned, so
 // Close waits for it) sends them until none wait, each round ending up to
 // MaxCommit ends (one queue_end.lua call, before the take, so that a
@@ -41,7 +42,10 @@ const groupCallTimeout = 30 * time.Second
 // order, up to MaxCommit (a lone reserve may ask for up to MaxReserve):
 // queue_reserve.lua acks first, then takes, and each reserve gets its
 // share in arrival order (the first ones theirs in full when the queue
-// runs short). No caller waits on another's ctx. A caller whose ctx ends
+// runs short); the reserves of one call take for one owner (a worker's
+// name goes before their tokens), so a reserve for another owner waits
+// for the next round, as do the reserves behind it. No caller waits on
+// another's ctx. A caller whose ctx ends
 // while its call waits leaves the group, and its call is never sent. An
 // ack or end whose ctx ends once it was sent returns ctx's error, its
 // outcome unknown to it (as any call whose ctx ends in flight). A reserve whose
@@ -54,23 +58,24 @@ type callGroup struct {
 	pending []*groupCall // waiting for a call, in arrival order
 }
 
-// groupCall is one caller's call in the group, and its outcome: an ack of
-// r, an end (end: its queue_end.lua arguments), or (r and end nil) a
-// reserve of up to n tasks.
+// groupCall is one caller's call in the group, and its outcome: an end
+// (end: its queue_end.lua arguments), or an ack of r, a reserve of up to
+// n tasks for owner, or both in one call.
 type groupCall struct {
-	r    *Reservation
-	end  *endArgs
-	n    int
-	sent bool // taken into a call (under callGroup.mu)
-	left bool // the caller left after its call was sent: its share goes back (under callGroup.mu)
-	code EndCode
-	res  Reserved
-	err  error
-	done chan struct{} // closed under callGroup.mu once the outcome is set
+	r     *Reservation
+	end   *endArgs
+	n     int
+	owner string
+	sent  bool // taken into a call (under callGroup.mu)
+	left  bool // the caller left after its call was sent: its share goes back (under callGroup.mu)
+	code  EndCode
+	// replied says the reply said how the ack went (code); err is then
+	// the take's, which failed after the ack.
+	replied bool
+	res     Reserved
+	err     error
+	done    chan struct{} // closed under callGroup.mu once the outcome is set
 }
-
-// reserve reports whether c is a reserve (neither an ack nor an end).
-func (c *groupCall) reserve() bool { return c.r == nil && c.end == nil }
 
 // join runs c in the group: by lone, at once in the caller's goroutine,
 // when no call is in flight, else in the group's next call. It reports
@@ -109,15 +114,54 @@ func (q *Queue) join(ctx context.Context, c *groupCall, lone func()) bool {
 	return false
 }
 
+// AckTake acks r (nil: none) and takes up to n tasks (0: none) for
+// owner (the worker whose name goes before their tokens, "" for none) in
+// one call of q's group, alone or with the calls that wait beside it: a
+// worker slot's ack of a task that succeeded, which takes the slot's next
+// task in the same call (r of q's shard). replied says the reply said how
+// the ack went (code); err is the call's, which with replied is the
+// take's, failed after the ack was done. A lone call is bounded by
+// groupCallTimeout when ctx never ends (a worker's acks wait for their
+// outcome). The caller applies the ack's side effects (Reservation.Acked).
+func (q *Queue) AckTake(ctx context.Context, r *Reservation, n int, owner string) (code EndCode, replied bool, res Reserved, err error) {
+	c := &groupCall{r: r, n: n, owner: owner}
+	if !q.join(ctx, c, func() { q.lone(ctx, c) }) {
+		return EndLost, false, Reserved{NextReady: -1}, ctx.Err()
+	}
+	return c.code, c.replied, c.res, c.err
+}
+
+// lone makes c's call at once, in the caller's goroutine: take with c's
+// ack and reserve.
+func (q *Queue) lone(ctx context.Context, c *groupCall) {
+	if ctx.Done() == nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, groupCallTimeout)
+		defer cancel()
+	}
+	req := Req{N: c.n, Owner: c.owner}
+	if c.r != nil {
+		req.Acks = []*Reservation{c.r}
+	}
+	c.code, c.res, c.err = EndLost, Reserved{NextReady: -1}, nil
+	c.res, c.err = q.take(ctx, req)
+	if c.r != nil && len(c.res.Acks) == 1 {
+		c.code, c.replied = c.res.Acks[0], true
+	}
+}
+
 // groupAck acks r, alone or with the calls that wait beside it, and
 // returns its code (EndDone, or EndLost: not the caller's) or the call's
 // error.
 func (q *Queue) groupAck(ctx context.Context, r *Reservation) (EndCode, error) {
-	c := &groupCall{r: r}
-	if !q.join(ctx, c, func() { c.code, c.err = q.ackOne(ctx, r) }) {
-		return EndLost, ctx.Err()
+	code, replied, _, err := q.AckTake(ctx, r, 0, "")
+	if replied {
+		return code, nil
 	}
-	return c.code, c.err
+	if err == nil {
+		err = errors.New("no reply for the ack") // cannot happen
+	}
+	return EndLost, err
 }
 
 // groupEnd runs one end (its queue_end.lua arguments, as finish makes
@@ -140,23 +184,11 @@ func (q *Queue) endAlone(ctx context.Context, end *endArgs) (EndCode, error) {
 	return codes[0], nil
 }
 
-// ackOne runs the ack step for r alone (queue_ack.lua, through take).
-func (q *Queue) ackOne(ctx context.Context, r *Reservation) (EndCode, error) {
-	res, err := q.take(ctx, Req{Acks: []*Reservation{r}})
-	if err == nil && len(res.Acks) == 1 {
-		return res.Acks[0], nil
-	}
-	return EndLost, err
-}
-
 // groupReserve is take for Queue.Reserve (req.N tasks, no acks, no owner),
 // alone or with the calls that wait beside it.
 func (q *Queue) groupReserve(ctx context.Context, req Req) (Reserved, error) {
-	c := &groupCall{n: req.N}
-	if !q.join(ctx, c, func() { c.res, c.err = q.take(ctx, req) }) {
-		return Reserved{NextReady: -1}, ctx.Err()
-	}
-	return c.res, c.err
+	_, _, res, err := q.AckTake(ctx, nil, req.N, "")
+	return res, err
 }
 
 // handOff ends a call: the calls that came meanwhile are sent by a
@@ -210,25 +242,38 @@ func (q *Queue) flush() {
 }
 
 // nextBatch takes the next round's batch out of pending, in arrival
-// order: ends and acks up to MaxCommit each, and reserves while their
-// tasks stay within MaxCommit (the first one whatever it asks). Under
-// callGroup.mu.
+// order: ends and acks up to MaxCommit each, and reserves of one owner
+// while their tasks stay within MaxCommit (the first one whatever it
+// asks); a reserve that does not fit (or is another owner's) waits, and so
+// do the reserves behind it. Under callGroup.mu.
 func (q *Queue) nextBatch() []*groupCall {
 	g := &q.calls
 	var batch []*groupCall
 	ends, acks, tasks, full := 0, 0, 0, false
+	owner, owned := "", false
 	g.pending = slices.DeleteFunc(g.pending, func(c *groupCall) bool {
 		switch {
-		case c.end != nil && ends < MaxCommit:
+		case c.end != nil:
+			if ends >= MaxCommit {
+				return false
+			}
 			ends++
-		case c.r != nil && acks < MaxCommit:
-			acks++
-		case c.reserve() && !full && (tasks == 0 || tasks+c.n <= MaxCommit):
-			tasks += c.n
 		default:
-			// Later reserves wait behind this one: they keep their order.
-			full = full || c.reserve()
-			return false
+			if c.r != nil && acks >= MaxCommit {
+				return false
+			}
+			if c.n > 0 {
+				if full || (tasks > 0 && tasks+c.n > MaxCommit) || (owned && c.owner != owner) {
+					// Later reserves wait behind this one: they keep their order.
+					full = true
+					return false
+				}
+				tasks += c.n
+				owner, owned = c.owner, true
+			}
+			if c.r != nil {
+				acks++
+			}
 		}
 		c.sent = true
 		batch = append(batch, c)
@@ -241,21 +286,24 @@ func (q *Queue) nextBatch() []*groupCall {
 }
 
 // send makes the script calls of batch (queue_end.lua for its ends, then
-// take for the acks and the tasks of the reserves) and hands each caller
-// its outcome: each end and ack its code, each reserve its share of the
-// tasks, in order. The shares of reserves whose callers left go back to
-// the queue (giveBack).
+// take for the acks and the tasks of the reserves, for their owner) and
+// hands each caller its outcome: each end and ack its code, each reserve
+// its share of the tasks, in order. The shares of reserves whose callers
+// left go back to the queue (giveBack).
 func (q *Queue) send(batch []*groupCall) {
 	req := Req{}
 	var ends []*endArgs
 	for _, c := range batch {
-		switch {
-		case c.end != nil:
+		if c.end != nil {
 			ends = append(ends, c.end)
-		case c.r != nil:
+			continue
+		}
+		if c.r != nil {
 			req.Acks = append(req.Acks, c.r)
-		default:
+		}
+		if c.n > 0 {
 			req.N += c.n
+			req.Owner = c.owner // one owner per batch (nextBatch)
 		}
 	}
 	ctx, cancel := context.WithTimeout(q.env.Life, groupCallTimeout)
@@ -282,21 +330,28 @@ func (q *Queue) send(batch []*groupCall) {
 				c.code = codes[e]
 			}
 			e++
-		} else if c.r != nil {
-			c.code, c.err = EndLost, err
+			close(c.done)
+			continue
+		}
+		c.code, c.replied, c.err = EndLost, false, err
+		if c.r != nil {
 			if i < len(res.Acks) {
 				// The acks are done even when the take then failed.
-				c.code, c.err = res.Acks[i], nil
+				c.code, c.replied = res.Acks[i], true
+				if c.n == 0 {
+					c.err = nil
+				}
 			}
 			i++
-		} else {
+		}
+		if c.n > 0 {
 			share := tasks[:min(c.n, len(tasks))]
 			tasks = tasks[len(share):]
 			if c.left {
 				back = append(back, share...)
 				continue
 			}
-			c.res, c.err = res, err
+			c.res = res
 			c.res.Tasks = share
 		}
 		close(c.done)
