@@ -17,11 +17,10 @@ import (
 // Small helpers that many files share: durations and times as the scripts
 // spell them, tokens, backoff, sets of names.
 
-// millis, newToken and boolArg spell script arguments (internal/argv).
+// millis and newToken spell script arguments (internal/argv).
 var (
 	millis   = argv.Millis
 	newToken = argv.Token
-	boolArg  = argv.Bool
 )
 
 // backoff is a capped exponential backoff with full jitter.

@@ -15,7 +15,7 @@ import (
 // than it became ready, per level (SubmitOptions.Priority): a task of
 // priority 9 goes before the normal tasks that became ready less than 9
 // minutes before it, and after older ones.
-const PriorityStep = engine.PriorityStep
+const PriorityStep = time.Minute
 
 // queueCore is the root's untyped queue, or one shard of it: the engine's
 // core (internal/engine: reserve, take, the ends, shards, the rate limit,

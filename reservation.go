@@ -77,13 +77,13 @@ func (r *reservation) TraceContext() map[string]string { return decodeTrace(r.r.
 // Ack ends the reservation: the task is done and leaves Redis (its body,
 // its lease and its dedup key; its dedup key stays held for its unique
 // window, SubmitOptions.UniqueFor, and its record for
-// QueueOptions.Retention). An ack is a reserve with nothing to take
-// (engine.Queue.Take): the one ack step of the scripts (ack_all), which a
-// worker's acks run in the call that takes their next tasks. The acks
-// (and reserves) that concurrent callers make of one queue while a call of
-// it is in flight go together in the next call (internal/engine/callgroup.go),
-// which takes the reserves' tasks after the acks; each caller still waits
-// on its own ctx only. May return
+// QueueOptions.Retention). An ack is a reserve with nothing to take: the
+// one ack step of the scripts (ack_all), which a worker's acks run in the
+// call that takes their next tasks. The acks (and reserves) that this
+// process makes of one queue while a call of it is in flight, a worker's
+// and these raw calls alike, go together in the next call
+// (internal/engine/callgroup.go), which takes the reserves' tasks after
+// the acks; each caller still waits on its own ctx only. May return
 // ErrLeaseLost (the deadline passed and the task was re-queued; nothing
 // changes), ErrUnavailable.
 func (r *reservation) Ack(ctx context.Context) error { return opErr("ack", r.name(), r.r.Ack(ctx)) }

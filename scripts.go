@@ -26,7 +26,7 @@ var libraries = []string{"lib_queue_keys", "lib_end_codes", "lib_time.lua", "lib
 // linker links the scripts of scripts/ with the blocks of libraries that
 // they call (internal/script). Made at init: a missing file panics there.
 var linker = script.NewLinker(scriptFS, "scripts", libraries, map[string]string{
-	"lib_queue_keys": engine.KeyBlock(),
+	"lib_queue_keys": engine.KeyBlock(PriorityStep),
 	"lib_end_codes":  engine.EndCodeBlock(),
 })
 

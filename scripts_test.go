@@ -22,7 +22,7 @@ func TestScriptsLinkAndLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	libTexts := []string{engine.KeyBlock(), engine.EndCodeBlock()}
+	libTexts := []string{engine.KeyBlock(PriorityStep), engine.EndCodeBlock()}
 	var scripts []string
 	for _, e := range ents {
 		if strings.HasPrefix(e.Name(), "lib_") {

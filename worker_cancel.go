@@ -120,7 +120,7 @@ func (w *Worker) listenCancels(ctx context.Context, topic string, cw *cancelWatc
 
 // endCanceled ends a task whose handler Queue.Cancel cancelled and which
 // returned err: buried with ErrCanceled, never retried.
-func (b *batch[C, O, P]) endCanceled(ctx context.Context, t *Task[P], err error) error {
+func (b *runner[C, O, P]) endCanceled(ctx context.Context, t *Task[P], err error) error {
 	err = fmt.Errorf("%w: %w", ErrCanceled, err)
 	if berr := t.DeadLetter(ctx, err); berr != nil {
 		b.w.log.Warn("fleet: worker could not end a canceled task", "task", t.ID, "err", berr)

@@ -22,7 +22,7 @@ import (
 // this process or a fallback poll every ConfigPoll), and a paused queue
 // (Queue.Pause) until it is resumed.
 type fetcher[C, O, P any] struct {
-	b       *batch[C, O, P]
+	b       *runner[C, O, P]
 	qs      []*Queue[P]
 	weights []int
 	strict  bool
@@ -42,7 +42,7 @@ type fetcher[C, O, P any] struct {
 	timer *time.Timer
 }
 
-func newFetcher[C, O, P any](b *batch[C, O, P], qs []*Queue[P], weights []int, strict bool) *fetcher[C, O, P] {
+func newFetcher[C, O, P any](b *runner[C, O, P], qs []*Queue[P], weights []int, strict bool) *fetcher[C, O, P] {
 	p := &fetcher[C, O, P]{b: b, qs: qs, weights: weights, strict: strict, index: map[string]int{},
 		current: make([]int, len(qs)), empty: make([]bool, len(qs)), paused: make([]bool, len(qs)),
 		readyAt: make([]time.Time, len(qs))}

@@ -18,7 +18,7 @@ import (
 
 // handle runs one task with its lease kept alive, and ends it by its
 // outcome. It returns the next task when the ack took one (finish).
-func (b *batch[C, O, P]) handle(run, soft context.Context, s *Slot[C, O], t *Task[P]) *Task[P] {
+func (b *runner[C, O, P]) handle(run, soft context.Context, s *Slot[C, O], t *Task[P]) *Task[P] {
 	next, end := b.handleTask(run, soft, s, t)
 	if b.w.opts.OnTaskEnd != nil {
 		b.w.opts.OnTaskEnd(t.ID, end)
@@ -35,7 +35,7 @@ func (b *batch[C, O, P]) handle(run, soft context.Context, s *Slot[C, O], t *Tas
 // (takesWithAcks) and that is not paused qualifies; a paused queue, or
 // caching off (the pause flag could not be read for free), leaves the
 // take to the fetcher.
-func (b *batch[C, O, P]) takeQueue(ctx, soft context.Context, t *Task[P]) *Queue[P] {
+func (b *runner[C, O, P]) takeQueue(ctx, soft context.Context, t *Task[P]) *Queue[P] {
 	if soft.Err() != nil || len(b.free) > 0 {
 		return nil
 	}
@@ -49,7 +49,7 @@ func (b *batch[C, O, P]) takeQueue(ctx, soft context.Context, t *Task[P]) *Queue
 // paused reports whether the queue is paused, read through the client-side
 // cache (free while the flag does not change); without caching it says
 // true, so that only the fetcher, which polls the flag, reserves.
-func (b *batch[C, O, P]) paused(ctx context.Context, key string) bool {
+func (b *runner[C, O, P]) paused(ctx context.Context, key string) bool {
 	f := b.w.f
 	if !f.cache {
 		return true
@@ -61,7 +61,7 @@ func (b *batch[C, O, P]) paused(ctx context.Context, key string) bool {
 	return err != nil || v != ""
 }
 
-func (b *batch[C, O, P]) handleTask(run, soft context.Context, s *Slot[C, O], t *Task[P]) (*Task[P], error) {
+func (b *runner[C, O, P]) handleTask(run, soft context.Context, s *Slot[C, O], t *Task[P]) (*Task[P], error) {
 	w := b.w
 	margin := lease.Margin(t.core.opts.Lease)
 	if time.Until(t.Deadline()) < margin {
@@ -184,7 +184,7 @@ func endErr(err error) error {
 	return err
 }
 
-func (b *batch[C, O, P]) failed(s *Slot[C, O], err error) {
+func (b *runner[C, O, P]) failed(s *Slot[C, O], err error) {
 	s.st.failed.Add(1)
 	b.w.failed.Add(1)
 	b.w.fail(err, true)
@@ -196,7 +196,7 @@ func (b *batch[C, O, P]) failed(s *Slot[C, O], err error) {
 // be proven, when Redis says it is lost, or when an extension says
 // Queue.Cancel asked the task to stop (a cancel whose message this worker
 // missed). A task never runs on two workers at once, beyond the margin.
-func (b *batch[C, O, P]) leaseKeep(t *Task[P], margin time.Duration) lease.Keep {
+func (b *runner[C, O, P]) leaseKeep(t *Task[P], margin time.Duration) lease.Keep {
 	hold := t.core.opts.Lease
 	every := b.w.opts.LeaseExtend
 	if every == 0 {
@@ -208,7 +208,7 @@ func (b *batch[C, O, P]) leaseKeep(t *Task[P], margin time.Duration) lease.Keep 
 }
 
 // runHandler runs the handler of task t through the worker's middleware.
-func (b *batch[C, O, P]) runHandler(ctx context.Context, s *Slot[C, O], t *Task[P]) error {
+func (b *runner[C, O, P]) runHandler(ctx context.Context, s *Slot[C, O], t *Task[P]) error {
 	ctx = withTask(ctx, &t.reservation) // ResultOf reads a task's dependencies (flow_task.go)
 	mws := b.w.opts.Middleware
 	if len(mws) == 0 {
@@ -231,7 +231,7 @@ func (b *batch[C, O, P]) runHandler(ctx context.Context, s *Slot[C, O], t *Task[
 // waits for the outcome whatever run does (b.commitCtx never ends: the
 // call is bounded by the engine); run bounds the cached read of the pause
 // flag. The ack then ends as Task.Ack's does (engine.Reservation.Acked).
-func (b *batch[C, O, P]) finish(run, soft context.Context, t *Task[P]) (*Task[P], error) {
+func (b *runner[C, O, P]) finish(run, soft context.Context, t *Task[P]) (*Task[P], error) {
 	ctx := b.commitCtx
 	q := b.takeQueue(run, soft, t)
 	n := 0

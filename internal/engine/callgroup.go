@@ -235,20 +235,20 @@ func (q *Queue) flush() {
 			g.mu.Unlock()
 			return
 		}
-		batch := q.nextBatch()
+		round := q.nextRound()
 		g.mu.Unlock()
-		q.send(batch)
+		q.send(round)
 	}
 }
 
-// nextBatch takes the next round's batch out of pending, in arrival
+// nextRound takes the calls of the next round out of pending, in arrival
 // order: ends and acks up to MaxCommit each, and reserves of one owner
 // while their tasks stay within MaxCommit (the first one whatever it
 // asks); a reserve that does not fit (or is another owner's) waits, and so
 // do the reserves behind it. Under callGroup.mu.
-func (q *Queue) nextBatch() []*groupCall {
+func (q *Queue) nextRound() []*groupCall {
 	g := &q.calls
-	var batch []*groupCall
+	var round []*groupCall
 	ends, acks, tasks, full := 0, 0, 0, false
 	owner, owned := "", false
 	g.pending = slices.DeleteFunc(g.pending, func(c *groupCall) bool {
@@ -276,24 +276,24 @@ func (q *Queue) nextBatch() []*groupCall {
 			}
 		}
 		c.sent = true
-		batch = append(batch, c)
+		round = append(round, c)
 		return true
 	})
 	if len(g.pending) == 0 {
 		g.pending = nil
 	}
-	return batch
+	return round
 }
 
-// send makes the script calls of batch (queue_end.lua for its ends, then
+// send makes the script calls of round (queue_end.lua for its ends, then
 // take for the acks and the tasks of the reserves, for their owner) and
 // hands each caller its outcome: each end and ack its code, each reserve
 // its share of the tasks, in order. The shares of reserves whose callers
 // left go back to the queue (giveBack).
-func (q *Queue) send(batch []*groupCall) {
+func (q *Queue) send(round []*groupCall) {
 	req := Req{}
 	var ends []*endArgs
-	for _, c := range batch {
+	for _, c := range round {
 		if c.end != nil {
 			ends = append(ends, c.end)
 			continue
@@ -303,7 +303,7 @@ func (q *Queue) send(batch []*groupCall) {
 		}
 		if c.n > 0 {
 			req.N += c.n
-			req.Owner = c.owner // one owner per batch (nextBatch)
+			req.Owner = c.owner // one owner per round (nextRound)
 		}
 	}
 	ctx, cancel := context.WithTimeout(q.env.Life, groupCallTimeout)
@@ -323,7 +323,7 @@ func (q *Queue) send(batch []*groupCall) {
 	g := &q.calls
 	g.mu.Lock()
 	i, e := 0, 0
-	for _, c := range batch {
+	for _, c := range round {
 		if c.end != nil {
 			c.code, c.err = EndLost, endErr
 			if endErr == nil {

@@ -38,12 +38,12 @@ func (r *Reservation) Ack(ctx context.Context) error {
 	return r.Acked(ctx, code, err == nil, err)
 }
 
-// acked ends an ack whose call returned, on every path an ack takes
-// (Ack, and the batch worker's group commit): it applies the ack's side
-// effects in this process (Hooks.ended) and says how it went.
+// Acked ends an ack whose call returned, on every path an ack takes
+// (Ack, and a worker slot's, AckTake): it applies the ack's side
+// effects in this process (Hooks.Ended) and says how it went.
 // replied says the call's reply gave code; when not, err says why. A
 // tracked task's end was passed on as the ack step's reply came
-// (Hooks.acked).
+// (Hooks.Acked).
 func (r *Reservation) Acked(ctx context.Context, code EndCode, replied bool, err error) error {
 	q := r.core
 	switch {

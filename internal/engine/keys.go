@@ -50,8 +50,9 @@ func ScriptKeys(k *keys.Queue, extra ...string) []string {
 }
 
 // KeyBlock is the library blocks that name KEYS[1..8] of a queue
-// script, and their types (for wrong_types).
-func KeyBlock() string {
+// script, and their types (for wrong_types), and PRIORITY_STEP_MS, the
+// root's PriorityStep in ms.
+func KeyBlock(priorityStep time.Duration) string {
 	n := len(queueScriptKeys)
 	names, refs, types := make([]string, n), make([]string, n), make([]string, n)
 	for i, s := range queueScriptKeys {
@@ -74,15 +75,9 @@ func KeyBlock() string {
 		"local QUEUE_TYPES = {" + strings.Join(types, ", ") + "}\n\n" +
 		derived.String() +
 		"-- How much earlier a task counts as ready per level of priority, in ms\n" +
-		"-- (PriorityStep).\n" +
-		"local PRIORITY_STEP_MS = " + strconv.FormatInt(PriorityStep.Milliseconds(), 10)
+		"-- (the root's PriorityStep).\n" +
+		"local PRIORITY_STEP_MS = " + strconv.FormatInt(priorityStep.Milliseconds(), 10)
 }
-
-// PriorityStep is how much earlier a task of priority p counts as ready
-// than it became ready, per level (SubmitOptions.Priority): a task of
-// priority 9 goes before the normal tasks that became ready less than 9
-// minutes before it, and after older ones.
-const PriorityStep = time.Minute
 
 // EndCode is what an end-of-reservation step answers (lib_queue.lua): its
 // name in the scripts is endCodeNames'.

@@ -1,6 +1,6 @@
 package fleet
 
-// This file holds a batch worker's machinery, and the slots' loop.
+// This file holds a batch worker's machinery (runner), and the slots' loop.
 
 import (
 	"context"
@@ -10,10 +10,10 @@ import (
 	"github.com/fleet-go/fleet/internal/engine"
 )
 
-// batch is the machinery of one batch worker: one fetcher that reserves
+// runner is the machinery of one batch worker (NewBatchWorker): one fetcher that reserves
 // tasks for the free slots (worker_fetch.go), and the slots, whose acks go
 // through their queues' group commit (finish, worker_task.go).
-type batch[C, O, P any] struct {
+type runner[C, O, P any] struct {
 	w     *Worker
 	q     *Queue[P] // the first of its queues (payloads decode with it)
 	a     BatchAutomation[C, O, P]
@@ -23,13 +23,13 @@ type batch[C, O, P any] struct {
 	cancels *cancelWatch      // the handlers that Queue.Cancel may cancel
 	fetch   *fetcher[C, O, P] // reserves for the free slots; picks the queue a slot takes from
 	// commitCtx is what the slots' acks wait on (finish): run without its
-	// end, made once for the batch.
+	// end, made once for the runner.
 	commitCtx context.Context
 }
 
 // slot runs the tasks handed to it until the fetcher is done and no task is
 // left. After a hard stop (run ended) it releases what it gets unrun.
-func (b *batch[C, O, P]) slot(run, soft context.Context, s *Slot[C, O]) {
+func (b *runner[C, O, P]) slot(run, soft context.Context, s *Slot[C, O]) {
 	for t := range b.tasks {
 		for t != nil {
 			if run.Err() != nil {
@@ -52,7 +52,7 @@ func (b *batch[C, O, P]) slot(run, soft context.Context, s *Slot[C, O]) {
 }
 
 // release puts an interrupted task back without counting an attempt.
-func (b *batch[C, O, P]) release(t *engine.Reservation) error {
+func (b *runner[C, O, P]) release(t *engine.Reservation) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	err := opErr("release", t.Queue().Name(), t.Release(ctx))
