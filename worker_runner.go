@@ -25,6 +25,7 @@ type runner[C, O, P any] struct {
 	// commitCtx is what the slots' acks wait on (finish): run without its
 	// end, made once for the runner.
 	commitCtx context.Context
+	owner     string // the worker's name, which its tasks' tokens carry (Worker.name)
 }
 
 // slot runs the tasks handed to it until the fetcher is done and no task is

@@ -219,7 +219,7 @@ func newBatchWorker[C, O, P any](f *Fleet, opts WorkerOptions, qs []*Queue[P], w
 		return w
 	}
 	w.spawn = func(run, soft context.Context) bool {
-		b := &runner[C, O, P]{w: w, q: qs[0], a: a, free: make(chan struct{}, len(w.slots)), tasks: make(chan *Task[P], len(w.slots)), cancels: newCancelWatch(), commitCtx: context.WithoutCancel(run)}
+		b := &runner[C, O, P]{w: w, q: qs[0], a: a, free: make(chan struct{}, len(w.slots)), tasks: make(chan *Task[P], len(w.slots)), cancels: newCancelWatch(), commitCtx: context.WithoutCancel(run), owner: w.name()}
 		b.fetch = newFetcher(b, qs, weights, strict)
 		for _, q := range qs {
 			w.startCancels(run, q.name, b.cancels)

@@ -238,10 +238,10 @@ func (b *runner[C, O, P]) finish(run, soft context.Context, t *Task[P]) (*Task[P
 	if q != nil && q.e == t.r.Queue() {
 		n = 1
 	}
-	code, replied, res, err := t.r.Queue().AckTake(ctx, t.r, n, b.w.name())
+	code, replied, res, err := t.r.Queue().AckTake(ctx, t.r, n, b.owner)
 	if q != nil && n == 0 && replied {
 		n = 1
-		_, _, res, err = q.e.AckTake(ctx, nil, 1, b.w.name())
+		_, _, res, err = q.e.AckTake(ctx, nil, 1, b.owner)
 		replied = true // the ack's outcome is known; err is the take's
 	}
 	var next *Task[P]

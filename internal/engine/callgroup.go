@@ -124,17 +124,22 @@ func (q *Queue) join(ctx context.Context, c *groupCall, lone func()) bool {
 // groupCallTimeout when ctx never ends (a worker's acks wait for their
 // outcome). The caller applies the ack's side effects (Reservation.Acked).
 func (q *Queue) AckTake(ctx context.Context, r *Reservation, n int, owner string) (code EndCode, replied bool, res Reserved, err error) {
+	return q.ackTake(ctx, r, n, owner, ctx.Done() == nil)
+}
+
+// ackTake is AckTake; bound bounds a lone call by groupCallTimeout.
+func (q *Queue) ackTake(ctx context.Context, r *Reservation, n int, owner string, bound bool) (code EndCode, replied bool, res Reserved, err error) {
 	c := &groupCall{r: r, n: n, owner: owner}
-	if !q.join(ctx, c, func() { q.lone(ctx, c) }) {
+	if !q.join(ctx, c, func() { q.lone(ctx, c, bound) }) {
 		return EndLost, false, Reserved{NextReady: -1}, ctx.Err()
 	}
 	return c.code, c.replied, c.res, c.err
 }
 
 // lone makes c's call at once, in the caller's goroutine: take with c's
-// ack and reserve.
-func (q *Queue) lone(ctx context.Context, c *groupCall) {
-	if ctx.Done() == nil {
+// ack and reserve, bounded by groupCallTimeout when bound.
+func (q *Queue) lone(ctx context.Context, c *groupCall, bound bool) {
+	if bound {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, groupCallTimeout)
 		defer cancel()
@@ -154,7 +159,7 @@ func (q *Queue) lone(ctx context.Context, c *groupCall) {
 // returns its code (EndDone, or EndLost: not the caller's) or the call's
 // error.
 func (q *Queue) groupAck(ctx context.Context, r *Reservation) (EndCode, error) {
-	code, replied, _, err := q.AckTake(ctx, r, 0, "")
+	code, replied, _, err := q.ackTake(ctx, r, 0, "", false)
 	if replied {
 		return code, nil
 	}
@@ -187,7 +192,7 @@ func (q *Queue) endAlone(ctx context.Context, end *endArgs) (EndCode, error) {
 // groupReserve is take for Queue.Reserve (req.N tasks, no acks, no owner),
 // alone or with the calls that wait beside it.
 func (q *Queue) groupReserve(ctx context.Context, req Req) (Reserved, error) {
-	_, _, res, err := q.AckTake(ctx, nil, req.N, "")
+	_, _, res, err := q.ackTake(ctx, nil, req.N, "", false)
 	return res, err
 }
 

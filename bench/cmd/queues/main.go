@@ -4,7 +4,11 @@
 // throwaway redis-server (fleettest.StartServer, or FLEET_REDIS_URL), in
 // one run: every system takes its turn on each measure in each of R rounds
 // (the order rotating), so that all see the same load, and the ratios are
-// taken inside each round. It prints Markdown: the medians, the min–max of
+// taken inside each round. Each window runs in a process of its own
+// (-procs each, proc.go): this program started again with -child, which
+// warms its one system up and measures the one window, so that no system
+// shares a heap, a scheduler or a leftover goroutine with another; -procs
+// one runs every system in this process, as the harness did before. It prints Markdown: the medians, the min–max of
 // the ratios, the server's CPU and commands per task, and the goals of
 // issue #22 checked.
 //
@@ -142,6 +146,10 @@ type options struct {
 	cap                time.Duration
 	cpuprofile         string
 	breakdown          bool
+	procs              string // "each": a process per window (proc.go); "one": every system in this one
+
+	child, childShape string // a child's system and shape (-procs each)
+	childRound        int
 
 	asynqFastCheck   time.Duration
 	asynqFastServers int
@@ -181,7 +189,14 @@ func main() {
 	flag.IntVar(&o.rmqFastConns, "rmq-fast-conns", 10, "rmq-fast: connections consuming the queue, sharing the -c consumers and the prefetch")
 	flag.IntVar(&o.rmqFastPrefetch, "rmq-fast-prefetch", 0, "rmq-fast: prefetch limit (0: 4×-c)")
 	flag.DurationVar(&o.rmqFastPoll, "rmq-fast-poll", time.Millisecond, "rmq-fast: poll duration")
+	flag.StringVar(&o.procs, "procs", "each", "each: every window runs in a process of its own, by turns; one: every system runs in this process")
+	flag.StringVar(&o.child, "child", "", "(set by -procs each) measure this one system in this process, and write the result as JSON")
+	flag.StringVar(&o.childShape, "child-shape", "", "(with -child) the measure")
+	flag.IntVar(&o.childRound, "child-round", 0, "(with -child) the round, for -cpuprofile's file names")
 	flag.Parse()
+	if o.procs != "each" && o.procs != "one" {
+		fatalf("-procs: %q is neither each nor one", o.procs)
+	}
 	if o.rmqFastPrefetch == 0 {
 		o.rmqFastPrefetch = 4 * o.c
 	}
@@ -207,6 +222,10 @@ func main() {
 	}
 	defer meter.Close()
 	b := &bench{o: o, e: env{addr: opt.InitAddress[0], url: url, c: o.c}, meter: meter}
+	if o.child != "" {
+		runChild(ctx, b, o, o.child, o.childShape, o.childRound)
+		return
+	}
 
 	systems := pickSystems(o)
 	shapes := pickShapes(o)
@@ -219,8 +238,10 @@ func main() {
 	}
 	log.Printf("redis %s at %s; %d systems, %d measures, %d rounds; load %s", info.version, b.e.addr, len(systems), len(shapes), o.rounds, info.loadPre)
 
-	for _, s := range systems {
-		b.warm(ctx, s)
+	if o.procs == "one" {
+		for _, s := range systems {
+			b.warm(ctx, s)
+		}
 	}
 	res := make(map[string]map[string][]winResult) // shape key, system key, rounds
 	for _, sh := range shapes {
@@ -233,7 +254,12 @@ func main() {
 				if sh.kind == shSubmit && s.sharesOf != "" {
 					continue
 				}
-				w := b.window(ctx, s, sh, r)
+				var w winResult
+				if o.procs == "each" {
+					w = b.windowProc(ctx, s, sh, r) // warmed up in its process
+				} else {
+					w = b.window(ctx, s, sh, r)
+				}
 				res[sh.key][s.key] = append(res[sh.key][s.key], w)
 				log.Printf("round %d %-8s %-15s %s", r+1, sh.key, s.key, w.summary())
 			}

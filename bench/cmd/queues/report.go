@@ -165,8 +165,12 @@ func report(w io.Writer, o options, info runInfo, systems []system, shapes []sha
 	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
 
 	p("`%s`\n\n", strings.TrimSpace("cd bench && GOWORK=off go run ./cmd/queues "+info.args))
-	p("redis-server %s on loopback, started by the program; GOMAXPROCS %d; %d rounds, -n %d, -c %d; %s, took %s.  \n",
-		info.version, info.procs, o.rounds, o.n, o.c, info.started.Format("2006-01-02 15:04 MST"), info.took.Round(time.Second))
+	mode := "each window in a process of its own (-procs each)"
+	if o.procs == "one" {
+		mode = "every system in this one process (-procs one)"
+	}
+	p("redis-server %s on loopback, started by the program; GOMAXPROCS %d; %s; %d rounds, -n %d, -c %d; %s, took %s.  \n",
+		info.version, info.procs, mode, o.rounds, o.n, o.c, info.started.Format("2006-01-02 15:04 MST"), info.took.Round(time.Second))
 	p("Load average (1, 5, 15 min): %s before, %s after; at each round's start: %s.\n\n", info.loadPre, info.loadPost, strings.Join(info.loads, "; "))
 
 	var thr []shape
