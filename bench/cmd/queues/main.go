@@ -255,13 +255,19 @@ func main() {
 					continue
 				}
 				var w winResult
+				left := ""
 				if o.procs == "each" {
 					w = b.windowProc(ctx, s, sh, r) // warmed up in its process
 				} else {
+					// What the systems before left in this process: their
+					// goroutines still running, and the heap.
+					var ms runtime.MemStats
+					runtime.ReadMemStats(&ms)
+					left = fmt.Sprintf(" (before it: %d goroutines, heap %d MiB)", runtime.NumGoroutine(), ms.HeapAlloc>>20)
 					w = b.window(ctx, s, sh, r)
 				}
 				res[sh.key][s.key] = append(res[sh.key][s.key], w)
-				log.Printf("round %d %-8s %-15s %s", r+1, sh.key, s.key, w.summary())
+				log.Printf("round %d %-8s %-15s %s%s", r+1, sh.key, s.key, w.summary(), left)
 			}
 		}
 	}
