@@ -200,11 +200,18 @@ func (o QueueOptions) rateLimit(f *Fleet) error {
 // queueLimiter is a Limiter as the engine takes a queue's rate limit.
 type queueLimiter struct{ l *Limiter }
 
+// Book takes up to n of the limiter's tokens for a reserve.
 func (a queueLimiter) Book(ctx context.Context, n int) (int, time.Duration, error) {
 	return a.l.book(ctx, n)
 }
 
-func (a queueLimiter) Refund(ctx context.Context, n int) error { return a.l.refund(ctx, n) }
+// Refund gives back n tokens a reserve took and did not use, within
+// refundTimeout.
+func (a queueLimiter) Refund(ctx context.Context, n int) error {
+	ctx, cancel := context.WithTimeout(ctx, refundTimeout)
+	defer cancel()
+	return a.l.refund(ctx, n)
+}
 
 // snoozeLimited snoozes r for the retry-after of err, a RateLimitedError.
 func snoozeLimited(ctx context.Context, r *engine.Reservation, err error) error {

@@ -148,7 +148,7 @@ func (q *Queue) lone(ctx context.Context, c *groupCall, bound bool) {
 	if c.r != nil {
 		req.Acks = []*Reservation{c.r}
 	}
-	c.code, c.res, c.err = EndLost, Reserved{NextReady: -1}, nil
+	c.code = EndLost
 	c.res, c.err = q.take(ctx, req)
 	if c.r != nil && len(c.res.Acks) == 1 {
 		c.code, c.replied = c.res.Acks[0], true

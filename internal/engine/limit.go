@@ -19,12 +19,10 @@ type Limiter interface {
 	// Book takes up to n tokens: it returns how many it took, or, with none
 	// to take now, books one and says how long until it is due.
 	Book(ctx context.Context, n int) (int, time.Duration, error)
-	// Refund gives back n tokens taken and not used.
+	// Refund gives back n tokens taken and not used, within a bound of its
+	// own: ctx never ends (no caller waits on it).
 	Refund(ctx context.Context, n int) error
 }
-
-// refundTimeout bounds a refund of unused tokens, which no caller waits on.
-const refundTimeout = time.Second
 
 // limitBooking is a token that a limited queue handle booked ahead
 // (Limiter.book): it may be used from at (mono.Now) on.

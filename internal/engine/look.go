@@ -76,7 +76,7 @@ func (q *Queue) Listen(ctx context.Context) PendingWait {
 		l, _, err := q.CachedPending(ctx, signalOnly)
 		return l, err
 	}
-	if q.KnownSpan() > 1 {
+	if q.knownSpan() > 1 {
 		ch, stop := q.ListenPending(ctx)
 		return PendingWait{Wake: ch, Taken: func() {}, Stop: stop, Pending: pending}
 	}
@@ -92,7 +92,7 @@ func (q *Queue) Listen(ctx context.Context) PendingWait {
 // WakeLocal wakes a local waiter after a push when invalidations are off.
 func (q *Queue) WakeLocal() {
 	if !q.env.Cache {
-		if q.KnownSpan() > 1 {
+		if q.knownSpan() > 1 {
 			q.env.Watch.PokeAll(q.key.Pending) // sharded waiters listen (ListenPending)
 			return
 		}

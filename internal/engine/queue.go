@@ -86,9 +86,6 @@ func (q *Queue) Name() string { return q.name }
 // Key returns the keys of q's shard.
 func (q *Queue) Key() *keys.Queue { return &q.key }
 
-// Options returns the options q was made with.
-func (q *Queue) Options() Options { return q.opts }
-
 // ready refuses a call once the Fleet closed, or once ctx ended.
 func (q *Queue) ready(ctx context.Context) error { return q.env.Alive(ctx) }
 
@@ -102,7 +99,7 @@ func (q *Queue) ready(ctx context.Context) error { return q.env.Alive(ctx) }
 // slot than the queue: these are commands of their own, never part of a
 // queue script.
 func (q *Queue) Register(ctx context.Context) error {
-	q = q.Top() // a shard's core: its queue's
+	q = q.top() // a shard's core: its queue's
 	now := time.Now().UnixMilli()
 	last := q.registered.Load()
 	if now-last < 1000 || !q.registered.CompareAndSwap(last, now) {
@@ -191,10 +188,9 @@ func (q *Queue) Reserve(ctx context.Context, req Req) (Reserved, error) {
 		res, err = q.take(ctx, req)
 	}
 	if unused := got - len(res.Tasks); unused > 0 {
-		// A refund that fails only slows the limiter down for a moment.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), refundTimeout)
-		_ = lim.Refund(rctx, unused)
-		cancel()
+		// A refund that fails only slows the limiter down for a moment;
+		// the Limiter bounds it.
+		_ = lim.Refund(context.WithoutCancel(ctx), unused)
 	}
 	return res, err
 }
@@ -217,7 +213,7 @@ func (q *Queue) TakesWithAcks(ctx context.Context) bool {
 // nothing to take it only acks (ackOnly: queue_ack.lua, the same step).
 func (q *Queue) take(ctx context.Context, req Req) (Reserved, error) {
 	res := Reserved{NextReady: -1}
-	if !q.Top().published.Load() {
+	if !q.top().published.Load() {
 		// A consumer stores its policy once; after that only submits keep
 		// the registration (so a reserve never waits on another round trip).
 		if err := q.Register(ctx); err != nil {

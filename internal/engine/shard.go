@@ -69,8 +69,8 @@ func (q *Queue) Sub(i int) *Queue {
 // Shard returns the index of q's shard: 0 for the queue's own core.
 func (q *Queue) Shard() int { return q.shard }
 
-// Top returns the queue's own handle.
-func (q *Queue) Top() *Queue {
+// top returns the queue's own handle.
+func (q *Queue) top() *Queue {
 	if q.root != nil {
 		return q.root
 	}
@@ -82,7 +82,7 @@ func (q *Queue) Top() *Queue {
 // most once per spanEvery (a failed read keeps the last one). Always 1 in
 // the compat layout.
 func (q *Queue) SpanOf(ctx context.Context) int {
-	q = q.Top()
+	q = q.top()
 	if !q.env.Keys.Tagged() {
 		return 1
 	}
@@ -103,9 +103,9 @@ func (q *Queue) SpanOf(ctx context.Context) int {
 	return max(q.opts.Shards, int(q.spanSeen.Load()))
 }
 
-// KnownSpan is SpanOf without a read: what the handle knows now.
-func (q *Queue) KnownSpan() int {
-	q = q.Top()
+// knownSpan is SpanOf without a read: what the handle knows now.
+func (q *Queue) knownSpan() int {
+	q = q.top()
 	return max(q.opts.Shards, int(q.spanSeen.Load()), 1)
 }
 
@@ -135,8 +135,8 @@ func (f *Env) QueueSpan(ctx context.Context, name string) (int, error) {
 	return int(min(max(m, 1), keys.MaxShards)), nil
 }
 
-// ShardsOf returns the handles of every shard the queue's reserves look at.
-func (q *Queue) ShardsOf(ctx context.Context) []*Queue {
+// shardsOf returns the handles of every shard the queue's reserves look at.
+func (q *Queue) shardsOf(ctx context.Context) []*Queue {
 	n := q.SpanOf(ctx)
 	out := make([]*Queue, n)
 	for i := range out {
@@ -176,7 +176,7 @@ func (q *Queue) shardRegister(ctx context.Context, nx bool) error {
 	}
 	q.spanSeen.Store(min(max(m, 1), keys.MaxShards))
 	q.spanSeenAt.Store(mono.Now())
-	q.growListeners(q.KnownSpan())
+	q.growListeners(q.knownSpan())
 	cmds := make(rueidis.Commands, 0, q.opts.Shards)
 	for i := 1; i < q.opts.Shards; i++ {
 		k := q.Sub(i).key.Policy
@@ -207,7 +207,7 @@ func (q *Queue) ListenPending(ctx context.Context) (<-chan struct{}, func()) {
 		l.join(w, q)
 		return l.ch, func() { l.leave(w) }
 	}
-	r := q.Top()
+	r := q.top()
 	r.listenersMu.Lock()
 	if r.listeners == nil {
 		r.listeners = map[*shardListener]struct{}{}
@@ -322,7 +322,7 @@ func (q *Queue) CachedPending(ctx context.Context, signalOnly bool) (int64, []in
 // tasks, the fourth from the next in turn: fewer probes of empty shards,
 // and no shard waits long.
 func (q *Queue) spread(ctx context.Context, req Req) (Reserved, error) {
-	shards := q.ShardsOf(ctx)
+	shards := q.shardsOf(ctx)
 	k := len(shards)
 	start := int(q.reserveTurn.Add(1) % uint64(k))
 	if rand.IntN(4) != 0 {
