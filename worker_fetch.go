@@ -72,7 +72,7 @@ func (p *fetcher[C, O, P]) takeNext() *Queue[P] {
 func (p *fetcher[C, O, P]) tookNone(ctx context.Context, queue string, st engine.Reserved) {
 	if i, ok := p.index[queue]; ok {
 		p.lookAgain(i, st)
-		p.arm(ctx, i, st.Capped)
+		p.arm(ctx, i, st)
 	}
 }
 
@@ -95,17 +95,25 @@ func (p *fetcher[C, O, P]) lookAgain(i int, st engine.Reserved) {
 }
 
 // arm marks queue i empty and arms the invalidation of its keys (its
-// pending list's, or its signal's alone when signalOnly:
-// GlobalConcurrency holds its tasks); it reports false when the queue
-// turned out to hold tasks after all.
-func (p *fetcher[C, O, P]) arm(ctx context.Context, i int, signalOnly bool) bool {
+// pending list's, or its signal's alone when st.Capped: GlobalConcurrency
+// holds its tasks), unless the take that found it empty armed them
+// (st.Armed: engine.Req.Arm, which read the pending list in its round
+// trip); it reports false when the queue turned out to hold tasks after
+// all.
+func (p *fetcher[C, O, P]) arm(ctx context.Context, i int, st engine.Reserved) bool {
 	p.mu.Lock()
 	p.empty[i] = true
 	p.mu.Unlock()
 	if !p.b.w.f.cache {
 		return true
 	}
-	l, _, err := p.qs[i].e.CachedPending(ctx, signalOnly) // every shard of a sharded queue
+	var l int64
+	var err error
+	if st.Armed {
+		l, err = p.qs[i].e.ArmedPending(ctx, st, st.Capped)
+	} else {
+		l, _, err = p.qs[i].e.CachedPending(ctx, st.Capped) // every shard of a sharded queue
+	}
 	if err == nil && l > 0 {
 		p.mu.Lock()
 		p.empty[i] = false
@@ -284,7 +292,7 @@ func (p *fetcher[C, O, P]) reserveFor(run context.Context, free int) (got int, f
 			continue
 		}
 		q := p.qs[i]
-		tasks, st, err := q.reserveTasks(run, engine.Req{N: k, WantLeft: true, Owner: b.w.name()})
+		tasks, st, err := q.reserveTasks(run, engine.Req{N: k, WantLeft: true, Arm: true, Owner: b.w.name()})
 		p.lookAgain(i, st)
 		if err == nil && (len(tasks) == 0 || st.Drained) {
 			// Known empty before the slots get the tasks: a slot that
@@ -307,7 +315,7 @@ func (p *fetcher[C, O, P]) reserveFor(run context.Context, free int) (got int, f
 		case st.Limited > 0:
 			// The rate limit's tokens come back by time alone (readyAt).
 		case len(tasks) == 0 || st.Drained:
-			p.arm(run, i, st.Capped)
+			p.arm(run, i, st)
 		}
 	}
 	return got, failed, false

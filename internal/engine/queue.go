@@ -130,10 +130,16 @@ func (q *Queue) Register(ctx context.Context) error {
 
 // Req is what one reserve asks for.
 type Req struct {
-	N        int            // tasks to take at most; 0 with Acks: only ack
-	WantLeft bool           // learn whether tasks are left pending (Reserved.Drained)
-	Owner    string         // the worker ("type|id") whose name goes before the tokens; "" for none
-	Acks     []*Reservation // acked first, in the same call: tasks of this core's shard
+	N        int  // tasks to take at most; 0 with Acks: only ack
+	WantLeft bool // learn whether tasks are left pending (Reserved.Drained)
+	// Arm asks, with WantLeft, that a take which leaves nothing pending
+	// arm the invalidation of the queue's pending list and signal in the
+	// same round trip (armedTake), where the server can (Env.TrackScripts):
+	// Reserved.Armed says it did, and the caller needs no cached read to
+	// arm them. A sharded queue's spread never arms.
+	Arm   bool
+	Owner string         // the worker ("type|id") whose name goes before the tokens; "" for none
+	Acks  []*Reservation // acked first, in the same call: tasks of this core's shard
 	// Shared: Queue.Reserve's, which may share a call with the raw calls
 	// beside it (groupReserve) where the queue allows (Queue.Reserve).
 	Shared bool
@@ -149,6 +155,8 @@ type Reserved struct {
 	Capped    bool          // GlobalConcurrency is reached: the tasks wait for a permit (the signal moves when one comes back)
 	Permits   bool          // the tasks taken hold GlobalConcurrency permits
 	Blocked   time.Duration // every group with tasks is at its limit, or GlobalConcurrency is reached: none can go before then unless the queue's signal moves; 0: none
+	Armed     bool          // the take armed the invalidation of the pending list (Req.Arm), which then held Pending tasks
+	Pending   int64         // with Armed: the pending list's length read after the take
 }
 
 // Reserve is the queue's one reserve. It acks req.Acks and takes up to
@@ -233,7 +241,13 @@ func (q *Queue) take(ctx context.Context, req Req) (Reserved, error) {
 		args.move = 1000
 	}
 	ks, argv, order := q.reserveCall(req.Acks, args)
-	raw, err := queueReserveScript.Exec(ctx, q.env.Client, ks, argv).ToArray()
+	var raw []rueidis.RedisMessage
+	var err error
+	if req.Arm && q.env.Cache && q.sched.signal.Load() == 0 {
+		raw, res.Armed, res.Pending, err = q.armedTake(ctx, ks, argv)
+	} else {
+		raw, err = queueReserveScript.Exec(ctx, q.env.Client, ks, argv).ToArray()
+	}
 	if err != nil {
 		if fault.OutcomeUnknown(err) {
 			q.abandonReserve(prefix)
@@ -250,6 +264,9 @@ func (q *Queue) take(ctx context.Context, req Req) (Reserved, error) {
 		return res, err
 	}
 	q.readLook(&reply, sent, &res)
+	if q.sched.signal.Load() != 0 {
+		res.Armed = false // grouped or prioritized work came: the caller arms the signal too (CachedPending)
+	}
 	if reply.tasks() == 0 {
 		return res, nil
 	}
@@ -263,6 +280,30 @@ func (q *Queue) take(ctx context.Context, req Req) (Reserved, error) {
 	}
 	res.Tasks, err = q.reservations(ctx, &reply, sent, res.Permits)
 	return res, err
+}
+
+// armedTake runs queue_reserve.lua (ks, args) and, in the same round
+// trip, CLIENT CACHING YES and LLEN of the pending list: the read arms the
+// invalidation of the list's next change, which wakes this process's
+// waiters (wake.Watcher), and says how many tasks the take left (pending).
+// It replaces the round trip of the cached read (CachedPending) that armed
+// an idle waiter after each take. The three commands go on one connection
+// in this order, but other clients' commands may run between the take and
+// the read: a task pushed before the read is counted in pending, one
+// pushed after it invalidates the read. armed says the read armed it; on
+// NOSCRIPT (a flushed or restarted server) the script goes again through
+// Exec, which loads it, after the read: unarmed then.
+func (q *Queue) armedTake(ctx context.Context, ks, args []string) (raw []rueidis.RedisMessage, armed bool, pending int64, err error) {
+	c := q.env.Client
+	res := c.DoMulti(ctx, c.B().Evalsha().Sha1(reserveSHA).Numkeys(int64(len(ks))).Key(ks...).Arg(args...).Build(),
+		c.B().ClientCaching().Yes().Build(), c.B().Llen().Key(q.key.Pending).Build())
+	raw, err = res[0].ToArray()
+	if e, ok := rueidis.IsRedisErr(err); ok && e.IsNoScript() {
+		raw, err = queueReserveScript.Exec(ctx, c, ks, args).ToArray()
+		return raw, false, 0, err
+	}
+	pending, lerr := res[2].AsInt64()
+	return raw, err == nil && lerr == nil && res[1].Error() == nil, pending, err
 }
 
 // readLook reads what a take's reply says of the queue: whether tasks are

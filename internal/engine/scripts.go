@@ -1,6 +1,9 @@
 package engine
 
 import (
+	"crypto/sha1"
+	"encoding/hex"
+
 	"github.com/redis/rueidis"
 
 	"github.com/fleet-go/fleet/internal/script"
@@ -14,6 +17,10 @@ var (
 	queueEndScript     *rueidis.Lua
 	queueExtendScript  *rueidis.Lua
 	queueShardsScript  *rueidis.Lua
+
+	// reserveSHA is queue_reserve.lua's SHA1, for the EVALSHA that
+	// armedTake sends after CLIENT CACHING YES.
+	reserveSHA string
 )
 
 // Link makes the engine's script handles with l, the linker of the
@@ -22,6 +29,8 @@ var (
 // before any core is made.
 func Link(l *script.Linker) {
 	queueReserveScript = l.New("queue_reserve.lua")
+	sum := sha1.Sum([]byte(l.Text("queue_reserve.lua")))
+	reserveSHA = hex.EncodeToString(sum[:])
 	queueAckScript = l.New("queue_ack.lua")
 	queueAbandonScript = l.New("queue_abandon.lua")
 	queueEndScript = l.New("queue_end.lua")

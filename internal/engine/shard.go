@@ -311,6 +311,27 @@ func (q *Queue) CachedPending(ctx context.Context, signalOnly bool) (int64, []in
 	return sum, lens, nil
 }
 
+// ArmedPending is CachedPending after an armed take (st.Armed: a queue of
+// one shard): the pending list's length that the take read (unless
+// signalOnly), plus one when the signal moved since the take saw it, read
+// through the local cache, which costs no round trip while its entry
+// lives (and with it the signal's invalidation).
+func (q *Queue) ArmedPending(ctx context.Context, st Reserved, signalOnly bool) (int64, error) {
+	f := q.env
+	sig, err := f.Client.DoCache(ctx, wake.NoTTL(f.Client.B().Get().Key(q.key.Signal).Cache()), wake.HintTTL).AsInt64()
+	if err != nil && !rueidis.IsRedisNil(err) {
+		return 0, err
+	}
+	l := st.Pending
+	if signalOnly {
+		l = 0
+	}
+	if sig != q.sched.signal.Load() {
+		l++
+	}
+	return l, nil
+}
+
 // spread is reserve on a sharded queue: it tries the shards
 // in turn from a starting shard that rotates with every call (so each
 // shard is drained as often as the others), and stops at the first shard
@@ -322,6 +343,7 @@ func (q *Queue) CachedPending(ctx context.Context, signalOnly bool) (int64, []in
 // tasks, the fourth from the next in turn: fewer probes of empty shards,
 // and no shard waits long.
 func (q *Queue) spread(ctx context.Context, req Req) (Reserved, error) {
+	req.Arm = false // one take arms one shard; the caller arms them all (CachedPending)
 	shards := q.shardsOf(ctx)
 	k := len(shards)
 	start := int(q.reserveTurn.Add(1) % uint64(k))
