@@ -30,9 +30,10 @@ func evalshaCalls(t *testing.T, s *fleettest.Server) int {
 }
 
 // TestAckGroup: concurrent Task.Acks of one queue share a call. With the
-// replies held back, one ack is in flight; fifty more wait; one of them
-// whose ctx ends leaves the group at once (ctx's error) and its ack is
-// never sent; when the replies flow, the other 49 go in one script call.
+// replies held back, engine.InFlight acks are in flight; fifty more wait;
+// one of them whose ctx ends leaves the group at once (ctx's error) and
+// its ack is never sent; when the replies flow, the other 49 go in one
+// script call.
 // Each caller gets its own outcome, and Redis holds exactly the one
 // reservation that was not acked, which can still be acked.
 func TestAckGroup(t *testing.T) {
@@ -40,7 +41,8 @@ func TestAckGroup(t *testing.T) {
 	defer cancelAll()
 	s, p, f, _ := groupServer(t)
 	q := NewQueue[int](f, "ag", QueueOptions{Lease: time.Minute})
-	const n = 51
+	const lone = engine.InFlight
+	const n = lone + 50
 	for i := range n {
 		if _, err := q.Submit(ctx, i); err != nil {
 			t.Fatal(err)
@@ -55,20 +57,22 @@ func TestAckGroup(t *testing.T) {
 	p.HoldReplies()
 	errs := make([]error, n-1)
 	var wg sync.WaitGroup
-	wg.Go(func() { errs[0] = tasks[0].Ack(ctx) })
-	waitUntil(t, func() bool { busy, _ := groupState(q.queueCore); return busy })
+	for i := range lone {
+		wg.Go(func() { errs[i] = tasks[i].Ack(ctx) })
+	}
+	waitUntil(t, func() bool { return groupFull(q.queueCore) })
 	leaving, leave := context.WithCancel(ctx)
 	left := make(chan error, 1)
 	go func() { left <- tasks[n-1].Ack(leaving) }()
-	for i := 1; i < n-1; i++ {
+	for i := lone; i < n-1; i++ {
 		wg.Go(func() { errs[i] = tasks[i].Ack(ctx) })
 	}
 	pending := func() int { _, n := groupState(q.queueCore); return n }
-	waitUntil(t, func() bool { return pending() == n-1 })
+	waitUntil(t, func() bool { return pending() == n-lone })
 	leave()
 	awaitCanceled(t, left, "the ack whose ctx ended while it waited")
-	if got := pending(); got != n-2 {
-		t.Fatalf("%d acks wait after one left, want %d", got, n-2)
+	if got := pending(); got != n-lone-1 {
+		t.Fatalf("%d acks wait after one left, want %d", got, n-lone-1)
 	}
 	p.Thaw()
 	wg.Wait()
@@ -77,8 +81,8 @@ func TestAckGroup(t *testing.T) {
 			t.Fatalf("ack %d: %v", i, err)
 		}
 	}
-	if calls := evalshaCalls(t, s) - before; calls != 2 {
-		t.Fatalf("%d ack scripts for %d acks, want 2 (the one in flight, then the %d that waited)", calls, n-1, n-2)
+	if calls := evalshaCalls(t, s) - before; calls != lone+1 {
+		t.Fatalf("%d ack scripts for %d acks, want %d (the %d in flight, then the %d that waited)", calls, n-1, lone+1, lone, n-lone-1)
 	}
 	st, err := q.Stats(ctx)
 	if err != nil || st.InFlight != 1 || st.Pending != 0 {
@@ -132,7 +136,17 @@ func groupServer(t *testing.T) (*fleettest.Server, *fleettest.Proxy, *Fleet, *Fl
 
 // groupState reads q's group: whether a call is in flight, and how many
 // calls wait.
-func groupState(q *queueCore) (busy bool, pending int) { return q.e.GroupState() }
+func groupState(q *queueCore) (busy bool, pending int) {
+	flying, pending := q.e.GroupState()
+	return flying > 0, pending
+}
+
+// groupFull reports whether q's group has as many calls in flight as it
+// allows (engine.InFlight): the calls that come then wait.
+func groupFull(q *queueCore) bool {
+	flying, _ := q.e.GroupState()
+	return flying == engine.InFlight
+}
 
 // heldBy plays a lone caller whose call is in flight: the calls that come
 // wait in q's group until release hands them to the group's goroutine.
@@ -388,14 +402,16 @@ func TestReserveGroupClose(t *testing.T) {
 				t.Fatal(err)
 			}
 			var release func()
-			first := make(chan error, 1)
+			first := make(chan error, engine.InFlight)
 			if lead == "caller" {
 				p.HoldReplies()
-				go func() {
-					_, err := q.Reserve(ctx, 1, 0)
-					first <- err
-				}()
-				waitUntil(t, func() bool { busy, _ := groupState(q.queueCore); return busy })
+				for range engine.InFlight {
+					go func() {
+						_, err := q.Reserve(ctx, 1, 0)
+						first <- err
+					}()
+				}
+				waitUntil(t, func() bool { return groupFull(q.queueCore) })
 			} else {
 				release = heldBy(q.queueCore)
 				close(first)
@@ -436,7 +452,9 @@ func TestReserveGroupClose(t *testing.T) {
 			if err := <-closed; err != nil {
 				t.Fatal(err)
 			}
-			<-first
+			for range engine.InFlight {
+				<-first
+			}
 			if busy, n := groupState(q.queueCore); busy || n != 0 {
 				t.Fatalf("group busy %v with %d waiting after Close", busy, n)
 			}
