@@ -123,6 +123,17 @@ func (p *fetcher[C, O, P]) arm(ctx context.Context, i int, st engine.Reserved) b
 	return true
 }
 
+// pausedNow reports whether q, one of the fetcher's queues, is paused, by its
+// pause gate (free while the flag does not change); without caching it
+// says true, so that only the fetcher, which polls the flag, reserves.
+func (p *fetcher[C, O, P]) pausedNow(ctx context.Context, q *Queue[P]) bool {
+	i, ok := p.index[q.name]
+	if !ok || !p.b.w.f.cache {
+		return true
+	}
+	return p.gates[i].check(ctx)
+}
+
 // candidates reports whether a queue is neither known empty nor paused.
 func (p *fetcher[C, O, P]) candidates() bool {
 	p.mu.Lock()
@@ -346,7 +357,7 @@ func (p *fetcher[C, O, P]) sleep(d time.Duration) bool {
 		p.empty[chosen] = false
 		p.mu.Unlock()
 	case chosen < 2*n:
-		p.gates[chosen-n].read = time.Time{}
+		p.gates[chosen-n].stale()
 	case chosen == 2*n:
 		return false
 	default:

@@ -2,23 +2,30 @@ package fleet
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/fleet-go/fleet/internal/mono"
 )
 
-// pauseGate is a batch worker's view of its queue's paused flag: read
-// through the client-side cache, so checking it before each reserve costs
-// Redis nothing while it does not change; without caching it is read at
-// most once per ConfigPoll.
+// pauseGate is a batch worker's view of one queue's paused flag, shared by
+// its fetcher (before each reserve) and its slots (before each take with
+// an ack, takeQueue): the flag as last read, kept until the key's
+// invalidation (ch) or until the local cache's entry would have ended
+// (its PTTL, at most CacheTTL), so a check costs neither Redis nor a
+// cache lookup while the flag does not change, and is never staler than
+// the cached read. Without caching it is read at most once per ConfigPoll
+// (and at once after this process changed it). Safe for concurrent use.
 type pauseGate struct {
 	f      *Fleet
 	key    string
 	every  time.Duration
 	ch     <-chan struct{}
 	stop   func()
-	paused bool
-	read   time.Time
+	paused atomic.Bool
+	until  atomic.Int64 // mono.Now until which paused holds; 0: read again
 }
 
 func newPauseGate(f *Fleet, key string, every time.Duration) *pauseGate {
@@ -29,20 +36,28 @@ func newPauseGate(f *Fleet, key string, every time.Duration) *pauseGate {
 // check reports whether the queue is paused now (as far as one can know
 // without a round trip, when caching is off).
 func (g *pauseGate) check(ctx context.Context) bool {
-	if !g.f.cache {
-		select {
-		case <-g.ch: // this process changed it
-			g.read = time.Time{}
-		default:
-		}
-		if time.Since(g.read) < g.every {
-			return g.paused
-		}
+	select {
+	case <-g.ch: // the key changed (its invalidation, or this process without caching)
+		g.stale()
+	default:
 	}
-	v, err := g.f.client.DoCache(ctx, g.f.client.B().Get().Key(g.key).Cache(), g.f.cacheTTL).ToString()
+	now := mono.Now()
+	if now < g.until.Load() {
+		return g.paused.Load()
+	}
+	res := g.f.client.DoCache(ctx, g.f.client.B().Get().Key(g.key).Cache(), g.f.cacheTTL)
+	v, err := res.ToString()
 	if err != nil && !rueidis.IsRedisNil(err) {
-		return g.paused // keep what was known; the reserve reports the failure
+		return g.paused.Load() // keep what was known; the reserve reports the failure
 	}
-	g.paused, g.read = err == nil && v != "", time.Now()
-	return g.paused
+	hold := g.every
+	if g.f.cache {
+		hold = time.Duration(max(res.CachePTTL(), 0)) * time.Millisecond
+	}
+	g.paused.Store(err == nil && v != "")
+	g.until.Store(now + int64(hold))
+	return g.paused.Load()
 }
+
+// stale makes the next check read the flag.
+func (g *pauseGate) stale() { g.until.Store(0) }

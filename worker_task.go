@@ -10,8 +10,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"github.com/fleet-go/fleet/internal/lease"
 	"github.com/fleet-go/fleet/internal/mono"
 )
@@ -40,25 +38,10 @@ func (b *runner[C, O, P]) takeQueue(ctx, soft context.Context, t *Task[P]) *Queu
 		return nil
 	}
 	q := b.fetch.takeNext()
-	if q == nil || !q.e.TakesWithAcks(ctx) || b.paused(ctx, q.key.Paused) {
+	if q == nil || !q.e.TakesWithAcks(ctx) || b.fetch.pausedNow(ctx, q) {
 		return nil
 	}
 	return q
-}
-
-// paused reports whether the queue is paused, read through the client-side
-// cache (free while the flag does not change); without caching it says
-// true, so that only the fetcher, which polls the flag, reserves.
-func (b *runner[C, O, P]) paused(ctx context.Context, key string) bool {
-	f := b.w.f
-	if !f.cache {
-		return true
-	}
-	v, err := f.client.DoCache(ctx, f.client.B().Get().Key(key).Cache(), f.cacheTTL).ToString()
-	if rueidis.IsRedisNil(err) {
-		return false
-	}
-	return err != nil || v != ""
 }
 
 func (b *runner[C, O, P]) handleTask(run, soft context.Context, s *Slot[C, O], t *Task[P]) (*Task[P], error) {
