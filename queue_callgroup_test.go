@@ -30,10 +30,11 @@ func evalshaCalls(t *testing.T, s *fleettest.Server) int {
 }
 
 // TestAckGroup: concurrent Task.Acks of one queue share a call. With the
-// replies held back, engine.InFlight acks are in flight; fifty more wait;
-// one of them whose ctx ends leaves the group at once (ctx's error) and
-// its ack is never sent; when the replies flow, the other 49 go in one
-// script call.
+// replies held back, one ack goes alone, the next engine.SecondRound wait
+// and go together in a second call (fillGroup); fifty more wait; one of
+// them whose ctx ends leaves the group at once (ctx's error) and its ack
+// is never sent; when the replies flow, the other 49 go in one script
+// call.
 // Each caller gets its own outcome, and Redis holds exactly the one
 // reservation that was not acked, which can still be acked.
 func TestAckGroup(t *testing.T) {
@@ -41,7 +42,7 @@ func TestAckGroup(t *testing.T) {
 	defer cancelAll()
 	s, p, f, _ := groupServer(t)
 	q := NewQueue[int](f, "ag", QueueOptions{Lease: time.Minute})
-	const lone = engine.InFlight
+	const lone = 1 + engine.SecondRound // the acks in flight (fillGroup)
 	const n = lone + 50
 	for i := range n {
 		if _, err := q.Submit(ctx, i); err != nil {
@@ -57,10 +58,7 @@ func TestAckGroup(t *testing.T) {
 	p.HoldReplies()
 	errs := make([]error, n-1)
 	var wg sync.WaitGroup
-	for i := range lone {
-		wg.Go(func() { errs[i] = tasks[i].Ack(ctx) })
-	}
-	waitUntil(t, func() bool { return groupFull(q.queueCore) })
+	fillGroup(t, q.queueCore, func(i int) { wg.Go(func() { errs[i] = tasks[i].Ack(ctx) }) })
 	leaving, leave := context.WithCancel(ctx)
 	left := make(chan error, 1)
 	go func() { left <- tasks[n-1].Ack(leaving) }()
@@ -81,8 +79,8 @@ func TestAckGroup(t *testing.T) {
 			t.Fatalf("ack %d: %v", i, err)
 		}
 	}
-	if calls := evalshaCalls(t, s) - before; calls != lone+1 {
-		t.Fatalf("%d ack scripts for %d acks, want %d (the %d in flight, then the %d that waited)", calls, n-1, lone+1, lone, n-lone-1)
+	if calls := evalshaCalls(t, s) - before; calls != 3 {
+		t.Fatalf("%d ack scripts for %d acks, want 3 (the one alone, the %d that went second, then the %d that waited)", calls, n-1, engine.SecondRound, n-lone-1)
 	}
 	st, err := q.Stats(ctx)
 	if err != nil || st.InFlight != 1 || st.Pending != 0 {
@@ -141,11 +139,23 @@ func groupState(q *queueCore) (busy bool, pending int) {
 	return flying > 0, pending
 }
 
-// groupFull reports whether q's group has as many calls in flight as it
-// allows (engine.InFlight): the calls that come then wait.
-func groupFull(q *queueCore) bool {
-	flying, _ := q.e.GroupState()
-	return flying == engine.InFlight
+// fillGroup makes q's group hold as many calls in flight as it allows
+// (engine.InFlight, with the replies held back), with the calls that call
+// starts, one at a time: the first goes alone, then engine.SecondRound
+// wait and go together in the second call. It returns how many calls it
+// started; the calls that come after them wait.
+func fillGroup(t *testing.T, q *queueCore, call func(i int)) int {
+	t.Helper()
+	call(0)
+	waitUntil(t, func() bool { busy, _ := groupState(q); return busy })
+	for i := 1; i <= engine.SecondRound; i++ {
+		call(i)
+		if i < engine.SecondRound {
+			waitUntil(t, func() bool { _, n := groupState(q); return n == i })
+		}
+	}
+	waitUntil(t, func() bool { flying, n := q.e.GroupState(); return flying == engine.InFlight && n == 0 })
+	return 1 + engine.SecondRound
 }
 
 // heldBy plays a lone caller whose call is in flight: the calls that come
@@ -402,16 +412,15 @@ func TestReserveGroupClose(t *testing.T) {
 				t.Fatal(err)
 			}
 			var release func()
-			first := make(chan error, engine.InFlight)
+			first := make(chan error, 1+engine.SecondRound)
 			if lead == "caller" {
 				p.HoldReplies()
-				for range engine.InFlight {
+				fillGroup(t, q.queueCore, func(int) {
 					go func() {
 						_, err := q.Reserve(ctx, 1, 0)
 						first <- err
 					}()
-				}
-				waitUntil(t, func() bool { return groupFull(q.queueCore) })
+				})
 			} else {
 				release = heldBy(q.queueCore)
 				close(first)
@@ -452,7 +461,7 @@ func TestReserveGroupClose(t *testing.T) {
 			if err := <-closed; err != nil {
 				t.Fatal(err)
 			}
-			for range engine.InFlight {
+			for range cap(first) {
 				<-first
 			}
 			if busy, n := groupState(q.queueCore); busy || n != 0 {

@@ -26,11 +26,18 @@ const MaxCommit = 256
 
 // InFlight is how many calls of one group may be in flight at once. With
 // one, the server idles while each reply is read and the next round is
-// made: a busy worker's drain left it about 70% busy here. Two keep it
-// busy while the rounds stay large (bench/RESULTS.md, run 10: the drain
-// 1.2x, the full cycle 1.05x, commands per task 0.48 -> 0.78); three
-// gained nothing more.
+// made: a busy worker's drain left it about 70% busy here. A second call
+// keeps it busy (bench/RESULTS.md, run 10: the drain 1.2x, the full cycle
+// 1.05x); three gained nothing more.
 const InFlight = 2
+
+// SecondRound is how many calls must wait before a round goes while a call
+// is in flight (up to InFlight): a lone call goes only when none is, so
+// that at a moderate rate the calls that come during one wait for it and
+// share the next, as few and as large as with one in flight, and only a
+// burst that would make a large round anyway gets a call of its own at
+// once.
+const SecondRound = 8
 
 // groupCallTimeout bounds a group call, which no caller's ctx bounds: each
 // caller waits on its own ctx instead.
@@ -42,9 +49,11 @@ const groupCallTimeout = 30 * time.Second
 // reserves (Queue.Reserve's immediate take, where it is grouped: see
 // Queue.Reserve; a worker slot's take from another queue than its ack's).
 // A lone call is sent at once, in its caller's goroutine and with its ctx,
-// while fewer than InFlight calls of the group are in flight. Calls that
-// come while InFlight are wait; when one returns, one goroutine (spawned,
-// so Close waits for it) sends them until none wait, each round ending up to
+// when no call of the group is in flight. Calls that come while one is
+// wait; when it returns, one goroutine (spawned, so Close waits for it)
+// sends them until none wait, and when SecondRound wait meanwhile (and
+// fewer than InFlight calls are in flight), another goroutine sends them
+// at once, in the same way; each round ending up to
 // MaxCommit ends (one queue_end.lua call, before the take, so that a
 // released task can go to the reserves beside it), then acking up to
 // MaxCommit and taking the tasks of the reserves that wait, in arrival
@@ -87,13 +96,16 @@ type groupCall struct {
 }
 
 // join runs c in the group: by lone, at once in the caller's goroutine,
-// when no call is in flight, else in the group's next call. It reports
-// false when ctx ended first (c left the group, or its outcome is lost to
-// the caller); the outcome is then ctx's error.
+// when no call is in flight, else in a round of the group: the next one
+// after a call in flight returns, or one that goes at once, from a
+// goroutine of its own, when SecondRound calls wait and fewer than
+// InFlight are in flight. It reports false when ctx ended first (c left
+// the group, or its outcome is lost to the caller); the outcome is then
+// ctx's error.
 func (q *Queue) join(ctx context.Context, c *groupCall, lone func()) bool {
 	g := &q.calls
 	g.mu.Lock()
-	if g.flying < InFlight {
+	if g.flying == 0 {
 		g.flying++
 		g.mu.Unlock()
 		lone()
@@ -102,7 +114,14 @@ func (q *Queue) join(ctx context.Context, c *groupCall, lone func()) bool {
 	}
 	c.done = make(chan struct{})
 	g.pending = append(g.pending, c)
+	second := g.flying < InFlight && len(g.pending) >= SecondRound
+	if second {
+		g.flying++
+	}
 	g.mu.Unlock()
+	if second && !q.env.Spawn(q.flush) {
+		q.closeGroup()
+	}
 	select {
 	case <-c.done:
 		return true
