@@ -37,6 +37,7 @@ type fetcher[C, O, P any] struct {
 	readyAt []time.Time // when each queue may have tasks again without a wake-up (lookAgain; zero: none known)
 
 	// The fetch loop's own state (fetch).
+	wakes []<-chan struct{} // each queue's wake-up (ListenPending)
 	gates []*pauseGate
 	cases []reflect.SelectCase // each queue's wake-up, each pause flag's, soft's end, the timer
 	timer *time.Timer
@@ -112,6 +113,10 @@ func (p *fetcher[C, O, P]) arm(ctx context.Context, i int, st engine.Reserved) b
 	if st.Armed {
 		l, err = p.qs[i].e.ArmedPending(ctx, st, st.Capped)
 	} else {
+		select { // stale: the read below sees every change before it
+		case <-p.wakes[i]:
+		default:
+		}
 		l, _, err = p.qs[i].e.CachedPending(ctx, st.Capped) // every shard of a sharded queue
 	}
 	if err == nil && l > 0 {
@@ -231,10 +236,12 @@ func (p *fetcher[C, O, P]) fetch(run, soft context.Context) {
 func (p *fetcher[C, O, P]) listen(run, soft context.Context) func() {
 	f, n := p.b.w.f, len(p.qs)
 	p.gates = make([]*pauseGate, n)
+	p.wakes = make([]<-chan struct{}, n)
 	p.cases = make([]reflect.SelectCase, 0, 2*n+2)
 	stops := make([]func(), 0, 2*n)
 	for i, q := range p.qs {
 		ch, stop := q.e.ListenPending(run)
+		p.wakes[i] = ch
 		p.gates[i] = newPauseGate(f, q.key.Paused, p.b.w.opts.ConfigPoll)
 		stops = append(stops, stop, p.gates[i].stop)
 		p.cases = append(p.cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)})
@@ -303,6 +310,13 @@ func (p *fetcher[C, O, P]) reserveFor(run context.Context, free int) (got int, f
 			continue
 		}
 		q := p.qs[i]
+		// A wake-up that came before this take is stale: the take, and the
+		// read that arms the next wake-up after it (armedTake, or arm's
+		// cached read), see every change before them.
+		select {
+		case <-p.wakes[i]:
+		default:
+		}
 		tasks, st, err := q.reserveTasks(run, engine.Req{N: k, WantLeft: true, Arm: true, Owner: b.w.name()})
 		p.lookAgain(i, st)
 		if err == nil && (len(tasks) == 0 || st.Drained) {
