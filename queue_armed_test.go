@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fleet-go/fleet/fleettest"
 	"github.com/fleet-go/fleet/internal/engine"
 	"github.com/fleet-go/fleet/internal/redistest"
 )
@@ -96,16 +95,8 @@ func testArmedTake(t *testing.T, tg redistest.Target) {
 func TestArmedTakeNoScript(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	s, err := fleettest.StartServer(ctx, fleettest.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Stop)
-	f, err := Open(ctx, Options{URL: s.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = f.Close() })
+	_, open := ownServer(t)
+	f := open(Options{})
 	q := NewQueue[int](f, "armed", QueueOptions{})
 	arm := engine.Req{N: 1, WantLeft: true, Arm: true}
 	for i, flush := range []bool{false, false, true} {

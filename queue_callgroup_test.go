@@ -132,6 +132,28 @@ func groupServer(t *testing.T) (*fleettest.Server, *fleettest.Proxy, *Fleet, *Fl
 	return s, p, through, direct
 }
 
+// ownServer starts a server of the test's own and returns it, with a
+// function that opens a Fleet on it with opts (its URL set), closed when
+// the test ends.
+func ownServer(t *testing.T) (*fleettest.Server, func(Options) *Fleet) {
+	t.Helper()
+	s, err := fleettest.StartServer(context.Background(), fleettest.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	return s, func(opts Options) *Fleet {
+		t.Helper()
+		opts.URL = s.URL()
+		f, err := Open(context.Background(), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = f.Close() })
+		return f
+	}
+}
+
 // groupState reads q's group: whether a call is in flight, and how many
 // calls wait.
 func groupState(q *queueCore) (busy bool, pending int) {

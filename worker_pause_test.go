@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fleet-go/fleet/fleettest"
 	"github.com/fleet-go/fleet/internal/costmeter"
 )
 
@@ -17,20 +16,9 @@ import (
 func TestPauseGate(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	s, err := fleettest.StartServer(ctx, fleettest.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Stop)
+	s, openOwn := ownServer(t)
 	// CacheTTL an hour: only the invalidation can tell the gate in time.
-	open := func(noCache bool) *Fleet {
-		f, err := Open(ctx, Options{URL: s.URL(), DisableCache: noCache, CacheTTL: time.Hour})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = f.Close() })
-		return f
-	}
+	open := func(noCache bool) *Fleet { return openOwn(Options{DisableCache: noCache, CacheTTL: time.Hour}) }
 	gets := func() int64 {
 		out, err := s.Cli(ctx, "INFO", "commandstats", "cpu")
 		if err != nil {
