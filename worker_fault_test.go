@@ -361,3 +361,40 @@ func TestWorkerNeverStartsPastLease(t *testing.T) {
 		t.Fatalf("handlers began past their lease: %v", late)
 	}
 }
+
+// TestWorkerIdleWakeAfterCut: an idle batch worker sleeps on the
+// invalidation that its last take armed (its ConfigPoll is an hour, so no
+// poll wakes it). Cutting its connections ends the server's tracking with
+// them; rueidis says so (a nil invalidation, which wakes every waiter), and
+// the fetcher takes again on new connections, which arms again: a task
+// that another process submits after each cut is still picked up, and the
+// queue holds nothing after the last.
+func TestWorkerIdleWakeAfterCut(t *testing.T) {
+	t.Parallel()
+	px := startProxied(t, fleet.Options{Layout: fleet.LayoutCompat})
+	q := fleet.NewQueue[job](px.Through, "cutwake", fleet.QueueOptions{})
+	qd := fleet.NewQueue[job](px.Direct, "cutwake", fleet.QueueOptions{})
+	var mu sync.Mutex
+	done := 0
+	w := fleet.NewBatchWorker(px.Through, fleet.WorkerOptions{Type: "cw", ID: "w1", Slots: 4, ConfigPoll: time.Hour}, q,
+		fleet.BatchFunc[wcfg, out, job](func(context.Context, *fleet.Slot[wcfg, out], *fleet.Task[job]) error {
+			mu.Lock()
+			defer mu.Unlock()
+			done++
+			return nil
+		}))
+	startWorker(t, w)
+	handled := func() int { mu.Lock(); defer mu.Unlock(); return done }
+	const n = 4
+	for i := range n {
+		if _, err := qd.Submit(ctx(t), jobN(i)); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 10*time.Second, func() bool { return handled() == i+1 }, "task %d not picked up (%d handled) after %d cuts", i, later(func() any { return handled() }), i)
+		px.P.Cut()
+	}
+	waitQueueGone(t, px.E, px.E.qk("cutwake"))
+	if got := handled(); got != n {
+		t.Fatalf("%d tasks handled, want %d", got, n)
+	}
+}
