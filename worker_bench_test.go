@@ -13,6 +13,7 @@ import (
 
 	"github.com/fleet-go/fleet"
 	"github.com/fleet-go/fleet/fleettest"
+	"github.com/fleet-go/fleet/internal/costmeter"
 )
 
 // Benchmarks of the worker runtime on the single node.
@@ -194,4 +195,82 @@ func processCPU(tb testing.TB) time.Duration {
 		tb.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkWorkerIdleWakeups: how many idle workers one task wakes. P
+// workers, each on a Fleet of its own (as P processes would be), 4 slots
+// each, sleep on one queue; tasks are submitted one at a time, each after
+// the last was handled, so that every worker is asleep at each submit.
+// takes/task counts the reserve scripts that ran (one LPOP each), of which
+// one finds the task; server-µs/task is the server's CPU per task.
+//
+//	go test -run '^$' -bench BenchmarkWorkerIdleWakeups -benchtime 300x .
+func BenchmarkWorkerIdleWakeups(b *testing.B) {
+	for _, p := range []int{1, 4} {
+		b.Run(strconv.Itoa(p)+"-workers", func(b *testing.B) { benchIdleWakeups(b, p) })
+	}
+}
+
+func benchIdleWakeups(b *testing.B, p int) {
+	ctx := context.Background()
+	srv, err := fleettest.StartServer(ctx, fleettest.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer srv.Stop()
+	open := func() *fleet.Fleet {
+		f, err := fleet.Open(ctx, fleet.Options{URL: srv.URL()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return f
+	}
+	var handled atomic.Int64
+	for i := range p {
+		f := open()
+		defer f.Close()
+		w := fleet.NewBatchWorker(f, fleet.WorkerOptions{Type: "wake", ID: strconv.Itoa(i), Slots: 4}, fleet.NewQueue[job](f, "wake", fleet.QueueOptions{}),
+			fleet.BatchFunc[wcfg, out, job](func(context.Context, *fleet.Slot[wcfg, out], *fleet.Task[job]) error { handled.Add(1); return nil }))
+		if err := w.Start(ctx); err != nil {
+			b.Fatal(err)
+		}
+		defer w.Stop(ctx)
+	}
+	sf := open()
+	defer sf.Close()
+	q := fleet.NewQueue[job](sf, "wake", fleet.QueueOptions{})
+	stats := func() costmeter.Snapshot {
+		out, err := srv.Cli(ctx, "INFO", "commandstats", "cpu")
+		if err != nil {
+			b.Fatal(err)
+		}
+		s, err := costmeter.Parse(out)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return s
+	}
+	submit := func(i int) {
+		want := handled.Load() + 1
+		if _, err := q.Submit(ctx, jobN(i)); err != nil {
+			b.Fatal(err)
+		}
+		for handled.Load() < want {
+			time.Sleep(50 * time.Microsecond)
+		}
+		time.Sleep(2 * time.Millisecond) // every worker back asleep
+	}
+	for i := range 20 { // warm: scripts loaded, every worker armed
+		submit(i)
+	}
+	s0 := stats()
+	b.ResetTimer()
+	for i := range b.N {
+		submit(i)
+	}
+	b.StopTimer()
+	c := stats().Since(s0)
+	b.ReportMetric(float64(c.Calls["lpop"])/float64(b.N), "takes/task")
+	b.ReportMetric(float64(c.CPU.Microseconds())/float64(b.N), "server-µs/task")
+	b.ReportMetric(float64(c.Commands())/float64(b.N), "cmds/task")
 }
