@@ -118,7 +118,7 @@ func ownCalls(t *testing.T, s *fleettest.Server) map[string]int64 { return ownSt
 
 // ownStats reads INFO commandstats and cpu of a server of the test's own
 // through redis-cli.
-func ownStats(t *testing.T, s *fleettest.Server) costmeter.Snapshot {
+func ownStats(t testing.TB, s *fleettest.Server) costmeter.Snapshot {
 	t.Helper()
 	out, err := s.Cli(context.Background(), "INFO", "commandstats")
 	if err != nil {

@@ -17,6 +17,11 @@ import (
 
 // evalshaCalls reads how many EVALSHA calls s has served.
 func evalshaCalls(t *testing.T, s *fleettest.Server) int {
+	return int(serverStats(t, s).Calls["evalsha"])
+}
+
+// serverStats reads INFO commandstats and cpu of s through redis-cli.
+func serverStats(t *testing.T, s *fleettest.Server) costmeter.Snapshot {
 	t.Helper()
 	out, err := s.Cli(context.Background(), "INFO", "commandstats", "cpu")
 	if err != nil {
@@ -26,7 +31,7 @@ func evalshaCalls(t *testing.T, s *fleettest.Server) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return int(snap.Calls["evalsha"])
+	return snap
 }
 
 // TestAckGroup: concurrent Task.Acks of one queue share a call. With the

@@ -13,7 +13,6 @@ import (
 
 	"github.com/fleet-go/fleet"
 	"github.com/fleet-go/fleet/fleettest"
-	"github.com/fleet-go/fleet/internal/costmeter"
 )
 
 // Benchmarks of the worker runtime on the single node.
@@ -239,17 +238,6 @@ func benchIdleWakeups(b *testing.B, p int) {
 	sf := open()
 	defer sf.Close()
 	q := fleet.NewQueue[job](sf, "wake", fleet.QueueOptions{})
-	stats := func() costmeter.Snapshot {
-		out, err := srv.Cli(ctx, "INFO", "commandstats", "cpu")
-		if err != nil {
-			b.Fatal(err)
-		}
-		s, err := costmeter.Parse(out)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return s
-	}
 	submit := func(i int) {
 		want := handled.Load() + 1
 		if _, err := q.Submit(ctx, jobN(i)); err != nil {
@@ -263,13 +251,13 @@ func benchIdleWakeups(b *testing.B, p int) {
 	for i := range 20 { // warm: scripts loaded, every worker armed
 		submit(i)
 	}
-	s0 := stats()
+	s0 := ownStats(b, srv)
 	b.ResetTimer()
 	for i := range b.N {
 		submit(i)
 	}
 	b.StopTimer()
-	c := stats().Since(s0)
+	c := ownStats(b, srv).Since(s0)
 	b.ReportMetric(float64(c.Calls["lpop"])/float64(b.N), "takes/task")
 	b.ReportMetric(float64(c.CPU.Microseconds())/float64(b.N), "server-µs/task")
 	b.ReportMetric(float64(c.Commands())/float64(b.N), "cmds/task")

@@ -113,10 +113,7 @@ func (p *fetcher[C, O, P]) arm(ctx context.Context, i int, st engine.Reserved) b
 	if st.Armed {
 		l, err = p.qs[i].e.ArmedPending(ctx, st, st.Capped)
 	} else {
-		select { // stale: the read below sees every change before it
-		case <-p.wakes[i]:
-		default:
-		}
+		p.dropWake(i)                                       // the read below sees every change before it
 		l, _, err = p.qs[i].e.CachedPending(ctx, st.Capped) // every shard of a sharded queue
 	}
 	if err == nil && l > 0 {
@@ -126,6 +123,17 @@ func (p *fetcher[C, O, P]) arm(ctx context.Context, i int, st engine.Reserved) b
 		return false
 	}
 	return true
+}
+
+// dropWake drops queue i's wake-up that came already, if any: a caller
+// about to read the queue (a take, or the cached read that arms the next
+// wake-up) sees every change before its read, and a wake-up left over from
+// one of them would only make an empty take after the next sleep.
+func (p *fetcher[C, O, P]) dropWake(i int) {
+	select {
+	case <-p.wakes[i]:
+	default:
+	}
 }
 
 // pausedNow reports whether q, one of the fetcher's queues, is paused, by its
@@ -310,13 +318,9 @@ func (p *fetcher[C, O, P]) reserveFor(run context.Context, free int) (got int, f
 			continue
 		}
 		q := p.qs[i]
-		// A wake-up that came before this take is stale: the take, and the
-		// read that arms the next wake-up after it (armedTake, or arm's
-		// cached read), see every change before them.
-		select {
-		case <-p.wakes[i]:
-		default:
-		}
+		// The take, and the read that arms the next wake-up after it
+		// (armedTake, or arm's cached read), see every change before them.
+		p.dropWake(i)
 		tasks, st, err := q.reserveTasks(run, engine.Req{N: k, WantLeft: true, Arm: true, Owner: b.w.name()})
 		p.lookAgain(i, st)
 		if err == nil && (len(tasks) == 0 || st.Drained) {

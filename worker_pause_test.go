@@ -4,8 +4,6 @@ import (
 	"context"
 	"testing"
 	"time"
-
-	"github.com/fleet-go/fleet/internal/costmeter"
 )
 
 // TestPauseGate: a batch worker's pause gate, which its fetcher and its
@@ -19,17 +17,7 @@ func TestPauseGate(t *testing.T) {
 	s, openOwn := ownServer(t)
 	// CacheTTL an hour: only the invalidation can tell the gate in time.
 	open := func(noCache bool) *Fleet { return openOwn(Options{DisableCache: noCache, CacheTTL: time.Hour}) }
-	gets := func() int64 {
-		out, err := s.Cli(ctx, "INFO", "commandstats", "cpu")
-		if err != nil {
-			t.Fatal(err)
-		}
-		snap, err := costmeter.Parse(out)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return snap.Calls["get"]
-	}
+	gets := func() int64 { return serverStats(t, s).Calls["get"] }
 	f, other := open(false), open(false)
 	if _, err := NewQueue[int](other, "pg", QueueOptions{}).Submit(ctx, 1); err != nil {
 		t.Fatal(err) // the queue exists: Pause refuses an unknown one

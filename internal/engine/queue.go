@@ -132,11 +132,11 @@ func (q *Queue) Register(ctx context.Context) error {
 type Req struct {
 	N        int  // tasks to take at most; 0 with Acks: only ack
 	WantLeft bool // learn whether tasks are left pending (Reserved.Drained)
-	// Arm asks, with WantLeft, that a take which leaves nothing pending
-	// arm the invalidation of the queue's pending list and signal in the
-	// same round trip (armedTake), where the server can (Env.TrackScripts):
-	// Reserved.Armed says it did, and the caller needs no cached read to
-	// arm them. A sharded queue's spread never arms.
+	// Arm asks that the take arm the invalidation of the queue's pending
+	// list in its own round trip (armedTake), when the Fleet caches and the
+	// queue has never had groups or priorities: Reserved.Armed says it did,
+	// and the caller needs no cached read of the list to arm it
+	// (ArmedPending). A sharded queue's spread never arms.
 	Arm   bool
 	Owner string         // the worker ("type|id") whose name goes before the tokens; "" for none
 	Acks  []*Reservation // acked first, in the same call: tasks of this core's shard

@@ -299,12 +299,7 @@ func (q *Queue) CachedPending(ctx context.Context, signalOnly bool) (int64, []in
 		if err != nil && !rueidis.IsRedisNil(err) {
 			return 0, nil, err
 		}
-		if signalOnly {
-			l = 0
-		}
-		if sig != q.Sub(i).sched.signal.Load() {
-			l++
-		}
+		l = q.Sub(i).mayPend(l, sig, signalOnly)
 		lens[i] = l
 		sum += l
 	}
@@ -322,14 +317,20 @@ func (q *Queue) ArmedPending(ctx context.Context, st Reserved, signalOnly bool) 
 	if err != nil && !rueidis.IsRedisNil(err) {
 		return 0, err
 	}
-	l := st.Pending
+	return q.mayPend(st.Pending, sig, signalOnly), nil
+}
+
+// mayPend is what may be pending in q's shard, from its pending list's
+// length l (left out when signalOnly) and its signal sig as read: plus one
+// when the signal moved since q's last reserve saw it.
+func (q *Queue) mayPend(l, sig int64, signalOnly bool) int64 {
 	if signalOnly {
 		l = 0
 	}
 	if sig != q.sched.signal.Load() {
 		l++
 	}
-	return l, nil
+	return l
 }
 
 // spread is reserve on a sharded queue: it tries the shards
