@@ -131,3 +131,37 @@ func openArm(t *testing.T, tg redistest.Target, prefix string, noCache bool) *Fl
 	t.Cleanup(func() { _ = f.Close() })
 	return f
 }
+
+// TestArmedTakeCtxEnds: an armed take whose ctx ends while its replies are
+// held back returns ctx's error, and what its script took goes back to the
+// head of the queue, uncounted, once the replies flow (abandonReserve, as
+// for any take): nothing stays reserved.
+func TestArmedTakeCtxEnds(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, p, through, direct := groupServer(t)
+	q := NewQueue[int](through, "armedctx", QueueOptions{Lease: time.Minute})
+	qd := NewQueue[int](direct, "armedctx", QueueOptions{Lease: time.Minute})
+	if res, err := q.e.Reserve(ctx, engine.Req{N: 1}); err != nil || len(res.Tasks) != 0 {
+		t.Fatalf("take of an empty queue = %d tasks, %v", len(res.Tasks), err) // loads the script
+	}
+	if _, err := qd.Submit(ctx, 7); err != nil {
+		t.Fatal(err)
+	}
+	p.HoldReplies()
+	short, stop := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer stop()
+	res, err := q.e.Reserve(short, engine.Req{N: 1, WantLeft: true, Arm: true, Owner: "w|1"})
+	if err == nil || len(res.Tasks) != 0 {
+		t.Fatalf("armed take with its replies held = %d tasks, %v; want ctx's error", len(res.Tasks), err)
+	}
+	p.Thaw()
+	waitUntil(t, func() bool {
+		st, err := qd.Stats(ctx)
+		return err == nil && st.Pending == 1 && st.InFlight == 0
+	})
+	tasks, err := qd.Reserve(ctx, 1, 0)
+	if err != nil || len(tasks) != 1 || tasks[0].Attempts != 0 || tasks[0].Payload != 7 {
+		t.Fatalf("the task handed back = %+v, %v; want it whole, no attempt counted", tasks, err)
+	}
+}
