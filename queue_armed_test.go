@@ -48,14 +48,27 @@ func testArmedTake(t *testing.T, tg redistest.Target) {
 	if err != nil || len(res.Tasks) != 1 || !res.Armed || res.Pending != 0 || !res.Drained {
 		t.Fatalf("take of the last = %d tasks, armed %v, pending %d, drained %v, %v; want 1, armed, none left", len(res.Tasks), res.Armed, res.Pending, res.Drained, err)
 	}
-	wake, stop := q.e.ListenPending(ctx)
+	// The wake-up, on a queue that this Fleet never read before (an
+	// invalidation of the list above, left over from the first take's arm,
+	// may still be on its way; the fetcher drops such a one, dropWake): the
+	// take of the empty queue arms it, and only the push wakes it.
+	// Its first take loads the script where its slot lives (a cluster
+	// node of its own, maybe).
+	wq, wo := NewQueue[int](f, "armedwake", QueueOptions{}), NewQueue[int](other, "armedwake", QueueOptions{})
+	if _, err := wq.e.Reserve(ctx, engine.Req{N: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := wq.e.Reserve(ctx, arm); err != nil || len(res.Tasks) != 0 || !res.Armed || res.Pending != 0 || !res.Drained {
+		t.Fatalf("take of an empty queue = %d tasks, armed %v, pending %d, drained %v, %v; want none, armed, drained", len(res.Tasks), res.Armed, res.Pending, res.Drained, err)
+	}
+	wake, stop := wq.e.ListenPending(ctx)
 	defer stop()
 	select { // nothing changed since the take armed it
 	case <-wake:
 		t.Fatal("a wake-up before any push")
 	default:
 	}
-	if _, err := qo.Submit(ctx, 4); err != nil {
+	if _, err := wo.Submit(ctx, 4); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -84,8 +97,8 @@ func testArmedTake(t *testing.T, tg redistest.Target) {
 	if _, err := qo.Submit(ctx, 5); err != nil {
 		t.Fatal(err)
 	}
-	if res, err := nc.e.Reserve(ctx, arm); err != nil || len(res.Tasks) != 2 || res.Armed {
-		t.Fatalf("take without caching = %d tasks, armed %v, %v; want 2 (the push that woke the listener, and this one), unarmed", len(res.Tasks), res.Armed, err)
+	if res, err := nc.e.Reserve(ctx, arm); err != nil || len(res.Tasks) != 1 || res.Armed {
+		t.Fatalf("take without caching = %d tasks, armed %v, %v; want 1, unarmed", len(res.Tasks), res.Armed, err)
 	}
 }
 
