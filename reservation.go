@@ -54,6 +54,30 @@ func (r *reservation) Metadata() map[string]string { return r.r.Metadata() }
 // Group returns the task's group (SubmitOptions.Group), "" for none.
 func (r *reservation) Group() string { return r.r.Group() }
 
+// Queue returns the name of the task's queue.
+func (r *reservation) Queue() string { return r.core.name }
+
+// Lease returns the lease of the task's queue (QueueOptions.Lease): how
+// long a reserve made it last, and an Extend by Lease, as a worker's
+// keep-alive makes, makes it last again.
+func (r *reservation) Lease() time.Duration { return r.core.opts.Lease }
+
+// AfterAck adds fn to what runs once the task is acked (Ack, or a
+// worker's ack after its handler returned nil), as soon as Redis's reply
+// says the ack took effect: on the goroutine that reads the reply, before
+// the acking caller hears of it, and even when that caller's ctx ended
+// meanwhile. The funcs run once, in the order they were added. None runs
+// when the task is not acked by this reservation: a nack, a dead letter,
+// a release, a lease lost, a reply that never came (the ack may then have
+// happened). fn must be fast, must not block and must not call into the
+// Fleet: hand the work on (fleetsql deletes its completion rows in
+// batches from it).
+func (r *reservation) AfterAck(fn func()) {
+	if fn != nil {
+		r.r.AfterAck(fn)
+	}
+}
+
 // SetResult sets the task's result, kept with its record when it is acked
 // on a queue with QueueOptions.Retention (without it, nothing is kept). v
 // is encoded as JSON now; a later call replaces it. May return

@@ -74,7 +74,9 @@ const maxTable = 58
 type Options struct {
 	// Table is the outbox table's name, optionally qualified by a schema
 	// ("app.outbox"): letters, digits and underscores, at most 58 bytes in
-	// all. Its dead rows go to the table of the same name plus "_dead". On
+	// all. Its dead rows go to the table of the same name plus "_dead",
+	// and the completions of tasks (Complete) to the same name plus
+	// "_done". On
 	// PostgreSQL, the NOTIFY channel is named after it too. Names are
 	// quoted, so their case is kept. Defaults to DefaultTable.
 	Table string
@@ -107,6 +109,12 @@ type Outbox struct {
 	channel string // PostgreSQL NOTIFY channel: the table's name
 	listen  bool   // the driver is pgx's: the relay can LISTEN
 
+	done     string // the completion table: Table plus "_done"
+	qDone    string // quoted
+	complete string // Complete's statement
+	lookDone string // Completed's statement
+	ackedIDs ackedIDs
+
 	insert       string       // Submit's statement
 	insertNotify string       // ... with pg_notify (PostgreSQL)
 	every        int64        // NotifyInterval in nanoseconds
@@ -133,7 +141,8 @@ func New(db *sql.DB, opts Options) (*Outbox, error) {
 	if err := checkTable(opts.Table); err != nil {
 		return nil, fmt.Errorf("fleetsql: new: %w", err)
 	}
-	o := &Outbox{db: db, dialect: opts.Dialect, table: opts.Table, dead: opts.Table + "_dead", channel: opts.Table, every: int64(opts.NotifyInterval)}
+	o := &Outbox{db: db, dialect: opts.Dialect, table: opts.Table, dead: opts.Table + "_dead", done: opts.Table + "_done",
+		channel: opts.Table, every: int64(opts.NotifyInterval), ackedIDs: ackedIDs{full: make(chan struct{}, 1)}}
 	drv := driverDialect(db)
 	if o.dialect == DetectDialect {
 		o.dialect = drv
@@ -146,7 +155,13 @@ func New(db *sql.DB, opts Options) (*Outbox, error) {
 		return nil, fmt.Errorf("fleetsql: new: %w: %v", ErrDialect, o.dialect)
 	}
 	o.listen = o.dialect == PostgreSQL && drv == PostgreSQL
-	o.qTable, o.qDead = o.quote(o.table), o.quote(o.dead)
+	o.qTable, o.qDead, o.qDone = o.quote(o.table), o.quote(o.dead), o.quote(o.done)
+	o.lookDone = `SELECT queue, result FROM ` + o.qDone + ` WHERE task_id = $1`
+	o.complete = `INSERT INTO ` + o.qDone + ` (` + doneCols + `) VALUES ($1, $2, $3, $4)`
+	if o.dialect == MySQL {
+		o.lookDone = `SELECT queue, result FROM ` + o.qDone + ` WHERE task_id = ?`
+		o.complete = `INSERT INTO ` + o.qDone + ` (` + doneCols + `) VALUES (?, ?, ?, ?)`
+	}
 	if o.dialect == PostgreSQL {
 		o.insert = `INSERT INTO ` + o.qTable + ` (` + insertCols + `) VALUES ($1, $2, $3, $4, $5, $6, $7)`
 		o.insertNotify = `WITH r AS (INSERT INTO ` + o.qTable + ` (` + insertCols + `) VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING 1) SELECT pg_notify($8, '') FROM r`
@@ -159,6 +174,10 @@ func New(db *sql.DB, opts Options) (*Outbox, error) {
 // insertCols are the columns that Submit writes, in the order of its
 // arguments.
 const insertCols = `id, queue, payload, dedup_key, unique_ms, not_before_ms, options`
+
+// doneCols are the columns that Complete writes, in the order of its
+// arguments.
+const doneCols = `task_id, queue, token, result`
 
 // notify reports whether this Submit is to notify (PostgreSQL): the first
 // in each NotifyInterval.
@@ -179,6 +198,10 @@ func (o *Outbox) Table() string { return o.table }
 
 // DeadTable returns the dead-row table's name: Table plus "_dead".
 func (o *Outbox) DeadTable() string { return o.dead }
+
+// DoneTable returns the completion table's name (Complete): Table plus
+// "_done".
+func (o *Outbox) DoneTable() string { return o.done }
 
 // driverDialect names the dialect of db's driver, or DetectDialect.
 func driverDialect(db *sql.DB) Dialect {

@@ -7,9 +7,10 @@ import (
 
 // SchemaVersion is the version of the tables that MigrationSQL creates.
 // Version 2 added the options column (SubmitOptions' per-task options) to
-// both tables; MigrationSQL and Migrate upgrade a table of version 1 in
-// place.
-const SchemaVersion = 2
+// the outbox's two tables; version 3 added the completion table (Complete,
+// DoneTable). MigrationSQL and Migrate upgrade tables of versions 1 and 2
+// in place, keeping their rows.
+const SchemaVersion = 3
 
 // MigrationSQL returns the statements that create the outbox table and its
 // dead-row table, and upgrade tables of an older SchemaVersion, for the
@@ -30,9 +31,20 @@ const SchemaVersion = 2
 //	ALTER TABLE "fleet_outbox" ADD COLUMN IF NOT EXISTS options text;
 //
 // and "fleet_outbox_dead" with the same columns plus dead_at and reason
-// (before options, which version 2 added last, as the upgrade does). On
-// MySQL the types are CHAR(36), VARCHAR(512), LONGTEXT, BIGINT,
-// DATETIME(6) and TEXT, in InnoDB with utf8mb4. The ADD COLUMN IF NOT
+// (before options, which version 2 added last, as the upgrade does), and
+// the completion table (version 3; Complete):
+//
+//	CREATE TABLE IF NOT EXISTS "fleet_outbox_done" (
+//	    task_id       text        PRIMARY KEY,  -- the task's id
+//	    queue         text        NOT NULL,     -- the task's queue
+//	    token         text        NOT NULL,     -- the lease token of the reservation that completed it
+//	    result        text,                     -- the task's result (JSON), or NULL
+//	    done_at       timestamptz NOT NULL DEFAULT now()
+//	);
+//
+// On MySQL the types are CHAR(36), VARCHAR(512), LONGTEXT, BIGINT,
+// DATETIME(6) and TEXT, in InnoDB with utf8mb4 (the completion table:
+// VARCHAR(255), VARCHAR(512), VARCHAR(255), LONGTEXT, DATETIME(6)). The ADD COLUMN IF NOT
 // EXISTS is MariaDB's (10.0.2 and later); MySQL 8.0 has no such clause:
 // there, run Migrate, or run the ALTER statements without IF NOT EXISTS,
 // once, on tables of version 1 only. On PostgreSQL an ALTER TABLE waits
@@ -131,6 +143,12 @@ func (o *Outbox) migration() []step {
 		return []step{
 			{sql: `CREATE TABLE IF NOT EXISTS ` + o.qTable + ` (` + cols + `
 	created_at    DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),` + options + tail},
+			{sql: `CREATE TABLE IF NOT EXISTS ` + o.qDone + ` (
+	task_id       VARCHAR(255) NOT NULL PRIMARY KEY,
+	queue         VARCHAR(512) NOT NULL,
+	token         VARCHAR(255) NOT NULL,
+	result        LONGTEXT NULL,
+	done_at       DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)` + tail},
 			{sql: `CREATE TABLE IF NOT EXISTS ` + o.qDead + ` (` + cols + `
 	created_at    DATETIME(6) NOT NULL,
 	dead_at       DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
@@ -156,6 +174,13 @@ func (o *Outbox) migration() []step {
 	created_at    timestamptz NOT NULL,
 	dead_at       timestamptz NOT NULL DEFAULT now(),
 	reason        text        NOT NULL,` + options + `
+)`},
+		{sql: `CREATE TABLE IF NOT EXISTS ` + o.qDone + ` (
+	task_id       text        PRIMARY KEY,
+	queue         text        NOT NULL,
+	token         text        NOT NULL,
+	result        text,
+	done_at       timestamptz NOT NULL DEFAULT now()
 )`},
 		{sql: `ALTER TABLE ` + o.qTable + ` ADD COLUMN IF NOT EXISTS options text`, table: o.qTable, column: "options"},
 		{sql: `ALTER TABLE ` + o.qDead + ` ADD COLUMN IF NOT EXISTS options text`, table: o.qDead, column: "options"},

@@ -21,16 +21,19 @@ type Hooks struct {
 	Ended func(ctx context.Context, r *Reservation, outcome Outcome, ok bool)
 }
 
-// acked calls the acked hook for each of acks that its code (codes[i],
-// nil when the reply said nothing of them) says was acked.
+// acked calls the acked hook, and the reservation's own AfterAck funcs,
+// for each of acks that its code (codes[i], nil when the reply said
+// nothing of them) says was acked.
 func (q *Queue) acked(acks []*Reservation, codes []EndCode) {
 	h := q.env.Hooks.Acked
-	if h == nil {
-		return
-	}
 	for i, r := range acks {
 		if i < len(codes) && codes[i] == EndDone {
-			h(r)
+			if fn := r.afterAck.Load(); fn != nil {
+				(*fn)()
+			}
+			if h != nil {
+				h(r)
+			}
 		}
 	}
 }

@@ -49,6 +49,9 @@ type Reservation struct {
 	// tracked); progressed says it set a progress value (MarkProgressed).
 	track      int64
 	progressed atomic.Bool
+	// afterAck is what AfterAck asked to run once an ack step acked the
+	// task (hooks.go); nil for none.
+	afterAck atomic.Pointer[func()]
 }
 
 // ErrExpired is why a task whose SubmitOptions.ExpiresAt passed before
@@ -85,6 +88,26 @@ func (r *Reservation) Tracked() int64 { return r.track }
 
 // Clock returns the reservation's lease clock (internal/lease).
 func (r *Reservation) Clock() *lease.Clock { return &r.clock }
+
+// AfterAck adds fn to what runs once an ack step acked the task, as the
+// reply that says so comes in, on the goroutine that reads it (before the
+// acking caller hears of it, and even when that caller's ctx ended
+// meanwhile). The funcs run in the order they were added, once at most;
+// none runs when the task is not acked (a nack, a lease lost, a reply
+// that never came). fn must be fast and must not block.
+func (r *Reservation) AfterAck(fn func()) {
+	for {
+		old := r.afterAck.Load()
+		all := fn
+		if old != nil {
+			prev := *old
+			all = func() { prev(); fn() }
+		}
+		if r.afterAck.CompareAndSwap(old, &all) {
+			return
+		}
+	}
+}
 
 // MarkProgressed records that the task set a progress value, before the
 // value is written: its end step deletes it.
