@@ -41,7 +41,11 @@ const (
 // helperMain runs a relay until SIGTERM, logging its batches as JSON on
 // stderr; with hKillAt it SIGKILLs itself at that step.
 func helperMain(mode string) int {
-	if mode != "relay" {
+	switch mode {
+	case "worker":
+		return workerMain()
+	case "relay":
+	default:
 		fmt.Fprintf(os.Stderr, "unknown helper mode %q\n", mode)
 		return 2
 	}
@@ -110,16 +114,24 @@ type helper struct {
 	stderr bytes.Buffer
 	sums   map[string]int // relayed, duplicates, dead: summed over the logged batches
 	ready  chan struct{}  // closed when the process handles SIGTERM
+	// events counts a worker process's lines {"msg": m, "task": id}: m ->
+	// id -> lines.
+	events map[string]map[string]int
 }
 
 // startHelper starts a relay process on dsn and redis (prefix) with the
 // extra environment env ("NAME=value").
 func startHelper(tb testing.TB, d fleetsql.Dialect, dsn, redis, prefix string, env ...string) *helper {
+	return startProcess(tb, "relay", d, dsn, redis, prefix, env...)
+}
+
+// startProcess starts a helper process of mode (relay, worker).
+func startProcess(tb testing.TB, mode string, d fleetsql.Dialect, dsn, redis, prefix string, env ...string) *helper {
 	tb.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), helperEnv+"=relay", hDialect+"="+d.String(), hDSN+"="+dsn, hRedis+"="+redis, hPrefix+"="+prefix)
+	cmd.Env = append(os.Environ(), helperEnv+"="+mode, hDialect+"="+d.String(), hDSN+"="+dsn, hRedis+"="+redis, hPrefix+"="+prefix)
 	cmd.Env = append(cmd.Env, env...)
-	h := &helper{cmd: cmd, done: make(chan struct{}), ready: make(chan struct{}), sums: map[string]int{}}
+	h := &helper{cmd: cmd, done: make(chan struct{}), ready: make(chan struct{}), sums: map[string]int{}, events: map[string]map[string]int{}}
 	pipe, err := cmd.StderrPipe()
 	if err != nil {
 		tb.Fatal(err)
@@ -155,6 +167,13 @@ func (h *helper) read(r io.Reader) {
 		if json.Unmarshal(line, &m) == nil && m["msg"] == "ready" {
 			close(h.ready)
 		}
+		if id, ok := m["task"].(string); ok && m["msg"] != nil {
+			msg := fmt.Sprint(m["msg"])
+			if h.events[msg] == nil {
+				h.events[msg] = map[string]int{}
+			}
+			h.events[msg][id]++
+		}
 		if json.Unmarshal(line, &m) == nil && m["msg"] == "fleetsql: relayed" {
 			for _, k := range []string{"relayed", "duplicates", "dead"} {
 				if v, ok := m[k].(float64); ok {
@@ -170,6 +189,17 @@ func (h *helper) sum(k string) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.sums[k]
+}
+
+// counts returns a copy of the count of msg lines per task.
+func (h *helper) counts(msg string) map[string]int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	m := map[string]int{}
+	for id, n := range h.events[msg] {
+		m[id] = n
+	}
+	return m
 }
 
 func (h *helper) log() string {
