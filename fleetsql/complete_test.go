@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -391,4 +392,146 @@ func contains(s string, subs ...string) bool {
 		}
 	}
 	return true
+}
+
+// The lease runs out while a transaction that completed the task is still
+// open, and another worker takes the task: its Once finds no row (not
+// committed yet), runs the handler, and its Complete waits for the first
+// transaction's row; the first commits, so the second gets ErrCompleted,
+// rolls back, and Once acks the task with the first one's result. One
+// shipment, the first's.
+func TestLeaseRunsOutInTransaction(t *testing.T) {
+	forEach(t, func(t *testing.T, d fleetsql.Dialect) {
+		ctx := context.Background()
+		o, db, _ := newOutbox(t, d)
+		makeShipments(t, db, d)
+		f, _ := openFleet(t, sharedRedis(t).URL())
+		q := fleet.NewQueue[Ship](f, ships, fleet.QueueOptions{Lease: 300 * time.Millisecond, Retention: time.Hour})
+		id, err := q.Submit(ctx, Ship{Order: 5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := reserveOne(t, q)
+		took := make(chan struct{})
+		var once sync.Once
+		firstDone := make(chan error, 1)
+		go func() {
+			firstDone <- ship(ctx, db, o, first, "first", func(*sql.Tx) {
+				// Open past the lease, until the other worker runs the task.
+				<-took
+				time.Sleep(100 * time.Millisecond)
+			})
+		}()
+		var runs atomic.Int32
+		w := fleet.NewBatchWorker(f, fleet.WorkerOptions{Type: "shipper", Slots: 1}, q,
+			fleetsql.Once(o, fleet.BatchFunc[struct{}, struct{}, Ship](func(ctx context.Context, _ *fleet.Slot[struct{}, struct{}], tk *fleet.Task[Ship]) error {
+				runs.Add(1)
+				once.Do(func() { close(took) })
+				return ship(ctx, db, o, tk, "second", nil)
+			})))
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		if err := w.Start(wctx); err != nil {
+			t.Fatal(err)
+		}
+		defer w.Stop(context.Background())
+		waitFor(t, 10*time.Second, "the lease to run out and a sweep", func() bool {
+			st, err := f.Sweep(ctx, fleet.SweeperOptions{})
+			return err == nil && st.Requeued > 0
+		})
+		if err := <-firstDone; err != nil {
+			t.Fatalf("the first transaction: %v", err)
+		}
+		waitFor(t, 20*time.Second, "the task done", func() bool {
+			rec, err := q.Lookup(ctx, id)
+			return err == nil && rec.Status == fleet.TaskDone
+		})
+		rec, _ := q.Lookup(ctx, id)
+		if string(rec.Result) != `{"order":5,"by":"first"}` || runs.Load() != 1 {
+			t.Fatalf("result %s after %d runs, want the first's after 1", rec.Result, runs.Load())
+		}
+		if got := shipments(t, db); got[id] != 1 || len(got) != 1 {
+			t.Fatalf("shipments: %v", got)
+		}
+	})
+}
+
+// With the rest of fleet: a task completed in SQL whose first worker died
+// before its ack is a flow's step, in a group, on a queue with a
+// GlobalConcurrency of 1. Its next delivery acks it without a run: its
+// dependent is released once, and reads the recorded result; the group's
+// and the queue's permits come back once (the next task of the group runs,
+// and only one at a time).
+func TestCompleteFlowGroupsLimits(t *testing.T) {
+	forEach(t, func(t *testing.T, d fleetsql.Dialect) {
+		ctx := context.Background()
+		o, db, _ := newOutbox(t, d)
+		makeShipments(t, db, d)
+		f, _ := openFleet(t, sharedRedis(t).URL())
+		q := fleet.NewQueue[Ship](f, ships, fleet.QueueOptions{Lease: 300 * time.Millisecond, GlobalConcurrency: 1,
+			Groups: fleet.GroupLimits{Concurrency: 1}})
+		notes := fleet.NewQueue[Job](f, jobs, fleet.QueueOptions{})
+		fl := fleet.NewFlow(f, fleet.FlowOptions{})
+		a := fleet.AddStep(fl, q, Ship{Order: 9}, fleet.SubmitOptions{Group: "acme"})
+		fleet.AddStep(fl, notes, Job{N: 9}, fleet.SubmitOptions{After: fleet.Steps(a)})
+		if err := fl.Submit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		first := reserveOne(t, q)
+		if err := ship(ctx, db, o, first, "first", nil); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 10*time.Second, "the lease to run out and a sweep", func() bool {
+			st, err := f.Sweep(ctx, fleet.SweeperOptions{})
+			return err == nil && st.Requeued > 0
+		})
+		again := reserveOne(t, q)
+		if again.ID != first.ID {
+			t.Fatalf("reserved %s, want %s again", again.ID, first.ID)
+		}
+		res, done, err := fleetsql.Completed(ctx, o, again)
+		if err != nil || !done || string(res) != `{"order":9,"by":"first"}` {
+			t.Fatalf("Completed: %s %v %v", res, done, err)
+		}
+		if err := again.Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// The dependent, released once, reads the recorded result.
+		ts, err := notes.Reserve(ctx, 2, 5*time.Second)
+		if err != nil || len(ts) != 1 {
+			t.Fatalf("dependents released: %d, %v", len(ts), err)
+		}
+		deps, err := ts[0].Dependencies(ctx)
+		if err != nil || len(deps) != 1 || deps[0].Status != fleet.TaskDone || string(deps[0].Result) != `{"order":9,"by":"first"}` {
+			t.Fatalf("dependencies: %+v, %v", deps, err)
+		}
+		if err := ts[0].Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if more, err := notes.Reserve(ctx, 1, 200*time.Millisecond); err != nil || len(more) != 0 {
+			t.Fatalf("a second release: %d, %v", len(more), err)
+		}
+		// The permits: one more task of the group runs, and only one.
+		if _, err := q.SubmitWith(ctx, Ship{Order: 10}, fleet.SubmitOptions{Group: "acme"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := q.SubmitWith(ctx, Ship{Order: 11}, fleet.SubmitOptions{Group: "other"}); err != nil {
+			t.Fatal(err)
+		}
+		next := reserveOne(t, q)
+		if next.Payload.Order != 10 {
+			t.Fatalf("next: order %d, want 10", next.Payload.Order)
+		}
+		if more, err := q.Reserve(ctx, 1, 200*time.Millisecond); err != nil || len(more) != 0 {
+			t.Fatalf("a second task ran beside the first under GlobalConcurrency 1: %d, %v", len(more), err)
+		}
+		if err := next.Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if last := reserveOne(t, q); last.Payload.Order != 11 {
+			t.Fatalf("last: order %d, want 11", last.Payload.Order)
+		} else if err := last.Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
 }

@@ -320,7 +320,7 @@ func TestMigrateUpgradesV1(t *testing.T) {
 		q := fleet.NewQueue[Job](f, jobs, fleet.QueueOptions{})
 		check := func(what string, err error) {
 			t.Helper()
-			if !errors.Is(err, fleetsql.ErrNoTable) || !strings.Contains(err.Error(), "schema version 2") || !strings.Contains(err.Error(), "Outbox.Migrate") {
+			if !errors.Is(err, fleetsql.ErrNoTable) || !strings.Contains(err.Error(), "schema version 2") || !strings.Contains(err.Error(), "Outbox.Migrate") || !strings.Contains(err.Error(), "to version 3") {
 				t.Errorf("%s on a v1 table: %v, want ErrNoTable naming schema version 2 and the migration", what, err)
 			}
 		}
@@ -437,5 +437,98 @@ func TestMigrateCurrentTakesNoLock(t *testing.T) {
 		if err := o.Migrate(mctx); err != nil {
 			t.Fatalf("Migrate beside an open transaction: %v", err)
 		}
+	})
+}
+
+// Tables of SchemaVersion 2 with rows in them (an outbox row and a dead
+// row): Complete, Completed and Reap refuse them with ErrNoTable naming the
+// migration, while Submit and the relay go on; Migrate creates the
+// completion table and keeps every row, and the completion then works.
+func TestMigrateUpgradesV2(t *testing.T) {
+	forEach(t, func(t *testing.T, d fleetsql.Dialect) {
+		db, _ := testDB(t, d)
+		ctx := context.Background()
+		add := `ALTER TABLE "%s" ADD COLUMN options text`
+		if d == fleetsql.MySQL {
+			add = "ALTER TABLE `%s` ADD COLUMN options TEXT NULL"
+		}
+		stmts := append(v1(d, "fleet_outbox", "fleet_outbox_dead"), fmt.Sprintf(add, "fleet_outbox"), fmt.Sprintf(add, "fleet_outbox_dead"))
+		for _, s := range stmts {
+			if _, err := db.ExecContext(ctx, s); err != nil {
+				t.Fatal(err)
+			}
+		}
+		o, err := fleetsql.New(db, fleetsql.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, _ := openFleet(t, sharedRedis(t).URL())
+		q := fleet.NewQueue[Job](f, jobs, fleet.QueueOptions{})
+		ph := func(i int) string { return placeholder(d, i) }
+		deadID := uuid.Must(uuid.NewV7()).String()
+		if _, err := db.ExecContext(ctx, `INSERT INTO fleet_outbox_dead (id, queue, payload, dedup_key, unique_ms, not_before_ms, created_at, reason, options)
+			VALUES (`+ph(1)+`, 'jobs', '{"n":3}', NULL, 0, NULL, CURRENT_TIMESTAMP, 'no such queue', '{"priority":2}')`, deadID); err != nil {
+			t.Fatal(err)
+		}
+		// Submit works on version 2 (the outbox's tables are current).
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fleetsql.Submit(ctx, tx, o, q, Job{N: 1}, fleet.SubmitOptions{Priority: 1}); err != nil {
+			t.Fatalf("Submit on version 2: %v", err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := q.Submit(ctx, Job{N: 2}); err != nil {
+			t.Fatal(err)
+		}
+		tk := takeAll(t, q, 1)[2]
+		check := func(what string, err error) {
+			t.Helper()
+			if !errors.Is(err, fleetsql.ErrNoTable) || !strings.Contains(err.Error(), "fleet_outbox_done") || !strings.Contains(err.Error(), "Outbox.Migrate") {
+				t.Errorf("%s on version 2: %v, want ErrNoTable naming the completion table and the migration", what, err)
+			}
+		}
+		tx, err = db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check("Complete", fleetsql.Complete(ctx, tx, o, tk, 1))
+		tx.Rollback()
+		_, _, err = fleetsql.Completed(ctx, o, tk)
+		check("Completed", err)
+		check("Reap", o.Reap(ctx, fleetsql.ReapOptions{}))
+
+		for range 2 {
+			if err := o.Migrate(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for tbl, want := range map[string]int{"fleet_outbox": 1, "fleet_outbox_dead": 1, "fleet_outbox_done": 0} {
+			var n int
+			if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+tbl).Scan(&n); err != nil || n != want {
+				t.Errorf("%s after the upgrade: %d rows, %v; want %d", tbl, n, err, want)
+			}
+		}
+		var opts string
+		if err := db.QueryRowContext(ctx, "SELECT options FROM fleet_outbox_dead WHERE id = "+ph(1), deadID).Scan(&opts); err != nil || opts != `{"priority":2}` {
+			t.Errorf("the dead row after the upgrade: %q, %v", opts, err)
+		}
+		tx, err = db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := fleetsql.Complete(ctx, tx, o, tk, 1); err != nil {
+			t.Fatalf("Complete after the upgrade: %v", err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		if res, done, err := fleetsql.Completed(ctx, o, tk); err != nil || !done || string(res) != "1" {
+			t.Fatalf("Completed after the upgrade: %s, %v, %v", res, done, err)
+		}
+		_ = tk.Ack(ctx)
 	})
 }

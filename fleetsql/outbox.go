@@ -260,11 +260,15 @@ func (o *Outbox) tableErr(op string, err error) error {
 			op, ErrNoTable, o.table, o.dead, err)
 	}
 	if isNoColumn(err) {
-		return fmt.Errorf("fleetsql: %s: %w: %s or %s lacks a column of schema version %d (a table of an older version): run the migration (Outbox.Migrate, or the SQL of Outbox.MigrationSQL), which upgrades it in place: %w",
-			op, ErrNoTable, o.table, o.dead, SchemaVersion, err)
+		return fmt.Errorf("fleetsql: %s: %w: %s or %s lacks a column of schema version %d (a table of an older version): run the migration (Outbox.Migrate, or the SQL of Outbox.MigrationSQL), which upgrades it in place to version %d: %w",
+			op, ErrNoTable, o.table, o.dead, outboxVersion, SchemaVersion, err)
 	}
 	return fmt.Errorf("fleetsql: %s: %w", op, err)
 }
+
+// outboxVersion is the SchemaVersion that last changed the outbox's own
+// two tables (the options column).
+const outboxVersion = 2
 
 // isNoTable reports PostgreSQL's undefined_table (42P01) and MySQL's
 // ER_NO_SUCH_TABLE (1146).
