@@ -1,22 +1,35 @@
-// Command outbox places orders in PostgreSQL and submits each order's
-// shipping task in the same transaction, through fleetsql's outbox: a
-// task exists if and only if its order committed. A relay moves the
-// committed tasks to the queue (woken by NOTIFY), and a worker ships each
-// order, writing the shipment back to the order's row.
+// Command outbox shows a task completed if and only if its effects
+// committed, with fleetsql, from PostgreSQL through Redis and back:
+//
+//   - the host places each order and submits its shipping task in one
+//     transaction (fleetsql.Submit); every fifth order is rolled back, as
+//     a failed checkout would be, and leaves neither a row nor a task. A
+//     relay (Outbox.Relay) moves the committed tasks to the queue;
+//   - a worker, wrapped in fleetsql.Once, writes the order's shipment row
+//     and the task's completion (fleetsql.Complete) in one transaction,
+//     commits, then acks; Outbox.Reap deletes the completion rows of the
+//     acked tasks;
+//   - the workers run in processes of their own, this program started
+//     again. The first one kills itself (SIGKILL) right after the COMMIT
+//     of one order's shipment, before its ack. The second takes that task
+//     again once its lease ran out (a sweeper re-queues it): Once finds its
+//     completion row and acks it without running the handler.
+//
+// At the end the host checks that every order has exactly one shipment
+// row (the shipments table has no unique key that would hide a second
+// one) and every task is done, acked once, the killed order's by the
+// second worker with the first one's result; it exits non-zero when not.
 //
 //	go run ./examples/outbox -orders 50
 //
-// Every fifth order is rolled back after its INSERT and its Submit, as a
-// failed checkout would be: it leaves neither a row nor a task. The
-// example works in a throwaway database that it creates on the server of
-// -db (default FLEETSQL_POSTGRES_URL, else the local server) and drops at
-// the end; it uses FLEET_REDIS_URL, or starts a throwaway redis-server.
+// The example works in a throwaway database that it creates on the server
+// of -db (default FLEETSQL_POSTGRES_URL, else the local server) and drops
+// at the end; it uses FLEET_REDIS_URL, or starts a throwaway redis-server.
 package main
 
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"flag"
 	"fmt"
 	"log"
@@ -38,7 +51,24 @@ type Ship struct {
 	Item  string `json:"item" validate:"required,max=100"`
 }
 
+// Shipped is a shipping task's result, recorded by fleetsql.Complete.
+type Shipped struct {
+	Order int64  `json:"order"`
+	By    string `json:"by"` // the worker that committed the shipment
+}
+
+// queueOptions are the ship queue's, in the host and in the workers: a
+// short lease, so that the killed worker's tasks come back within seconds,
+// and the records of acked tasks kept for the host's checks (Lookup).
+var queueOptions = fleet.QueueOptions{Lease: 2 * time.Second, Retention: 10 * time.Minute}
+
 func main() {
+	if cfg := os.Getenv(workerEnv); cfg != "" { // run by the host as a worker
+		if err := runWorker(cfg); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
 	def := os.Getenv("FLEETSQL_POSTGRES_URL")
 	if def == "" {
 		def = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
@@ -51,21 +81,34 @@ func main() {
 	}
 }
 
+// run is the host: it places the orders, relays their tasks, sweeps, runs
+// the two worker processes one after the other, and checks the outcome.
 func run(dbURL string, orders int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	f, done, err := exredis.Open(ctx, "outbox")
+	redisURL, stopRedis, err := exredis.URL(ctx)
 	if err != nil {
 		return err
 	}
-	defer done()
-	db, drop, err := throwawayDB(ctx, dbURL)
+	defer stopRedis()
+	prefix := fmt.Sprintf("example-outbox-%d:", os.Getpid()) // the workers' too
+	f, err := fleet.Open(ctx, fleet.Options{URL: redisURL, Prefix: prefix})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		exredis.Cleanup(context.WithoutCancel(ctx), f.Client(), prefix)
+		f.Close()
+	}()
+	db, exampleDB, drop, err := throwawayDB(ctx, dbURL)
 	if err != nil {
 		return err
 	}
 	defer drop()
 
-	// Once: the outbox's tables, and the application's own.
+	// Once: the outbox's tables (with the completion table), and the
+	// application's own. shipments has no unique key on the order: a
+	// shipment made twice would show as two rows.
 	ob, err := fleetsql.New(db, fleetsql.Options{})
 	if err != nil {
 		return err
@@ -73,145 +116,134 @@ func run(dbURL string, orders int) error {
 	if err := ob.Migrate(ctx); err != nil {
 		return err
 	}
-	if _, err := db.ExecContext(ctx, `CREATE TABLE orders (
-		id bigserial PRIMARY KEY, item text NOT NULL, placed_at timestamptz NOT NULL DEFAULT now(), shipped_at timestamptz)`); err != nil {
+	if _, err := db.ExecContext(ctx, `
+		CREATE TABLE orders (id bigserial PRIMARY KEY, item text NOT NULL, placed_at timestamptz NOT NULL DEFAULT now());
+		CREATE TABLE shipments (id bigserial PRIMARY KEY, order_id bigint NOT NULL REFERENCES orders,
+			task_id text NOT NULL, worker text NOT NULL, shipped_at timestamptz NOT NULL DEFAULT now())`); err != nil {
 		return err
 	}
-	ship := fleet.NewQueue[Ship](f, "ship", fleet.QueueOptions{})
+	ship := fleet.NewQueue[Ship](f, "ship", queueOptions)
 
-	// In the background of the host: the relay, and a worker.
+	// In the background of the host: the relay, and the sweeper that
+	// re-queues the tasks whose lease ran out.
 	bg, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() { stop(); wg.Wait() }()
 	relayErr := make(chan error, 1)
 	wg.Go(func() { relayErr <- ob.Relay(bg, f, fleetsql.RelayOptions{}) })
-	var mu sync.Mutex
-	ran := 0
-	wg.Go(func() {
-		for bg.Err() == nil {
-			ts, err := ship.Reserve(bg, 10, time.Second)
-			if err != nil { // bg ended, or Redis is away: try again
-				time.Sleep(50 * time.Millisecond)
-				continue
-			}
-			for _, t := range ts {
-				if err := shipOrder(bg, db, t); err != nil {
-					_ = t.Nack(bg, err)
-					continue
-				}
-				mu.Lock()
-				ran++
-				mu.Unlock()
-			}
-		}
-	})
+	wg.Go(func() { _ = f.RunSweeper(bg, fleet.SweeperOptions{Interval: 200 * time.Millisecond}) })
 
-	placed, rolledBack := 0, 0
+	var placed []int64 // the committed orders
 	for i := range orders {
 		fail := i%5 == 4
-		if err := placeOrder(ctx, db, ob, ship, fmt.Sprintf("book-%d", i), fail); err != nil {
+		id, err := placeOrder(ctx, db, ob, ship, fmt.Sprintf("book-%d", i), fail)
+		if err != nil {
 			return err
 		}
-		if fail {
-			rolledBack++
-		} else {
-			placed++
+		if !fail {
+			placed = append(placed, id)
 		}
 	}
+	if len(placed) == 0 {
+		return fmt.Errorf("-orders %d: no order to ship", orders)
+	}
+	fmt.Printf("placed %d orders, rolled back %d (neither a row nor a task)\n", len(placed), orders-len(placed))
 
-	// Wait for every placed order to be shipped, and its task acked.
-	var shipped, left int
+	// worker-1 ships until it committed the shipment of the victim, and
+	// dies there, before the ack.
+	victim := placed[len(placed)/2]
+	cfg := workerConfig{DB: exampleDB, Redis: redisURL, Prefix: prefix}
+	w1, err := startWorker(ctx, cfg.as("worker-1", victim))
+	if err != nil {
+		return err
+	}
+	if err := w1.wait(); ctx.Err() != nil || !killed(err) {
+		return fmt.Errorf("worker-1 ended with %v, want it killed after the commit of order %d (ctx: %v)", err, victim, ctx.Err())
+	}
+	// The task's id: the relay's submit made it (fleetsql.Submit returns
+	// the outbox row's), and the handler wrote it in the shipment.
+	var victimTask string
+	if err := db.QueryRowContext(ctx, `SELECT task_id FROM shipments WHERE order_id = $1`, victim).Scan(&victimTask); err != nil {
+		return fmt.Errorf("worker-1 died without the shipment of order %d: %w", victim, err)
+	}
+	fmt.Printf("worker-1: committed the shipment of order %d (task %s), then killed itself before the ack\n", victim, victimTask)
+
+	// worker-2 ships the rest, and gets the victim again once its lease ran
+	// out; stopped once the outbox and the queue are empty (a dead task
+	// would stay there: check finds it).
+	w2, err := startWorker(ctx, cfg.as("worker-2", 0))
+	if err != nil {
+		return err
+	}
 	for {
-		if err := db.QueryRowContext(ctx, `SELECT count(*) FILTER (WHERE shipped_at IS NOT NULL), (SELECT count(*) FROM fleet_outbox) FROM orders`).Scan(&shipped, &left); err != nil {
+		var left int
+		if err := db.QueryRowContext(ctx, `SELECT count(*) FROM `+ob.Table()).Scan(&left); err != nil {
 			return err
 		}
-		mu.Lock()
-		acked := ran
-		mu.Unlock()
-		// A row is shipped before its task is acked: wait for both, so
-		// stopping the worker cannot cut an ack short.
-		if shipped == placed && left == 0 && acked == placed {
+		st, err := ship.Stats(ctx)
+		if err != nil {
+			return err
+		}
+		if left == 0 && st.Pending+st.InFlight+st.Scheduled == 0 {
 			break
 		}
 		select {
 		case err := <-relayErr:
 			return fmt.Errorf("relay: %w", err)
+		case <-w2.read:
+			return fmt.Errorf("worker-2 ended before the queue was empty: %v", w2.wait())
 		case <-ctx.Done():
-			return fmt.Errorf("%d of %d orders shipped, %d acked, %d rows in the outbox: %w", shipped, placed, acked, left, ctx.Err())
-		case <-time.After(20 * time.Millisecond):
+			return fmt.Errorf("%d rows in the outbox, queue %+v: %w", left, st, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
 		}
+	}
+	if err := w2.stop(); err != nil {
+		return fmt.Errorf("worker-2: %w", err)
 	}
 	stop()
 	wg.Wait()
-	var rows int
-	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM orders`).Scan(&rows); err != nil {
-		return err
-	}
-	st, err := ship.Stats(ctx)
-	if err != nil {
-		return err
-	}
-	fmt.Printf("orders=%d rolled_back=%d rows=%d shipped=%d outbox=%d queue_left=%d\n",
-		placed, rolledBack, rows, shipped, left, st.Pending+st.InFlight+st.Scheduled+st.Dead)
-	if rows != placed || shipped != placed || ran != placed {
-		return fmt.Errorf("%d rows, %d shipped, %d tasks run: want %d each", rows, shipped, ran, placed)
-	}
-	return nil
+	return check(ctx, db, ob, ship, placed, victim, w1, w2)
 }
 
 // placeOrder writes an order and its shipping task in one transaction;
-// with fail, it rolls back after both, as a failed checkout would.
-func placeOrder(ctx context.Context, db *sql.DB, ob *fleetsql.Outbox, ship *fleet.Queue[Ship], item string, fail bool) error {
+// with fail, it rolls back after both, as a failed checkout would. It
+// returns the order's id.
+func placeOrder(ctx context.Context, db *sql.DB, ob *fleetsql.Outbox, ship *fleet.Queue[Ship], item string, fail bool) (int64, error) {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
 	var id int64
 	if err := tx.QueryRowContext(ctx, `INSERT INTO orders (item) VALUES ($1) RETURNING id`, item).Scan(&id); err != nil {
-		return err
+		return 0, err
 	}
 	// Validated with the queue's rules here: a bad payload fails the
 	// checkout, not the relay. Nothing reaches Redis before the commit.
 	if _, err := fleetsql.Submit(ctx, tx, ob, ship, Ship{Order: id, Item: item}, fleet.SubmitOptions{}); err != nil {
-		return err
+		return 0, err
 	}
 	if fail {
-		return tx.Rollback()
+		return id, tx.Rollback()
 	}
-	return tx.Commit()
-}
-
-// shipOrder is the handler: it records the shipment on the order's row
-// (once, should the task run again after a lost ack), then acks.
-func shipOrder(ctx context.Context, db *sql.DB, t *fleet.Task[Ship]) error {
-	var id int64
-	err := db.QueryRowContext(ctx, `UPDATE orders SET shipped_at = coalesce(shipped_at, now()) WHERE id = $1 RETURNING id`,
-		t.Payload.Order).Scan(&id)
-	if errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("order %d does not exist: a task without its order", t.Payload.Order)
-	}
-	if err != nil {
-		return err
-	}
-	return t.Ack(ctx)
+	return id, tx.Commit()
 }
 
 // throwawayDB creates a database of its own on the server of dbURL, and
-// returns it open with a function that closes and drops it.
-func throwawayDB(ctx context.Context, dbURL string) (*sql.DB, func(), error) {
+// returns it open, its URL, and a function that closes and drops it.
+func throwawayDB(ctx context.Context, dbURL string) (*sql.DB, string, func(), error) {
 	u, err := url.Parse(dbURL)
 	if err != nil {
-		return nil, nil, fmt.Errorf("-db: %w", err)
+		return nil, "", nil, fmt.Errorf("-db: %w", err)
 	}
 	admin, err := sql.Open("pgx", dbURL)
 	if err != nil {
-		return nil, nil, err
+		return nil, "", nil, err
 	}
 	name := fmt.Sprintf("fleet_outbox_example_%d", os.Getpid())
 	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
 		admin.Close()
-		return nil, nil, fmt.Errorf("PostgreSQL at %s (install it: apt-get install -y postgresql, or set -db): %w", u.Redacted(), err)
+		return nil, "", nil, fmt.Errorf("PostgreSQL at %s (install it: apt-get install -y postgresql, or set -db): %w", u.Redacted(), err)
 	}
 	u.Path = "/" + name
 	db, err := sql.Open("pgx", u.String())
@@ -224,7 +256,7 @@ func throwawayDB(ctx context.Context, dbURL string) (*sql.DB, func(), error) {
 	}
 	if err != nil {
 		drop()
-		return nil, nil, err
+		return nil, "", nil, err
 	}
-	return db, drop, nil
+	return db, u.String(), drop, nil
 }

@@ -1,9 +1,22 @@
 package main
 
 import (
+	"log"
 	"os"
 	"testing"
 )
+
+// TestMain runs the worker processes that run starts: they are this test
+// binary started again, with the worker's config in workerEnv.
+func TestMain(m *testing.M) {
+	if cfg := os.Getenv(workerEnv); cfg != "" {
+		if err := runWorker(cfg); err != nil {
+			log.Fatal(err)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
 
 // TestExample runs the example end to end: on FLEETSQL_POSTGRES_URL (or
 // the local PostgreSQL) and FLEET_REDIS_URL (or a throwaway
