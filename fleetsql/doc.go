@@ -1,7 +1,10 @@
 // Package fleetsql submits fleet tasks from inside the application's own
 // SQL transaction: a task is enqueued if and only if the transaction
 // commits (River's InsertTx guarantee), through an outbox table, on
-// PostgreSQL and on MariaDB or MySQL. It is a module of its own, so that
+// PostgreSQL and on MariaDB or MySQL; and completes them inside it: a
+// task is done if and only if the transaction that wrote its effects
+// commits (River's JobCompleteTx guarantee; see "Completion in the
+// caller's transaction" below). It is a module of its own, so that
 // fleet's core needs no SQL driver.
 //
 // Redis cannot join a SQL transaction, but an outbox carries the
@@ -40,7 +43,8 @@
 // [Outbox.MigrationSQL] returns the SQL for the outbox's dialect and
 // table name ([Options.Table], default "fleet_outbox"), and
 // [Outbox.Migrate] runs it; both tables are created with IF NOT EXISTS.
-// [SchemaVersion] is 2. The outbox table:
+// [SchemaVersion] is 3 (version 3 added the completion table, below). The
+// outbox table:
 //
 //	id             uuid / CHAR(36)     PRIMARY KEY, a UUIDv7 made by Submit (time-ordered)
 //	queue          text / VARCHAR(512) the queue's name
@@ -114,6 +118,15 @@
 // options without them (and loses them from a row it moves to the dead
 // rows or, on PostgreSQL, puts back). A Submit or relay of version 2 on a
 // table of version 1 fails with ErrNoTable, naming the migration.
+//
+// # Upgrading from SchemaVersion 2
+//
+// Version 3 added the completion table (Table plus "_done"; see
+// Complete). Migrate, or MigrationSQL's CREATE TABLE IF NOT EXISTS,
+// creates it beside the outbox's two tables, whose rows and columns it
+// leaves as they are; Submit and the relays of version 2 go on working.
+// Complete, Completed, Once and Reap on a database without it fail with
+// ErrNoTable, naming the completion table and the migration.
 //
 // # The window
 //
@@ -212,6 +225,89 @@
 // statements per task (0.04 in bench/cmd/outbox's drain); at a low rate,
 // one batch per row, plus a few looks after it. Each NOTIFY wakes every
 // relay: replicas that find the row taken cost a statement or two each.
+//
+// # Completion in the caller's transaction
+//
+// The outbox makes a task "enqueued if and only if committed"; [Complete]
+// makes it "completed if and only if committed", the other half of
+// River's guarantee (JobCompleteTx), for a Redis queue and a database that
+// cannot share a transaction. A worker's handler writes its effects and
+// calls Complete in one transaction, then commits and returns nil:
+//
+//	ob.Reap(ctx, fleetsql.ReapOptions{}) // in the background of each worker host
+//	w := fleet.NewBatchWorker(f, opts, ship, fleetsql.Once(ob, fleet.BatchFunc[C, O, Ship](
+//		func(ctx context.Context, s *fleet.Slot[C, O], t *fleet.Task[Ship]) error {
+//			tx, err := db.BeginTx(ctx, nil)
+//			if err != nil {
+//				return err
+//			}
+//			defer tx.Rollback()
+//			if _, err := tx.ExecContext(ctx, `INSERT INTO shipments ...`, t.Payload.Order); err != nil {
+//				return err
+//			}
+//			if err := fleetsql.Complete(ctx, tx, ob, t, result); err != nil {
+//				return err // ErrCompleted, fleet.ErrLeaseLost: roll back
+//			}
+//			return tx.Commit() // the worker acks after this
+//		})))
+//
+// Complete writes a row of the completion table (DoneTable, SchemaVersion
+// 3: task_id PRIMARY KEY, queue, token, result, done_at) in the caller's
+// transaction, then extends the task's lease in Redis, which only the
+// reservation's holder can do (the fence). [Once] looks for the row before
+// each delivery (one SELECT by primary key) and acks the task without
+// running the handler when it is there, with the recorded result as the
+// task's result. What happens at each point:
+//
+//   - The process dies before the COMMIT, or the COMMIT never reaches the
+//     server: the database rolls the transaction back (effects and row);
+//     the task comes back when its lease runs out, and runs again.
+//   - It dies after the COMMIT and before the ack, or the connection
+//     breaks at COMMIT after the server committed (the handler gets an
+//     error, and cannot know): the next delivery finds the row and acks,
+//     without a run. The row decides; nothing else needs to know.
+//   - It dies after the ack: the task is gone; its row waits for the
+//     retention (below).
+//   - The lease runs out before Complete, and another worker reserved
+//     the task: Complete gets fleet.ErrLeaseLost and the transaction rolls
+//     back.
+//   - The lease runs out after Complete, while the COMMIT is on its way,
+//     and another worker runs the task: the two transactions meet on the
+//     row's primary key. The second's Complete waits for the first's row,
+//     and gets ErrCompleted once it commits (Once then acks with the
+//     first's result), or writes its own if it rolled back. Exactly one
+//     commits, at any isolation level of either database (a unique index
+//     sees every written row, not the snapshot; PostgreSQL's SERIALIZABLE
+//     may answer 40001 instead, a retry, after which the row is found).
+//
+// So a task's effects written in its completion's transaction happen
+// once. What is not covered: effects outside that transaction (an HTTP
+// call, a message) are at least once, as before; a handler's own reads
+// need the isolation its logic needs (READ COMMITTED, PostgreSQL's
+// default, or REPEATABLE READ, InnoDB's, serve a handler that only
+// writes); a Redis that loses an acked task's ack (no AOF with appendfsync
+// always) after Reap deleted its row delivers it again, and it runs again;
+// and a delivery later than ReapOptions.Retention after its completion
+// committed runs again.
+//
+// The rows. Complete and Once register Task.AfterAck: once the task's ack
+// took effect, its id goes to this process's [Outbox.Reap], which deletes
+// the rows of acked tasks in batches (one DELETE by primary key per 500
+// ids or per 100 ms), so the table holds only the rows of tasks whose ack
+// is not confirmed. A row whose ack was never confirmed to a running Reap
+// (the process died between its ack and the delete, or a task deleted by
+// hand) is deleted by a Reap once it is older than ReapOptions.Retention
+// (7 days by default), in batches under FOR UPDATE SKIP LOCKED, by any
+// number of replicas. Without a running Reap, the ids of acked tasks
+// gather in memory (up to 100,000) and their rows stay.
+//
+// Cost per task: one SELECT before the handler (Once), one INSERT in the
+// caller's transaction, one lease extension in Redis (a round trip), and
+// 1/500 of a DELETE under load. [SpanAttribute] on the handler's span
+// (fleetotel's worker middleware puts it in the ctx) says "sql" or
+// "sql-found". A task acked this way releases its flow's dependents once,
+// and gives back its group's and GlobalConcurrency's permits once, as any
+// ack: a delivery that finds the row is an ordinary ack of that delivery.
 //
 // # Left out
 //
