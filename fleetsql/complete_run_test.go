@@ -72,7 +72,7 @@ func TestCompleteFaultRun(t *testing.T) {
 			start := func() *helper {
 				point := points[rng.IntN(len(points))]
 				h := startProcess(t, "worker", d, dsn, srv.URL(), prefix, hKillAt+"="+point,
-					hKillAfter+"="+strconv.Itoa(20+rng.IntN(300)), hSlots+"=4")
+					hKillAfter+"="+strconv.Itoa(100+rng.IntN(500)), hSlots+"=4")
 				mu.Lock()
 				all = append(all, h)
 				mu.Unlock()
@@ -109,7 +109,7 @@ func TestCompleteFaultRun(t *testing.T) {
 					if time.Now().After(outside) {
 						// A kill from outside, at whatever the process was doing.
 						_ = procs[rng.IntN(len(procs))].cmd.Process.Kill()
-						outside = time.Now().Add(time.Duration(500+rng.IntN(1500)) * time.Millisecond)
+						outside = time.Now().Add(time.Duration(1500+rng.IntN(2500)) * time.Millisecond)
 					}
 				}
 			}()
@@ -117,7 +117,9 @@ func TestCompleteFaultRun(t *testing.T) {
 			waitFor(t, 5*time.Minute, "a third of the tasks", func() bool { return done() >= n/3 })
 			srv.Kill()
 			time.Sleep(500 * time.Millisecond)
-			if err := srv.Restart(ctx); err != nil {
+			rctx, rcancel := context.WithTimeout(context.Background(), time.Minute)
+			defer rcancel()
+			if err := srv.Restart(rctx); err != nil {
 				t.Fatal(err)
 			}
 			if pg != nil {

@@ -102,6 +102,14 @@ func ExampleOutbox_MigrationSQL() {
 	// 	options       TEXT NULL
 	// ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 	//
+	// CREATE TABLE IF NOT EXISTS `order_tasks_done` (
+	// 	task_id       VARCHAR(255) NOT NULL PRIMARY KEY,
+	// 	queue         VARCHAR(512) NOT NULL,
+	// 	token         VARCHAR(255) NOT NULL,
+	// 	result        LONGTEXT NULL,
+	// 	done_at       DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
+	// ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+	//
 	// ALTER TABLE `order_tasks` ADD COLUMN IF NOT EXISTS options TEXT NULL;
 	//
 	// ALTER TABLE `order_tasks_dead` ADD COLUMN IF NOT EXISTS options TEXT NULL;

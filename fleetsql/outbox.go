@@ -282,6 +282,12 @@ func isNoColumn(err error) bool { return isDBError(err, "42703", 1054) }
 // ER_DUP_FIELDNAME (1060).
 func isDupColumn(err error) bool { return isDBError(err, "42701", 1060) }
 
+// isDupTable reports what PostgreSQL answers a CREATE TABLE IF NOT EXISTS
+// whose table another session created at the same moment: duplicate_table
+// (42P07), or unique_violation (23505) on its row type in pg_type. (MySQL
+// takes a metadata lock: IF NOT EXISTS holds there.)
+func isDupTable(err error) bool { return isDBError(err, "42P07", 0) || isDBError(err, "23505", 0) }
+
 // isDBError reports whether err is PostgreSQL's error of SQLSTATE pgCode
 // or MySQL's error number myNumber.
 func isDBError(err error, pgCode string, myNumber uint16) bool {

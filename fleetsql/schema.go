@@ -92,7 +92,7 @@ func (o *Outbox) Migrate(ctx context.Context) error {
 		if m.mysqlAlter != "" {
 			s = m.mysqlAlter
 		}
-		if _, err := o.db.ExecContext(ctx, s); err != nil && !isDupColumn(err) { // a column that another Migrate added meanwhile
+		if _, err := o.db.ExecContext(ctx, s); err != nil && !isDupColumn(err) && !isDupTable(err) { // a column or table that another Migrate added meanwhile
 			return o.tableErr("migrate", err)
 		}
 	}
@@ -143,16 +143,16 @@ func (o *Outbox) migration() []step {
 		return []step{
 			{sql: `CREATE TABLE IF NOT EXISTS ` + o.qTable + ` (` + cols + `
 	created_at    DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),` + options + tail},
+			{sql: `CREATE TABLE IF NOT EXISTS ` + o.qDead + ` (` + cols + `
+	created_at    DATETIME(6) NOT NULL,
+	dead_at       DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+	reason        TEXT NOT NULL,` + options + tail},
 			{sql: `CREATE TABLE IF NOT EXISTS ` + o.qDone + ` (
 	task_id       VARCHAR(255) NOT NULL PRIMARY KEY,
 	queue         VARCHAR(512) NOT NULL,
 	token         VARCHAR(255) NOT NULL,
 	result        LONGTEXT NULL,
 	done_at       DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)` + tail},
-			{sql: `CREATE TABLE IF NOT EXISTS ` + o.qDead + ` (` + cols + `
-	created_at    DATETIME(6) NOT NULL,
-	dead_at       DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
-	reason        TEXT NOT NULL,` + options + tail},
 			alter(o.qTable),
 			alter(o.qDead),
 		}
