@@ -489,3 +489,41 @@ func TestFlowSharded(t *testing.T) {
 		noLeftovers(t, e)
 	})
 }
+
+// A caller who awaited a flow's last task sees the flow done: a flow of
+// three fetches and a join that sums their results, run by workers; once
+// ResultOf(join, Await()) returns 6, FlowStatus says done with 4
+// succeeded, at once, every time (Wait returns only once the task's end
+// was passed on to its flow).
+func TestAwaitThenFlowStatus(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		t.Parallel()
+		e := open(t, tg)
+		fetch := fleet.NewQueue[node](e.F, "af-fetch", fleet.QueueOptions{})
+		join := fleet.NewQueue[node](e.F, "af-join", fleet.QueueOptions{})
+		log := newRunLog()
+		flowWorker(t, e.F, fetch, log, func(ctx context.Context, tk *fleet.Task[node]) (int, error) { return tk.Payload.N, nil })
+		flowWorker(t, e.F, join, log, sumKids(fetch))
+		for round := range 10 {
+			fl := fleet.NewFlow(e.F, fleet.FlowOptions{})
+			var kids []string
+			var deps []*fleet.FlowStep
+			for n := 1; n <= 3; n++ {
+				s := fleet.AddStep(fl, fetch, node{N: n}, fleet.SubmitOptions{})
+				kids, deps = append(kids, s.ID()), append(deps, s)
+			}
+			j := fleet.AddStep(fl, join, node{Kids: kids}, fleet.SubmitOptions{After: fleet.Steps(deps...)})
+			if err := fl.Submit(ctx(t)); err != nil {
+				t.Fatal(err)
+			}
+			sum, err := fleet.ResultOf[int](ctx(t), join, j.ID(), fleet.Await())
+			if err != nil || sum != 6 {
+				t.Fatalf("round %d: ResultOf = %d, %v", round, sum, err)
+			}
+			st, err := e.F.FlowStatus(ctx(t), fl.ID())
+			if err != nil || st.State != fleet.FlowDone || st.Succeeded != 4 || st.Pending != 0 {
+				t.Fatalf("round %d: right after the awaited last task, FlowStatus = %+v, %v; want done, 4 succeeded", round, st, err)
+			}
+		}
+	})
+}

@@ -20,7 +20,12 @@ const waitRecheck = 5 * time.Second
 // invalidation, so within a round trip of the end, whichever process ended
 // it; it looks again after a reconnect (a Redis restart, a failover),
 // since the server's tracking is reset then. A task that ended and whose
-// end is recorded returns at once.
+// end is recorded returns at once; a tracked task (a flow's or batch's),
+// once its end was also passed on to its dependents and its flow or batch
+// (the step that deletes its flow record, fleet:queue:<name>:flow:<id>),
+// so that a FlowStatus read after Wait counts it: after a flow's last task,
+// FlowStatus says done. That pass-on follows the end at once in the
+// process that ended it; after a crash, a sweeper makes it within seconds.
 //
 // A task's end is recorded when it is tracked (SubmitOptions.Track or
 // After, a Flow, a Batch), or, for an ack, when the acking handle has
@@ -51,9 +56,16 @@ func (q *queueCore) Wait(ctx context.Context, id string) (TaskRecord, error) {
 	for _, s := range shards {
 		keys = append(keys, s.key.Dead)
 	}
+	// A tracked task's flow record lives until its end was passed on to its
+	// dependents and its flow: listened to as well, so that Wait returns
+	// once its flow counts it (passedOn).
+	listen := keys
+	for _, s := range shards {
+		listen = append(listen, s.key.Flow+id)
+	}
 	wake, quit := make(chan struct{}, 1), make(chan struct{})
 	defer close(quit)
-	for _, k := range keys {
+	for _, k := range listen {
 		ch, stop := f.watch.Listen(k)
 		defer stop()
 		go func() { // ends with Wait
@@ -80,6 +92,11 @@ func (q *queueCore) Wait(ctx context.Context, id string) (TaskRecord, error) {
 					}
 					if v != nil {
 						r := recordOf(id, []string{"done", *v})
+						if on, err := q.passedOn(ctx, shards, id); err != nil {
+							return r, opErr(op, q.name, err)
+						} else if !on {
+							break // its flow is told next: wait for that
+						}
 						return r, opErr(op, q.name, waitErr(r))
 					}
 					continue
@@ -95,7 +112,13 @@ func (q *queueCore) Wait(ctx context.Context, id string) (TaskRecord, error) {
 		}
 		switch r.Status {
 		case TaskDone, TaskDead, TaskCanceled:
-			return r, opErr(op, q.name, waitErr(r))
+			on, err := q.passedOn(ctx, shards, id)
+			if err != nil {
+				return r, opErr(op, q.name, err)
+			}
+			if on {
+				return r, opErr(op, q.name, waitErr(r))
+			}
 		}
 		d := waitRecheck
 		if !f.cache {
@@ -114,6 +137,33 @@ func (q *queueCore) Wait(ctx context.Context, id string) (TaskRecord, error) {
 		}
 		t.Stop()
 	}
+}
+
+// passedOn reports whether the end of task id, which ended, has been
+// passed on to its dependents and its flow or batch (flow_drive.go): its
+// flow record (fleet:queue:<name>:flow:<id>) is gone, or it never had one
+// (not tracked). Until then a caller that waited for the last task of a
+// flow would see the flow's status without it. Read through the cache,
+// so that the record's deletion wakes Wait.
+func (q *queueCore) passedOn(ctx context.Context, shards []*queueCore, id string) (bool, error) {
+	f := q.fleet
+	for _, s := range shards {
+		k := s.key.Flow + id
+		var n int64
+		var err error
+		if f.cache {
+			n, err = f.client.DoCache(ctx, noTTL(f.client.B().Hlen().Key(k).Cache()), hintTTL).AsInt64()
+		} else {
+			n, err = f.client.Do(ctx, f.client.B().Exists().Key(k).Build()).AsInt64()
+		}
+		if err != nil {
+			return false, err
+		}
+		if n > 0 {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // waitErr is Wait's error for an ended task's record: nil when done.
