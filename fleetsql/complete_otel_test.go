@@ -28,7 +28,7 @@ func (s *recSpan) SetAttributes(kv ...attribute.KeyValue) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, a := range kv {
-		s.attrs[a.Key] = a.Value.Emit()
+		s.attrs[a.Key] = a.Value.String()
 	}
 }
 

@@ -148,8 +148,8 @@ func TestCompleteFaultRun(t *testing.T) {
 					ran += c
 				}
 			}
-			t.Logf("%d tasks, %d worker processes (how each ended: %v), %d handler runs (%d more than the tasks: runs whose transaction a kill or a fault rolled back), effects: exactly once each",
-				n, len(procsAll), kills, ran, ran-n)
+			t.Logf("%d tasks, %d worker processes (how each ended: %v), %d handler runs (%d more than the tasks: runs whose transaction a kill or a fault rolled back), effects: exactly once each; %d completion rows left for the retention (acked by a process killed before its Reap deleted them)",
+				n, len(procsAll), kills, ran, ran-n, count(t, db, o, o.DoneTable()))
 		})
 	}
 }
