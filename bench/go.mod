@@ -13,6 +13,7 @@ require (
 	github.com/fleet-go/fleet v0.0.0
 	github.com/fleet-go/fleet/fleetsql v0.0.0
 	github.com/go-redsync/redsync/v4 v4.18.1
+	github.com/go-sql-driver/mysql v1.10.2
 	github.com/gocraft/work v0.5.1
 	github.com/gomodule/redigo v1.9.3
 	github.com/hibiken/asynq v0.26.0
@@ -51,7 +52,6 @@ require (
 	github.com/go-playground/locales v0.14.2 // indirect
 	github.com/go-playground/universal-translator v0.18.2 // indirect
 	github.com/go-playground/validator/v10 v10.30.6 // indirect
-	github.com/go-sql-driver/mysql v1.10.2 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/invopop/jsonschema v0.14.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
