@@ -167,7 +167,12 @@ func Completed[P any](ctx context.Context, o *Outbox, t *fleet.Task[P]) (result 
 // transaction committed first (ErrCompleted), Once reads that row and acks
 // the same way. Every other outcome of a is the worker's as usual.
 //
-//	w := fleet.NewBatchWorker(f, opts, ship, fleetsql.Once(ob, fleet.TaskFunc(...)))
+//	w := fleet.NewBatchWorker(f, opts, ship, fleetsql.Once(ob, fleet.BatchFunc[C, O, Ship](
+//		func(ctx context.Context, s *fleet.Slot[C, O], t *fleet.Task[Ship]) error {
+//			... // BEGIN, the effects, Complete(ctx, tx, ob, t, result), COMMIT
+//		})))
+//
+// (a BatchFunc, not a TaskFunc: Complete needs the *fleet.Task).
 //
 // Run Reap in the worker's process, so that the rows of acked tasks are
 // deleted.

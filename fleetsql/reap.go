@@ -164,8 +164,11 @@ func (o *Outbox) Pending() int {
 // also deletes the rows older than Retention, whoever wrote them, Batch at
 // a time (PostgreSQL: DELETE ... WHERE task_id IN (SELECT ... FOR UPDATE
 // SKIP LOCKED); MySQL: the same SELECT, then a DELETE per row, in a READ
-// COMMITTED transaction), so any number of replicas may run at once. A
-// delete that fails is retried at the next flush.
+// COMMITTED transaction), so any number of replicas may run at once. That
+// look scans the table (done_at has no index, which would cost every
+// Complete an index write): cheap while the table holds only the rows of
+// tasks in flight, as it does while a Reap keeps up. A delete that fails
+// is retried at the next flush.
 //
 // Without a running Reap, the ids of acked tasks gather in memory (at most
 // 100,000; past that their rows wait for a Reap's Retention). May return
