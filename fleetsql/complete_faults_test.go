@@ -51,29 +51,8 @@ func workerMain() int {
 		fmt.Fprintf(os.Stderr, "{\"msg\":%q,\"task\":%q}\n", msg, id)
 	}
 	fmt.Fprintln(os.Stderr, `{"msg":"ready"}`)
-	at := os.Getenv(hKillAt)
-	after, _ := strconv.Atoi(os.Getenv(hKillAfter))
-	after = max(after, 1)
-	var seen int
-	kill := func(point, id string) {
-		if point != at {
-			return
-		}
-		mu.Lock()
-		seen++
-		n := seen
-		mu.Unlock()
-		if n == after {
-			say("killed at "+point, id)
-			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-			select {} // the signal is on its way
-		}
-	}
-	driver := "pgx"
-	if os.Getenv(hDialect) == "mysql" {
-		driver = "mysql"
-	}
-	db, err := sql.Open(driver, os.Getenv(hDSN))
+	kill := killer(func(point, id string) { say("killed at "+point, id) })
+	db, err := helperDB()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -301,7 +280,6 @@ func TestCompleteConnectionCutAtCommit(t *testing.T) {
 			}
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
-				ctx := context.Background()
 				o, direct, dsn := newOutbox(t, d)
 				makeShipments(t, direct, d)
 				target := "127.0.0.1:5432"
@@ -351,17 +329,8 @@ func TestCompleteConnectionCutAtCommit(t *testing.T) {
 						p.Cut() // the COMMIT goes nowhere
 					})
 				})
-				w := fleet.NewBatchWorker(f, fleet.WorkerOptions{Type: "shipper", Slots: 1}, q, fleetsql.Once(ob, handler))
-				wctx, cancel := context.WithCancel(ctx)
-				defer cancel()
-				if err := w.Start(wctx); err != nil {
-					t.Fatal(err)
-				}
-				defer w.Stop(context.Background())
-				waitFor(t, time.Minute, "the task done", func() bool {
-					rec, err := q.Lookup(ctx, id)
-					return err == nil && rec.Status == fleet.TaskDone
-				})
+				startShipper(t, f, q, ob, handler)
+				waitDone(t, q, id)
 				mu.Lock()
 				defer mu.Unlock()
 				if want := map[bool]int{true: 1, false: 2}[reached]; runs != want {

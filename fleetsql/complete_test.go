@@ -194,16 +194,8 @@ func TestOnceFindsCompletion(t *testing.T) {
 			t.Fatal(err)
 		}
 		// No ack: the lease runs out, and a sweep re-queues the task.
-		waitFor(t, 10*time.Second, "the lease to run out and a sweep", func() bool {
-			st, err := f.Sweep(ctx, fleet.SweeperOptions{})
-			return err == nil && st.Requeued > 0
-		})
+		sweepExpired(t, f)
 		var runs atomic.Int32
-		w := fleet.NewBatchWorker(f, fleet.WorkerOptions{Type: "shipper", Slots: 1}, q,
-			fleetsql.Once(o, fleet.TaskFunc(func(ctx context.Context, p Ship) error {
-				runs.Add(1)
-				return errors.New("the handler ran again")
-			})))
 		rctx, cancel := context.WithCancel(ctx)
 		reaped := make(chan error, 1)
 		go func() { reaped <- o.Reap(rctx, fleetsql.ReapOptions{FlushEvery: 10 * time.Millisecond}) }()
@@ -213,14 +205,11 @@ func TestOnceFindsCompletion(t *testing.T) {
 				t.Errorf("Reap: %v", err)
 			}
 		}()
-		if err := w.Start(rctx); err != nil {
-			t.Fatal(err)
-		}
-		defer w.Stop(context.Background())
-		waitFor(t, 20*time.Second, "the task done", func() bool {
-			rec, err := q.Lookup(ctx, id)
-			return err == nil && rec.Status == fleet.TaskDone
+		startShipper(t, f, q, o, func(context.Context, *fleet.Slot[struct{}, struct{}], *fleet.Task[Ship]) error {
+			runs.Add(1)
+			return errors.New("the handler ran again")
 		})
+		waitDone(t, q, id)
 		waitFor(t, 20*time.Second, "the row reaped", func() bool { _, _, _, ok := doneRow(t, db, o, id); return !ok })
 		if runs.Load() != 0 {
 			t.Fatalf("the handler ran %d times after its completion committed", runs.Load())
@@ -255,10 +244,7 @@ func TestCompleteFenced(t *testing.T) {
 			t.Fatal(err)
 		}
 		old := reserveOne(t, q)
-		waitFor(t, 10*time.Second, "the lease to run out and a sweep", func() bool {
-			st, err := f.Sweep(ctx, fleet.SweeperOptions{})
-			return err == nil && st.Requeued > 0
-		})
+		sweepExpired(t, f)
 		cur := reserveOne(t, q)
 		if err := ship(ctx, db, o, old, "old", nil); !errors.Is(err, fleet.ErrLeaseLost) {
 			t.Fatalf("Complete by a reservation taken over: %v, want ErrLeaseLost", err)
@@ -423,29 +409,16 @@ func TestLeaseRunsOutInTransaction(t *testing.T) {
 			})
 		}()
 		var runs atomic.Int32
-		w := fleet.NewBatchWorker(f, fleet.WorkerOptions{Type: "shipper", Slots: 1}, q,
-			fleetsql.Once(o, fleet.BatchFunc[struct{}, struct{}, Ship](func(ctx context.Context, _ *fleet.Slot[struct{}, struct{}], tk *fleet.Task[Ship]) error {
-				runs.Add(1)
-				once.Do(func() { close(took) })
-				return ship(ctx, db, o, tk, "second", nil)
-			})))
-		wctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		if err := w.Start(wctx); err != nil {
-			t.Fatal(err)
-		}
-		defer w.Stop(context.Background())
-		waitFor(t, 10*time.Second, "the lease to run out and a sweep", func() bool {
-			st, err := f.Sweep(ctx, fleet.SweeperOptions{})
-			return err == nil && st.Requeued > 0
+		startShipper(t, f, q, o, func(ctx context.Context, _ *fleet.Slot[struct{}, struct{}], tk *fleet.Task[Ship]) error {
+			runs.Add(1)
+			once.Do(func() { close(took) })
+			return ship(ctx, db, o, tk, "second", nil)
 		})
+		sweepExpired(t, f)
 		if err := <-firstDone; err != nil {
 			t.Fatalf("the first transaction: %v", err)
 		}
-		waitFor(t, 20*time.Second, "the task done", func() bool {
-			rec, err := q.Lookup(ctx, id)
-			return err == nil && rec.Status == fleet.TaskDone
-		})
+		waitDone(t, q, id)
 		rec, _ := q.Lookup(ctx, id)
 		if string(rec.Result) != `{"order":5,"by":"first"}` || runs.Load() != 1 {
 			t.Fatalf("result %s after %d runs, want the first's after 1", rec.Result, runs.Load())
@@ -481,10 +454,7 @@ func TestCompleteFlowGroupsLimits(t *testing.T) {
 		if err := ship(ctx, db, o, first, "first", nil); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 10*time.Second, "the lease to run out and a sweep", func() bool {
-			st, err := f.Sweep(ctx, fleet.SweeperOptions{})
-			return err == nil && st.Requeued > 0
-		})
+		sweepExpired(t, f)
 		again := reserveOne(t, q)
 		if again.ID != first.ID {
 			t.Fatalf("reserved %s, want %s again", again.ID, first.ID)
@@ -533,5 +503,40 @@ func TestCompleteFlowGroupsLimits(t *testing.T) {
 		} else if err := last.Ack(ctx); err != nil {
 			t.Fatal(err)
 		}
+	})
+}
+
+// sweepExpired waits until a sweep re-queued a reservation whose lease ran
+// out.
+func sweepExpired(tb testing.TB, f *fleet.Fleet) {
+	tb.Helper()
+	waitFor(tb, 10*time.Second, "the lease to run out and a sweep", func() bool {
+		st, err := f.Sweep(context.Background(), fleet.SweeperOptions{})
+		return err == nil && st.Requeued > 0
+	})
+}
+
+// startShipper starts a one-slot worker of q running h under Once,
+// stopped after tb.
+func startShipper(tb testing.TB, f *fleet.Fleet, q *fleet.Queue[Ship], o *fleetsql.Outbox, h fleet.BatchFunc[struct{}, struct{}, Ship]) {
+	tb.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	w := fleet.NewBatchWorker(f, fleet.WorkerOptions{Type: "shipper", Slots: 1}, q, fleetsql.Once(o, h))
+	if err := w.Start(ctx); err != nil {
+		cancel()
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		cancel()
+		_ = w.Stop(context.Background())
+	})
+}
+
+// waitDone waits until task id of q is done.
+func waitDone(tb testing.TB, q *fleet.Queue[Ship], id string) {
+	tb.Helper()
+	waitFor(tb, time.Minute, "the task done", func() bool {
+		rec, err := q.Lookup(context.Background(), id)
+		return err == nil && rec.Status == fleet.TaskDone
 	})
 }

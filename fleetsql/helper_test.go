@@ -52,31 +52,11 @@ func helperMain(mode string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	fmt.Fprintln(os.Stderr, `{"msg":"ready"}`) // SIGTERM is ours to handle from here on
-	if at := os.Getenv(hKillAt); at != "" {
-		after, _ := strconv.Atoi(os.Getenv(hKillAfter))
-		after = max(after, 1)
-		var mu sync.Mutex
-		seen := 0
-		fleetsql.SetStepHook(func(_ *fleetsql.Outbox, step string) {
-			if step != at {
-				return
-			}
-			mu.Lock()
-			seen++
-			n := seen
-			mu.Unlock()
-			if n == after {
-				fmt.Fprintf(os.Stderr, "{\"killed_at\":%q}\n", step)
-				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-				select {} // the signal is on its way
-			}
-		})
+	if os.Getenv(hKillAt) != "" {
+		kill := killer(func(step, _ string) { fmt.Fprintf(os.Stderr, "{\"killed_at\":%q}\n", step) })
+		fleetsql.SetStepHook(func(_ *fleetsql.Outbox, step string) { kill(step, "") })
 	}
-	driver := "pgx"
-	if os.Getenv(hDialect) == "mysql" {
-		driver = "mysql"
-	}
-	db, err := sql.Open(driver, os.Getenv(hDSN))
+	db, err := helperDB()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -104,6 +84,42 @@ func helperMain(mode string) int {
 		return 1
 	}
 	return 0
+}
+
+// killer returns the kill switch of a helper process: called with each
+// point (a relay's step, a worker's point of a completion) and what it
+// concerns, it SIGKILLs the process at the hKillAfter-th call (default 1)
+// at the point hKillAt, after telling say. Without hKillAt it does
+// nothing.
+func killer(say func(point, what string)) func(point, what string) {
+	at := os.Getenv(hKillAt)
+	after, _ := strconv.Atoi(os.Getenv(hKillAfter))
+	after = max(after, 1)
+	var mu sync.Mutex
+	seen := 0
+	return func(point, what string) {
+		if at == "" || point != at {
+			return
+		}
+		mu.Lock()
+		seen++
+		n := seen
+		mu.Unlock()
+		if n == after {
+			say(point, what)
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {} // the signal is on its way
+		}
+	}
+}
+
+// helperDB opens a helper process's database (hDialect, hDSN).
+func helperDB() (*sql.DB, error) {
+	driver := "pgx"
+	if os.Getenv(hDialect) == "mysql" {
+		driver = "mysql"
+	}
+	return sql.Open(driver, os.Getenv(hDSN))
 }
 
 // helper is a relay process started by a test.
