@@ -235,25 +235,39 @@ func slotKey(slot uint16) string { return slotKeys()[slot&16383] }
 
 // checkReplicas refuses MinReplicas above the replicas each master has
 // (INFO replication: connected_slaves), naming the master.
-func (f *Fleet) checkReplicas(ctx context.Context, min int) error {
+// A master short of replicas is asked again every 50 ms for up to wait (a
+// replica whose link is being re-established, under load or after a
+// failover, connects within it) before Open refuses.
+func (f *Fleet) checkReplicas(ctx context.Context, min int, wait time.Duration) error {
 	addrs, nodes := f.nodes()
+	deadline := time.Now().Add(wait)
 	for _, a := range addrs {
 		c := nodes[a]
 		if d, ok := c.(*durableClient); ok {
 			c = d.Client
 		}
-		info, err := c.Do(ctx, c.B().Info().Section("replication").Build()).ToString()
-		if err != nil {
-			return connectErr([]string{a}, err)
-		}
-		got := -1
-		for line := range strings.SplitSeq(info, "\n") {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "connected_slaves:"); ok {
-				got, _ = strconv.Atoi(v)
+		for {
+			info, err := c.Do(ctx, c.B().Info().Section("replication").Build()).ToString()
+			if err != nil {
+				return connectErr([]string{a}, err)
 			}
-		}
-		if got < min {
-			return fmt.Errorf("%w: MinReplicas is %d but the master %s has %d replicas (INFO replication connected_slaves): every write would fail with ErrNotDurable; add replicas or lower MinReplicas", ErrInvalidOptions, min, a, max(got, 0))
+			got := -1
+			for line := range strings.SplitSeq(info, "\n") {
+				if v, ok := strings.CutPrefix(strings.TrimSpace(line), "connected_slaves:"); ok {
+					got, _ = strconv.Atoi(v)
+				}
+			}
+			if got >= min {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%w: MinReplicas is %d but the master %s has %d replicas (INFO replication connected_slaves, after %v): every write would fail with ErrNotDurable; add replicas or lower MinReplicas", ErrInvalidOptions, min, a, max(got, 0), wait)
+			}
+			select {
+			case <-ctx.Done():
+				return connectErr([]string{a}, ctx.Err())
+			case <-time.After(50 * time.Millisecond):
+			}
 		}
 	}
 	return nil

@@ -113,7 +113,10 @@ type Options struct {
 	// right after the write), and fail with ErrNotDurable when they do not
 	// within ReplicaTimeout. WithMinReplicas overrides it per call. Open
 	// refuses, with ErrInvalidOptions, more than the replicas each master
-	// has. Defaults to 0: writes return as soon as the master has them.
+	// has, once they had ReplicaTimeout to connect (a replica whose link
+	// to its master is being re-established, as under load or after a
+	// failover, is waited for that long). Defaults to 0: writes return as
+	// soon as the master has them.
 	MinReplicas int
 	// ReplicaTimeout bounds how long a write waits for MinReplicas
 	// replicas. Defaults to DefaultReplicaTimeout.
@@ -200,7 +203,7 @@ func Open(ctx context.Context, opts Options) (*Fleet, error) {
 		return nil, connectErr(nil, err)
 	}
 	if opts.MinReplicas > 0 {
-		if err := f.checkReplicas(ctx, opts.MinReplicas); err != nil {
+		if err := f.checkReplicas(ctx, opts.MinReplicas, timeout); err != nil {
 			f.closeClient()
 			return nil, err
 		}
