@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -538,5 +539,46 @@ func waitDone(tb testing.TB, q *fleet.Queue[Ship], id string) {
 	waitFor(tb, time.Minute, "the task done", func() bool {
 		rec, err := q.Lookup(context.Background(), id)
 		return err == nil && rec.Status == fleet.TaskDone
+	})
+}
+
+// Reap's retention: rows older than ReapOptions.Retention go, whoever
+// wrote them, in batches, by replicas at once (FOR UPDATE SKIP LOCKED:
+// each row deleted once, no replica fails), and younger rows stay.
+func TestReapRetention(t *testing.T) {
+	forEach(t, func(t *testing.T, d fleetsql.Dialect) {
+		ctx := context.Background()
+		o, db, _ := newOutbox(t, d)
+		const old, young = 1000, 30
+		tbl := `"` + o.DoneTable() + `"`
+		ins := `INSERT INTO ` + tbl + ` (task_id, queue, token, result, done_at) VALUES ($1, 'ships', 't', NULL, now() - ($2 * interval '1 second'))`
+		if d == fleetsql.MySQL {
+			tbl = "`" + o.DoneTable() + "`"
+			ins = `INSERT INTO ` + tbl + ` (task_id, queue, token, result, done_at) VALUES (?, 'ships', 't', NULL, NOW(6) - INTERVAL ? SECOND)`
+		}
+		for i := range old + young {
+			age := 2 * 3600 // two hours
+			if i >= old {
+				age = 60
+			}
+			if _, err := db.ExecContext(ctx, ins, fmt.Sprintf("task-%04d", i), age); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var wg sync.WaitGroup
+		var deleted atomic.Int64
+		for range 3 {
+			wg.Go(func() {
+				n, err := o.ReapOnce(ctx, fleetsql.ReapOptions{Retention: time.Hour, Batch: 50})
+				if err != nil {
+					t.Errorf("ReapOnce: %v", err)
+				}
+				deleted.Add(int64(n))
+			})
+		}
+		wg.Wait()
+		if n := count(t, db, o, o.DoneTable()); n != young || deleted.Load() != old {
+			t.Fatalf("%d rows left (want the %d young ones), %d deleted (want %d)", n, young, deleted.Load(), old)
+		}
 	})
 }
