@@ -105,9 +105,9 @@ func (o *Outbox) acked(id string) {
 		return
 	}
 	a.ids = append(a.ids, id)
-	n := len(a.ids)
+	full := len(a.ids) >= a.batchSize()
 	a.mu.Unlock()
-	if n >= a.batchSize() {
+	if full {
 		select {
 		case a.full <- struct{}{}:
 		default:
@@ -115,6 +115,7 @@ func (o *Outbox) acked(id string) {
 	}
 }
 
+// batchSize is Reap's batch (a.mu held).
 func (a *ackedIDs) batchSize() int {
 	if a.batch > 0 {
 		return a.batch
