@@ -329,7 +329,10 @@ func TestSyncQueueTaskNamedFirst(t *testing.T) {
 func TestSyncQueueBoundedWhileBusy(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
 		e := open(t, tg)
-		c := ctx(t)
+		// Five minutes, not ctx's one: two syncs and a walk of 60,000 tasks
+		// under -race beside CPU hogs took all of one (.ci/stress).
+		c, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
 		const n, stale = 60_000, 100
 		q := fleet.NewQueue[job](e.F, "big", fleet.QueueOptions{})
 		qk := e.qk("big")
