@@ -96,7 +96,7 @@ func TestMinReplicasWaits(t *testing.T) {
 	t.Parallel()
 	m, r := replicated(t)
 	// No history: its depth sample at a minute's end is a write (and a
-	// WAIT) of its own, which a run across a minute's end counted.
+	// WAIT) of its own, which a run across a minute's end would count.
 	f, err := fleet.Open(ctx(t), fleet.Options{URL: m.URL(), MinReplicas: 1, ReplicaTimeout: 10 * time.Second, Prefix: "d:", HistoryFlush: -1})
 	if err != nil {
 		t.Fatal(err)
@@ -108,6 +108,7 @@ func TestMinReplicasWaits(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := ownCalls(t, m)["wait"]
+	start := time.Now()
 	for i := 1; i <= 5; i++ {
 		if _, err := q.Submit(c, i); err != nil {
 			t.Fatal(err)
@@ -117,8 +118,12 @@ func TestMinReplicasWaits(t *testing.T) {
 			t.Fatalf("replica's pending list holds %s tasks after submit %d; want %d", n, i, i+1)
 		}
 	}
-	if got := ownCalls(t, m)["wait"] - before; got != 5 {
-		t.Fatalf("%d WAIT calls for 5 submits; want 5", got)
+	// Plus one for each registration round (Queue.Register: at most one a
+	// second from submits, a write that waits too) when the submits took
+	// over a second, as beside CPU hogs.
+	extra := int64((time.Since(start) + 100*time.Millisecond) / time.Second)
+	if got := ownCalls(t, m)["wait"] - before; got < 5 || got > 5+extra {
+		t.Fatalf("%d WAIT calls for 5 submits in %v; want 5 (up to %d more for the queue's registration)", got, time.Since(start), extra)
 	}
 	before = ownCalls(t, m)["wait"]
 	if st, err := q.Stats(c); err != nil || st.Pending != 6 {
