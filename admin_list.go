@@ -39,10 +39,12 @@ type WaitingTask struct {
 	Raw string `json:"raw"`
 }
 
-func waitingTask(raw string) WaitingTask {
+// waitingTask reads raw, a body of q, its payload opened where this
+// process can (Fleet.shown).
+func (q *queueCore) waitingTask(raw string) WaitingTask {
 	t := WaitingTask{Raw: raw}
 	if b, err := taskbody.Parse(raw); err == nil {
-		t.ID, t.Payload, t.Attempts = b.ID, b.Payload, b.Attempts
+		t.ID, t.Payload, t.Attempts = b.ID, q.fleet.shown(q.name, sealPayload, b.Payload), b.Attempts
 	}
 	return t
 }
@@ -77,7 +79,7 @@ func (q *queueCore) Pending(ctx context.Context, offset, count int) ([]WaitingTa
 	}
 	out := make([]WaitingTask, len(raws))
 	for i, r := range raws {
-		out[i] = waitingTask(r)
+		out[i] = q.waitingTask(r)
 	}
 	return out, nil
 }
@@ -116,7 +118,7 @@ func (q *queueCore) Scheduled(ctx context.Context, offset, count int) ([]Waiting
 	zs = zs[min(offset, len(zs)):min(offset+count, len(zs))]
 	out := make([]WaitingTask, len(zs))
 	for i, z := range zs {
-		out[i] = waitingTask(z.Member)
+		out[i] = q.waitingTask(z.Member)
 		out[i].ReadyAt = fromUnixSeconds(z.Score)
 	}
 	return out, nil

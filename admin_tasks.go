@@ -170,7 +170,7 @@ func (q *queueCore) Running(ctx context.Context, after TaskCursor, count int) ([
 			t := RunningTask{ID: z.Member, Deadline: fromUnixSeconds(z.Score), Cursor: TaskCursor{z.Score, z.Member}}
 			if raw, err := bodies[i].ToString(); err == nil {
 				if b, err := taskbody.Parse(raw); err == nil {
-					t.Payload, t.Attempts = b.Payload, b.Attempts
+					t.Payload, t.Attempts = q.fleet.shown(q.name, sealPayload, b.Payload), b.Attempts
 				}
 			}
 			if l, err := leases[i].ToString(); err == nil {
@@ -213,7 +213,7 @@ func (q *queueCore) ScheduledAfter(ctx context.Context, after TaskCursor, count 
 	out := make([]WaitingTask, len(zs))
 	var next TaskCursor
 	for i, z := range zs {
-		out[i] = waitingTask(z.Member)
+		out[i] = q.waitingTask(z.Member)
 		out[i].ReadyAt = fromUnixSeconds(z.Score)
 		next = TaskCursor{z.Score, out[i].ID}
 	}
@@ -285,7 +285,7 @@ func (q *queueCore) Done(ctx context.Context, after TaskCursor, count int) ([]Do
 			}
 			_ = json.Unmarshal([]byte(raw), &rec) // a record of another client may hold anything
 			out = append(out, DoneTask{ID: z.Member, DoneAt: fromUnixSeconds(z.Score), Attempts: rec.Attempts, Worker: rec.Worker,
-				Result: rec.Result, Cursor: TaskCursor{z.Score, z.Member}})
+				Result: q.fleet.shown(q.name, sealResult, rec.Result), Cursor: TaskCursor{z.Score, z.Member}})
 		}
 	}
 	slices.SortFunc(out, func(a, b DoneTask) int {

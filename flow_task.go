@@ -56,7 +56,7 @@ func (r *reservation) Dependencies(ctx context.Context) ([]DependencyState, erro
 			continue
 		}
 		if res, ok := m["r:"+ref]; ok {
-			d.Result = json.RawMessage(res)
+			d.Result = r.core.fleet.shown(d.Queue, sealResult, json.RawMessage(res))
 		}
 		d.Error = m["e:"+ref]
 		out = append(out, d)

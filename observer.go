@@ -71,9 +71,14 @@ type ProgressEvent struct {
 	Queue string `json:"queue"`
 	// ID is the task's id.
 	ID string `json:"id"`
-	// Progress is the value (JSON).
+	// Progress is the value (JSON). Through WatchProgress, a sealed
+	// queue's value is opened when this process has its Sealer, and stays
+	// sealed otherwise (seal.go).
 	Progress json.RawMessage `json:"progress"`
 }
+
+// open opens e's value where this process can (Subscription.deliver).
+func (e *ProgressEvent) open(f *Fleet) { e.Progress = f.shown(e.Queue, sealProgress, e.Progress) }
 
 // ReleaseEvent is what Observer.Released sees of a release.
 type ReleaseEvent struct {

@@ -37,8 +37,12 @@ func (r *reservation) Progress(ctx context.Context, v any) error {
 	if len(b) > MaxProgressBytes {
 		return opErr(op, q.name, fmt.Errorf("%w: progress value of %d bytes of JSON, more than MaxProgressBytes %d", ErrInvalidArgument, len(b), MaxProgressBytes))
 	}
+	stored, err := seal(q.opts.Sealer, q.name, sealProgress, b)
+	if err != nil {
+		return opErr(op, q.name, err)
+	}
 	r.r.MarkProgressed() // before the write: the end step must delete it
-	code, err := queueProgressScript.Exec(ctx, q.fleet.client, q.keys(), []string{r.id(), r.r.Token(), string(b)}).AsInt64()
+	code, err := queueProgressScript.Exec(ctx, q.fleet.client, q.keys(), []string{r.id(), r.r.Token(), string(stored)}).AsInt64()
 	if err != nil {
 		return opErr(op, q.name, err)
 	}
@@ -49,6 +53,7 @@ func (r *reservation) Progress(ctx context.Context, v any) error {
 	if o := q.fleet.obs; o != nil && o.Progressed != nil {
 		o.Progressed(ctx, pe)
 	}
+	pe.Progress = stored // through Redis as stored: sealed on a sealed queue
 	ev, _ := json.Marshal(pe)
 	_ = q.fleet.publishRaw(ctx, q.fleet.keys.Event(q.fleet.keys.ProgressTopic(q.name)), string(ev))
 	return nil

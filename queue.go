@@ -66,7 +66,20 @@ type QueueOptions struct {
 	DeadMaxAge time.Duration
 	// MaxPayloadBytes bounds a task's payload as JSON; a bigger one is
 	// refused with ErrPayloadTooLarge. Defaults to DefaultMaxPayloadBytes.
+	// It bounds the JSON before sealing (Sealer), as it does a result's.
 	MaxPayloadBytes int
+	// Sealer, when set, seals each task's payload, result and progress
+	// before they reach Redis, and opens them when this process reads
+	// them: Redis holds no clear text of them (seal.go, docs/SCHEMA.md's
+	// "Sealed values"). Use a Keyring (AES-256-GCM, keys by id) to rotate
+	// keys with no downtime. Every process of the queue needs a Sealer that
+	// opens its values: a worker that cannot open a payload moves the task
+	// to the dead letters with ErrSealed's reason, and a reader without it
+	// (Lookup, fleetctl, the dashboard) shows the sealed value. A value
+	// stored in the clear (before the queue was sealed) is still read as
+	// it is. Task metadata, group, dedup key and errors stay in the clear.
+	// Defaults to none.
+	Sealer Sealer
 	// Retention, when set, keeps the record of each task this handle acks
 	// (its result, attempts, when it was done, by which worker) for this
 	// long, in fleet:queue:<name>:result:<id>, for Lookup and ResultOf. A
@@ -307,7 +320,8 @@ var payloadValidator = func() *validator.Validate {
 	return v
 }()
 
-// encodePayload validates p and returns it as JSON.
+// encodePayload validates p and returns it as JSON, sealed when the queue
+// has a Sealer.
 func (q *Queue[T]) encodePayload(p T) ([]byte, error) {
 	if err := q.validate(p); err != nil {
 		return nil, err
@@ -319,7 +333,7 @@ func (q *Queue[T]) encodePayload(p T) ([]byte, error) {
 	if len(b) > q.opts.MaxPayloadBytes {
 		return nil, fmt.Errorf("%w: %d bytes of JSON, more than QueueOptions.MaxPayloadBytes %d", ErrPayloadTooLarge, len(b), q.opts.MaxPayloadBytes)
 	}
-	return b, nil
+	return seal(q.opts.Sealer, q.name, sealPayload, b)
 }
 
 func (q *Queue[T]) validate(p T) error {

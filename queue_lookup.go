@@ -103,7 +103,9 @@ func (q *queueCore) Lookup(ctx context.Context, id string) (TaskRecord, error) {
 	if len(res) == 0 || res[0] == "none" {
 		return r, opErr(op, q.name, fmt.Errorf("%w: %s", ErrTaskNotFound, id))
 	}
-	return recordOf(id, res), nil
+	rec := recordOf(id, res)
+	q.fleet.openRecord(q.name, &rec)
+	return rec, nil
 }
 
 // recordOf reads queue_lookup.lua's answer res (not 'none') for task id.
@@ -250,6 +252,10 @@ func ResultOf[R, T any](ctx context.Context, q *Queue[T], id string, opts ...Res
 			return r, opErr("result", q.name, fmt.Errorf("%w: task %s is %s, not done", ErrTaskNotFound, id, rec.Status))
 		}
 		raw = rec.Result
+	}
+	raw, err = open(q.opts.Sealer, q.name, sealResult, raw)
+	if err != nil {
+		return r, opErr("result", q.name, fmt.Errorf("result of task %s: %w", id, err))
 	}
 	if err := json.Unmarshal(raw, &r); err != nil {
 		return r, opErr("result", q.name, fmt.Errorf("%w: result of task %s into %T: %w", ErrDecode, id, r, err))

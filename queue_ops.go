@@ -223,6 +223,7 @@ func (q *queueCore) DeadLetters(ctx context.Context, offset, count int) ([]DeadL
 	out := make([]DeadLetter, len(raws))
 	for i, r := range raws {
 		out[i] = parseDead(r)
+		out[i].Payload = q.fleet.shown(q.name, sealPayload, out[i].Payload)
 	}
 	return out, nil
 }

@@ -25,17 +25,21 @@ type Task[T any] struct {
 }
 
 // decode makes the typed task of r: its payload decoded into T and
-// validated. A payload that does not is poison, which decode buries under
+// validated (opened first, when it is sealed). A payload that does not is
+// poison, which decode buries under
 // r's lease, uncounted (so that it never loops), returning nil and what
 // the burial returned.
 func (q *Queue[T]) decode(ctx context.Context, r *engine.Reservation) (*Task[T], error) {
 	t := &Task[T]{ID: r.ID(), Attempts: r.Attempts(), reservation: reservation{r: r, core: q.sub(r.Queue().Shard())}}
-	payload := r.TakePayload()
-	if len(payload) == 0 {
+	payload, err := open(q.opts.Sealer, q.name, sealPayload, r.TakePayload())
+	if len(payload) == 0 && err == nil {
 		payload = json.RawMessage("null")
 	}
-	err := json.Unmarshal(payload, &t.Payload)
 	if err != nil {
+		// A key this process lacks, or an altered body: it would fail in
+		// every run, so it is poison too.
+		err = fmt.Errorf("payload does not open: %w", err)
+	} else if err = json.Unmarshal(payload, &t.Payload); err != nil {
 		err = fmt.Errorf("payload does not decode into %T: %w", t.Payload, err)
 	} else if err = q.validate(t.Payload); err != nil {
 		err = within("payload no longer validates", err)

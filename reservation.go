@@ -87,6 +87,12 @@ func (r *reservation) SetResult(v any) error {
 	if err != nil {
 		return opErr("set result", r.name(), fmt.Errorf("%w: cannot encode %T as JSON: %w", ErrInvalidArgument, v, err))
 	}
+	if max := r.core.opts.MaxPayloadBytes; len(b) > max {
+		return opErr("set result", r.name(), fmt.Errorf("%w: result of %d bytes, more than MaxPayloadBytes %d", ErrInvalidArgument, len(b), max))
+	}
+	if b, err = seal(r.core.opts.Sealer, r.name(), sealResult, b); err != nil {
+		return opErr("set result", r.name(), err)
+	}
 	return opErr("set result", r.name(), r.r.SetResult(b))
 }
 

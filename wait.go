@@ -92,6 +92,7 @@ func (q *queueCore) Wait(ctx context.Context, id string) (TaskRecord, error) {
 					}
 					if v != nil {
 						r := recordOf(id, []string{"done", *v})
+						q.fleet.openRecord(q.name, &r)
 						if on, err := q.passedOn(ctx, shards, id); err != nil {
 							return r, opErr(op, q.name, err)
 						} else if !on {

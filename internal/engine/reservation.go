@@ -6,13 +6,11 @@ package engine
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
 
-	"github.com/fleet-go/fleet/internal/fault"
 	"github.com/fleet-go/fleet/internal/lease"
 	"github.com/fleet-go/fleet/internal/mono"
 )
@@ -174,12 +172,10 @@ func (r *Reservation) flowFlags() string {
 
 // SetResult sets the task's result, kept with its record when it is acked
 // with a retention (Options.Retention, or a tracked task's own). b is the
-// result as JSON; a later call replaces it. It returns InvalidArgument
-// for a result over Options.MaxPayloadBytes.
+// result as JSON (as stored: sealed, when the queue seals); a later call
+// replaces it. The caller bounds it (the root: by MaxPayloadBytes before
+// sealing).
 func (r *Reservation) SetResult(b []byte) error {
-	if len(b) > r.core.opts.MaxPayloadBytes {
-		return fmt.Errorf("%w: result of %d bytes, more than MaxPayloadBytes %d", fault.InvalidArgument, len(b), r.core.opts.MaxPayloadBytes)
-	}
 	r.result.Store(&b)
 	return nil
 }
