@@ -45,6 +45,7 @@ type Fleet struct {
 	queues   sync.Map         // queue name -> the codec of the Queue[T] made in this process (queue.go)
 	now      func() time.Time // this process's clock, for values no other process compares
 	obs      *Observer        // Options.Observer's copy, or nil (observe.go)
+	openWith Sealer           // Options.OpenWith (seal.go)
 	eng      *engine.Env      // the queue engine's view of this Fleet, with the hooks it tells the layers above it (internal/engine; made by Open)
 	flows    flowDriver       // passes on the ends of tracked tasks (flow_driver.go; flow_drive.go drives it)
 	progress sync.Map         // progress hash key -> the sweep's HSCAN cursor (flow_drive.go)

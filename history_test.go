@@ -13,12 +13,16 @@ import (
 	"github.com/fleet-go/fleet/internal/redistest"
 )
 
-// histAt is the clock of the history tests that pin one: 10:17:30 UTC, in
-// the hour that starts at histHour and the day that starts at histDay.
+// histAt is the clock of the history tests that pin one: 17:30 into the
+// hour before this run's (histHour), in the day that starts at histDay.
+// It follows the real clock: a bucket's expiry (an hour's 25 h) is set on
+// the server's clock, so a date pinned in the past would expire its
+// buckets as they are written, once it is a day old.
 var (
-	histAt   = time.Date(2026, 12, 4, 10, 17, 30, 0, time.UTC)
-	histHour = time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC).Unix()
-	histDay  = time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC).Unix()
+	histHourT = time.Now().UTC().Truncate(time.Hour).Add(-time.Hour)
+	histAt    = histHourT.Add(17*time.Minute + 30*time.Second)
+	histHour  = histHourT.Unix()
+	histDay   = histAt.Truncate(24 * time.Hour).Unix()
 )
 
 // histKeys spells the history buckets of queue name at histAt.

@@ -92,6 +92,13 @@ type Options struct {
 	DialTimeout time.Duration
 	// Logger receives what background work has to say. Defaults to silent.
 	Logger *slog.Logger
+	// OpenWith opens the sealed values (QueueOptions.Sealer) of queues
+	// this process made no Queue for, when it reads them to show them:
+	// Lookup, the lists of tasks and dead letters, WatchProgress, and so
+	// the dashboard (fleetui) and fleetctl (--keys). It seals nothing. A
+	// Queue made with a Sealer opens with its own. Defaults to none: such
+	// values are shown sealed.
+	OpenWith Sealer
 	// NoMarkerWrite makes Open check an existing layout marker (fleet:meta)
 	// but leave a missing one unwritten, so that opening writes nothing:
 	// for a dry run (fleetctl migrate --dry-run opens its target so) or a
@@ -151,6 +158,7 @@ func Open(ctx context.Context, opts Options) (*Fleet, error) {
 		done:     make(chan struct{}),
 		now:      time.Now,
 		obs:      copyObserver(opts.Observer),
+		openWith: opts.OpenWith,
 	}
 	f.hist = newHistory(opts.HistoryFlush)
 	f.life, f.endLife = context.WithCancel(context.Background())

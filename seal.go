@@ -225,12 +225,14 @@ func SealedKeyID(raw []byte) (string, bool) {
 }
 
 // sealerOf returns the Sealer of the queue named queue that this process
-// made (NewQueue), or nil.
+// made (NewQueue), else Options.OpenWith, or nil.
 func (f *Fleet) sealerOf(queue string) Sealer {
 	if e, ok := f.queues.Load(queue); ok {
-		return e.(queueEntry).core().opts.Sealer
+		if s := e.(queueEntry).core().opts.Sealer; s != nil {
+			return s
+		}
 	}
-	return nil
+	return f.openWith
 }
 
 // openRecord opens what r, a record of queue, holds sealed, where this
