@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+	"go.uber.org/goleak"
 
 	"github.com/fleet-go/fleet"
 	"github.com/fleet-go/fleet/fleettest/handlertest"
@@ -457,5 +458,51 @@ func TestRunHistoryForgotten(t *testing.T) {
 	time.Sleep(200 * time.Millisecond) // flushes
 	if left := e.keys(t); !slices.Equal(before, left) {
 		t.Errorf("keys before Run %q, after the history's flushes %q", before, left)
+	}
+}
+
+// TestRunCanceled: a Queue.Cancel of the running task reaches the handler
+// at its next lease extension (ctx cause ErrCanceled), and the task goes
+// to the dead letters as cancelled.
+func TestRunCanceled(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		e := open(t, tg)
+		out, err := run(t, e, testCtx(t), fleet.BatchFunc[struct{}, struct{}, sum](func(ctx context.Context, s *fleet.Slot[struct{}, struct{}], task *fleet.Task[sum]) error {
+			if err := s.Fleet().Queue(task.Queue()).Cancel(ctx, task.ID); err != nil {
+				return err
+			}
+			<-ctx.Done()
+			return context.Cause(ctx)
+		}), sum{}, handlertest.Options{Worker: fleet.WorkerOptions{LeaseExtend: 20 * time.Millisecond}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out.Kind != handlertest.Canceled || !errors.Is(out.Err, fleet.ErrCanceled) || !strings.Contains(out.Reason, fleet.ErrCanceled.Error()) {
+			t.Fatalf("outcome %+v, want canceled", out)
+		}
+	})
+}
+
+// TestRunLeavesNoGoroutine: once Run returns, no goroutine of the run is
+// left (the Fleet's own, such as its history's flusher, started by a
+// first run, stay until Close).
+func TestRunLeavesNoGoroutine(t *testing.T) {
+	e := open(t, redistest.Targets(t)[0])
+	ctx := testCtx(t)
+	h := fleet.TaskFunc(func(ctx context.Context, p sum) error { return nil })
+	if _, err := handlertest.Run(ctx, e.f, h, sum{}, handlertest.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	opt := goleak.IgnoreCurrent()
+	for _, h := range []fleet.BatchAutomation[struct{}, struct{}, sum]{h,
+		fleet.TaskFunc(func(ctx context.Context, p sum) error { return errors.New("boom") }),
+		fleet.TaskFunc(func(ctx context.Context, p sum) error { panic("oops") }),
+	} {
+		if _, err := handlertest.Run(ctx, e.f, h, sum{}, handlertest.Options{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := goleak.Find(opt); err != nil {
+		t.Error(err)
 	}
 }
