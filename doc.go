@@ -130,5 +130,6 @@
 //
 // Package fleettest gives tests a Redis the way fleet's own tests get
 // theirs (FLEET_REDIS_URL, a redis-server on PATH, or Docker), with a
-// go-redis style client for assertions.
+// go-redis style client for assertions; its package handlertest runs a
+// batch handler once, as a worker would, and returns its outcome.
 package fleet

@@ -49,6 +49,9 @@ func (r *reservation) Progress(ctx context.Context, v any) error {
 	if engine.EndCode(code) != engine.EndDone {
 		return opErr(op, q.name, fmt.Errorf("%w: task %s", ErrLeaseLost, r.id()))
 	}
+	if r.progressed != nil {
+		r.progressed(b)
+	}
 	pe := ProgressEvent{Queue: q.name, ID: r.id(), Progress: b}
 	if o := q.fleet.obs; o != nil && o.Progressed != nil {
 		o.Progressed(ctx, pe)

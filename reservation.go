@@ -24,6 +24,9 @@ type reservation struct {
 	r    *engine.Reservation
 	core *queueCore // the root's core of the task's shard
 	deps atomic.Pointer[[]DependencyState]
+	// progressed, when set (worker_one.go), is told each progress value
+	// stored.
+	progressed func(v []byte)
 }
 
 // name is the name of the task's queue, as errors say it.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fleet-go/fleet/internal/keys"
+	"github.com/fleet-go/fleet/internal/runone"
 )
 
 var (
@@ -172,8 +173,9 @@ type Worker struct {
 
 	timeoutCause error // a batch handler's ctx cause past TaskTimeout
 
-	decode func([]byte) (any, error)            // stored config -> C, validated
-	spawn  func(run, soft context.Context) bool // starts the slot goroutines
+	decode func([]byte) (any, error)                        // stored config -> C, validated
+	spawn  func(run, soft context.Context) bool             // starts the slot goroutines
+	one    func(ctx context.Context) (runone.Report, error) // runs one task unstarted (worker_one.go); batch workers only
 
 	cfgMu   sync.Mutex
 	cfg     atomic.Pointer[configSnap]

@@ -43,7 +43,7 @@ func (b *runner[C, O, P]) slot(run, soft context.Context, s *Slot[C, O]) {
 				}
 				break
 			}
-			t = b.handle(run, soft, s, t)
+			t, _ = b.handle(run, soft, s, t)
 		}
 		select {
 		case b.free <- struct{}{}:

@@ -7,6 +7,8 @@ import (
 	"runtime/debug"
 	"strconv"
 	"time"
+
+	"github.com/fleet-go/fleet/internal/runone"
 )
 
 // LoopAutomation is an automation that runs in each slot until stopped,
@@ -218,6 +220,7 @@ func newBatchWorker[C, O, P any](f *Fleet, opts WorkerOptions, qs []*Queue[P], w
 	if w.err != nil {
 		return w
 	}
+	w.one = func(ctx context.Context) (runone.Report, error) { return runOne(ctx, w, qs[0], a, stream) }
 	w.spawn = func(run, soft context.Context) bool {
 		b := &runner[C, O, P]{w: w, q: qs[0], a: a, free: make(chan struct{}, len(w.slots)), tasks: make(chan *Task[P], len(w.slots)), cancels: newCancelWatch(), commitCtx: context.WithoutCancel(run), owner: w.name()}
 		b.fetch = newFetcher(b, qs, weights, strict)

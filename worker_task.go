@@ -15,13 +15,14 @@ import (
 )
 
 // handle runs one task with its lease kept alive, and ends it by its
-// outcome. It returns the next task when the ack took one (finish).
-func (b *runner[C, O, P]) handle(run, soft context.Context, s *Slot[C, O], t *Task[P]) *Task[P] {
+// outcome. It returns the next task when the ack took one (finish), and
+// what OnTaskEnd was told.
+func (b *runner[C, O, P]) handle(run, soft context.Context, s *Slot[C, O], t *Task[P]) (*Task[P], error) {
 	next, end := b.handleTask(run, soft, s, t)
 	if b.w.opts.OnTaskEnd != nil {
 		b.w.opts.OnTaskEnd(t.ID, end)
 	}
-	return next
+	return next, end
 }
 
 // takeQueue says which queue the call that acks t takes the slot's next

@@ -9,7 +9,8 @@
 // (apt-get install -y redis-sentinel, or a redis-server that runs with
 // --sentinel), both with ways to SIGKILL a master and wait for its
 // replica's promotion; StartProxy puts a TCP proxy that can cut or freeze
-// connections in front of one.
+// connections in front of one. Package fleettest/handlertest runs a batch
+// handler once, as a worker would, for a handler's unit test.
 //
 // FLEET_REDIS_SERVER, FLEET_REDIS_CLI and FLEET_REDIS_SENTINEL name other
 // programs to run in place of redis-server, redis-cli and redis-sentinel,
