@@ -35,8 +35,8 @@ func init() {
 					if r.Priority > 0 {
 						prio = strconv.Itoa(r.Priority)
 					}
-					for _, kv := range [][2]string{{"group", r.Group}, {"priority", prio}, {"worker", r.Worker}, {"progress", string(r.Progress)},
-						{"flow", r.Flow}, {"last error", r.LastError}, {"payload", string(r.Payload)}, {"result", string(r.Result)}} {
+					for _, kv := range [][2]string{{"group", r.Group}, {"priority", prio}, {"worker", r.Worker}, {"progress", shownJSON(r.Progress)},
+						{"flow", r.Flow}, {"last error", r.LastError}, {"payload", shownJSON(r.Payload)}, {"result", shownJSON(r.Result)}} {
 						if kv[1] != "" {
 							fmt.Fprintf(w, "%s\t%s\n", kv[0], kv[1])
 						}

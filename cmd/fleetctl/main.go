@@ -72,6 +72,7 @@ func register(c *command) { commands[c.name] = c }
 // conn is the connection flags every command takes.
 type conn struct {
 	url, prefix, layout string
+	keys                string // a key file for sealed values (seal.go)
 	json, yes           bool
 	timeout             time.Duration
 }
@@ -80,6 +81,7 @@ func (c *conn) bind(fs *flag.FlagSet) {
 	fs.StringVar(&c.url, "url", c.url, "Redis URL (defaults to $FLEET_REDIS_URL)")
 	fs.StringVar(&c.prefix, "prefix", c.prefix, "key prefix of the fleet")
 	fs.StringVar(&c.layout, "layout", c.layout, "key layout: compat or tagged (defaults to compat on a single node, tagged on a cluster)")
+	fs.StringVar(&c.keys, "keys", c.keys, "a key file to open sealed payloads, results and progress with: one '<id> <base64 of 32 bytes>' per line (defaults to $FLEET_KEYS_FILE; without one they show as sealed)")
 	fs.BoolVar(&c.json, "json", c.json, "print JSON instead of tables")
 	fs.DurationVar(&c.timeout, "timeout", c.timeout, "bound on the whole command")
 	fs.BoolVar(&c.yes, "yes", c.yes, "do not ask before a destructive command (remove-worker, remove-type, remove-pool)")
@@ -109,7 +111,18 @@ func (a *app) open(ctx context.Context) error {
 	if a.url == "" {
 		return fmt.Errorf("no Redis URL: pass --url or set FLEET_REDIS_URL")
 	}
-	f, err := fleet.Open(ctx, fleet.Options{URL: a.url, Prefix: a.prefix, Layout: fleet.Layout(a.layout)})
+	if a.keys == "" {
+		a.keys = os.Getenv("FLEET_KEYS_FILE")
+	}
+	var openWith fleet.Sealer
+	if a.keys != "" {
+		kr, err := readKeyFile(a.keys)
+		if err != nil {
+			return err
+		}
+		openWith = kr
+	}
+	f, err := fleet.Open(ctx, fleet.Options{URL: a.url, Prefix: a.prefix, Layout: fleet.Layout(a.layout), OpenWith: openWith})
 	if err != nil {
 		return err
 	}
