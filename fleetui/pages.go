@@ -52,6 +52,11 @@ func pretty(v any) string {
 	default:
 		return ""
 	}
+	if id, ok := fleet.SealedKeyID(raw); ok {
+		// A sealed queue's value that the host's Fleet cannot open (it made
+		// no Queue with the Sealer, and no Options.OpenWith).
+		return "sealed (key " + id + ")"
+	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	var val any
