@@ -621,6 +621,11 @@ func (r *run) queueState(ctx context.Context, f *fleet.Fleet, name string, dead,
 		}
 		for _, d := range ds {
 			dead[d.ID] = true
+			// The chaos queue is sealed (queueOptions): a payload that did
+			// not open under the faults is a defect, not a dead letter.
+			if strings.Contains(d.Error, "payload does not open") {
+				r.t.Errorf("task %s of %s went to the dead letters unopened: %s", d.ID, name, d.Error)
+			}
 		}
 		if len(ds) < 1000 {
 			break

@@ -66,8 +66,19 @@ func (c childConfig) queueOptions() fleet.QueueOptions {
 // at once, fleet-wide.
 func queueOptions(lease time.Duration, maxAttempts int, base, most time.Duration) fleet.QueueOptions {
 	return fleet.QueueOptions{Lease: lease, MaxAttempts: maxAttempts, BackoffBase: base, BackoffMax: most,
-		Groups: fleet.GroupLimits{Concurrency: groupLimit}}
+		Groups: fleet.GroupLimits{Concurrency: groupLimit}, Sealer: chaosKeys}
 }
+
+// chaosKeys seals the chaos queue's payloads and results in every process
+// of a run (the same two keys in each: tasks are sealed with the newer).
+var chaosKeys = func() *fleet.Keyring {
+	kr, err := fleet.NewKeyring(fleet.Key{ID: "chaos-2", Secret: []byte("chaos-key-2-0123456789abcdef0123")},
+		fleet.Key{ID: "chaos-1", Secret: []byte("chaos-key-1-0123456789abcdef0123")})
+	if err != nil {
+		panic(err) // constant keys: a bug of this file
+	}
+	return kr
+}()
 
 // recorder appends evidence lines to a file opened with O_APPEND: each line
 // is one write(2), so a SIGKILL loses no line that was written, and a
