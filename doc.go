@@ -102,6 +102,14 @@
 // [Fleet.StreamTail]) serve package fleetui, a dashboard that the host
 // mounts as an http.Handler.
 //
+// # Sealed payloads
+//
+// [QueueOptions].Sealer seals a queue's payloads, results and progress
+// before they reach Redis; [NewKeyring] makes one with AES-256-GCM and keys
+// by id, so that keys rotate with no downtime. A worker that cannot open a
+// payload ([ErrSealed]) dead-letters the task once; readers without the key
+// ([Options].OpenWith) see the value sealed ([SealedKeyID]).
+//
 // # Observing
 //
 // [Options.Observer] takes hooks ([Observer]) that a Fleet calls on each

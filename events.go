@@ -213,8 +213,8 @@ func (s *Subscription[T]) deliver(msg rueidis.PubSubMessage) {
 		}
 		return
 	}
-	if o, ok := any(&v).(opener); ok { // a fleet event with a sealed part
-		o.open(s.f)
+	if pe, ok := any(&v).(*ProgressEvent); ok { // a sealed queue's value: opened where this process can
+		pe.Progress = s.f.shown(pe.Queue, sealProgress, pe.Progress)
 	}
 	select {
 	case s.c <- v:
@@ -224,11 +224,6 @@ func (s *Subscription[T]) deliver(msg rueidis.PubSubMessage) {
 		}
 	}
 }
-
-// opener is an event type of fleet's own that may carry a sealed value
-// (ProgressEvent): a Subscription opens it, where this process can, before
-// it delivers it (seal.go).
-type opener interface{ open(f *Fleet) }
 
 // logWorthy thins out repeated warnings: the 1st, 2nd, 4th, 8th... time.
 func logWorthy(n int64) bool { return n > 0 && bits.OnesCount64(uint64(n)) == 1 }

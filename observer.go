@@ -77,9 +77,6 @@ type ProgressEvent struct {
 	Progress json.RawMessage `json:"progress"`
 }
 
-// open opens e's value where this process can (Subscription.deliver).
-func (e *ProgressEvent) open(f *Fleet) { e.Progress = f.shown(e.Queue, sealProgress, e.Progress) }
-
 // ReleaseEvent is what Observer.Released sees of a release.
 type ReleaseEvent struct {
 	// Queue is the task's queue.

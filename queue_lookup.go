@@ -262,3 +262,11 @@ func ResultOf[R, T any](ctx context.Context, q *Queue[T], id string, opts ...Res
 	}
 	return r, nil
 }
+
+// openRecord opens what r, a record of queue, holds sealed, where this
+// process can (shown).
+func (f *Fleet) openRecord(queue string, r *TaskRecord) {
+	r.Payload = f.shown(queue, sealPayload, r.Payload)
+	r.Result = f.shown(queue, sealResult, r.Result)
+	r.Progress = f.shown(queue, sealProgress, r.Progress)
+}

@@ -6,7 +6,6 @@ import (
 	"crypto/cipher"
 	"crypto/rand"
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"strings"
 )
@@ -222,36 +221,4 @@ func SealedKeyID(raw []byte) (string, bool) {
 	}
 	id, _, ok := strings.Cut(string(raw[len(sealedPrefix):]), ":")
 	return id, ok
-}
-
-// sealerOf returns the Sealer of the queue named queue that this process
-// made (NewQueue), else Options.OpenWith, or nil.
-func (f *Fleet) sealerOf(queue string) Sealer {
-	if e, ok := f.queues.Load(queue); ok {
-		if s := e.(queueEntry).core().opts.Sealer; s != nil {
-			return s
-		}
-	}
-	return f.openWith
-}
-
-// openRecord opens what r, a record of queue, holds sealed, where this
-// process can (shown).
-func (f *Fleet) openRecord(queue string, r *TaskRecord) {
-	r.Payload = f.shown(queue, sealPayload, r.Payload)
-	r.Result = f.shown(queue, sealResult, r.Result)
-	r.Progress = f.shown(queue, sealProgress, r.Progress)
-}
-
-// shown returns a stored value of queue to show an operator (Lookup,
-// the dead letters, the dashboard): opened when this process has the
-// queue's Sealer and it opens, else as stored (a sealed string).
-func (f *Fleet) shown(queue, kind string, raw json.RawMessage) json.RawMessage {
-	if !isSealed(raw) {
-		return raw
-	}
-	if plain, err := open(f.sealerOf(queue), queue, kind, raw); err == nil && json.Valid(plain) {
-		return plain // (valid, as a RawMessage must be, even from a Sealer of your own)
-	}
-	return raw
 }
