@@ -115,8 +115,9 @@ type QueueOptions struct {
 	// fleet:queue:<name>:meta:<key>:<value> in its submit's script, and its
 	// ack removes it unless its record is kept (Retention); a task
 	// dead-lettered stays while its dead letter is kept. Entries whose
-	// task is gone otherwise (a trimmed dead letter, an expired record)
-	// are pruned by the FindByMeta page that meets them, and every entry
+	// task is gone otherwise (a trimmed or purged dead letter, an expired
+	// record, a task cancelled or deleted while it waited) are pruned by
+	// the FindByMeta page that meets them, and every entry
 	// goes at the latest max(DeadMaxAge, Retention) after its task's
 	// submit (docs/SCHEMA.md). Each name follows the rules of a group name
 	// (no ':', '{', '}', white space); at most MaxIndexMeta names, each
