@@ -67,6 +67,8 @@
 //     on its worker (cause [ErrCanceled]) and dead-lettered.
 //   - [Queue.Lookup], [QueueOptions.Retention], [Task.SetResult],
 //     [BatchResultFunc], [ResultOf]: a task's state and its result.
+//   - [QueueOptions.IndexMeta] and [Queue.FindByMeta]: the tasks whose
+//     metadata has a key set to a value, in any state, a page at a time.
 //   - [Queue.Pause] (by name: [Fleet.Queue]): workers reserve nothing from a
 //     paused queue; submits go on.
 //   - [NewPriorityWorker]: one worker over several queues, by strict

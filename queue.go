@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -119,7 +120,28 @@ type QueueOptions struct {
 	// task), so no slot blocks waiting. Part of the stored policy. Not with
 	// Shards > 1 (ErrInvalidOptions). Defaults to 0: no bound.
 	GlobalConcurrency int
+	// IndexMeta names the metadata keys (SubmitOptions.Metadata) that the
+	// queue indexes, so that Queue.FindByMeta lists the tasks that carry a
+	// key with a given value, in any state, a page at a time. A task
+	// submitted through SubmitWith or SubmitManyWith (not a tracked one:
+	// Track, After, a Flow or a Batch) with a value for such a key joins
+	// fleet:queue:<name>:meta:<key>:<value> in its submit's script, and its
+	// ack removes it unless its record is kept (Retention); a task
+	// dead-lettered stays while its dead letter is kept. Entries whose
+	// task is gone otherwise (a trimmed or purged dead letter, an expired
+	// record, a task cancelled or deleted while it waited) are pruned by
+	// the FindByMeta page that meets them, and every entry
+	// goes at the latest max(DeadMaxAge, Retention) after its task's
+	// submit (docs/SCHEMA.md). Each name follows the rules of a group name
+	// (no ':', '{', '}', white space); at most MaxIndexMeta names, each
+	// once, else ErrInvalidOptions naming the field. Part of the stored
+	// policy, so that any process's FindByMeta knows the keys. Defaults
+	// to none: a queue that indexes nothing writes and reads no index.
+	IndexMeta []string
 }
+
+// MaxIndexMeta bounds QueueOptions.IndexMeta.
+const MaxIndexMeta = 8
 
 func (o QueueOptions) withDefaults() (QueueOptions, error) {
 	switch {
@@ -149,6 +171,18 @@ func (o QueueOptions) withDefaults() (QueueOptions, error) {
 	if _, err := o.Groups.check("QueueOptions.Groups"); err != nil {
 		return o, err
 	}
+	if len(o.IndexMeta) > MaxIndexMeta {
+		return o, fmt.Errorf("%w: QueueOptions.IndexMeta names %d keys, more than MaxIndexMeta %d", ErrInvalidOptions, len(o.IndexMeta), MaxIndexMeta)
+	}
+	for i, k := range o.IndexMeta {
+		if err := keys.Check(keys.KindGroup, k); err != nil {
+			return o, fmt.Errorf("%w: QueueOptions.IndexMeta[%d]: %w", ErrInvalidOptions, i, err)
+		}
+		if slices.Contains(o.IndexMeta[:i], k) {
+			return o, fmt.Errorf("%w: QueueOptions.IndexMeta names %q twice", ErrInvalidOptions, k)
+		}
+	}
+	o.IndexMeta = slices.Clone(o.IndexMeta)
 	if o.MaxAttempts == 0 {
 		o.MaxAttempts = DefaultMaxAttempts
 	}
@@ -208,6 +242,9 @@ type QueuePolicy struct {
 	GroupPerMS       int64 `json:"group_per_ms,omitempty"`
 	GroupIntervalUS  int64 `json:"group_interval_us,omitempty"`
 	GroupBurst       int   `json:"group_burst,omitempty"`
+	// IndexMeta is QueueOptions.IndexMeta: the metadata keys indexed,
+	// which FindByMeta of any process (fleetctl, fleetui) accepts.
+	IndexMeta []string `json:"index_meta,omitempty"`
 }
 
 // policy returns the options' policy part.
@@ -216,7 +253,7 @@ func (o QueueOptions) policy() QueuePolicy {
 	return QueuePolicy{MaxAttempts: o.MaxAttempts, BackoffBaseMS: o.BackoffBase.Milliseconds(),
 		BackoffMaxMS: o.BackoffMax.Milliseconds(), DeadMax: o.DeadMax, DeadMaxAgeMS: o.DeadMaxAge.Milliseconds(),
 		GlobalConcurrency: o.GlobalConcurrency, GroupConcurrency: g.C, GroupRate: g.R, GroupPerMS: g.Per,
-		GroupIntervalUS: g.IV, GroupBurst: g.B}
+		GroupIntervalUS: g.IV, GroupBurst: g.B, IndexMeta: o.IndexMeta}
 }
 
 func (o QueueOptions) policyJSON() string {

@@ -25,10 +25,43 @@ import (
 // options of opts: the one place that maps SubmitOptions to the options a
 // body carries.
 func newBody(id string, payload []byte, opts SubmitOptions) string {
-	return taskbody.New(id, payload, taskbody.Options{
+	return taskbody.New(id, payload, bodyOptions(opts))
+}
+
+// bodyOptions maps SubmitOptions to the options a body carries.
+func bodyOptions(opts SubmitOptions) taskbody.Options {
+	return taskbody.Options{
 		DedupKey: opts.DedupKey, UniqueFor: opts.UniqueFor, Priority: opts.Priority, MaxAttempts: opts.MaxAttempts,
 		Timeout: opts.Timeout, ExpiresAt: opts.ExpiresAt, Metadata: opts.Metadata, Group: opts.Group,
-	})
+	}
+}
+
+// pushBody is newBody for a task that push (queue_submit.lua) writes: it
+// names in "mx" the metadata index keys the task joins (metaSuffixes),
+// which its ack leaves. A tracked task is not indexed.
+func (q *queueCore) pushBody(id string, payload []byte, opts SubmitOptions) string {
+	o := bodyOptions(opts)
+	if !opts.tracked() {
+		o.Indexed = q.metaSuffixes(opts.Metadata)
+	}
+	return taskbody.New(id, payload, o)
+}
+
+// metaSuffixes returns the suffixes (internal/keys MetaSuffix) of the
+// metadata index keys that a task with metadata meta joins: one per key of
+// QueueOptions.IndexMeta that meta sets, in IndexMeta's order; nil for a
+// queue that indexes nothing.
+func (q *queueCore) metaSuffixes(meta map[string]string) []string {
+	if len(q.opts.IndexMeta) == 0 || len(meta) == 0 {
+		return nil
+	}
+	var out []string
+	for _, k := range q.opts.IndexMeta {
+		if v, ok := meta[k]; ok {
+			out = append(out, keys.MetaSuffix(k, v))
+		}
+	}
+	return out
 }
 
 // Submit validates payload (go-playground/validator tags on T) and pushes
@@ -126,7 +159,7 @@ func (q *Queue[T]) SubmitManyWith(ctx context.Context, subs []Submission[T]) ([]
 		if err != nil {
 			return nil, opErr(op, q.name, err)
 		}
-		items[i] = submission{id: id, body: newBody(id, b, sub.Options), opts: sub.Options}
+		items[i] = submission{id: id, body: q.pushBody(id, b, sub.Options), opts: sub.Options}
 	}
 	ids, err := q.pushTracked(ctx, items)
 	if err != nil {
@@ -266,7 +299,7 @@ func (q *Queue[T]) SubmitWith(ctx context.Context, payload T, opts SubmitOptions
 	if opts.tracked() {
 		return id, opErr(op, q.name, q.submitTracked(ctx, []submission{{id: id, body: newBody(id, b, opts), opts: opts}}))
 	}
-	got, err := q.push(ctx, []submission{{id: id, body: newBody(id, b, opts), opts: opts}})
+	got, err := q.push(ctx, []submission{{id: id, body: q.pushBody(id, b, opts), opts: opts}})
 	if err != nil {
 		return "", opErr(op, q.name, err)
 	}
@@ -429,7 +462,11 @@ func (q *queueCore) push(ctx context.Context, subs []submission) ([]string, erro
 	execs := make([]rueidis.LuaExec, len(shards))
 	for j, sh := range shards {
 		ks := sh.keys()
-		args := make([]string, 0, 5*len(places[j]))
+		args := make([]string, 1, 1+5*len(places[j]))
+		args[0] = "0" // no index entries (q.indexArgs below adds them)
+		if len(q.opts.IndexMeta) > 0 {
+			ks, args = q.indexArgs(sh, subs, places[j], ks, args)
+		}
 		for _, i := range places[j] {
 			o := subs[i].opts
 			uk, ready := "0", ""
@@ -477,6 +514,34 @@ func (q *queueCore) push(ctx context.Context, subs []submission) ([]string, erro
 		return nil, err
 	}
 	return ids, nil
+}
+
+// indexArgs spells the metadata index entries of the tasks of subs at
+// places, pushed to shard sh, into the KEYS ks and ARGV args of
+// queue_submit.lua (args holds its count, "0"): the horizon (the id prefix
+// of max(DeadMaxAge, Retention) ago, by this process's clock, and that
+// span in ms), then for each entry the task's place in the call and the
+// place in KEYS of its index key.
+func (q *queueCore) indexArgs(sh *queueCore, subs []submission, places []int, ks, args []string) ([]string, []string) {
+	var pairs []string
+	for k, i := range places {
+		o := subs[i].opts
+		if o.tracked() {
+			continue
+		}
+		for _, suffix := range q.metaSuffixes(o.Metadata) {
+			ks = append(slices.Clip(ks), sh.key.MetaIndex+suffix)
+			pairs = append(pairs, strconv.Itoa(k+1), strconv.Itoa(len(ks)))
+		}
+	}
+	if len(pairs) == 0 {
+		return ks, args
+	}
+	horizon := max(q.opts.DeadMaxAge, q.opts.Retention)
+	ms := q.fleet.now().Add(-horizon).UnixMilli()
+	args[0] = strconv.Itoa(len(pairs) / 2)
+	args = append(args, fmt.Sprintf("%08x-%04x", uint64(ms)>>16, uint64(ms)&0xffff), strconv.FormatInt(horizon.Milliseconds(), 10))
+	return ks, append(args, pairs...)
 }
 
 // SubmitJSON decodes raw strictly into the payload type of the queue named

@@ -23,6 +23,9 @@
 //     times, worker and lease deadline, and the tasks it waits for; the
 //     actions its state allows: cancel (running or pending), delete
 //     (pending or scheduled), run now (scheduled), re-queue (dead);
+//   - a queue's search by metadata (find.go): the tasks whose metadata sets
+//     a key the queue indexes (QueueOptions.IndexMeta) to a value, in any
+//     state, a page at a time (Queue.FindByMeta);
 //   - a queue's tasks by state (pending, scheduled, running with worker and
 //     lease deadline, dead, and done while QueueOptions.Retention keeps
 //     their records), paginated by cursors that stay correct while
@@ -198,6 +201,7 @@ func Handler(f *fleet.Fleet, opts Options) http.Handler {
 	m.HandleFunc("POST /queues/{name}/resume", h.mutate(h.pauseQueue(false)))
 	m.HandleFunc("POST /queues/{name}/batch", h.mutate(h.batch))
 	m.HandleFunc("GET /queues/{name}/groups", h.groups)
+	m.HandleFunc("GET /queues/{name}/find", h.find)
 	m.HandleFunc("GET /queues/{name}/{list}", h.list)
 	m.HandleFunc("GET /queues/{name}/tasks/{id}", h.task)
 	m.HandleFunc("POST /queues/{name}/tasks/{id}/{action}", h.mutate(h.taskAction))

@@ -18,7 +18,7 @@ import (
 )
 
 // pageNames are the templates under assets/templates, each with the layout.
-var pageNames = []string{"overview", "queue", "workertypes", "workers", "worker", "pools", "pool", "streams", "stream", "catalog", "error", "task", "list", "groups", "flow", "schedules"}
+var pageNames = []string{"overview", "queue", "workertypes", "workers", "worker", "pools", "pool", "streams", "stream", "catalog", "error", "task", "list", "groups", "flow", "schedules", "find"}
 
 func parsePages() map[string]*template.Template {
 	funcs := template.FuncMap{

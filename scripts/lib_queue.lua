@@ -528,12 +528,28 @@ local function find_pending(holds)
   return nil
 end
 
+-- meta_unindex removes task id from the metadata index keys its body
+-- names in "mx" (QueueOptions.IndexMeta: each METAIDX .. "<key>:<canon>").
+-- A derived key: one of another type fails its own ZREM (pcall), never
+-- the caller's step.
+local function meta_unindex(id, body)
+  local mx = body and string.match(body, '"mx":(%b[])')
+  if not mx then return end
+  local ok, list = pcall(cjson.decode, mx)
+  if not ok or type(list) ~= 'table' then return end
+  for _, suffix in ipairs(list) do
+    if type(suffix) == 'string' and suffix ~= '' then
+      redis.pcall('ZREM', METAIDX .. suffix, id)
+    end
+  end
+end
+
 -- ack_all acks the tasks given from ARGV[from]: the count P of plain acks,
 -- P plain acks as triples (id, lease token, dedup key or ''; a task that
 -- holds no permit: its reserve said so), then acks that keep something,
 -- belong to a group, hold a GlobalConcurrency permit or pass on their end
 -- as 9-tuples (id, token, dedup key, unique window ms or '0', retention ms
--- or '0', result JSON or '', attempts, group or '', flow flags or ''), the
+-- or '0', result JSON or '', attempts, group or '', flags or ''), the
 -- j-th of which (from 1) has its unique key and its result key at
 -- KEYS[keys + 2j - 2] and KEYS[keys + 2j - 1]. Each is acked when the
 -- reservation that exists now is the caller's (owned): it leaves
@@ -541,7 +557,9 @@ end
 -- the task (held on for its unique window instead, when it has one), its
 -- record is kept for the retention, its permits come back (task_done; the
 -- plain ones hold none), and the end of a tracked task (or of one that set
--- a progress value) is passed on (flow_ended, lib_flow_end.lua). The plain
+-- a progress value) is passed on (flow_ended, lib_flow_end.lua). Flags
+-- are 'm' first when the task leaves the metadata index (meta_unindex),
+-- then the flow flags (flow_ended). The plain
 -- ones take a fixed number of commands whatever their count (HMGET and
 -- ZMSCORE check them all, one HDEL, ZREM and HDEL end them). Returns one
 -- code per ack, in order (DONE or LOST), as a string of digits. The reads
@@ -588,6 +606,11 @@ local function ack_all(from, keys)
     if owns(id, token) then
       code = DONE
       local holder = dk ~= '' and redis.call('HGET', DEDUP, dk) == id
+      local flags = ARGV[i + 8]
+      if string.byte(flags, 1) == 109 then -- 'm'
+        lazy.meta_unindex(id, redis.call('HGET', BODY, id))
+        flags = string.sub(flags, 2)
+      end
       leave(id, token)
       if holder then
         redis.call('HDEL', DEDUP, dk)
@@ -614,7 +637,7 @@ local function ack_all(from, keys)
       end
       local g = ARGV[i + 7]
       lazy.task_done(id, g ~= '' and g or nil)
-      if ARGV[i + 8] ~= '' then lazy.flow_ended(id, ARGV[i + 8], 'ok', result) end
+      if flags ~= '' then lazy.flow_ended(id, flags, 'ok', result) end
     end
     res[plain + j] = code
   end

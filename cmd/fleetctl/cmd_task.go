@@ -2,25 +2,65 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/fleet-go/fleet"
 )
 
 func init() {
+	var cursor string
+	var limit int
 	register(&command{
 		name:    "task",
-		args:    "get <queue> <task id> | cancel <queue> <task id>",
-		summary: "show a task's state (waiting, pending, scheduled, active with its progress, done, dead, canceled), or cancel it",
+		args:    "get <queue> <task id> | cancel <queue> <task id> | find <queue> <key>=<value>",
+		summary: "show a task's state (waiting, pending, scheduled, active with its progress, done, dead, canceled), cancel it, or find tasks by an indexed metadata key (QueueOptions.IndexMeta)",
+		flags: func(fs *flag.FlagSet) {
+			fs.StringVar(&cursor, "cursor", "", "find: the cursor a previous page printed (next)")
+			fs.IntVar(&limit, "limit", 0, "find: show at most this many tasks (0: fleet.DefaultFindLimit)")
+		},
 		run: func(ctx context.Context, a *app, args []string) int {
 			if len(args) != 3 {
-				return a.usageErr("task", "needs an action (get, cancel), a queue and a task id")
+				return a.usageErr("task", "needs an action (get, cancel, find), a queue and a task id (find: <key>=<value>)")
 			}
 			action, queue, id := args[0], args[1], args[2]
 			switch action {
+			case "find":
+				key, value, ok := strings.Cut(id, "=")
+				if !ok {
+					return a.usageErr("task", "find needs <key>=<value>")
+				}
+				page, next, err := a.f.Queue(queue).FindByMeta(ctx, key, value, cursor, limit)
+				if err != nil {
+					return a.fail(err)
+				}
+				out := struct {
+					Tasks []fleet.TaskRecord `json:"tasks"`
+					Next  string             `json:"next"`
+				}{Tasks: page, Next: next}
+				if out.Tasks == nil {
+					out.Tasks = []fleet.TaskRecord{}
+				}
+				a.emit(out, func(w *tabwriter.Writer) {
+					fmt.Fprintln(w, "ID\tSTATUS\tATTEMPTS\tSUBMITTED\tLAST ERROR")
+					for _, r := range page {
+						sub := ""
+						if !r.SubmittedAt.IsZero() {
+							sub = ts(r.SubmittedAt)
+						}
+						fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\n", r.ID, r.Status, r.Attempts, sub, r.LastError)
+					}
+					if next != "" {
+						fmt.Fprintf(w, "next page: --cursor %s\n", next)
+					}
+				})
+				return exitOK
 			case "get":
 				r, err := a.f.Queue(queue).Lookup(ctx, id)
 				if err != nil {
@@ -64,7 +104,7 @@ func init() {
 				a.emit(map[string]string{"canceled": id}, func(w *tabwriter.Writer) { fmt.Fprintf(w, "canceled %s\n", id) })
 				return exitOK
 			}
-			return a.usageErr("task", "expected get <queue> <id> or cancel <queue> <id>")
+			return a.usageErr("task", "expected get <queue> <id>, cancel <queue> <id> or find <queue> <key>=<value>")
 		},
 	})
 }

@@ -164,7 +164,7 @@ func ackArgs(acks []*Reservation, args []string) (keep, _ []string, order []int)
 		if !r.keeps() {
 			continue
 		}
-		a := ackKept{id: r.id, token: r.token, dedup: r.dedup, retention: r.retention(), attempts: r.attempts, group: r.group, flags: r.flowFlags()}
+		a := ackKept{id: r.id, token: r.token, dedup: r.dedup, retention: r.retention(), attempts: r.attempts, group: r.group, flags: r.ackFlags()}
 		if r.dedup != "" && r.unique > 0 {
 			a.unique = r.unique
 		}
@@ -199,7 +199,7 @@ type ackKept struct {
 	result    string        `argv:"6"` // the result's JSON, or ""
 	attempts  int           `argv:"7"`
 	group     string        `argv:"8"`
-	flags     string        `argv:"9"` // flowFlags
+	flags     string        `argv:"9"` // ackFlags: "m" (drop from the metadata index), then flowFlags
 }
 
 func (a ackKept) appendTo(args []string) []string {

@@ -47,6 +47,10 @@ type Reservation struct {
 	// tracked); progressed says it set a progress value (MarkProgressed).
 	track      int64
 	progressed atomic.Bool
+	// indexed says the body has "mx": its submit added it to the queue's
+	// metadata index (QueueOptions.IndexMeta), which its ack removes it
+	// from unless its record is kept (ackFlags).
+	indexed bool
 	// afterAck is what AfterAck asked to run once an ack step acked the
 	// task (hooks.go); nil for none.
 	afterAck atomic.Pointer[func()]
@@ -147,7 +151,7 @@ func (r *Reservation) Expired() bool { return r.expires != 0 && mono.Now() >= r.
 // group's or GlobalConcurrency's permit given back, or its end passed on
 // (a tracked task, or one that set a progress value: flowFlags).
 func (r *Reservation) keeps() bool {
-	return (r.unique > 0 && r.dedup != "") || r.core.opts.Retention > 0 || r.group != "" || r.permit || r.track > 0 || r.progressed.Load()
+	return (r.unique > 0 && r.dedup != "") || r.core.opts.Retention > 0 || r.group != "" || r.permit || r.track > 0 || r.progressed.Load() || r.indexed
 }
 
 // retention is how long r's ack keeps its record: the queue's Retention,
@@ -168,6 +172,17 @@ func (r *Reservation) flowFlags() string {
 		s += "t" + strconv.FormatInt(r.track, 10)
 	}
 	return s
+}
+
+// ackFlags is what an ack step is told of r (ack_all, lib_queue.lua):
+// "m" first when the ack drops it from the metadata index (it is indexed
+// and its ack keeps no record, which Lookup and FindByMeta would show),
+// then flowFlags.
+func (r *Reservation) ackFlags() string {
+	if r.indexed && r.retention() == 0 {
+		return "m" + r.flowFlags()
+	}
+	return r.flowFlags()
 }
 
 // SetResult sets the task's result, kept with its record when it is acked

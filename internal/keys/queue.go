@@ -1,6 +1,8 @@
 package keys
 
 import (
+	"crypto/sha1"
+	"encoding/hex"
 	"math/bits"
 	"strconv"
 	"strings"
@@ -99,7 +101,36 @@ type Queue struct {
 	// (Result), so that they can be listed a page at a time; each ack that
 	// keeps a record adds its id and drops the ids past the retention.
 	Retained string
+
+	// MetaIndex is the prefix of fleet:queue:<name>:meta:<key>:<canon>
+	// (zset: task id -> 0, read BYLEX; derived; QueueOptions.IndexMeta): the
+	// tasks submitted with metadata key <key> set to the value that
+	// MetaCanon spells <canon>. MetaKey spells one.
+	MetaIndex string
 }
+
+// MaxMetaPlain bounds the values that MetaCanon spells as they are.
+const MaxMetaPlain = 128
+
+// MetaCanon spells a metadata value in a key of the metadata index:
+// "s<value>" when the value is at most MaxMetaPlain bytes of valid UTF-8
+// with no brace, white space or control character, else "h<sha1 hex>",
+// so that any value gives a key of bounded length that Parse reads back
+// and that no brace can steer to another slot.
+func MetaCanon(value string) string {
+	if len(value) <= MaxMetaPlain && (value == "" || Check(KindItem, value) == nil) {
+		return "s" + value
+	}
+	sum := sha1.Sum([]byte(value))
+	return "h" + hex.EncodeToString(sum[:])
+}
+
+// MetaSuffix is what follows MetaIndex in the index key of metadata key
+// key (a name that Check(KindGroup) accepts) and value: "<key>:<canon>".
+func MetaSuffix(key, value string) string { return key + ":" + MetaCanon(value) }
+
+// MetaKey returns the index key of metadata key key and value value.
+func (q Queue) MetaKey(key, value string) string { return q.MetaIndex + MetaSuffix(key, value) }
 
 // QueueSuffixes are the suffixes, after Pending, of Queue's keys of
 // priorities, groups and GlobalConcurrency, and of flows (Flow set), with
@@ -131,6 +162,7 @@ var QueueSuffixes = []struct {
 	{"WAITING", ":waiting", FamQueueWaiting, func(q *Queue) *string { return &q.Waiting }, true},
 	{"PROGRESS", ":progress", FamQueueProgress, func(q *Queue) *string { return &q.Progress }, true},
 	{"RETAINED", ":retained", FamQueueRetained, func(q *Queue) *string { return &q.Retained }, false},
+	{"METAIDX", ":meta:", FamQueueMeta, func(q *Queue) *string { return &q.MetaIndex }, false},
 }
 
 // Queue returns the keys of queue name.

@@ -56,6 +56,7 @@ const (
 	FamQueueWaiting   Family = "queue:waiting"  // fleet:queue:<name>:waiting
 	FamQueueProgress  Family = "queue:progress" // fleet:queue:<name>:progress
 	FamQueueRetained  Family = "queue:retained" // fleet:queue:<name>:retained (derived)
+	FamQueueMeta      Family = "queue:meta"     // fleet:queue:<name>:meta:<key>:<canon> (derived; Item "<key>:<canon>")
 	FamFlow           Family = "flow"           // fleet:flow:<id>
 	FamFlowMembers    Family = "flow:m"         // fleet:flow:<id>:m
 	FamFlows          Family = "flows"          // fleet:flows (derived)
@@ -240,6 +241,12 @@ func (k Keys) parseFleet(rest string) (Key, bool) {
 					if x.Flow {
 						kind = KindItem // a task id
 					}
+					if x.Family == FamQueueMeta {
+						// "<key>:<canon>": a metadata key, then its value as MetaCanon spells it.
+						mk, canon, ok := strings.Cut(g, ":")
+						return Key{Family: x.Family, Name: name, Item: g, Shard: shard},
+							ok && Check(KindGroup, mk) == nil && canon != "" && (canon == "s" || Check(KindItem, canon) == nil)
+					}
 					return Key{Family: x.Family, Name: name, Item: g, Shard: shard}, Check(kind, g) == nil
 				}
 			} else if tail == x.Suffix {
@@ -413,7 +420,7 @@ func (k Keys) Spell(p Key) (string, bool) {
 		return k.Queue(p.Name).HistDay + p.Item, p.Shard == 0 && histBucket(p.Item)
 	case FamQueuePrio, FamQueueGroups, FamQueueGroupState, FamQueueGroupBlocked, FamQueueGroupLimits, FamQueueGroupPaused,
 		FamQueueRunning, FamQueueGroup, FamQueueGroupRun, FamQueueGroupRate, FamQueueSignal, FamQueueGroupPending,
-		FamQueueFlow, FamQueueFlowOut, FamQueueOutbox, FamQueueWaiting, FamQueueProgress, FamQueueRetained:
+		FamQueueFlow, FamQueueFlowOut, FamQueueOutbox, FamQueueWaiting, FamQueueProgress, FamQueueRetained, FamQueueMeta:
 		qk := q()
 		for _, x := range QueueSuffixes {
 			if x.Family == p.Family {

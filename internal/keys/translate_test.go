@@ -38,6 +38,7 @@ func TestTranslate(t *testing.T) {
 		{FamQueueHistDay, "fleet:queue:q:hist:d:1764806400", "fleet:queue:{q}:hist:d:1764806400"},
 		{FamQueuePrio, "fleet:queue:q:prio", "fleet:queue:{q}:prio"},
 		{FamQueueRetained, "fleet:queue:q:retained", "fleet:queue:{q}:retained"},
+		{FamQueueMeta, "fleet:queue:q:meta:tenant:sacme", "fleet:queue:{q}:meta:tenant:sacme"},
 		{FamQueueGroups, "fleet:queue:q:groups", "fleet:queue:{q}:groups"},
 		{FamQueueGroupState, "fleet:queue:q:gstate", "fleet:queue:{q}:gstate"},
 		{FamQueueGroupBlocked, "fleet:queue:q:gblocked", "fleet:queue:{q}:gblocked"},

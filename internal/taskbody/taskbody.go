@@ -40,6 +40,10 @@ type Fields struct {
 	Meta        map[string]string `json:"meta"`
 	Group       string            `json:"group"`
 	Track       int64             `json:"track"` // a tracked task: how long its end stays recorded (ms; WithTrack)
+	// Indexed is the body's "mx": the suffixes of the metadata index keys
+	// its submit added it to (QueueOptions.IndexMeta), which its ack
+	// removes it from.
+	Indexed []string `json:"mx"`
 }
 
 // Options are the per-task options a body carries (the root's
@@ -62,11 +66,15 @@ type Options struct {
 	Metadata map[string]string
 	// Group is written as "group".
 	Group string
+	// Indexed is written as "mx": the suffixes (after the queue's
+	// :meta:) of the metadata index keys the task is added to, each
+	// "<key>:<canon>" (internal/keys MetaSuffix), which need no escaping.
+	Indexed []string
 }
 
 // New spells a task body: {"id":...,"payload":...,"attempts":0}, plus
 // the fields of o that are set: "dedup", "unique_ms", "priority",
-// "max_attempts", "timeout_ms", "expires_at" (unix s), "meta" and "group"
+// "max_attempts", "timeout_ms", "expires_at" (unix s), "meta", "group" and "mx"
 // (docs/SCHEMA.md). A body of no options is the documented one. payload
 // must be one JSON value; id a UUID or other text that needs no escaping.
 func New(id string, payload []byte, o Options) string {
@@ -119,6 +127,16 @@ func New(id string, payload []byte, o Options) string {
 	}
 	if o.Group != "" {
 		str("group", o.Group)
+	}
+	if len(o.Indexed) > 0 {
+		b.WriteString(`,"mx":[`)
+		for i, x := range o.Indexed {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			WriteJSONString(&b, x)
+		}
+		b.WriteByte(']')
 	}
 	b.WriteByte('}')
 	return b.String()
