@@ -113,7 +113,7 @@ func (q *queueCore) FindByMeta(ctx context.Context, key, value, cursor string, l
 			next = page[limit-1].ID
 			break
 		}
-		page = append(page, recordOf(h.id, h.res))
+		page = append(page, q.record(h.id, h.res))
 	}
 	return page, next, nil
 }

@@ -103,9 +103,15 @@ func (q *queueCore) Lookup(ctx context.Context, id string) (TaskRecord, error) {
 	if len(res) == 0 || res[0] == "none" {
 		return r, opErr(op, q.name, fmt.Errorf("%w: %s", ErrTaskNotFound, id))
 	}
-	rec := recordOf(id, res)
-	q.fleet.openRecord(q.name, &rec)
-	return rec, nil
+	return q.record(id, res), nil
+}
+
+// record reads queue_lookup.lua's answer res for task id of q (recordOf),
+// its sealed values opened where this process can.
+func (q *queueCore) record(id string, res []string) TaskRecord {
+	r := recordOf(id, res)
+	q.fleet.openRecord(q.name, &r)
+	return r
 }
 
 // recordOf reads queue_lookup.lua's answer res (not 'none') for task id.

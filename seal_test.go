@@ -58,7 +58,7 @@ func TestSealedQueue(t *testing.T) {
 		e := open(t, tg)
 		c := ctx(t)
 		kr := keyring(t, newKey(t, "k1"))
-		q := fleet.NewQueue[secret](e.F, "sealed", fleet.QueueOptions{Sealer: kr, Retention: time.Hour})
+		q := fleet.NewQueue[secret](e.F, "sealed", fleet.QueueOptions{Sealer: kr, Retention: time.Hour, IndexMeta: []string{"tenant"}})
 		other := openOn(t, tg, e.Prefix) // no Sealer: an operator's tool
 		oq := fleet.NewQueue[secret](other, "sealed", fleet.QueueOptions{Retention: time.Hour})
 		k := e.qk("sealed")
@@ -106,6 +106,23 @@ func TestSealedQueue(t *testing.T) {
 		pend, err := q.Pending(c, 0, 10)
 		if err != nil || len(pend) != 1 || string(pend[0].Payload) != `{"card":"4111-1111","n":7}` {
 			t.Fatalf("Pending %+v %v", pend, err)
+		}
+
+		// FindByMeta, as Lookup: opened here, sealed there.
+		found, err := q.SubmitWith(c, secret{Card: "4111-2222", N: 8}, fleet.SubmitOptions{Metadata: map[string]string{"tenant": "acme"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		page, _, err := q.FindByMeta(c, "tenant", "acme", "", 10)
+		if err != nil || len(page) != 1 || page[0].ID != found || string(page[0].Payload) != `{"card":"4111-2222","n":8}` {
+			t.Fatalf("FindByMeta with the Sealer: %+v %v", page, err)
+		}
+		page, _, err = oq.FindByMeta(c, "tenant", "acme", "", 10)
+		if kid, ok := fleet.SealedKeyID(page[0].Payload); err != nil || !ok || kid != "k1" {
+			t.Fatalf("FindByMeta without it: %+v %v", page, err)
+		}
+		if err := q.Cancel(c, found); err != nil {
+			t.Fatal(err)
 		}
 
 		tasks, err := q.Reserve(c, 1, time.Second)

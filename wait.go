@@ -91,8 +91,7 @@ func (q *queueCore) Wait(ctx context.Context, id string) (TaskRecord, error) {
 						return TaskRecord{ID: id}, opErr(op, q.name, err)
 					}
 					if v != nil {
-						r := recordOf(id, []string{"done", *v})
-						q.fleet.openRecord(q.name, &r)
+						r := q.record(id, []string{"done", *v})
 						if on, err := q.passedOn(ctx, shards, id); err != nil {
 							return r, opErr(op, q.name, err)
 						} else if !on {
