@@ -32,7 +32,9 @@ func TestFleetctlACL(t *testing.T) {
 	if err := raw.Do(ctx, raw.B().Arbitrary("ACL").Args(words...).Build()).Error(); err != nil {
 		t.Fatalf("ACL %v: %v", words, err)
 	}
-	t.Cleanup(func() { _ = raw.Do(context.Background(), raw.B().Arbitrary("ACL", "DELUSER").Args(user).Build()).Error() })
+	t.Cleanup(func() {
+		_ = raw.Do(context.Background(), raw.B().Arbitrary("ACL", "DELUSER").Args(user).Build()).Error()
+	})
 	f, err := fleet.Open(ctx, fleet.Options{URL: tg.URL, Username: user, Password: "pw", Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)
