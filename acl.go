@@ -23,8 +23,8 @@ const (
 	// config, publish the catalog, take a lock or a pool item, or write
 	// KV, counters or streams. Redis ACLs fence keys, not scripts: a
 	// submitter may run any of fleet's queue scripts (or any Lua, through
-	// EVAL) on its queue keys, so it could end a task it does not hold if
-	// it knew the task's lease token.
+	// EVAL) on its queue keys, and it may read the lease tokens, so it
+	// could end a task it does not hold.
 	ACLSubmitter ACLRole = "submitter"
 	// ACLOperator is ACLWorker plus what an operator's tools need (fleetctl,
 	// the dashboard's actions, Sync, Migrate within the prefix, Health):
@@ -51,10 +51,11 @@ var (
 	// aclConnect is what rueidis sends on connect (HELLO with AUTH and
 	// SETNAME, CLIENT TRACKING, SELECT, READONLY on a replica, the
 	// cluster's topology; its CLIENT SETINFO may fail, and is left out so
-	// that the rules load on Redis 7.0, which has no such command) and what every Fleet sends whatever its role: PING, TIME,
-	// WAIT (Options.MinReplicas), INFO (Health; the replicas' check of
-	// MinReplicas), CLIENT CACHING with MULTI and EXEC (a client-side cached
-	// read, OPTIN tracking).
+	// that the rules load on Redis 7.0, which has no such command) and
+	// what every Fleet sends whatever its role: PING, TIME, WAIT
+	// (Options.MinReplicas), INFO (Health; the replicas' check of
+	// MinReplicas), CLIENT CACHING with MULTI and EXEC (a client-side
+	// cached read, OPTIN tracking).
 	aclConnect = []string{
 		"hello", "auth", "ping", "select", "readonly",
 		"client|setname", "client|tracking", "client|caching",
