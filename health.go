@@ -2,9 +2,14 @@ package fleet
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/redis/rueidis"
 )
 
 // Health problem codes, stable for scripts.
@@ -70,6 +75,15 @@ type HealthReport struct {
 	// Nodes has one entry per node read: the single node, or every master
 	// of the cluster.
 	Nodes []NodeHealth `json:"nodes"`
+	// OutsidePrefix reports whether this Fleet's user can reach keys
+	// outside its prefix (Options.Prefix): Health reads a random key name
+	// outside the prefix (EXISTS) on every master, and a NOPERM on each
+	// means an ACL fences the user to the prefix (ACLRules). True means a
+	// tenant's Fleet could read, and maybe write, other tenants' keys. It
+	// is false with no prefix: the Fleet then owns the whole database and
+	// has no outside. It is not a problem (OK ignores it): one database
+	// per deployment, and tests under a prefix, need no ACL.
+	OutsidePrefix bool `json:"outside_prefix"`
 	// Problems lists what would lose data or break fleet; empty (never
 	// nil) when healthy.
 	Problems []HealthProblem `json:"problems"`
@@ -80,8 +94,10 @@ func (r HealthReport) OK() bool { return len(r.Problems) == 0 }
 
 // Health reads every node's INFO (and CLUSTER INFO on a cluster) and reports
 // what would lose data or break fleet: AOF off, a maxmemory-policy other than
-// noeviction, client-side caching off, cluster slots not all served. An
-// error means Health could not read a node; problems are not errors.
+// noeviction, client-side caching off, cluster slots not all served. It
+// also tells whether the Fleet's user can reach keys outside its prefix
+// (HealthReport.OutsidePrefix). An error means Health could not read a
+// node; problems are not errors.
 func (f *Fleet) Health(ctx context.Context) (HealthReport, error) {
 	r := HealthReport{Layout: f.layout, Cluster: f.cluster, Cache: f.cache, Problems: []HealthProblem{}}
 	if err := f.alive(ctx); err != nil {
@@ -109,6 +125,13 @@ func (f *Fleet) Health(ctx context.Context) (HealthReport, error) {
 			}
 		}
 		r.Nodes = append(r.Nodes, nh)
+		if prefix := f.keys.Prefix(); prefix != "" && !r.OutsidePrefix {
+			reach, err := outsideReach(ctx, n, prefix)
+			if err != nil {
+				return r, opErr("health", addr, err)
+			}
+			r.OutsidePrefix = reach
+		}
 		if !nh.AOF {
 			r.Problems = append(r.Problems, HealthProblem{Code: HealthAOFOff, Node: addr,
 				Message: "appendonly is off: configs, gens, pools and queues are lost on restart (set appendonly yes, appendfsync everysec)"})
@@ -142,6 +165,30 @@ func (f *Fleet) Health(ctx context.Context) (HealthReport, error) {
 		}
 	}
 	return r, nil
+}
+
+// outsideReach reports whether node n lets this connection's user read a
+// key outside prefix: EXISTS of a random key name that does not start
+// with prefix. NOPERM means an ACL fences it; a redirection (MOVED, ASK)
+// means the ACL let it through, since Redis checks ACLs first.
+func outsideReach(ctx context.Context, n rueidis.Client, prefix string) (bool, error) {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	key := "fleet-outside-probe:" + hex.EncodeToString(b[:])
+	if strings.HasPrefix(key, prefix) {
+		key = string([]byte{prefix[0] + 1}) + key // starts with another byte than prefix
+	}
+	err := n.Do(ctx, n.B().Exists().Key(key).Build()).Error()
+	var re *rueidis.RedisError
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.As(err, &re) && strings.HasPrefix(re.Error(), "NOPERM"):
+		return false, nil
+	case errors.As(err, &re) && (strings.HasPrefix(re.Error(), "MOVED") || strings.HasPrefix(re.Error(), "ASK")):
+		return true, nil
+	}
+	return false, err
 }
 
 // parseInfo reads "key:value" lines of INFO and CLUSTER INFO.

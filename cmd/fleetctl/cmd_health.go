@@ -19,7 +19,7 @@ func init() {
 				return a.fail(err)
 			}
 			a.emit(r, func(w *tabwriter.Writer) {
-				fmt.Fprintf(w, "layout\t%s\ncluster\t%v\nclient cache\t%v\n\n", r.Layout, r.Cluster, r.Cache)
+				fmt.Fprintf(w, "layout\t%s\ncluster\t%v\nclient cache\t%v\noutside prefix\t%v\n\n", r.Layout, r.Cluster, r.Cache, r.OutsidePrefix)
 				fmt.Fprintln(w, "NODE\tVERSION\tAOF\tMAXMEMORY POLICY\tKEYS")
 				for _, n := range r.Nodes {
 					fmt.Fprintf(w, "%s\t%s\t%v\t%s\t%d\n", n.Addr, n.Version, n.AOF, n.MaxmemoryPolicy, n.Keys)

@@ -209,7 +209,7 @@ func TestFleetctl(t *testing.T) {
 }
 
 func TestFleetctlHelpAndErrors(t *testing.T) {
-	for _, name := range []string{"workers", "queues", "pools", "dlq", "catalog", "sync", "health", "migrate"} {
+	for _, name := range []string{"workers", "queues", "pools", "dlq", "catalog", "sync", "health", "migrate", "acl"} {
 		out, errOut, code := fctl(t, name, "--help")
 		if code != 0 || out != "" || !strings.Contains(errOut, "usage: fleetctl "+name) || !strings.Contains(errOut, "-url") {
 			t.Errorf("%s --help: exit %d, %q", name, code, errOut)

@@ -1,7 +1,8 @@
 // Command fleetctl is an operator's tool over fleet's admin API: it lists
 // workers, queues, pools, dead letters and the catalog, reads and changes
 // worker configs, removes workers, types and pools (asking first, or with
-// --yes), repairs derived keys (sync) and checks the server (health).
+// --yes), repairs derived keys (sync) and checks the server (health). It
+// prints the ACL rules of a tenant's users (acl, which needs no Redis).
 //
 // Usage:
 //
@@ -62,6 +63,8 @@ type command struct {
 	flags func(fs *flag.FlagSet)
 	// run does the work; it returns an exit code.
 	run func(ctx context.Context, a *app, args []string) int
+	// offline commands need no Redis: run gets no Fleet (a.f is nil).
+	offline bool
 }
 
 // commands is the table of subcommands, filled by each cmd_*.go file.
@@ -197,6 +200,9 @@ func run(args []string, stdout, stderr io.Writer, tty bool) int {
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
+	if cmd.offline {
+		return cmd.run(ctx, a, fs.Args())
+	}
 	if err := a.open(ctx); err != nil {
 		return a.fail(err)
 	}
