@@ -77,7 +77,7 @@ var (
 		"hset", "hsetnx", "hdel", "hincrby",
 		"sadd", "srem",
 		"rpush", "lpush", "lpop", "rpop", "lmove", "lrem", "ltrim",
-		"zadd", "zrem", "zpopmin", "zremrangebyscore", "zremrangebyrank",
+		"zadd", "zrem", "zpopmin", "zremrangebyscore", "zremrangebyrank", "zremrangebylex",
 	}
 	// aclScripts runs fleet's Lua: EVALSHA first, EVAL on NOSCRIPT, and
 	// SCRIPT LOAD before a pipeline of scripts (a flow's submit).
