@@ -64,10 +64,13 @@ func openAs(t *testing.T, tg redistest.Target, prefix, user, pass string, mods .
 }
 
 // isNoPerm reports whether err is the server's NOPERM (fleet's ErrAuth), or
-// its refusal of a key inside a script (Redis 7.0 words it without NOPERM).
+// its refusal of a key inside a script, which Redis 7.0 ("can't access at
+// least one of the keys") and Valkey 8 ("ACL failure in script: No
+// permissions to access a key") word without NOPERM.
 func isNoPerm(err error) bool {
 	return err != nil && (errors.Is(err, fleet.ErrAuth) || strings.Contains(err.Error(), "NOPERM") ||
-		strings.Contains(err.Error(), "can't access at least one of the keys"))
+		strings.Contains(err.Error(), "can't access at least one of the keys") ||
+		strings.Contains(err.Error(), "ACL failure in script: No permissions to access a key"))
 }
 
 // dumpAll reads every key under prefix with DUMP and PTTL: a snapshot to
