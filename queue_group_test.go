@@ -317,9 +317,11 @@ func TestQueueGroupRate(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		s := starts["slow"]
+		// Never faster than the limit (+5% for the clocks); slower only as
+		// much as a starved machine makes it (a run beside CPU hogs saw 17).
 		rate := 60 / s[60].Sub(s[0]).Seconds()
-		if rate < 19 || rate > 21 {
-			t.Errorf("the limited group ran at %.2f/s, want 20 ±5%%", rate)
+		if rate < 15 || rate > 21 {
+			t.Errorf("the limited group ran at %.2f/s, want 20 (at most +5%%, and not under 15)", rate)
 		}
 		for _, g := range []string{"x", "y"} {
 			if n := len(starts[g]); n != 300 {
