@@ -38,10 +38,12 @@ func TestClusterFailoverUnderLoad(t *testing.T) {
 	for _, min := range []int{1, 0} {
 		t.Run(fmt.Sprintf("MinReplicas=%d", min), func(t *testing.T) {
 			t.Parallel()
-			// A node timeout of 3 s, not fleettest's 1.5 s: beside CPU hogs
-			// the shorter one let a replica take over its live master
-			// before Open, which then found a master without a replica.
-			cl, err := fleettest.StartClusterWith(ctx(t), fleettest.ClusterConfig{Replicas: 1, NodeTimeout: 3 * time.Second, Args: []string{"--enable-debug-command", "local"}})
+			// A node timeout of 5 s, not fleettest's 1.5 s: beside CPU hogs
+			// (and a whole -race suite beside three other test runs, with
+			// 3 s) a stalled master lost its replica to a failover before
+			// Open, which then found a master without a replica; Open waits
+			// 15 s for it to come back as one.
+			cl, err := fleettest.StartClusterWith(ctx(t), fleettest.ClusterConfig{Replicas: 1, NodeTimeout: 5 * time.Second, Args: []string{"--enable-debug-command", "local"}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -50,7 +52,7 @@ func TestClusterFailoverUnderLoad(t *testing.T) {
 			for i, m := range cl.Nodes {
 				names[i] = queueOn(t, m, i)
 			}
-			f, err := fleet.Open(ctx(t), fleet.Options{Addrs: cl.Addrs(), Prefix: "cf:", MinReplicas: min, ReplicaTimeout: 5 * time.Second})
+			f, err := fleet.Open(ctx(t), fleet.Options{Addrs: cl.Addrs(), Prefix: "cf:", MinReplicas: min, ReplicaTimeout: 15 * time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}
