@@ -33,17 +33,8 @@ for _, id in ipairs(ids) do
     end
   end
 end
--- id_of reads the id of a body: fleet's start '{"id":"<id>"', else the
--- decoded "id" (nil for none).
-local function id_of(body)
-  local id = string.match(body, '^{"id":"([^"\\]*)"')
-  if id then return id end
-  local ok, v = pcall(cjson.decode, body)
-  if ok and type(v) == 'table' and type(v.id) == 'string' then return v.id end
-  return nil
-end
 local function take(body, what)
-  local id = id_of(body)
+  local id = flow_body_id(body) -- (lib_flow.lua)
   if id and rest[id] then
     rest[id] = nil
     left = left - 1
