@@ -38,12 +38,12 @@ func TestClusterFailoverUnderLoad(t *testing.T) {
 	for _, min := range []int{1, 0} {
 		t.Run(fmt.Sprintf("MinReplicas=%d", min), func(t *testing.T) {
 			t.Parallel()
-			// A node timeout of 5 s, not fleettest's 1.5 s: beside CPU hogs
-			// (and a whole -race suite beside three other test runs, with
-			// 3 s) a stalled master lost its replica to a failover before
-			// Open, which then found a master without a replica; Open waits
-			// 15 s for it to come back as one.
-			cl, err := fleettest.StartClusterWith(ctx(t), fleettest.ClusterConfig{Replicas: 1, NodeTimeout: 5 * time.Second, Args: []string{"--enable-debug-command", "local"}})
+			// A node timeout of 15 s, not fleettest's 1.5 s: beside CPU hogs
+			// (with 3 s, and again with 5 s) a stalled master lost its place
+			// to its replica before Open, which then found the old master, a
+			// replica now, without a replica. The test's own failover takes
+			// that much longer (WaitPromoted allows a minute).
+			cl, err := fleettest.StartClusterWith(ctx(t), fleettest.ClusterConfig{Replicas: 1, NodeTimeout: 15 * time.Second, Args: []string{"--enable-debug-command", "local"}})
 			if err != nil {
 				t.Fatal(err)
 			}

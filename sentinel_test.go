@@ -220,7 +220,10 @@ func TestSentinelDurability(t *testing.T) {
 			l.stop()
 			q := fleet.NewQueue[int](f, "jobs", fleet.QueueOptions{Lease: 5 * time.Minute, MaxAttempts: 100})
 			held := map[int]bool{}
-			c := ctx(t)
+			// Five minutes, not ctx's one: beside CPU hogs, a drain of every
+			// submit with a WAIT on each ack ran out of a minute.
+			c, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
 			for {
 				tasks, err := q.Reserve(c, 200, 0)
 				if err != nil {
