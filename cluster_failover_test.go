@@ -38,12 +38,11 @@ func TestClusterFailoverUnderLoad(t *testing.T) {
 	for _, min := range []int{1, 0} {
 		t.Run(fmt.Sprintf("MinReplicas=%d", min), func(t *testing.T) {
 			t.Parallel()
-			// A node timeout of 15 s, not fleettest's 1.5 s: beside CPU hogs
-			// (with 3 s, and again with 5 s) a stalled master lost its place
-			// to its replica before Open, which then found the old master, a
-			// replica now, without a replica. The test's own failover takes
-			// that much longer (WaitPromoted allows a minute).
-			cl, err := fleettest.StartClusterWith(ctx(t), fleettest.ClusterConfig{Replicas: 1, NodeTimeout: 15 * time.Second, Args: []string{"--enable-debug-command", "local"}})
+			// A node timeout of 3 s, not fleettest's 1.5 s, so that a master
+			// stalled beside CPU hogs keeps its place. (Open's refusals here,
+			// "a master with 0 replicas", were Open asking the replicas its
+			// client had come to see: TestMinReplicasClusterReplicasSeen.)
+			cl, err := fleettest.StartClusterWith(ctx(t), fleettest.ClusterConfig{Replicas: 1, NodeTimeout: 3 * time.Second, Args: []string{"--enable-debug-command", "local"}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -52,7 +51,7 @@ func TestClusterFailoverUnderLoad(t *testing.T) {
 			for i, m := range cl.Nodes {
 				names[i] = queueOn(t, m, i)
 			}
-			f, err := fleet.Open(ctx(t), fleet.Options{Addrs: cl.Addrs(), Prefix: "cf:", MinReplicas: min, ReplicaTimeout: 15 * time.Second})
+			f, err := fleet.Open(ctx(t), fleet.Options{Addrs: cl.Addrs(), Prefix: "cf:", MinReplicas: min, ReplicaTimeout: 5 * time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -251,13 +251,20 @@ func (f *Fleet) checkReplicas(ctx context.Context, min int, wait time.Duration) 
 			if err != nil {
 				return connectErr([]string{a}, err)
 			}
-			got := -1
+			got, role := -1, ""
 			for line := range strings.SplitSeq(info, "\n") {
-				if v, ok := strings.CutPrefix(strings.TrimSpace(line), "connected_slaves:"); ok {
+				line = strings.TrimSpace(line)
+				if v, ok := strings.CutPrefix(line, "connected_slaves:"); ok {
 					got, _ = strconv.Atoi(v)
+				} else if v, ok := strings.CutPrefix(line, "role:"); ok {
+					role = v
 				}
 			}
-			if got >= min {
+			// A replica is not a master to check: the client's nodes list the
+			// replicas once CLUSTER SLOTS does (gossip spreads them a moment
+			// after they join), and a master a failover has just turned into a
+			// replica stays listed until the client's view catches up.
+			if got >= min || (role != "" && role != "master") {
 				break
 			}
 			if time.Now().After(deadline) {

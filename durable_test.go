@@ -245,3 +245,39 @@ func cmdstat(t *testing.T, s *fleettest.Server, name string) (calls, failed int)
 	snap := ownStats(t, s)
 	return int(snap.Calls[name]), int(snap.Failed[name])
 }
+
+// Open with MinReplicas on a cluster whose replicas its client sees (they
+// are in CLUSTER SLOTS once gossip has spread them, and then in the
+// client's nodes): the replicas are not masters to check. Open used to
+// ask them for their own replicas, find none, and refuse after
+// ReplicaTimeout.
+func TestMinReplicasClusterReplicasSeen(t *testing.T) {
+	t.Parallel()
+	c := ctx(t)
+	cl, err := fleettest.StartClusterWith(c, fleettest.ClusterConfig{Replicas: 1, NodeTimeout: 15 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Stop)
+	waitFor(t, 30*time.Second, func() bool {
+		for _, m := range cl.Nodes {
+			out, err := m.Cli(c, "cluster", "slots")
+			if err != nil || strings.Count(out, "127.0.0.1") < 6 { // each range: its master and its replica
+				return false
+			}
+		}
+		return true
+	}, "every master's CLUSTER SLOTS lists the replicas")
+	f, err := fleet.Open(c, fleet.Options{Addrs: cl.Addrs(), MinReplicas: 1, ReplicaTimeout: 3 * time.Second})
+	if err != nil {
+		t.Fatalf("Open with MinReplicas 1: %v", err)
+	}
+	defer f.Close()
+	if n := len(f.Client().Nodes()); n != 6 {
+		t.Fatalf("the client sees %d nodes; want the 3 masters and their 3 replicas", n)
+	}
+	q := fleet.NewQueue[int](f, "seen", fleet.QueueOptions{})
+	if _, err := q.Submit(c, 1); err != nil {
+		t.Fatalf("a durable submit: %v", err)
+	}
+}
