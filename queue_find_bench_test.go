@@ -2,7 +2,6 @@ package fleet_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 
 	"github.com/fleet-go/fleet"
@@ -67,24 +66,7 @@ func BenchmarkQueueMetaIndex(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			measure(b, e, func() {
-				for done := 0; done < b.N; {
-					tasks, err := q.Reserve(ctx, 50, 0)
-					if err != nil || len(tasks) == 0 {
-						b.Fatal(len(tasks), err)
-					}
-					var wg sync.WaitGroup
-					for _, t := range tasks {
-						wg.Go(func() {
-							if err := t.Ack(ctx); err != nil {
-								b.Error(err)
-							}
-						})
-					}
-					wg.Wait()
-					done += len(tasks)
-				}
-			})
+			measure(b, e, func() { reserveAck(b, q, b.N) })
 		})
 	}
 }
