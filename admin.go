@@ -126,8 +126,9 @@ func (f *Fleet) typeWorkers(ctx context.Context, typ string) ([]string, error) {
 // wkrs:all) with its keys and index entries, wkrs:<type>, the stream
 // stream:<type>, the queue named typ with all its keys (derived ones too:
 // its done-record index and the history of its last 25 hours and 31 days,
-// spelled by name) and its registry entry, and the type's catalog entry. Worker keys that no
-// index names are not found (Sync does not index them either); stop the
+// spelled by name) and its registry entry, and the type's catalog entry.
+// Per-task keys (a retained record, a task's log) are left to run out with
+// their TTL. Worker keys that no index names are not found (Sync does not index them either); stop the
 // type's workers first, or they register again. May return ErrInvalidName,
 // ErrUnavailable.
 func (f *Fleet) RemoveType(ctx context.Context, typ string) (RemoveReport, error) {

@@ -91,6 +91,8 @@
 //   - Batches: [Fleet.NewBatch], [BatchAdd], [Batch.Close], callbacks
 //     ([NewCallback]) that run once when every task ended.
 //   - [Task.Progress], [Queue.WatchProgress]: a running task's progress.
+//   - [Logger], [QueueOptions.Logs]: per-task logs, a handler's slog lines
+//     kept with the task, one entry per run ([TaskRecord.Logs]).
 //   - [Queue.Wait], and [ResultOf] with [Await]: block until a task ends.
 //
 // # Operations

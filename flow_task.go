@@ -69,13 +69,14 @@ func (r *reservation) Dependencies(ctx context.Context) ([]DependencyState, erro
 }
 
 // taskKey is the key of the task that a handler's ctx carries
-// (withTask), for ResultOf.
+// (withTask), for ResultOf and Logger.
 type taskKey struct{}
 
-// withTask returns ctx carrying r, when r waited for others: ResultOf in
-// its handler then reads its dependencies' results from its own record.
+// withTask returns ctx carrying r, for its handler: Logger finds the
+// task's logger there, and, when r waited for others, ResultOf reads its
+// dependencies' results from its own record.
 func withTask(ctx context.Context, r *reservation) context.Context {
-	if r == nil || r.r.Tracked() == 0 {
+	if r == nil {
 		return ctx
 	}
 	return context.WithValue(ctx, taskKey{}, r)
@@ -85,7 +86,7 @@ func withTask(ctx context.Context, r *reservation) context.Context {
 // dependency id of queue: found reports whether it is one.
 func dependencyResult(ctx context.Context, queue, id string) (res json.RawMessage, found bool, err error) {
 	r, _ := ctx.Value(taskKey{}).(*reservation)
-	if r == nil {
+	if r == nil || r.r.Tracked() == 0 {
 		return nil, false, nil
 	}
 	deps, err := r.Dependencies(ctx)

@@ -138,6 +138,12 @@ type QueueOptions struct {
 	// policy, so that any process's FindByMeta knows the keys. Defaults
 	// to none: a queue that indexes nothing writes and reads no index.
 	IndexMeta []string
+	// Logs bounds the per-task logs: what handlers write with the task's
+	// logger (Logger, Task.Logger), kept with the task one entry per run
+	// (TaskRecord.Logs). Defaults to DefaultLogLines lines and
+	// DefaultLogBytes bytes a run, DefaultLogRuns runs a task; Lines < 0
+	// keeps none.
+	Logs LogOptions
 }
 
 // MaxIndexMeta bounds QueueOptions.IndexMeta.
@@ -183,6 +189,10 @@ func (o QueueOptions) withDefaults() (QueueOptions, error) {
 		}
 	}
 	o.IndexMeta = slices.Clone(o.IndexMeta)
+	var err error
+	if o.Logs, err = o.Logs.withDefaults(); err != nil {
+		return o, err
+	}
 	if o.MaxAttempts == 0 {
 		o.MaxAttempts = DefaultMaxAttempts
 	}

@@ -65,14 +65,19 @@ type TaskRecord struct {
 	// Dependencies are what a waiting task waits for, and how those that
 	// ended ended (Status TaskWaiting for the others; no results).
 	Dependencies []DependencyState `json:"dependencies,omitempty"`
+	// Logs are the task's per-run logs (Logger), oldest first, while they
+	// are kept (QueueOptions.Logs): Lookup reads them; the lists and
+	// FindByMeta leave them out.
+	Logs []TaskLog `json:"logs,omitempty"`
 }
 
 // Lookup finds task id of the queue and returns its record: pending,
 // scheduled, active (with the worker and the lease's deadline), dead or
 // canceled (while its dead letter is kept), or done (while its record is
-// retained, see QueueOptions.Retention). It reads the queue in one
-// read-only script, O(N) in the tasks waiting and dead: a call for
-// operators and status pages, not for every task. May return
+// retained, see QueueOptions.Retention), with its logs (Logger). It reads
+// the queue in one read-only script, O(N) in the tasks waiting and dead,
+// then the task's log: a call for operators and status pages, not for
+// every task. May return
 // ErrTaskNotFound, ErrInvalidArgument (an empty id), ErrUnavailable.
 func (q *queueCore) Lookup(ctx context.Context, id string) (TaskRecord, error) {
 	const op = "lookup"
@@ -91,19 +96,27 @@ func (q *queueCore) Lookup(ctx context.Context, id string) (TaskRecord, error) {
 		execs[i] = rueidis.LuaExec{Keys: s.keys(s.key.Result + id), Args: []string{id}}
 	}
 	var res []string
-	for _, rr := range queueLookupScript.ExecMulti(ctx, q.fleet.client, execs...) {
+	at := 0
+	for i, rr := range queueLookupScript.ExecMulti(ctx, q.fleet.client, execs...) {
 		got, err := rr.AsStrSlice()
 		if err != nil {
 			return r, opErr(op, q.name, err)
 		}
 		if len(got) > 0 && got[0] != "none" && (len(res) == 0 || res[0] == "none") {
-			res = got
+			res, at = got, i
 		}
 	}
 	if len(res) == 0 || res[0] == "none" {
 		return r, opErr(op, q.name, fmt.Errorf("%w: %s", ErrTaskNotFound, id))
 	}
-	return q.record(id, res), nil
+	r = q.record(id, res)
+	// Its log, in the shard that holds it: a second round trip.
+	logs, err := q.readLogs(ctx, shards[at].key.Log+id)
+	if err != nil {
+		return r, opErr(op, q.name, err)
+	}
+	r.Logs = logs
+	return r, nil
 }
 
 // record reads queue_lookup.lua's answer res for task id of q (recordOf),

@@ -27,6 +27,8 @@ type reservation struct {
 	// progressed, when set (worker_one.go), is told each progress value
 	// stored.
 	progressed func(v []byte)
+	// logs is the run's log (log.go), made at its first use.
+	logs atomic.Pointer[taskLog]
 }
 
 // name is the name of the task's queue, as errors say it.
@@ -107,6 +109,11 @@ func (r *reservation) SetResult(v any) error {
 // strings. Each call returns a new map.
 func (r *reservation) TraceContext() map[string]string { return decodeTrace(r.r.Trace()) }
 
+// Each end (Ack, Nack, DeadLetter, Release, Snooze) first writes the lines
+// the run gave the task's logger (Logger), if any, in one call; when that
+// write fails, the end goes on and the lines are lost (its own error says
+// why, for a lease lost).
+
 // Ack ends the reservation: the task is done and leaves Redis (its body,
 // its lease and its dedup key; its dedup key stays held for its unique
 // window, SubmitOptions.UniqueFor, and its record for
@@ -119,7 +126,10 @@ func (r *reservation) TraceContext() map[string]string { return decodeTrace(r.r.
 // the acks; each caller still waits on its own ctx only. May return
 // ErrLeaseLost (the deadline passed and the task was re-queued; nothing
 // changes), ErrUnavailable.
-func (r *reservation) Ack(ctx context.Context) error { return opErr("ack", r.name(), r.r.Ack(ctx)) }
+func (r *reservation) Ack(ctx context.Context) error {
+	_ = r.endLog(ctx, true)
+	return opErr("ack", r.name(), r.r.Ack(ctx))
+}
 
 // Nack ends the reservation as failed with cause: the attempt is counted
 // and the task is retried after the backoff (through :scheduled), or goes
@@ -133,6 +143,7 @@ func (r *reservation) Ack(ctx context.Context) error { return opErr("ack", r.nam
 // caller waiting on its own ctx only. May return ErrLeaseLost (nothing
 // changes), ErrUnavailable.
 func (r *reservation) Nack(ctx context.Context, cause error) error {
+	_ = r.endLog(ctx, false)
 	return opErr("nack", r.name(), r.r.Nack(ctx, cause))
 }
 
@@ -141,6 +152,7 @@ func (r *reservation) Nack(ctx context.Context, cause error) error {
 // re-queued (Queue.RequeueDead), unlike a pool item marked bad. May return
 // ErrLeaseLost (nothing changes), ErrUnavailable.
 func (r *reservation) DeadLetter(ctx context.Context, cause error) error {
+	_ = r.endLog(ctx, false)
 	return opErr("dead-letter", r.name(), r.r.DeadLetter(ctx, cause))
 }
 
@@ -152,6 +164,7 @@ func (r *reservation) DeadLetter(ctx context.Context, cause error) error {
 // ErrCanceled: it never runs again. May return ErrLeaseLost (nothing
 // changes), ErrCanceled, ErrWrongType, ErrUnavailable.
 func (r *reservation) Release(ctx context.Context) error {
+	_ = r.endLog(ctx, false)
 	return opErr("release", r.name(), r.r.Release(ctx))
 }
 
@@ -164,6 +177,7 @@ func (r *reservation) Release(ctx context.Context) error {
 // as cancelled, and Snooze says ErrCanceled. May return ErrLeaseLost
 // (nothing changes), ErrCanceled, ErrWrongType, ErrUnavailable.
 func (r *reservation) Snooze(ctx context.Context, after time.Duration) error {
+	_ = r.endLog(ctx, false)
 	return opErr("snooze", r.name(), r.r.Snooze(ctx, after))
 }
 

@@ -149,6 +149,7 @@ const (
 	sealPayload  = "payload"
 	sealResult   = "result"
 	sealProgress = "progress"
+	sealLog      = "log"
 )
 
 // sealedPrefix begins every sealed value as stored: a JSON string.

@@ -82,6 +82,9 @@ func runOne[C, O, P any](ctx context.Context, w *Worker, q *Queue[P], a BatchAut
 		rep.Progress = append(rep.Progress, v)
 		mu.Unlock()
 	}
+	if l := t.taskLog(); l != nil {
+		l.seen = func(lines []byte) { rep.Logs = parseLines(lines) } // on this goroutine, before handle returns
+	}
 	soft, cancel := context.WithCancel(ctx)
 	cancel() // no next task with the ack
 	s := &Slot[C, O]{w: w, st: w.slots[0], stream: stream}

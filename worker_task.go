@@ -85,6 +85,7 @@ func (b *runner[C, O, P]) handleTask(run, soft context.Context, s *Slot[C, O], t
 	err := protect(func() error { return b.runHandler(hctx, s, t) })
 	kept.Stop()
 	cause := context.Cause(hctx)
+	b.writeLog(run, t, err == nil)
 
 	if err == nil {
 		// Acked even when the lease could not be proven at the end: the
@@ -148,6 +149,21 @@ func (b *runner[C, O, P]) handleTask(run, soft context.Context, s *Slot[C, O], t
 	}
 	b.failed(s, within("task "+t.ID, err))
 	return nil, err
+}
+
+// writeLog writes the lines that t's run gave its logger (log.go), if any,
+// before its end: acked says the end is an ack (which writes none unless
+// it keeps a record). A lease lost is said by the end; any other failure
+// drops the lines, with a warning, and the end goes on.
+func (b *runner[C, O, P]) writeLog(run context.Context, t *Task[P], acked bool) {
+	if t.logs.Load() == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(run), endTimeout)
+	defer cancel()
+	if err := t.endLog(ctx, acked); err != nil && !errors.Is(err, ErrLeaseLost) {
+		b.w.log.Warn("fleet: worker could not write a task's log", "task", t.ID, "err", err)
+	}
 }
 
 // endTimeout bounds the call that ends a task once its handler returned

@@ -379,3 +379,35 @@ func TestDoneList(t *testing.T) {
 		}
 	})
 }
+
+// TestTaskPageLogs: the task page shows each run's log, its lines and
+// attributes escaped; a sealed entry shows as sealed while the host has
+// no key for it.
+func TestTaskPageLogs(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		t.Parallel()
+		b := newBed(t, tg, fleetui.Options{})
+		c := ctxFor(t)
+		const evil = `<script>alert("x")</script>`
+		q := fleet.NewQueue[job](b.F, "logged", fleet.QueueOptions{Retention: time.Hour})
+		id, err := q.Submit(c, job{Note: "l"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts, err := q.Reserve(c, 1, time.Second)
+		if err != nil || len(ts) != 1 {
+			t.Fatalf("reserve %v %v", ts, err)
+		}
+		ts[0].Logger().Warn(evil, "html", `<img src=x onerror=alert(1)>`)
+		ts[0].Logger().Info("second line")
+		if err := ts[0].Ack(c); err != nil {
+			t.Fatal(err)
+		}
+		code, body := b.get(t, "/fleet/queues/logged/tasks/"+id)
+		if code != http.StatusOK || strings.Contains(body, "<script>alert") || strings.Contains(body, "<img src=x") {
+			t.Fatalf("task page %d unescaped:\n%s", code, body)
+		}
+		mustContain(t, "task page's logs", body, `<div id="logs">`, "Attempt 1, ended ", `class="log-WARN"`, `&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;`,
+			`html=&#34;&lt;img src=x onerror=alert(1)&gt;&#34;`, "second line")
+	})
+}

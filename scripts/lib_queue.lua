@@ -559,7 +559,8 @@ end
 -- plain ones hold none), and the end of a tracked task (or of one that set
 -- a progress value) is passed on (flow_ended, lib_flow_end.lua). Flags
 -- are 'm' first when the task leaves the metadata index (meta_unindex),
--- then the flow flags (flow_ended). The plain
+-- then 'l' when it may have a log (queue_log.lua: deleted, or kept as
+-- long as its record), then the flow flags (flow_ended). The plain
 -- ones take a fixed number of commands whatever their count (HMGET and
 -- ZMSCORE check them all, one HDEL, ZREM and HDEL end them). Returns one
 -- code per ack, in order (DONE or LOST), as a string of digits. The reads
@@ -611,6 +612,8 @@ local function ack_all(from, keys)
         lazy.meta_unindex(id, redis.call('HGET', BODY, id))
         flags = string.sub(flags, 2)
       end
+      local logged = string.byte(flags, 1) == 108 -- 'l'
+      if logged then flags = string.sub(flags, 2) end
       leave(id, token)
       if holder then
         redis.call('HDEL', DEDUP, dk)
@@ -634,6 +637,15 @@ local function ack_all(from, keys)
         redis.pcall('ZADD', RETAINED, secs(now), id)
         redis.pcall('ZREMRANGEBYSCORE', RETAINED, '-inf', '(' .. secs(now - keep))
         redis.pcall('PEXPIRE', RETAINED, keep)
+      end
+      -- The task's log (queue_log.lua) lives as long as its record, and
+      -- goes with the ack of a task that keeps none.
+      if logged then
+        if keep > 0 then
+          redis.pcall('PEXPIRE', TLOG .. id, keep)
+        else
+          redis.call('DEL', TLOG .. id)
+        end
       end
       local g = ARGV[i + 7]
       lazy.task_done(id, g ~= '' and g or nil)

@@ -4,12 +4,15 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/fleet-go/fleet"
 )
@@ -87,6 +90,9 @@ func init() {
 					for _, k := range slices.Sorted(maps.Keys(r.Metadata)) {
 						fmt.Fprintf(w, "meta %s\t%s\n", k, r.Metadata[k])
 					}
+					for _, l := range r.Logs {
+						printLog(w, l)
+					}
 					for _, kv := range []struct {
 						k string
 						v time.Time
@@ -107,4 +113,42 @@ func init() {
 			return a.usageErr("task", "expected get <queue> <id>, cancel <queue> <id> or find <queue> <key>=<value>")
 		},
 	})
+}
+
+// printLog writes one run's log (fleet.TaskLog) as a header row and one
+// row per line, each message and attribute quoted where it holds a
+// control character, so that a line cannot forge rows or drive the
+// terminal.
+func printLog(w io.Writer, l fleet.TaskLog) {
+	if l.Sealed != "" {
+		fmt.Fprintf(w, "log\tsealed (key %s; --keys opens it)\n", l.Sealed)
+		return
+	}
+	head := fmt.Sprintf("attempt %d", l.Attempt)
+	if l.Worker != "" {
+		head += ", " + shownText(l.Worker)
+	}
+	if !l.At.IsZero() {
+		head += ", ended " + ts(l.At)
+	}
+	if l.Dropped > 0 {
+		head += fmt.Sprintf(", %d lines dropped", l.Dropped)
+	}
+	fmt.Fprintf(w, "log\t%s\n", head)
+	for _, ln := range l.Lines {
+		line := ln.Time.UTC().Format("15:04:05.000") + " " + shownText(ln.Level) + " " + shownText(ln.Message)
+		for _, k := range slices.Sorted(maps.Keys(ln.Attrs)) {
+			line += " " + shownText(k) + "=" + shownText(string(ln.Attrs[k]))
+		}
+		fmt.Fprintf(w, "\t%s\n", line)
+	}
+}
+
+// shownText is s as a terminal may show it: quoted (Go syntax) when it
+// holds a control character or invalid UTF-8, else as it is.
+func shownText(s string) string {
+	if !utf8.ValidString(s) || strings.IndexFunc(s, unicode.IsControl) >= 0 {
+		return strconv.Quote(s)
+	}
+	return s
 }

@@ -50,6 +50,7 @@ func TestFleetctlSealed(t *testing.T) {
 			t.Fatal(tasks, err)
 		}
 		_ = tasks[0].SetResult("paid 4242")
+		tasks[0].Logger().Info("charged\nlog\tforged row", "card", 4242)
 		if err := tasks[0].Ack(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -58,8 +59,16 @@ func TestFleetctlSealed(t *testing.T) {
 			t.Fatalf("task get --json --keys of the done task (%d):\n%s", code, out)
 		}
 		out, _, code = run("task", "get", "vault", id)
-		if code != 0 || !strings.Contains(out, "result") || !strings.Contains(out, "sealed (key k7") {
+		if code != 0 || !strings.Contains(out, "result") || !strings.Contains(out, "sealed (key k7") ||
+			!strings.Contains(out, "log  ") || strings.Contains(out, "charged") {
 			t.Fatalf("task get of the done task without keys (%d):\n%s", code, out)
+		}
+		// The log, opened: one header row, one row for the line, its
+		// control characters quoted so that it cannot forge a row.
+		out, _, code = run("--keys", good, "task", "get", "vault", id)
+		if code != 0 || !strings.Contains(out, "attempt 1, ended ") || !strings.Contains(out, ` INFO "charged\nlog\tforged row" card=4242`) ||
+			strings.Contains(out, "forged row\"\n") || strings.Count(out, "\nlog ") != 1 {
+			t.Fatalf("task get --keys of the logged task (%d):\n%s", code, out)
 		}
 		bad := filepath.Join(dir, "bad")
 		_ = os.WriteFile(bad, []byte("k7 c2hvcnQ=\n"), 0o600)

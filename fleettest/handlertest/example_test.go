@@ -24,6 +24,7 @@ var resize = fleet.BatchResultFunc[struct{}, string, Resize, int](
 		if t.Payload.Width > 4096 {
 			return 0, fmt.Errorf("%w: width %d is over 4096", fleet.ErrPermanent, t.Payload.Width)
 		}
+		fleet.Logger(ctx).Info("resizing", "width", t.Payload.Width) // kept with the task, and in Outcome.Logs
 		if err := t.Progress(ctx, 50); err != nil {
 			return 0, err
 		}
@@ -57,7 +58,7 @@ func ExampleRun() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println(out.Kind, half, string(out.Progress[0]), string(out.Emitted[0]))
+	fmt.Println(out.Kind, half, string(out.Progress[0]), string(out.Emitted[0]), out.Logs[0].Message)
 
 	out, err = handlertest.Run(ctx, f, resize, Resize{Width: 8000}, handlertest.Options{})
 	if err != nil {
@@ -68,7 +69,7 @@ func ExampleRun() {
 	_, err = handlertest.Run(ctx, f, resize, Resize{Width: 0}, handlertest.Options{})
 	fmt.Println(errors.Is(err, fleet.ErrInvalidPayload)) // the payload fails validation: nothing ran
 	// Output:
-	// acked 400 50 "resized"
+	// acked 400 50 "resized" resizing
 	// dead-lettered fleet: permanent failure: width 8000 is over 4096
 	// true
 }

@@ -91,6 +91,10 @@ type Outcome struct {
 	// Emitted are the outputs the handler emitted (Slot.Emit), as JSON, in
 	// order.
 	Emitted []json.RawMessage
+	// Logs are the lines the handler gave the task's logger (fleet.Logger,
+	// Task.Logger), in order, within the queue's bounds
+	// (QueueOptions.Logs), whatever the outcome.
+	Logs []fleet.LogLine
 	// Duration is how long the run took, from the handler's start to the
 	// end's reply.
 	Duration time.Duration
@@ -195,6 +199,7 @@ func run[P any](ctx, bg context.Context, f *fleet.Fleet, q *fleet.Queue[P], w *f
 	for _, p := range rep.Progress {
 		out.Progress = append(out.Progress, json.RawMessage(p))
 	}
+	out.Logs, _ = rep.Logs.([]fleet.LogLine)
 	rec, err := q.Lookup(bg, rep.TaskID)
 	if err != nil {
 		return nil, err

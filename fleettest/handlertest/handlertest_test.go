@@ -111,6 +111,8 @@ func TestRunAcked(t *testing.T) {
 			if err := task.Progress(ctx, 50); err != nil {
 				return err
 			}
+			fleet.Logger(ctx).Info("summing", "a", task.Payload.A)
+			task.Logger().Debug("<b>b</b>", "b", task.Payload.B)
 			if _, err := s.Emit(ctx, "half"); err != nil {
 				return err
 			}
@@ -141,6 +143,10 @@ func TestRunAcked(t *testing.T) {
 		if !equalRaws(out.Emitted, raws(`"half"`, `"all"`)) {
 			t.Errorf("emitted %s", out.Emitted)
 		}
+		if l := out.Logs; len(l) != 2 || l[0].Level != "INFO" || l[0].Message != "summing" || string(l[0].Attrs["a"]) != "1" ||
+			l[1].Level != "DEBUG" || l[1].Message != "<b>b</b>" || string(l[1].Attrs["b"]) != "2" {
+			t.Errorf("logs %+v", l)
+		}
 		if out.TaskID == "" || info.ID != out.TaskID || info.Worker != "handlertest" || !strings.HasPrefix(info.Queue, "handlertest-") || info.Type != info.Queue {
 			t.Errorf("task %q, middleware saw %+v", out.TaskID, info)
 		}
@@ -161,13 +167,19 @@ func TestRunNacked(t *testing.T) {
 		ctx := testCtx(t)
 		boom := errors.New("boom")
 		start := time.Now()
-		out, err := run(t, e, ctx, fleet.TaskFunc(func(ctx context.Context, p sum) error { return boom }), sum{},
+		out, err := run(t, e, ctx, fleet.TaskFunc(func(ctx context.Context, p sum) error {
+			fleet.Logger(ctx).Error("failing", "err", boom)
+			return boom
+		}), sum{},
 			handlertest.Options{Queue: fleet.QueueOptions{BackoffBase: time.Minute, BackoffMax: time.Minute}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if out.Kind != handlertest.Nacked || !errors.Is(out.Err, boom) || out.Attempts != 1 || out.Reason != "" || out.Result != nil {
 			t.Fatalf("outcome %+v, want nacked with boom, attempt 1", out)
+		}
+		if l := out.Logs; len(l) != 1 || l[0].Message != "failing" || string(l[0].Attrs["err"]) != `"boom"` {
+			t.Errorf("logs %+v", l)
 		}
 		// Jitter: between half and all of the backoff, on the server's clock.
 		if lo, hi := start.Add(29*time.Second), time.Now().Add(61*time.Second); out.RetryAt.Before(lo) || out.RetryAt.After(hi) {

@@ -440,6 +440,7 @@ func (r *run) do() {
 	for _, e := range r.oddExits {
 		t.Errorf("%s", e)
 	}
+	r.checkTaskLogs(wctx, direct, w.dead)
 	r.checkLogs()
 }
 
@@ -513,6 +514,7 @@ func (r *run) submit(ctx context.Context, f *fleet.Fleet) {
 			jobs[i].WorkMS = 5 + g.intn(55)
 		}
 		jobs[i].Fail = g.float() < 0.05
+		jobs[i].Die = g.float() < 0.02 // dead letters: their logs are kept (checkTaskLogs)
 	}
 	opts := make([]fleet.SubmitOptions, s.tasks)
 	for i := range opts {

@@ -55,6 +55,7 @@ type job struct {
 	Seq    int  `json:"seq"`     // the submitter's number for it
 	WorkMS int  `json:"work_ms"` // how long the handler works
 	Fail   bool `json:"fail"`    // the first attempt fails (a nack)
+	Die    bool `json:"die"`     // every run that reaches its end fails for good (a dead letter)
 }
 
 func (c childConfig) queueOptions() fleet.QueueOptions {
@@ -292,6 +293,9 @@ func (h *handler) work(ctx context.Context, slot int, t *fleet.Task[job]) error 
 	// S run task seq attempt slot start_us start_mono_us lease_deadline_us ctx_deadline_us alive group
 	rec.line("S %s %s %d %d %d %d %d %d %d %d %s", run, t.ID, t.Payload.Seq, t.Attempts, slot,
 		start.UnixMicro(), rec.mono(start), t.Deadline().UnixMicro(), ctxDL, alive, group)
+	// Each run leaves a line in the task's log (sealed, as the queue is):
+	// checkTaskLogs finds them kept for the dead letters only.
+	t.Logger().Info("run", "run", run, "seq", t.Payload.Seq, "attempt", t.Attempts)
 	work := time.Duration(t.Payload.WorkMS) * time.Millisecond
 	fail := t.Payload.Fail && t.Attempts == 0
 	if fail {
@@ -314,7 +318,10 @@ func (h *handler) work(ctx context.Context, slot int, t *fleet.Task[job]) error 
 		late = max(late, last.UnixMicro()-t.Deadline().UnixMicro())
 		done := last.Sub(start)
 		if done >= work {
-			if fail {
+			switch {
+			case t.Payload.Die:
+				outcome, err = "fail", fmt.Errorf("%w: chaos: this task dies", fleet.ErrPermanent)
+			case fail:
 				outcome, err = "fail", errors.New("chaos: first attempt fails")
 			}
 			break

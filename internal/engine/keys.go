@@ -64,7 +64,7 @@ func KeyBlock(priorityStep time.Duration) string {
 	for _, s := range keys.QueueSuffixes {
 		what := "of priorities and groups (internal/keys, docs/SCHEMA.md)"
 		if s.Flow {
-			what = "of flows and progress (docs/FLOWS.md)"
+			what = "of a task: flows, progress, logs (docs/SCHEMA.md)"
 		}
 		derived.WriteString("-- A key " + what + ", built from PENDING: it shares the queue's slot.\n" +
 			"local " + s.Lua + " = PENDING .. '" + s.Suffix + "'\n\n")

@@ -199,7 +199,7 @@ type ackKept struct {
 	result    string        `argv:"6"` // the result's JSON, or ""
 	attempts  int           `argv:"7"`
 	group     string        `argv:"8"`
-	flags     string        `argv:"9"` // ackFlags: "m" (drop from the metadata index), then flowFlags
+	flags     string        `argv:"9"` // ackFlags: "m" (drop from the metadata index), "l" (the log), then flowFlags
 }
 
 func (a ackKept) appendTo(args []string) []string {

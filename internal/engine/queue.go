@@ -373,6 +373,7 @@ func (q *Queue) reservations(ctx context.Context, reply *reserveReply, sent int6
 		r.payload, r.unique, r.trace = w.Payload, w.UniqueMS, w.Trace
 		r.maxAttempts, r.timeout, r.meta = w.MaxAttempts, time.Duration(w.TimeoutMS)*time.Millisecond, w.Meta
 		r.track, r.indexed = w.Track, len(w.Indexed) > 0
+		r.logged.Store(w.Logged != 0)
 		rs = append(rs, r)
 	}
 	if len(rs) > 0 {

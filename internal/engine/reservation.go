@@ -51,6 +51,12 @@ type Reservation struct {
 	// metadata index (QueueOptions.IndexMeta), which its ack removes it
 	// from unless its record is kept (ackFlags).
 	indexed bool
+	// logged says the task may have a log (the root's log.go): its body
+	// has "lg" (queue_log.lua wrote one while an earlier reservation held
+	// it) or this reservation wrote one (MarkLogged). With its attempts
+	// (a failed run may have written one) it tells the ack to delete the
+	// log, or keep it as long as the record (ackFlags).
+	logged atomic.Bool
 	// afterAck is what AfterAck asked to run once an ack step acked the
 	// task (hooks.go); nil for none.
 	afterAck atomic.Pointer[func()]
@@ -111,6 +117,18 @@ func (r *Reservation) AfterAck(fn func()) {
 	}
 }
 
+// MarkLogged records that the task's log is written to, before the
+// write: its ack must delete it or give it the record's lifetime.
+func (r *Reservation) MarkLogged() { r.logged.Store(true) }
+
+// mayHaveLog reports whether the task may have a log: one written while
+// this or an earlier reservation held it, or by a run that failed.
+func (r *Reservation) mayHaveLog() bool { return r.logged.Load() || r.attempts > 0 }
+
+// Retention is how long r's ack keeps its record (retention): 0 for
+// none.
+func (r *Reservation) Retention() time.Duration { return r.retention() }
+
 // MarkProgressed records that the task set a progress value, before the
 // value is written: its end step deletes it.
 func (r *Reservation) MarkProgressed() { r.progressed.Store(true) }
@@ -151,7 +169,7 @@ func (r *Reservation) Expired() bool { return r.expires != 0 && mono.Now() >= r.
 // group's or GlobalConcurrency's permit given back, or its end passed on
 // (a tracked task, or one that set a progress value: flowFlags).
 func (r *Reservation) keeps() bool {
-	return (r.unique > 0 && r.dedup != "") || r.core.opts.Retention > 0 || r.group != "" || r.permit || r.track > 0 || r.progressed.Load() || r.indexed
+	return (r.unique > 0 && r.dedup != "") || r.core.opts.Retention > 0 || r.group != "" || r.permit || r.track > 0 || r.progressed.Load() || r.indexed || r.mayHaveLog()
 }
 
 // retention is how long r's ack keeps its record: the queue's Retention,
@@ -177,12 +195,17 @@ func (r *Reservation) flowFlags() string {
 // ackFlags is what an ack step is told of r (ack_all, lib_queue.lua):
 // "m" first when the ack drops it from the metadata index (it is indexed
 // and its ack keeps no record, which Lookup and FindByMeta would show),
-// then flowFlags.
+// then "l" when it may have a log (deleted, or kept as long as the
+// record), then flowFlags.
 func (r *Reservation) ackFlags() string {
+	s := ""
 	if r.indexed && r.retention() == 0 {
-		return "m" + r.flowFlags()
+		s = "m"
 	}
-	return r.flowFlags()
+	if r.mayHaveLog() {
+		s += "l"
+	}
+	return s + r.flowFlags()
 }
 
 // SetResult sets the task's result, kept with its record when it is acked

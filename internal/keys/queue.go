@@ -102,6 +102,11 @@ type Queue struct {
 	// keeps a record adds its id and drops the ids past the retention.
 	Retained string
 
+	// Log is the prefix of fleet:queue:<name>:log:<id> (list: one JSON
+	// element per run that wrote lines with the task's logger; derived):
+	// the task's per-run logs (docs/SCHEMA.md).
+	Log string
+
 	// MetaIndex is the prefix of fleet:queue:<name>:meta:<key>:<canon>
 	// (zset: task id -> 0, read BYLEX; derived; QueueOptions.IndexMeta): the
 	// tasks submitted with metadata key <key> set to the value that
@@ -163,6 +168,7 @@ var QueueSuffixes = []struct {
 	{"PROGRESS", ":progress", FamQueueProgress, func(q *Queue) *string { return &q.Progress }, true},
 	{"RETAINED", ":retained", FamQueueRetained, func(q *Queue) *string { return &q.Retained }, false},
 	{"METAIDX", ":meta:", FamQueueMeta, func(q *Queue) *string { return &q.MetaIndex }, false},
+	{"TLOG", ":log:", FamQueueLog, func(q *Queue) *string { return &q.Log }, true},
 }
 
 // Queue returns the keys of queue name.

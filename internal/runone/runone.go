@@ -22,6 +22,9 @@ type Report struct {
 	// middleware's TaskInfo.Progress), as JSON, in the order they were
 	// stored.
 	Progress [][]byte
+	// Logs are the lines the run gave the task's logger (fleet.Logger),
+	// a []fleet.LogLine; nil for none.
+	Logs any
 	// Duration is how long the run took, from the handler's start to the
 	// end's reply.
 	Duration time.Duration

@@ -44,6 +44,9 @@ type Fields struct {
 	// its submit added it to (QueueOptions.IndexMeta), which its ack
 	// removes it from.
 	Indexed []string `json:"mx"`
+	// Logged is the body's "lg": 1 when the task has a log (the root's
+	// log.go), written while a reservation held it (queue_log.lua sets it).
+	Logged int `json:"lg"`
 }
 
 // Options are the per-task options a body carries (the root's

@@ -1,0 +1,322 @@
+package fleet
+
+// Per-task logs: what a handler writes with the task's logger (Logger,
+// Task.Logger), kept with the task in fleet:queue:<name>:log:<id>, one
+// entry per run (docs/SCHEMA.md), and shown where the task is shown
+// (Lookup, fleetctl task get, the dashboard's task page).
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/fleet-go/fleet/internal/engine"
+)
+
+const (
+	// DefaultLogLines bounds the lines one run of a task keeps
+	// (LogOptions.Lines).
+	DefaultLogLines = 100
+	// DefaultLogBytes bounds the bytes of one run's lines, as JSON
+	// (LogOptions.Bytes).
+	DefaultLogBytes = 16 << 10
+	// DefaultLogRuns is how many runs' logs a task keeps, the newest
+	// (LogOptions.Runs).
+	DefaultLogRuns = 10
+	// MaxLogBytes bounds LogOptions.Bytes.
+	MaxLogBytes = 1 << 20
+)
+
+// LogOptions bound a task's log (QueueOptions.Logs): the lines a handler
+// writes with the task's logger (Logger, Task.Logger), kept with the task
+// one entry per run. A line past a bound is not kept; the run's entry
+// counts it (TaskLog.Dropped).
+type LogOptions struct {
+	// Lines bounds the lines one run keeps. Negative: the queue keeps no
+	// logs, and the task's logger discards what it is given. Defaults to
+	// DefaultLogLines.
+	Lines int
+	// Bytes bounds the bytes of one run's lines, each as the JSON object
+	// it is kept as. At most MaxLogBytes. Defaults to DefaultLogBytes.
+	Bytes int
+	// Runs is how many runs' entries a task keeps, the newest. Defaults to
+	// DefaultLogRuns.
+	Runs int
+}
+
+func (o LogOptions) withDefaults() (LogOptions, error) {
+	switch {
+	case o.Bytes < 0 || o.Bytes > MaxLogBytes:
+		return o, fmt.Errorf("%w: QueueOptions.Logs.Bytes %d is not in [0, %d]", ErrInvalidOptions, o.Bytes, MaxLogBytes)
+	case o.Runs < 0:
+		return o, fmt.Errorf("%w: QueueOptions.Logs.Runs %d is negative", ErrInvalidOptions, o.Runs)
+	}
+	if o.Lines == 0 {
+		o.Lines = DefaultLogLines
+	}
+	if o.Bytes == 0 {
+		o.Bytes = DefaultLogBytes
+	}
+	if o.Runs == 0 {
+		o.Runs = DefaultLogRuns
+	}
+	return o, nil
+}
+
+// TaskLog is the log of one run of a task (TaskRecord.Logs).
+type TaskLog struct {
+	// Attempt is the run's attempt: 1 for the first run, one more after
+	// each failed run (a snoozed or released run is followed by one of the
+	// same attempt).
+	Attempt int `json:"attempt"`
+	// Worker is the worker ("type|id") that ran it, empty for a task
+	// reserved by a Reserve of your own.
+	Worker string `json:"worker,omitempty"`
+	// At is when the run ended and its entry was written (this process's
+	// clock where it ran).
+	At time.Time `json:"at,omitzero"`
+	// Lines are the run's lines, in order.
+	Lines []LogLine `json:"lines,omitempty"`
+	// Dropped counts the lines past LogOptions' bounds, not kept.
+	Dropped int `json:"dropped,omitempty"`
+	// Sealed is the key id of an entry that this process could not open
+	// (the queue seals its logs: QueueOptions.Sealer, Options.OpenWith):
+	// its other fields are then empty.
+	Sealed string `json:"sealed,omitempty"`
+}
+
+// LogLine is one line of a task's log: what a handler gave the task's
+// logger.
+type LogLine struct {
+	// Time is when it was written.
+	Time time.Time `json:"time"`
+	// Level is its level, as slog spells it ("INFO", "WARN+2").
+	Level string `json:"level"`
+	// Message is its message.
+	Message string `json:"msg"`
+	// Attrs are its attributes, as JSON values (groups are objects).
+	Attrs map[string]json.RawMessage `json:"attrs,omitempty"`
+}
+
+// discard is the logger of a ctx that carries no task, and of a queue
+// that keeps no logs.
+var discard = slog.New(slog.DiscardHandler)
+
+// Logger returns the logger of the task whose handler ctx is: what it is
+// given is kept with the task (Task.Logger). Outside a handler of a
+// worker, it returns a logger that discards everything.
+func Logger(ctx context.Context) *slog.Logger {
+	if r, _ := ctx.Value(taskKey{}).(*reservation); r != nil {
+		return r.Logger()
+	}
+	return discard
+}
+
+// Logger returns the task's logger: the lines given to it (of any level)
+// are kept with the task, one entry per run, in
+// fleet:queue:<name>:log:<id>, within QueueOptions.Logs' bounds, and
+// shown by Lookup (TaskRecord.Logs), fleetctl task get and the
+// dashboard's task page. They are written with the run's end (a worker's
+// ack, nack, dead letter, snooze or release of the task; a raw
+// reservation's own), in one call before it, only if the run wrote
+// lines: a run that writes none costs nothing, and neither does one that
+// ends in an ack that keeps no record, since the ack deletes the task's
+// log (QueueOptions.Retention). A task's log lives as long as its record
+// does: deleted by an ack that keeps none, kept as long as the record by
+// one that keeps it, and past that, max(DeadMaxAge, Retention) after its
+// last write (docs/SCHEMA.md). On a queue that seals (QueueOptions.Sealer)
+// each entry is sealed. The lines of a run whose lease was lost before
+// its end are not kept. Safe for concurrent use.
+func (r *reservation) Logger() *slog.Logger {
+	if l := r.taskLog(); l != nil {
+		return l.logger
+	}
+	return discard
+}
+
+// taskLog is the lines of one run, as JSON objects (slog's JSONHandler
+// spells them), bounded by the queue's LogOptions.
+type taskLog struct {
+	logger  *slog.Logger
+	max     LogOptions
+	mu      sync.Mutex
+	lines   []byte // the lines, comma-separated
+	n       int
+	dropped int
+	// seen, when set (worker_one.go), is told the lines of each run as it
+	// ends, as a JSON array, whether or not they are written.
+	seen func(lines []byte)
+}
+
+// taskLog returns r's log, made at its first use; nil when the queue keeps
+// no logs.
+func (r *reservation) taskLog() *taskLog {
+	if l := r.logs.Load(); l != nil {
+		return l
+	}
+	o := r.core.opts.Logs
+	if o.Lines < 0 {
+		return nil
+	}
+	l := &taskLog{max: o}
+	l.logger = slog.New(slog.NewJSONHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	if r.logs.CompareAndSwap(nil, l) {
+		return l
+	}
+	return r.logs.Load()
+}
+
+// Write keeps one line that slog's handler spelled, within the bounds.
+func (l *taskLog) Write(p []byte) (int, error) {
+	line := bytes.TrimSuffix(p, []byte("\n"))
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.n >= l.max.Lines || len(l.lines)+len(line)+1 > l.max.Bytes {
+		l.dropped++
+		return len(p), nil
+	}
+	if l.n > 0 {
+		l.lines = append(l.lines, ',')
+	}
+	l.lines = append(l.lines, line...)
+	l.n++
+	return len(p), nil
+}
+
+// take returns the run's entry (logEntry) and empties the log; nil when
+// the run wrote nothing.
+func (l *taskLog) take(attempt int, worker string, at time.Time) []byte {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.n == 0 && l.dropped == 0 {
+		return nil
+	}
+	if l.seen != nil {
+		l.seen(append(append([]byte{'['}, l.lines...), ']'))
+	}
+	var b bytes.Buffer
+	b.WriteString(`{"attempt":`)
+	b.WriteString(strconv.Itoa(attempt))
+	if worker != "" {
+		b.WriteString(`,"worker":`)
+		w, _ := json.Marshal(worker) // a string always encodes
+		b.Write(w)
+	}
+	b.WriteString(`,"at":`)
+	b.WriteString(strconv.FormatInt(at.UnixMilli(), 10))
+	b.WriteString(`,"lines":[`)
+	b.Write(l.lines)
+	b.WriteString(`],"dropped":`)
+	b.WriteString(strconv.Itoa(l.dropped))
+	b.WriteByte('}')
+	l.lines, l.n, l.dropped = nil, 0, 0
+	return b.Bytes()
+}
+
+var queueLogScript = newScript("queue_log.lua")
+
+// endLog writes the lines of the run that ends, if it wrote any, to the
+// task's log (queue_log.lua), before the end that acked says: nothing for
+// an ack that keeps no record (the ack deletes the log). Its errors are
+// the caller's to report: the end goes on without the lines (ErrLeaseLost
+// says the end will find the lease lost too).
+func (r *reservation) endLog(ctx context.Context, acked bool) error {
+	l := r.logs.Load()
+	if l == nil {
+		return nil
+	}
+	q := r.core
+	entry := l.take(r.r.Attempts()+1, workerOf(r.r.Token()), q.fleet.now())
+	if entry == nil || acked && r.r.Retention() == 0 {
+		return nil // nothing to write, or the ack deletes the task's log
+	}
+	stored, err := seal(q.opts.Sealer, q.name, sealLog, entry)
+	if err != nil {
+		return err
+	}
+	r.r.MarkLogged() // before the write: the ack must delete or keep it
+	ttl := max(q.opts.DeadMaxAge, q.opts.Retention, r.r.Retention())
+	code, err := queueLogScript.Exec(ctx, q.fleet.client, q.keys(), []string{r.id(), r.r.Token(), string(stored),
+		strconv.Itoa(q.opts.Logs.Runs), strconv.FormatInt(max(ttl.Milliseconds(), 1), 10)}).AsInt64()
+	if err != nil {
+		return err
+	}
+	if engine.EndCode(code) != engine.EndDone {
+		return fmt.Errorf("%w: task %s", ErrLeaseLost, r.id())
+	}
+	return nil
+}
+
+// workerOf is the worker ("type|id") that a lease token names, "" for a
+// token of a Reserve of one's own (as Lookup's Worker: parseLeaseEntry).
+func workerOf(token string) string {
+	_, w, _ := parseLeaseEntry(token)
+	return w
+}
+
+// readLogs reads the log of task id at key (LRANGE), its entries opened
+// where this process can.
+func (q *queueCore) readLogs(ctx context.Context, key string) ([]TaskLog, error) {
+	c := q.fleet.client
+	raw, err := c.Do(ctx, c.B().Lrange().Key(key).Start(0).Stop(-1).Build()).AsStrSlice()
+	if err != nil {
+		return nil, err
+	}
+	var out []TaskLog
+	for _, e := range raw {
+		out = append(out, q.fleet.logEntry(q.name, []byte(e)))
+	}
+	return out, nil
+}
+
+// logEntry reads one entry of a task's log of queue: opened where this
+// process can, else Sealed with its key id.
+func (f *Fleet) logEntry(queue string, e []byte) TaskLog {
+	shown := f.shown(queue, sealLog, e)
+	if kid, ok := SealedKeyID(shown); ok {
+		return TaskLog{Sealed: kid}
+	}
+	var w struct {
+		Attempt int             `json:"attempt"`
+		Worker  string          `json:"worker"`
+		At      int64           `json:"at"`
+		Lines   json.RawMessage `json:"lines"`
+		Dropped int             `json:"dropped"`
+	}
+	if err := json.Unmarshal(shown, &w); err != nil {
+		return TaskLog{Lines: []LogLine{{Level: "ERROR", Message: "fleet: an entry of the task's log does not read: " + err.Error()}}}
+	}
+	t := TaskLog{Attempt: w.Attempt, Worker: w.Worker, Lines: parseLines(w.Lines), Dropped: w.Dropped}
+	if w.At > 0 {
+		t.At = time.UnixMilli(w.At)
+	}
+	return t
+}
+
+// parseLines reads a JSON array of the lines slog's JSONHandler spelled.
+func parseLines(raw []byte) []LogLine {
+	var objs []map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &objs); err != nil {
+		return nil
+	}
+	out := make([]LogLine, 0, len(objs))
+	for _, o := range objs {
+		var ln LogLine
+		_ = json.Unmarshal(o[slog.TimeKey], &ln.Time)
+		_ = json.Unmarshal(o[slog.LevelKey], &ln.Level)
+		_ = json.Unmarshal(o[slog.MessageKey], &ln.Message)
+		delete(o, slog.TimeKey)
+		delete(o, slog.LevelKey)
+		delete(o, slog.MessageKey)
+		if len(o) > 0 {
+			ln.Attrs = o
+		}
+		out = append(out, ln)
+	}
+	return out
+}
