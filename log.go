@@ -123,10 +123,11 @@ func Logger(ctx context.Context) *slog.Logger {
 // shown by Lookup (TaskRecord.Logs), fleetctl task get and the
 // dashboard's task page. They are written with the run's end (a worker's
 // ack, nack, dead letter, snooze or release of the task; a raw
-// reservation's own), in one call before it, only if the run wrote
-// lines: a run that writes none costs nothing, and neither does one that
-// ends in an ack that keeps no record, since the ack deletes the task's
-// log (QueueOptions.Retention). A task's log lives as long as its record
+// reservation's own), only if the run wrote lines: by the ack's own
+// script call for an ack that keeps the record (QueueOptions.Retention),
+// in one call before the end for the others, and not at all for an ack
+// that keeps no record, since the ack deletes the task's log. A run that
+// writes no lines costs nothing. A task's log lives as long as its record
 // does: deleted by an ack that keeps none, kept as long as the record by
 // one that keeps it, and past that, max(DeadMaxAge, Retention) after its
 // last write (docs/SCHEMA.md). On a queue that seals (QueueOptions.Sealer)
@@ -222,7 +223,9 @@ var queueLogScript = newScript("queue_log.lua")
 
 // endLog writes the lines of the run that ends, if it wrote any, to the
 // task's log (queue_log.lua), before the end that acked says: nothing for
-// an ack that keeps no record (the ack deletes the log). Its errors are
+// an ack that keeps no record (the ack deletes the log), and nothing
+// either for one that keeps it, which carries the entry in its own call
+// (Reservation.SetLog, ack_all). Its errors are
 // the caller's to report: the end goes on without the lines (ErrLeaseLost
 // says the end will find the lease lost too).
 func (r *reservation) endLog(ctx context.Context, acked bool) error {
@@ -239,10 +242,18 @@ func (r *reservation) endLog(ctx context.Context, acked bool) error {
 	if err != nil {
 		return err
 	}
+	if acked {
+		r.r.SetLog(q.opts.Logs.Runs, stored) // the ack's own call appends it
+		return nil
+	}
 	r.r.MarkLogged() // before the write: the ack must delete or keep it
+	mark := "1"      // the body tells the reservations to come
+	if acked {
+		mark = "0" // this one acks: MarkLogged tells it
+	}
 	ttl := max(q.opts.DeadMaxAge, q.opts.Retention, r.r.Retention())
 	code, err := queueLogScript.Exec(ctx, q.fleet.client, q.keys(), []string{r.id(), r.r.Token(), string(stored),
-		strconv.Itoa(q.opts.Logs.Runs), strconv.FormatInt(max(ttl.Milliseconds(), 1), 10)}).AsInt64()
+		strconv.Itoa(q.opts.Logs.Runs), strconv.FormatInt(max(ttl.Milliseconds(), 1), 10), mark}).AsInt64()
 	if err != nil {
 		return err
 	}

@@ -548,8 +548,9 @@ end
 -- P plain acks as triples (id, lease token, dedup key or ''; a task that
 -- holds no permit: its reserve said so), then acks that keep something,
 -- belong to a group, hold a GlobalConcurrency permit or pass on their end
--- as 9-tuples (id, token, dedup key, unique window ms or '0', retention ms
--- or '0', result JSON or '', attempts, group or '', flags or ''), the
+-- as 10-tuples (id, token, dedup key, unique window ms or '0', retention ms
+-- or '0', result JSON or '', attempts, group or '', flags or '', the run's
+-- log entry as '<runs>:<entry>' or ''), the
 -- j-th of which (from 1) has its unique key and its result key at
 -- KEYS[keys + 2j - 2] and KEYS[keys + 2j - 1]. Each is acked when the
 -- reservation that exists now is the caller's (owned): it leaves
@@ -560,7 +561,9 @@ end
 -- a progress value) is passed on (flow_ended, lib_flow_end.lua). Flags
 -- are 'm' first when the task leaves the metadata index (meta_unindex),
 -- then 'l' when it may have a log (queue_log.lua: deleted, or kept as
--- long as its record), then the flow flags (flow_ended). The plain
+-- long as its record; an ack that keeps the record appends the run's own
+-- entry first, keeping the newest <runs>), then the flow flags
+-- (flow_ended). The plain
 -- ones take a fixed number of commands whatever their count (HMGET and
 -- ZMSCORE check them all, one HDEL, ZREM and HDEL end them). Returns one
 -- code per ack, in order (DONE or LOST), as a string of digits. The reads
@@ -600,7 +603,7 @@ local function ack_all(from, keys)
     end
   end
   local j = 0
-  for i = first + 3 * plain, #ARGV, 9 do
+  for i = first + 3 * plain, #ARGV, 10 do
     j = j + 1
     local id, token, dk = ARGV[i], ARGV[i + 1], ARGV[i + 2]
     local code = LOST
@@ -642,6 +645,11 @@ local function ack_all(from, keys)
       -- goes with the ack of a task that keeps none.
       if logged then
         if keep > 0 then
+          local runs, entry = string.match(ARGV[i + 9], '^(%d+):(.*)$')
+          if runs then
+            redis.pcall('RPUSH', TLOG .. id, entry)
+            redis.pcall('LTRIM', TLOG .. id, -tonumber(runs), -1)
+          end
           redis.pcall('PEXPIRE', TLOG .. id, keep)
         else
           redis.call('DEL', TLOG .. id)

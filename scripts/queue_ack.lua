@@ -6,6 +6,6 @@
 --            something (see ack_all)
 -- ARGV       how many plain acks, then the plain acks as
 --            triples, then the acks that keep something or belong to a
---            group as 9-tuples (ack_all)
+--            group as 10-tuples (ack_all)
 -- returns    a code per ack, in order: DONE, or LOST when the lease was lost
 return ack_all(1, 9)

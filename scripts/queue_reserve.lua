@@ -34,7 +34,7 @@
 -- ARGV[6]  '1' to learn whether tasks are left pending, else '0'
 -- ARGV[7..] the tasks to ack first (ack_all): how many plain acks, then
 --          the plain acks as triples, then the acks that keep something or
---          belong to a group as 9-tuples
+--          belong to a group as 10-tuples
 -- returns  {now_ms, left, next_ready, wake, acked, signal, id1, token1,
 --          body1, ...}, or {'0', 1, '-', '', acked, '0', error} when the
 --          acks were done and the reserve then failed (a wrong-type key: it

@@ -147,7 +147,7 @@ func (r *reserveReply) permits() bool { return r.left&4 != 0 }
 // queue_reserve.lua, the whole ARGV of queue_ack.lua) to args: how many
 // plain acks, the plain acks as triples (ackPlain), then those that keep
 // something, belong to a group or pass on their end (flowFlags) as
-// 9-tuples (ackKept), whose unique and result keys it returns (keep).
+// 10-tuples (ackKept), whose unique and result keys it returns (keep).
 // order maps each ack of the reply to its place in acks.
 func ackArgs(acks []*Reservation, args []string) (keep, _ []string, order []int) {
 	at := len(args)
@@ -165,6 +165,9 @@ func ackArgs(acks []*Reservation, args []string) (keep, _ []string, order []int)
 			continue
 		}
 		a := ackKept{id: r.id, token: r.token, dedup: r.dedup, retention: r.retention(), attempts: r.attempts, group: r.group, flags: r.ackFlags()}
+		if l := r.log.Load(); l != nil {
+			a.log = *l
+		}
 		if r.dedup != "" && r.unique > 0 {
 			a.unique = r.unique
 		}
@@ -199,11 +202,12 @@ type ackKept struct {
 	result    string        `argv:"6"` // the result's JSON, or ""
 	attempts  int           `argv:"7"`
 	group     string        `argv:"8"`
-	flags     string        `argv:"9"` // ackFlags: "m" (drop from the metadata index), "l" (the log), then flowFlags
+	flags     string        `argv:"9"`  // ackFlags: "m" (drop from the metadata index), "l" (the log), then flowFlags
+	log       string        `argv:"10"` // the run's log entry as "<runs>:<entry>" (SetLog), or ""
 }
 
 func (a ackKept) appendTo(args []string) []string {
-	return append(args, a.id, a.token, a.dedup, strconv.FormatInt(a.unique, 10), argv.Millis(a.retention), a.result, strconv.Itoa(a.attempts), a.group, a.flags)
+	return append(args, a.id, a.token, a.dedup, strconv.FormatInt(a.unique, 10), argv.Millis(a.retention), a.result, strconv.Itoa(a.attempts), a.group, a.flags, a.log)
 }
 
 // ackCodes reads the acks' codes of a reply, one digit per ack in the

@@ -97,7 +97,7 @@ func TestQueueProtocolHeaders(t *testing.T) {
 		return len(strings.Split(m[1], ","))
 	}
 	check("ackPlain / ack_all", argvTags(t, ackPlain{}), numbered(tuple(`P plain acks as triples \(([^)]*)\)`)), len(ackPlain{}.appendTo(nil)))
-	check("ackKept / ack_all", argvTags(t, ackKept{}), numbered(tuple(`as 9-tuples \(([^)]*)\)`)), len(ackKept{}.appendTo(nil)))
+	check("ackKept / ack_all", argvTags(t, ackKept{}), numbered(tuple(`as 10-tuples \(([^)]*)\)`)), len(ackKept{}.appendTo(nil)))
 
 	// The reply's head: the elements before the first task.
 	m := regexp.MustCompile(`returns\s+\{([^}]*)\}`).FindStringSubmatch(strings.ReplaceAll(readScript(t, "queue_reserve.lua"), "\n--", ""))
@@ -134,8 +134,8 @@ func TestQueueProtocolEncode(t *testing.T) {
 	if got := e.appendTo(nil); got[5] != `{"id":"t1"}` {
 		t.Errorf("endArgs (nack): body %q", got[5])
 	}
-	if got, want := (ackKept{id: "a", token: "b", unique: 60000, retention: time.Hour, result: "1", attempts: 2, flags: "p"}).appendTo(nil),
-		[]string{"a", "b", "", "60000", "3600000", "1", "2", "", "p"}; !slices.Equal(got, want) {
+	if got, want := (ackKept{id: "a", token: "b", unique: 60000, retention: time.Hour, result: "1", attempts: 2, flags: "lp", log: `10:{"attempt":1}`}).appendTo(nil),
+		[]string{"a", "b", "", "60000", "3600000", "1", "2", "", "lp", `10:{"attempt":1}`}; !slices.Equal(got, want) {
 		t.Errorf("ackKept: %q, want %q", got, want)
 	}
 }

@@ -57,6 +57,9 @@ type Reservation struct {
 	// (a failed run may have written one) it tells the ack to delete the
 	// log, or keep it as long as the record (ackFlags).
 	logged atomic.Bool
+	// log is the run's log entry that its ack appends, "<runs>:<entry>"
+	// (SetLog); nil for none.
+	log atomic.Pointer[string]
 	// afterAck is what AfterAck asked to run once an ack step acked the
 	// task (hooks.go); nil for none.
 	afterAck atomic.Pointer[func()]
@@ -120,6 +123,15 @@ func (r *Reservation) AfterAck(fn func()) {
 // MarkLogged records that the task's log is written to, before the
 // write: its ack must delete it or give it the record's lifetime.
 func (r *Reservation) MarkLogged() { r.logged.Store(true) }
+
+// SetLog gives r's ack the run's log entry to append to the task's log,
+// which keeps its newest runs entries (the root's log.go): for an ack that
+// keeps the record, in the ack's own script call. It marks r as logged.
+func (r *Reservation) SetLog(runs int, entry []byte) {
+	s := strconv.Itoa(runs) + ":" + string(entry)
+	r.log.Store(&s)
+	r.logged.Store(true)
+}
 
 // mayHaveLog reports whether the task may have a log: one written while
 // this or an earlier reservation held it, or by a run that failed.
