@@ -292,7 +292,7 @@ func TestTaskBackoff(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := e.dump(t)[k.Pending]; !strings.Contains(got, `"backoff":"linear"`) {
+		if got := e.dump(t)[k.Pending]; !strings.Contains(got, id) || !strings.Contains(got, `"backoff":"linear"`) {
 			t.Fatalf("pending %s", got)
 		}
 		task = reserveAll(t, q2, 1)[0]
