@@ -48,7 +48,9 @@ type Backoff struct {
 	// Func, when set, chooses each retry's delay in this process from the
 	// attempt (1 for the first failure) and the handler's error (for a
 	// lease that ran out, one that errors.Is ErrLeaseLost); a negative
-	// delay counts as zero. A func cannot be stored in Redis: what the
+	// delay counts as zero. It must be fast and safe for concurrent use
+	// (nacks and the sweeper call it from their goroutines). A func cannot
+	// be stored in Redis: what the
 	// queue's stored policy holds is Kind, Base and Max, which a process
 	// whose QueueOptions have no Func applies, its nacks and its sweeper
 	// alike; so give the Kind, Base and Max that such a process should
