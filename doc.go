@@ -73,8 +73,13 @@
 //     paused queue; submits go on.
 //   - [NewPriorityWorker]: one worker over several queues, by strict
 //     priority or by weight.
-//   - Per-task options in [SubmitOptions] (Priority, MaxAttempts, Timeout,
-//     ExpiresAt, Metadata), per task in [Queue.SubmitManyWith].
+//   - Per-task options in [SubmitOptions] (Priority, MaxAttempts, Backoff,
+//     Timeout, ExpiresAt, Metadata), per task in [Queue.SubmitManyWith].
+//   - Retries: [QueueOptions.Backoff] is exponential (the default), fixed,
+//     linear or a func ([Backoff], [ParseBackoff]), stored with the queue's
+//     policy so every process and sweeper apply it; a handler's
+//     [RetryAfter] sets one retry's delay, counting the attempt (unlike
+//     [Task.Snooze] and [RateLimited]).
 //   - Groups: [SubmitOptions.Group] and [QueueOptions.Groups] make one queue
 //     fair between tenants, with each group's concurrency and rate
 //     ([GroupLimits], [Queue.SetGroupLimit], [Queue.PauseGroup],

@@ -59,6 +59,18 @@ type QueueOptions struct {
 	BackoffBase time.Duration
 	// BackoffMax caps the retry delay. Defaults to DefaultBackoffMax.
 	BackoffMax time.Duration
+	// Backoff, when set, is the queue's retry policy: exponential (as
+	// BackoffBase and BackoffMax without it), fixed or linear, from its
+	// Base and Max (which default to BackoffBase and BackoffMax; setting
+	// both a Base and a different BackoffBase, or a Max and a different
+	// BackoffMax, is ErrInvalidOptions), or a Go func (Backoff.Func).
+	// Part of the stored policy (its kind, base and max), so that every
+	// process's nacks and every sweeper apply the same; a Func stays in
+	// this process. A declared Backoff also schedules the retry of a task
+	// whose lease ran out, as a nack's: without one, the sweeper puts it
+	// back at once. A task's own SubmitOptions.Backoff goes before it.
+	// ParseBackoff reads one from text. Defaults to none.
+	Backoff Backoff
 	// DeadMax bounds the dead letters by count, oldest dropped first.
 	// Defaults to DefaultDeadMax.
 	DeadMax int
@@ -199,14 +211,8 @@ func (o QueueOptions) withDefaults() (QueueOptions, error) {
 	if o.Lease == 0 {
 		o.Lease = DefaultLease
 	}
-	if o.BackoffBase == 0 {
-		o.BackoffBase = DefaultBackoffBase
-	}
-	if o.BackoffMax == 0 {
-		o.BackoffMax = DefaultBackoffMax
-	}
-	if o.BackoffMax < o.BackoffBase {
-		return o, fmt.Errorf("%w: QueueOptions.BackoffMax %v is below BackoffBase %v", ErrInvalidArgument, o.BackoffMax, o.BackoffBase)
+	if err := o.withBackoff(); err != nil {
+		return o, err
 	}
 	if o.DeadMax == 0 {
 		o.DeadMax = DefaultDeadMax
@@ -236,6 +242,11 @@ type QueuePolicy struct {
 	// BackoffMax, in milliseconds.
 	BackoffBaseMS int64 `json:"backoff_base_ms"`
 	BackoffMaxMS  int64 `json:"backoff_max_ms"`
+	// Backoff is QueueOptions.Backoff's kind ("exponential", "fixed",
+	// "linear"), of BackoffBaseMS and BackoffMaxMS; "" when the queue
+	// declares none (exponential, and a lease that ran out goes back at
+	// once).
+	Backoff BackoffKind `json:"backoff,omitempty"`
 	// DeadMax is QueueOptions.DeadMax.
 	DeadMax int `json:"dead_max"`
 	// DeadMaxAgeMS is QueueOptions.DeadMaxAge, in milliseconds.
@@ -261,7 +272,7 @@ type QueuePolicy struct {
 func (o QueueOptions) policy() QueuePolicy {
 	g, _ := o.Groups.check("") // checked by withDefaults
 	return QueuePolicy{MaxAttempts: o.MaxAttempts, BackoffBaseMS: o.BackoffBase.Milliseconds(),
-		BackoffMaxMS: o.BackoffMax.Milliseconds(), DeadMax: o.DeadMax, DeadMaxAgeMS: o.DeadMaxAge.Milliseconds(),
+		BackoffMaxMS: o.BackoffMax.Milliseconds(), Backoff: o.Backoff.Kind, DeadMax: o.DeadMax, DeadMaxAgeMS: o.DeadMaxAge.Milliseconds(),
 		GlobalConcurrency: o.GlobalConcurrency, GroupConcurrency: g.C, GroupRate: g.R, GroupPerMS: g.Per,
 		GroupIntervalUS: g.IV, GroupBurst: g.B, IndexMeta: o.IndexMeta}
 }
@@ -282,6 +293,7 @@ func (o QueueOptions) withPolicy(p QueuePolicy) QueueOptions {
 	if p.BackoffMaxMS > 0 {
 		o.BackoffMax = time.Duration(p.BackoffMaxMS) * time.Millisecond
 	}
+	o.Backoff = storedBackoff(p.Backoff, o)
 	if p.DeadMax > 0 {
 		o.DeadMax = p.DeadMax
 	}

@@ -2,6 +2,7 @@ package fleet_test
 
 import (
 	"context"
+	"errors"
 	"runtime"
 	"slices"
 	"strconv"
@@ -288,4 +289,36 @@ func usedMemory(b *testing.B, e *env) int64 {
 	}
 	b.Fatal("no used_memory")
 	return 0
+}
+
+// BenchmarkQueueNack: reserve batches of 50 and nack each from parallel
+// goroutines (the nacks go together: internal/engine/callgroup.go); ns/op
+// is per nack, the reserves untimed. The retries wait an hour, out of the
+// way.
+func BenchmarkQueueNack(b *testing.B) {
+	q, _ := benchQueue[tiny](b, fleet.QueueOptions{MaxAttempts: 1000, BackoffBase: time.Hour, BackoffMax: time.Hour})
+	fillQueue(b, q, b.N)
+	ctx := context.Background()
+	cause := errors.New("boom")
+	b.ResetTimer()
+	for done := 0; done < b.N; {
+		b.StopTimer()
+		ts, err := q.Reserve(ctx, min(50, b.N-done), 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		var wg sync.WaitGroup
+		for _, t := range ts {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := t.Nack(ctx, cause); err != nil {
+					b.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+		done += len(ts)
+	}
 }

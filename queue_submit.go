@@ -32,7 +32,7 @@ func newBody(id string, payload []byte, opts SubmitOptions) string {
 func bodyOptions(opts SubmitOptions) taskbody.Options {
 	return taskbody.Options{
 		DedupKey: opts.DedupKey, UniqueFor: opts.UniqueFor, Priority: opts.Priority, MaxAttempts: opts.MaxAttempts,
-		Timeout: opts.Timeout, ExpiresAt: opts.ExpiresAt, Metadata: opts.Metadata, Group: opts.Group,
+		Backoff: opts.Backoff.String(), Timeout: opts.Timeout, ExpiresAt: opts.ExpiresAt, Metadata: opts.Metadata, Group: opts.Group,
 	}
 }
 
@@ -215,6 +215,14 @@ type SubmitOptions struct {
 	// dead-lettered, in place of the queue's (QueuePolicy.MaxAttempts).
 	// Defaults to 0: the queue's.
 	MaxAttempts int
+	// Backoff, when set, is this task's retry policy, in place of the
+	// queue's (QueueOptions.Backoff): its Base and Max default to the
+	// queue's BackoffBase and BackoffMax. It travels in the task's body
+	// ("backoff", as ParseBackoff reads it), so every process's nacks and
+	// sweeper apply it; being declared, it also schedules the retry of a
+	// lease that ran out. A Func cannot travel with a task: one is refused
+	// with ErrInvalidArgument. Defaults to none: the queue's.
+	Backoff Backoff
 	// Timeout, when set, bounds one run of this task's handler in a batch
 	// worker, in place of WorkerOptions.TaskTimeout. Defaults to 0: the
 	// worker's.
@@ -265,7 +273,7 @@ func (o SubmitOptions) tracked() bool { return o.Track || len(o.After) > 0 }
 // isZero reports whether o sets nothing: the submit is a plain push.
 func (o SubmitOptions) isZero() bool {
 	return o.NotBefore.IsZero() && o.DedupKey == "" && o.UniqueFor == 0 && o.ShardKey == "" && o.Priority == 0 &&
-		o.MaxAttempts == 0 && o.Timeout == 0 && o.ExpiresAt.IsZero() && len(o.Metadata) == 0 && o.Group == "" && !o.tracked()
+		o.MaxAttempts == 0 && o.Backoff.IsZero() && o.Timeout == 0 && o.ExpiresAt.IsZero() && len(o.Metadata) == 0 && o.Group == "" && !o.tracked()
 }
 
 // Bounds of SubmitOptions.
@@ -371,8 +379,13 @@ func (q *queueCore) checkSubmit(opts SubmitOptions) error {
 		return fmt.Errorf("%w: SubmitOptions.MaxAttempts %d is negative", ErrInvalidArgument, opts.MaxAttempts)
 	case opts.Timeout < 0:
 		return fmt.Errorf("%w: SubmitOptions.Timeout %v is negative", ErrInvalidArgument, opts.Timeout)
+	case opts.Backoff.Func != nil:
+		return fmt.Errorf("%w: SubmitOptions.Backoff.Func cannot travel with a task (set it in QueueOptions.Backoff)", ErrInvalidArgument)
 	case !opts.ExpiresAt.IsZero() && !opts.ExpiresAt.After(q.fleet.now()):
 		return fmt.Errorf("%w: SubmitOptions.ExpiresAt %v is not in the future", ErrInvalidArgument, opts.ExpiresAt.Format(time.RFC3339Nano))
+	}
+	if _, err := opts.Backoff.check("SubmitOptions.Backoff", q.opts.BackoffBase, q.opts.BackoffMax); err != nil {
+		return err
 	}
 	if opts.Group != "" {
 		if err := keys.Check(keys.KindGroup, opts.Group); err != nil {

@@ -135,7 +135,10 @@ func (r *reservation) Ack(ctx context.Context) error {
 // and the task is retried after the backoff (through :scheduled), or goes
 // to the dead letters with cause once it has failed MaxAttempts times. The
 // attempts and the backoff follow the queue's stored policy (see
-// QueuePolicy), the same in every process. A task that Queue.Cancel asked
+// QueuePolicy), the same in every process; but a cause that is a
+// RetryAfter sets the delay itself, and else the task's own
+// SubmitOptions.Backoff, and else this process's QueueOptions.Backoff.Func,
+// go before the stored policy's backoff. A task that Queue.Cancel asked
 // to stop goes to the dead letters at once, as cancelled (ErrCanceled's
 // text, then cause), never retried. The ends (Nack, DeadLetter, Release,
 // Snooze) that concurrent callers make of one queue while a call of it is
@@ -144,6 +147,9 @@ func (r *reservation) Ack(ctx context.Context) error {
 // changes), ErrUnavailable.
 func (r *reservation) Nack(ctx context.Context, cause error) error {
 	_ = r.endLog(ctx, false)
+	if d, ok := r.core.retryDelay(r.r.Attempts()+1, cause, r.r.Body()); ok {
+		return opErr("nack", r.name(), r.r.NackAfter(ctx, cause, d))
+	}
 	return opErr("nack", r.name(), r.r.Nack(ctx, cause))
 }
 

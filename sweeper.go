@@ -392,6 +392,7 @@ func (q *queueCore) sweepShard(ctx context.Context, qo QueueOptions, opts Sweepe
 			token, _ := res[i+1].ToString()
 			body, _ := res[i+2].ToString()
 			var next, bury string
+			delay := "0"
 			w, err := taskbody.Parse(body)
 			switch attempts := w.Attempts + 1; {
 			case err != nil:
@@ -407,9 +408,12 @@ func (q *queueCore) sweepShard(ctx context.Context, qo QueueOptions, opts Sweepe
 					next, bury = taskbody.DeadEntry(body, attempts, "lease ran out, and "+err.Error()), "1"
 				} else {
 					bury = "0"
+					if d, ok := qo.expiredDelay(attempts, body); ok {
+						delay = millis(d)
+					}
 				}
 			}
-			args = append(args, id, token, body, next, bury, w.Dedup)
+			args = append(args, id, token, body, next, bury, w.Dedup, delay)
 		}
 		if len(args) > 1 {
 			r, err := queueRequeueScript.Exec(ctx, f.client, ks, args).AsIntSlice()

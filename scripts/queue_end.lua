@@ -1,7 +1,8 @@
 -- queue_end: end reservations other than by an ack, each if the
 -- reservation that exists now is the caller's (owns in lib_queue.lua):
 --   nack     an attempt failed: the task is retried after the backoff
---            (through SCHEDULED), or buried once it has failed
+--            (through SCHEDULED; the policy's "backoff" kind: exponential,
+--            the default, fixed or linear), or buried once it has failed
 --            max_attempts times;
 --   bury     dead-lettered at once (Task.DeadLetter, a payload that no
 --            longer decodes);
@@ -22,7 +23,7 @@
 -- KEYS[1..8] the queue's keys (PENDING ... POLICY: queue_core.go)
 -- ARGV[1..4] the caller's max_attempts, backoff_base_ms, backoff_max_ms
 --          and dead_max (0: none), for a queue with no stored policy
--- ARGV[5..] an end per 11 arguments, from i = 5:
+-- ARGV[5..] an end per 12 arguments, from i = 5:
 --   i     'nack', 'bury', 'release' or 'snooze'
 --   i+1   task id
 --   i+2   the caller's lease token
@@ -40,6 +41,9 @@
 --   i+9   the task's group (SubmitOptions.Group), '' for none
 --   i+10  the task's flow flags (flow_ended, lib_flow_end.lua): '' for a
 --         task that is not tracked and set no progress value
+--   i+11  nack: the retry's delay in ms when the caller chose it
+--         (RetryAfter, the task's own Backoff, a Backoff func), else ''
+--         for the policy's backoff (backoff_ms)
 -- returns  a pair per end, in order: {DONE, n}: retried after n ms
 --          (nack), released (n = 0), or snoozed until n (unix ms);
 --          {BURIED, 0}; {CANCELED, 0}: buried as cancelled; {NEED_ENTRY,
@@ -50,6 +54,16 @@ if err then return err end
 local p = policy({max_attempts = tonumber(ARGV[1]), backoff_base_ms = tonumber(ARGV[2]),
   backoff_max_ms = tonumber(ARGV[3]), dead_max = tonumber(ARGV[4])})
 local now = now_ms()
+-- backoff_ms is the policy's delay of the retry after counted failures,
+-- jitter in [0, 1) (Backoff.delay in backoff.go computes the same).
+local function backoff_ms(counted, jitter)
+  local n = math.max(counted, 1)
+  if p.backoff == 'fixed' then return p.backoff_base_ms end
+  if p.backoff == 'linear' then return math.min(p.backoff_base_ms * n, p.backoff_max_ms) end
+  local d = p.backoff_base_ms * 2 ^ math.min(n - 1, 40)
+  if d > p.backoff_max_ms then d = p.backoff_max_ms end
+  return math.floor(d / 2 + jitter * d / 2)
+end
 local seq_limits = {} -- group -> whether it is sequential, read once per call
 
 local function end_one(i)
@@ -89,9 +103,7 @@ local function end_one(i)
   flow_ended(id, flags) -- not an end: a progress value goes
   local d, later = 0, body
   if mode == 'nack' then
-    d = p.backoff_base_ms * 2 ^ math.min(math.max(counted - 1, 0), 40)
-    if d > p.backoff_max_ms then d = p.backoff_max_ms end
-    d = math.floor(d / 2 + tonumber(ARGV[i+7]) * d / 2)
+    d = tonumber(ARGV[i+11]) or backoff_ms(counted, tonumber(ARGV[i+7]))
     later = arg
   elseif mode == 'snooze' then
     d = tonumber(arg)
@@ -127,7 +139,7 @@ local function end_one(i)
 end
 
 local out = {}
-for i = 5, #ARGV, 11 do
+for i = 5, #ARGV, 12 do
   local code, n = end_one(i)
   out[#out + 1] = code
   out[#out + 1] = n

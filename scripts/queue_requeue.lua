@@ -8,10 +8,13 @@
 -- (task_done).
 -- KEYS[1..8] the queue's keys (PENDING ... POLICY: queue_core.go)
 -- ARGV[1]  bound on the dead letters' count (0: none)
--- ARGV[2..] one item per 6 values: id, lease entry as seen ('' for none),
+-- ARGV[2..] one item per 7 values: id, lease entry as seen ('' for none),
 --          body as seen, new body (to bury: without "dead_at", which the
 --          server's clock fills in), '1' to bury it, 'c' to bury it as
---          cancelled, or '0' to re-queue it, dedup key or ''
+--          cancelled, or '0' to re-queue it, dedup key or '', and the
+--          delay in ms of a re-queue (the queue's or the task's declared
+--          Backoff): '0' puts it back at once, more schedules it (but for
+--          a task of a sequential group, whose order holds: at once)
 -- The end of a tracked task that is buried is passed on (flow_ended), and
 -- the progress value of every task handled goes.
 -- returns  {requeued, buried}
@@ -20,8 +23,9 @@ if err then return err end
 local ms = now_ms()
 local now = ms / 1000
 local requeued, buried = 0, 0
-for i = 2, #ARGV, 6 do
+for i = 2, #ARGV, 7 do
   local id, token, seen, body, bury, dedup = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5]
+  local delay = tonumber(ARGV[i + 6])
   local score = tonumber(redis.call('ZSCORE', PROCESSING, id))
   local held = redis.call('HGET', LEASE, id) or ''
   if score and score < now and held == token and redis.call('HGET', BODY, id) == seen then
@@ -46,6 +50,10 @@ for i = 2, #ARGV, 6 do
         if ok and type(e) == 'table' and type(e.error) == 'string' then why = e.error end
       end
       flow_ended(id, 'p' .. fl, bury == 'c' and 'c' or 'x', why)
+    elseif delay > 0 and not (g and group_limit(g, group_defaults(redis.call('GET', POLICY))).c == 1) then
+      redis.call('ZADD', SCHEDULED, secs(ms + delay), body)
+      requeued = requeued + 1
+      flow_ended(id, 'p')
     else
       enqueue(body, v, ms, g ~= nil) -- a group's goes first: its order holds
       requeued = requeued + 1

@@ -188,6 +188,37 @@ func TestRunNacked(t *testing.T) {
 	})
 }
 
+// TestRunRetryAfter: a handler's RetryAfter(d, err) is nacked as any
+// failure (the attempt counts), its retry due at d ± 10% in place of the
+// backoff; on the last attempt the task is dead-lettered.
+func TestRunRetryAfter(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		e := open(t, tg)
+		ctx := testCtx(t)
+		boom := errors.New("boom")
+		h := fleet.TaskFunc(func(ctx context.Context, p sum) error { return fleet.RetryAfter(30*time.Second, boom) })
+		start := time.Now()
+		out, err := run(t, e, ctx, h, sum{}, handlertest.Options{Queue: fleet.QueueOptions{BackoffBase: time.Hour, BackoffMax: time.Hour}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ra *fleet.RetryAfterError
+		if out.Kind != handlertest.Nacked || !errors.Is(out.Err, boom) || !errors.As(out.Err, &ra) || out.Attempts != 1 {
+			t.Fatalf("outcome %+v, want nacked with boom, attempt 1", out)
+		}
+		if lo, hi := start.Add(27*time.Second), time.Now().Add(33*time.Second); out.RetryAt.Before(lo) || out.RetryAt.After(hi) {
+			t.Errorf("retry at %v, want within [%v, %v]", out.RetryAt, lo, hi)
+		}
+		out, err = run(t, e, ctx, h, sum{}, handlertest.Options{Queue: fleet.QueueOptions{MaxAttempts: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out.Kind != handlertest.DeadLettered || out.Attempts != 1 || !strings.Contains(out.Reason, "boom (retry after 30s)") {
+			t.Fatalf("outcome %+v, want dead-lettered after its one attempt", out)
+		}
+	})
+}
+
 // TestRunDeadLettered: an error that wraps ErrPermanent, and a failure of
 // the last attempt, dead-letter the task with the error as the reason.
 func TestRunDeadLettered(t *testing.T) {

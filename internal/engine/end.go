@@ -74,7 +74,20 @@ func (r *Reservation) Nack(ctx context.Context, cause error) error {
 	if cause != nil {
 		msg = cause.Error()
 	}
-	return r.finish(ctx, endNack, msg, 0, true, false)
+	return r.finish(ctx, endNack, msg, -1, true, false)
+}
+
+// NackAfter is Nack with the retry due after (server clock; a negative
+// after counts as zero) in place of the policy's backoff: the caller chose
+// it (the root's RetryAfter, a task's own Backoff, a Backoff func). The
+// attempt counts all the same, and past the task's max attempts it goes to
+// the dead letters as with Nack.
+func (r *Reservation) NackAfter(ctx context.Context, cause error, after time.Duration) error {
+	msg := "nacked"
+	if cause != nil {
+		msg = cause.Error()
+	}
+	return r.finish(ctx, endNack, msg, max(after, 0), true, false)
 }
 
 // DeadLetter ends the reservation and moves the task to the dead letters at
@@ -135,7 +148,9 @@ func (r *Reservation) Snooze(ctx context.Context, after time.Duration) error {
 // finish ends the reservation by mode (queue_end.lua): "nack" (cause is
 // the failure), "bury" (cause is why), "release", or "snooze" (after the
 // delay); for those two, cause is what a cancelled task's dead letter
-// records. counted counts the run as an attempt. alone sends the end in
+// records. A nack's after is its retry's delay, chosen by the caller (>=
+// 0), or -1 for the stored policy's backoff. counted counts the run as an
+// attempt. alone sends the end in
 // a call of its own, else it goes through the group (groupEnd). The
 // cancelled dead letter, a copy of the body, is made and sent only when
 // the script says the task is cancelled and needs one (EndNeedEntry).
@@ -168,6 +183,9 @@ func (r *Reservation) finish(ctx context.Context, mode endMode, cause string, af
 	}
 	end := &endArgs{mode: mode, id: r.id, token: r.token, dedup: r.dedup, entry: entry, body: body, after: after,
 		attempts: attempts, jitter: newJitter(), maxAttempts: r.maxAttempts, group: r.group, flags: r.flowFlags()}
+	if mode == endNack && after >= 0 {
+		end.retry, end.chosen = after, true
+	}
 	run := q.groupEnd
 	if alone {
 		run = q.endAlone

@@ -246,7 +246,7 @@ const (
 	endSnooze  endMode = "snooze"  // to :scheduled after a delay, no attempt counted
 )
 
-// endArgs is one end of queue_end.lua, ARGV[i..i+10].
+// endArgs is one end of queue_end.lua, ARGV[i..i+11].
 type endArgs struct {
 	mode  endMode `argv:"i"`
 	id    string  `argv:"i+1"`
@@ -266,18 +266,26 @@ type endArgs struct {
 	maxAttempts int           `argv:"i+8"` // nack: the task's own (0: the policy's)
 	group       string        `argv:"i+9"`
 	flags       string        `argv:"i+10"` // flowFlags
+	// retry is a nack's delay that the caller chose (NackAfter), when
+	// chosen; else the stored policy's backoff applies ("").
+	retry  time.Duration `argv:"i+11"`
+	chosen bool
 }
 
 // endArity is how many ARGV one end takes.
-const endArity = 11
+const endArity = 12
 
 func (e *endArgs) appendTo(args []string) []string {
 	body := e.body
 	if e.mode == endSnooze {
 		body = argv.Millis(e.after)
 	}
+	retry := ""
+	if e.chosen {
+		retry = argv.Millis(e.retry)
+	}
 	return append(args, string(e.mode), e.id, e.token, e.dedup, e.entry, body, strconv.Itoa(e.attempts),
-		strconv.FormatFloat(e.jitter, 'f', 6, 64), strconv.Itoa(e.maxAttempts), e.group, e.flags)
+		strconv.FormatFloat(e.jitter, 'f', 6, 64), strconv.Itoa(e.maxAttempts), e.group, e.flags, retry)
 }
 
 // newJitter is a nack's random number for its backoff's jitter.

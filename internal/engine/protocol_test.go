@@ -127,12 +127,16 @@ func TestQueueProtocolEncode(t *testing.T) {
 	}
 	e := &endArgs{mode: endSnooze, id: "t1", token: "k.1", dedup: "d", entry: "", body: "ignored", after: 2 * time.Second,
 		attempts: 2, jitter: 0.5, maxAttempts: 4, group: "g", flags: "t60000"}
-	if got, want := e.appendTo(nil), []string{"snooze", "t1", "k.1", "d", "", "2000", "2", "0.500000", "4", "g", "t60000"}; !slices.Equal(got, want) {
+	if got, want := e.appendTo(nil), []string{"snooze", "t1", "k.1", "d", "", "2000", "2", "0.500000", "4", "g", "t60000", ""}; !slices.Equal(got, want) {
 		t.Errorf("endArgs (snooze): %q, want %q", got, want)
 	}
 	e.mode, e.body = endNack, `{"id":"t1"}`
-	if got := e.appendTo(nil); got[5] != `{"id":"t1"}` {
-		t.Errorf("endArgs (nack): body %q", got[5])
+	if got := e.appendTo(nil); got[5] != `{"id":"t1"}` || got[11] != "" {
+		t.Errorf("endArgs (nack): body %q, retry %q", got[5], got[11])
+	}
+	e.retry, e.chosen = 0, true // a delay the caller chose: 0 too is one
+	if got := e.appendTo(nil); got[11] != "0" {
+		t.Errorf("endArgs (nack after 0): retry %q", got[11])
 	}
 	if got, want := (ackKept{id: "a", token: "b", unique: 60000, retention: time.Hour, result: "1", attempts: 2, flags: "lp", log: `10:{"attempt":1}`}).appendTo(nil),
 		[]string{"a", "b", "", "60000", "3600000", "1", "2", "", "lp", `10:{"attempt":1}`}; !slices.Equal(got, want) {

@@ -35,6 +35,7 @@ type Fields struct {
 	// The per-task options (Options; docs/SCHEMA.md).
 	Priority    int               `json:"priority"`
 	MaxAttempts int               `json:"max_attempts"`
+	Backoff     string            `json:"backoff"` // the root's ParseBackoff form
 	TimeoutMS   int64             `json:"timeout_ms"`
 	ExpiresAt   float64           `json:"expires_at"` // unix s
 	Meta        map[string]string `json:"meta"`
@@ -61,6 +62,9 @@ type Options struct {
 	Priority int
 	// MaxAttempts is written as "max_attempts".
 	MaxAttempts int
+	// Backoff is written as "backoff": the root's Backoff as its
+	// ParseBackoff reads it ("fixed:30s").
+	Backoff string
 	// Timeout is written as "timeout_ms" (ms, at least 1).
 	Timeout time.Duration
 	// ExpiresAt is written as "expires_at" (unix s, to the millisecond).
@@ -77,7 +81,7 @@ type Options struct {
 
 // New spells a task body: {"id":...,"payload":...,"attempts":0}, plus
 // the fields of o that are set: "dedup", "unique_ms", "priority",
-// "max_attempts", "timeout_ms", "expires_at" (unix s), "meta", "group" and "mx"
+// "max_attempts", "backoff", "timeout_ms", "expires_at" (unix s), "meta", "group" and "mx"
 // (docs/SCHEMA.md). A body of no options is the documented one. payload
 // must be one JSON value; id a UUID or other text that needs no escaping.
 func New(id string, payload []byte, o Options) string {
@@ -107,6 +111,9 @@ func New(id string, payload []byte, o Options) string {
 	}
 	if o.MaxAttempts > 0 {
 		num("max_attempts", int64(o.MaxAttempts))
+	}
+	if o.Backoff != "" {
+		str("backoff", o.Backoff)
 	}
 	if o.Timeout > 0 {
 		num("timeout_ms", max(o.Timeout.Milliseconds(), 1))
