@@ -195,17 +195,21 @@ func open(s Sealer, queue, kind string, raw []byte) ([]byte, error) {
 	if n < len(sealedPrefix)+1 || raw[n-1] != '"' {
 		return nil, fmt.Errorf("%w: the %s is not a sealed value fleet wrote", ErrSealed, kind)
 	}
-	id, body, ok := strings.Cut(string(raw[len(sealedPrefix):n-1]), ":")
+	kid, body, ok := bytes.Cut(raw[len(sealedPrefix):n-1], []byte{':'})
+	id := string(kid)
 	if !ok || checkKeyID(id) != nil {
 		return nil, fmt.Errorf("%w: the %s is not a sealed value fleet wrote", ErrSealed, kind)
 	}
 	if s == nil {
 		return nil, fmt.Errorf("%w: the %s is sealed (key %q), and this process has no QueueOptions.Sealer for queue %q", ErrSealed, kind, id, queue)
 	}
-	sealed, err := base64.RawURLEncoding.DecodeString(body)
+	enc := base64.RawURLEncoding
+	sealed := make([]byte, enc.DecodedLen(len(body)))
+	m, err := enc.Decode(sealed, body)
 	if err != nil {
 		return nil, fmt.Errorf("%w: the %s is not a sealed value fleet wrote: %w", ErrSealed, kind, err)
 	}
+	sealed = sealed[:m]
 	plain, err := s.Open(id, sealed, sealAAD(queue, kind))
 	if err != nil {
 		return nil, fmt.Errorf("opening the %s: %w", kind, err)

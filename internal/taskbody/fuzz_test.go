@@ -22,6 +22,7 @@ func FuzzParseBody(f *testing.F) {
 	}
 	f.Add(`{"id":"0199a0b6-7f3e-7cc1-9d2e-5b4c3a291807","payload":{"n":1,"attempts":0},"attempts":0}`)
 	f.Add(`{"id":"u","payload":1,"attempts":5,"attempts":0}`)
+	f.Add(`{"id":"s","payload":"fleet:sealed:1:k1:AbC-_09","attempts":0}`) // plainString's fast path
 	f.Fuzz(func(t *testing.T, body string) {
 		// The fast path reads what encoding/json reads, where it reads.
 		if fast, ok := plain(body); ok {
