@@ -331,3 +331,15 @@ func (o QueueOptions) expiredDelay(attempt int, body string) (time.Duration, boo
 	}
 	return b.delay(attempt, errLeaseRanOut, rand.Float64()), true
 }
+
+// RetryBackoff returns the retry policy that p stores: its kind (the
+// default, exponential with jitter, when the queue declares none), base
+// and max. Its String is what ParseBackoff reads, as fleetctl policy and
+// the dashboard show it.
+func (p QueuePolicy) RetryBackoff() Backoff {
+	kind := p.Backoff
+	if kind == "" {
+		kind = BackoffExponential
+	}
+	return Backoff{Kind: kind, Base: time.Duration(p.BackoffBaseMS) * time.Millisecond, Max: time.Duration(p.BackoffMaxMS) * time.Millisecond}
+}

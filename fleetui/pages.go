@@ -221,6 +221,11 @@ func (h *handler) queue(w http.ResponseWriter, r *http.Request) {
 		h.redisErr(w, r, err)
 		return
 	}
+	pol, hasPol, err := h.f.Queue(name).Policy(ctx)
+	if err != nil {
+		h.redisErr(w, r, err)
+		return
+	}
 	size := h.o.PageSize
 	pending, err := h.f.Queue(name).Pending(ctx, (pages[0]-1)*size, size)
 	if err != nil {
@@ -251,6 +256,9 @@ func (h *handler) queue(w http.ResponseWriter, r *http.Request) {
 		Span                     string
 		Spans                    []string
 		Chart, Depth             template.HTML
+		Policy                   *fleet.QueuePolicy // nil when none is stored
+		Backoff                  string
+		DeadAge                  time.Duration
 	}{Name: name, Stats: st, Pending: pending, Scheduled: scheduled, Dead: dead,
 		Span: spanName, Spans: []string{"1h", "24h", "30d"},
 		Chart: barChart("history-chart", hist, span.label), Depth: depthLine("depth-chart", hist, 600, 60),
@@ -258,6 +266,9 @@ func (h *handler) queue(w http.ResponseWriter, r *http.Request) {
 		ScheduledP:  h.pagerFor(r, "scheduled", pages[1], st.Scheduled),
 		DeadP:       h.pagerFor(r, "dead", pages[2], st.Dead),
 		PendingFrom: (pages[0]-1)*size + 1, ScheduledFrom: (pages[1]-1)*size + 1, DeadFrom: (pages[2]-1)*size + 1}
+	if hasPol {
+		data.Policy, data.Backoff, data.DeadAge = &pol, pol.RetryBackoff().String(), time.Duration(pol.DeadMaxAgeMS)*time.Millisecond
+	}
 	data.Did = didText(r.URL.Query().Get("did"), r.URL.Query().Get("n"))
 	h.render(w, r, http.StatusOK, "queue", page{Title: "Queue " + name, Nav: "overview", Data: data})
 }

@@ -411,3 +411,27 @@ func TestTaskPageLogs(t *testing.T) {
 			`html=&#34;&lt;img src=x onerror=alert(1)&gt;&#34;`, "second line")
 	})
 }
+
+// TestQueuePagePolicy: the queue page shows the policy the queue stored:
+// its attempts, its retry backoff as ParseBackoff reads it, its dead
+// letters' bounds and its caps.
+func TestQueuePagePolicy(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		t.Parallel()
+		b := newBed(t, tg, fleetui.Options{})
+		c := ctxFor(t)
+		bo, err := fleet.ParseBackoff("fixed:30s")
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := fleet.NewQueue[job](b.F, "policed", fleet.QueueOptions{MaxAttempts: 5, Backoff: bo, GlobalConcurrency: 7, DeadMax: 20, DeadMaxAge: time.Hour})
+		if _, err := q.Submit(c, job{Note: "x"}); err != nil {
+			t.Fatal(err)
+		}
+		code, body := b.get(t, "/fleet/queues/policed")
+		if code != http.StatusOK {
+			t.Fatalf("queue page %d", code)
+		}
+		mustContain(t, "queue page", body, `<p id="policy">Policy: up to 5 attempts, retried after <code>fixed:30s</code> · dead letters: at most 20, kept 1h0m0s · at most 7 running</p>`)
+	})
+}

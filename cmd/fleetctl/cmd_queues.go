@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -76,6 +77,50 @@ func init() {
 						rate = fmt.Sprintf("%d/%v burst %d", r.Rate, r.Per, r.Burst)
 					}
 					fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%s\t%v\t%s\t%v\n", g.Name, g.Pending, g.Running, conc, rate, g.Own, g.State, g.Latency.Round(time.Millisecond))
+				}
+			})
+			return exitOK
+		},
+	})
+	register(&command{
+		name:    "policy",
+		args:    "<queue>",
+		summary: "show the policy stored for a queue, which every process applies: attempts, retry backoff, dead letters, concurrency caps, group limits, indexed metadata",
+		run: func(ctx context.Context, a *app, args []string) int {
+			if len(args) != 1 {
+				return a.usageErr("policy", "takes one queue name")
+			}
+			p, ok, err := a.f.Queue(args[0]).Policy(ctx)
+			if err != nil {
+				return a.fail(err)
+			}
+			if !ok {
+				return a.notFound(fmt.Errorf("no policy is stored for queue %s (none until a handle of it first reached Redis)", args[0]))
+			}
+			a.emit(p, func(w *tabwriter.Writer) {
+				backoff := p.RetryBackoff().String()
+				if p.Backoff == "" {
+					backoff += " (the default: a lease that ran out goes back at once)"
+				}
+				rows := [][2]string{
+					{"max attempts", strconv.Itoa(p.MaxAttempts)},
+					{"backoff", backoff},
+					{"dead letters", fmt.Sprintf("at most %d, kept %v", p.DeadMax, time.Duration(p.DeadMaxAgeMS)*time.Millisecond)},
+				}
+				if p.GlobalConcurrency > 0 {
+					rows = append(rows, [2]string{"global concurrency", strconv.Itoa(p.GlobalConcurrency)})
+				}
+				if p.GroupConcurrency > 0 {
+					rows = append(rows, [2]string{"group concurrency", strconv.Itoa(p.GroupConcurrency)})
+				}
+				if p.GroupRate > 0 {
+					rows = append(rows, [2]string{"group rate", fmt.Sprintf("%d/%v burst %d", p.GroupRate, time.Duration(p.GroupPerMS)*time.Millisecond, p.GroupBurst)})
+				}
+				if len(p.IndexMeta) > 0 {
+					rows = append(rows, [2]string{"indexed metadata", strings.Join(p.IndexMeta, ", ")})
+				}
+				for _, r := range rows {
+					fmt.Fprintf(w, "%s\t%s\n", r[0], r[1])
 				}
 			})
 			return exitOK
