@@ -1,14 +1,10 @@
 package fleet
 
 import (
-	"errors"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"strings"
 	"time"
-
-	"github.com/fleet-go/fleet/internal/taskbody"
 )
 
 // BackoffKind is how a Backoff's delay grows from one retry to the next.
@@ -229,117 +225,4 @@ func (e *RetryAfterError) Unwrap() error { return e.Err }
 // the same.
 func RetryAfter(d time.Duration, err error) error {
 	return &RetryAfterError{After: d, Err: err}
-}
-
-// errLeaseRanOut is the error a Backoff.Func is given for a lease that
-// ran out.
-var errLeaseRanOut = fmt.Errorf("%w: lease ran out", ErrLeaseLost)
-
-// retryDelay returns the delay of the retry of a task whose attempt
-// counted (1 for the first failure) failed with cause, body its body,
-// when this process chooses it: cause's RetryAfter, the task's own
-// Backoff, the queue's Backoff.Func. ok false: the stored policy's,
-// which queue_end.lua applies.
-func (q *queueCore) retryDelay(attempt int, cause error, body string) (d time.Duration, ok bool) {
-	var ra *RetryAfterError
-	if errors.As(cause, &ra) {
-		return max(ra.After, 0), true
-	}
-	if b, ok := taskBackoff(body, q.opts); ok {
-		return b.delay(attempt, cause, rand.Float64()), true
-	}
-	if f := q.opts.Backoff.Func; f != nil {
-		return max(f(attempt, cause), 0), true
-	}
-	return 0, false
-}
-
-// withBackoff checks o.Backoff and fills in the defaults of it and of
-// BackoffBase and BackoffMax, which a declared Backoff's Base and Max
-// become.
-func (o *QueueOptions) withBackoff() error {
-	b := o.Backoff
-	switch {
-	case b.Base > 0 && o.BackoffBase != 0 && b.Base != o.BackoffBase:
-		return fmt.Errorf("%w: QueueOptions.Backoff.Base %v and BackoffBase %v differ: set one", ErrInvalidOptions, b.Base, o.BackoffBase)
-	case b.Kind != BackoffFixed && b.Max > 0 && o.BackoffMax != 0 && b.Max != o.BackoffMax:
-		return fmt.Errorf("%w: QueueOptions.Backoff.Max %v and BackoffMax %v differ: set one", ErrInvalidOptions, b.Max, o.BackoffMax)
-	}
-	if o.BackoffBase == 0 {
-		o.BackoffBase = DefaultBackoffBase
-	}
-	if o.BackoffMax == 0 {
-		o.BackoffMax = DefaultBackoffMax
-	}
-	b, err := b.check("QueueOptions.Backoff", o.BackoffBase, o.BackoffMax)
-	if err != nil {
-		return err
-	}
-	if !b.IsZero() {
-		o.Backoff, o.BackoffBase, o.BackoffMax = b, b.Base, b.Max
-	}
-	if o.BackoffMax < o.BackoffBase {
-		return fmt.Errorf("%w: QueueOptions.BackoffMax %v is below BackoffBase %v", ErrInvalidArgument, o.BackoffMax, o.BackoffBase)
-	}
-	return nil
-}
-
-// storedBackoff is the Backoff of a stored policy of kind (QueuePolicy's
-// "backoff") for o, whose BackoffBase and BackoffMax are the policy's
-// already: none for kind "", but this process's Func stays, as it does
-// over any kind.
-func storedBackoff(kind BackoffKind, o QueueOptions) Backoff {
-	if kind == "" && o.Backoff.Func == nil {
-		return Backoff{}
-	}
-	if kind == "" {
-		kind = BackoffExponential
-	}
-	return Backoff{Kind: kind, Base: o.BackoffBase, Max: o.BackoffMax, Func: o.Backoff.Func}
-}
-
-// taskBackoff returns the task's own Backoff (SubmitOptions.Backoff, the
-// body's "backoff"), if body has one that reads, its defaults the queue's
-// o.
-func taskBackoff(body string, o QueueOptions) (Backoff, bool) {
-	if !strings.Contains(body, `"backoff":`) {
-		return Backoff{}, false
-	}
-	w, err := taskbody.Parse(body)
-	if err != nil || w.Backoff == "" {
-		return Backoff{}, false
-	}
-	b, err := ParseBackoff(w.Backoff)
-	if err == nil {
-		b, err = b.check("", o.BackoffBase, o.BackoffMax)
-	}
-	return b, err == nil
-}
-
-// expiredDelay returns the delay of the retry of a task whose lease ran
-// out, on attempt (counted), body its body, by o (the stored policy over
-// this process's options, as the sweeper reads them): the task's own
-// Backoff, else the queue's declared one; ok false when neither is
-// declared: the task goes back at once.
-func (o QueueOptions) expiredDelay(attempt int, body string) (time.Duration, bool) {
-	b, ok := taskBackoff(body, o)
-	if !ok {
-		if o.Backoff.IsZero() {
-			return 0, false
-		}
-		b = o.Backoff
-	}
-	return b.delay(attempt, errLeaseRanOut, rand.Float64()), true
-}
-
-// RetryBackoff returns the retry policy that p stores: its kind (the
-// default, exponential with jitter, when the queue declares none), base
-// and max. Its String is what ParseBackoff reads, as fleetctl policy and
-// the dashboard show it.
-func (p QueuePolicy) RetryBackoff() Backoff {
-	kind := p.Backoff
-	if kind == "" {
-		kind = BackoffExponential
-	}
-	return Backoff{Kind: kind, Base: time.Duration(p.BackoffBaseMS) * time.Millisecond, Max: time.Duration(p.BackoffMaxMS) * time.Millisecond}
 }

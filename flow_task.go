@@ -68,20 +68,6 @@ func (r *reservation) Dependencies(ctx context.Context) ([]DependencyState, erro
 	return out, nil
 }
 
-// taskKey is the key of the task that a handler's ctx carries
-// (withTask), for ResultOf and Logger.
-type taskKey struct{}
-
-// withTask returns ctx carrying r, for its handler: Logger finds the
-// task's logger there, and, when r waited for others, ResultOf reads its
-// dependencies' results from its own record.
-func withTask(ctx context.Context, r *reservation) context.Context {
-	if r == nil {
-		return ctx
-	}
-	return context.WithValue(ctx, taskKey{}, r)
-}
-
 // dependencyResult finds, in the task that ctx carries, the result of its
 // dependency id of queue: found reports whether it is one.
 func dependencyResult(ctx context.Context, queue, id string) (res json.RawMessage, found bool, err error) {

@@ -441,3 +441,47 @@ func newTaskID() (string, error) {
 	}
 	return id.String(), nil
 }
+
+// withBackoff checks o.Backoff and fills in the defaults of it and of
+// BackoffBase and BackoffMax, which a declared Backoff's Base and Max
+// become.
+func (o *QueueOptions) withBackoff() error {
+	b := o.Backoff
+	switch {
+	case b.Base > 0 && o.BackoffBase != 0 && b.Base != o.BackoffBase:
+		return fmt.Errorf("%w: QueueOptions.Backoff.Base %v and BackoffBase %v differ: set one", ErrInvalidOptions, b.Base, o.BackoffBase)
+	case b.Kind != BackoffFixed && b.Max > 0 && o.BackoffMax != 0 && b.Max != o.BackoffMax:
+		return fmt.Errorf("%w: QueueOptions.Backoff.Max %v and BackoffMax %v differ: set one", ErrInvalidOptions, b.Max, o.BackoffMax)
+	}
+	if o.BackoffBase == 0 {
+		o.BackoffBase = DefaultBackoffBase
+	}
+	if o.BackoffMax == 0 {
+		o.BackoffMax = DefaultBackoffMax
+	}
+	b, err := b.check("QueueOptions.Backoff", o.BackoffBase, o.BackoffMax)
+	if err != nil {
+		return err
+	}
+	if !b.IsZero() {
+		o.Backoff, o.BackoffBase, o.BackoffMax = b, b.Base, b.Max
+	}
+	if o.BackoffMax < o.BackoffBase {
+		return fmt.Errorf("%w: QueueOptions.BackoffMax %v is below BackoffBase %v", ErrInvalidArgument, o.BackoffMax, o.BackoffBase)
+	}
+	return nil
+}
+
+// storedBackoff is the Backoff of a stored policy of kind (QueuePolicy's
+// "backoff") for o, whose BackoffBase and BackoffMax are the policy's
+// already: none for kind "", but this process's Func stays, as it does
+// over any kind.
+func storedBackoff(kind BackoffKind, o QueueOptions) Backoff {
+	if kind == "" && o.Backoff.Func == nil {
+		return Backoff{}
+	}
+	if kind == "" {
+		kind = BackoffExponential
+	}
+	return Backoff{Kind: kind, Base: o.BackoffBase, Max: o.BackoffMax, Func: o.Backoff.Func}
+}

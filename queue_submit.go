@@ -209,7 +209,10 @@ type SubmitOptions struct {
 	// with any two levels), so that normal tasks still run under a steady
 	// stream of urgent ones. Prioritized tasks wait in
 	// fleet:queue:<name>:prio, off the documented list (docs/SCHEMA.md).
-	// Not with Group. Defaults to 0.
+	// With Group, the task is placed on its group's list in the same aged
+	// order, counted from when each task was submitted: the round over the
+	// groups stays fair, and a group's tasks of one priority keep their
+	// submit order. Defaults to 0.
 	Priority int
 	// MaxAttempts, when set, is how many times this task runs before it is
 	// dead-lettered, in place of the queue's (QueuePolicy.MaxAttempts).
@@ -391,10 +394,7 @@ func (q *queueCore) checkSubmit(opts SubmitOptions) error {
 		if err := keys.Check(keys.KindGroup, opts.Group); err != nil {
 			return fmt.Errorf("%w: SubmitOptions.Group: %w", ErrInvalidArgument, err)
 		}
-		switch {
-		case opts.Priority != 0:
-			return fmt.Errorf("%w: SubmitOptions.Priority is not for a task of a Group (a group's tasks run in their order)", ErrInvalidArgument)
-		case q.opts.Shards > 1 && (opts.ShardKey != "" || opts.DedupKey != ""):
+		if q.opts.Shards > 1 && (opts.ShardKey != "" || opts.DedupKey != "") {
 			return fmt.Errorf("%w: SubmitOptions.Group on a sharded queue picks the shard: leave ShardKey and DedupKey empty", ErrInvalidArgument)
 		}
 	}

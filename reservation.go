@@ -198,3 +198,17 @@ func (r *reservation) Snooze(ctx context.Context, after time.Duration) error {
 func (r *reservation) Extend(ctx context.Context, lease time.Duration) error {
 	return opErr("extend", r.name(), r.r.Extend(ctx, lease))
 }
+
+// taskKey is the key of the task that a handler's ctx carries
+// (withTask), for ResultOf and Logger.
+type taskKey struct{}
+
+// withTask returns ctx carrying r, for its handler: Logger finds the
+// task's logger there, and, when r waited for others, ResultOf reads its
+// dependencies' results from its own record.
+func withTask(ctx context.Context, r *reservation) context.Context {
+	if r == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, taskKey{}, r)
+}

@@ -168,16 +168,70 @@ local function group_unblock(g)
   end
 end
 
+-- group_score is the aged score of body, a task on a group's list: when
+-- it was submitted (its UUIDv7 id), less PRIORITY_STEP_MS for each level
+-- of its priority (prio_score). A body whose id is not a UUIDv7 scores 0,
+-- as the oldest.
+local function group_score(body)
+  local ms = uuid_ms(string.match(body, '"id":"([%x%-]+)"'))
+  if string.find(body, '"priority":', 1, true) then
+    local ok, v = pcall(cjson.decode, body)
+    local p = ok and type(v) == 'table' and tonumber(v.priority)
+    if p and p > 0 then return prio_score(p, ms) end
+  end
+  return ms
+end
+
+-- group_insert puts body, a prioritized task, on group g's list in the
+-- aged order of priorities (group_score, of when each was submitted: the
+-- same clock for all, so that tasks of one priority keep their submit
+-- order): after the last task that goes before it or with it, first when
+-- none does. It looks from the tail, a chunk at a time: O(the tasks it
+-- goes before), and one RPUSH when it goes last. The group's list stays
+-- the one list that reserves LPOP.
+local function group_insert(g, body)
+  local key = GROUP .. g
+  local score = group_score(body)
+  local n = redis.call('LLEN', key)
+  local stop, pivot = n, nil
+  while stop > 0 and not pivot do
+    local start = math.max(stop - 100, 0)
+    local chunk = redis.call('LRANGE', key, start, stop - 1)
+    for i = #chunk, 1, -1 do
+      if group_score(chunk[i]) <= score then
+        if start + i == n then
+          redis.call('RPUSH', key, body) -- last: after the tail
+          return
+        end
+        pivot = chunk[i]
+        break
+      end
+    end
+    stop = start
+  end
+  if pivot then
+    redis.call('LINSERT', key, 'AFTER', pivot, body)
+  else
+    redis.call('LPUSH', key, body)
+  end
+end
+
 -- enqueue puts a ready task's body where reserves take it: a task of a
--- group on its group's list (the group woken), a prioritized one in PRIO
--- by its aged score, any other on the documented list. head puts it first
+-- group on its group's list (the group woken; a prioritized one in the
+-- aged order of priorities: group_insert), a prioritized one in PRIO by
+-- its aged score, any other on the documented list. head puts it first
 -- (a release, a re-queue), else last. v is the decoded body, or nil to
 -- decode it only when it may be routed (routed). now is the server's ms.
 local function enqueue(body, v, now, head)
   if v == nil then v = routed(body) end
   local g = group_of(v)
   if g then
-    redis.call(head and 'LPUSH' or 'RPUSH', GROUP .. g, body)
+    local p = tonumber(v.priority)
+    if p and p > 0 and not head then
+      group_insert(g, body)
+    else
+      redis.call(head and 'LPUSH' or 'RPUSH', GROUP .. g, body)
+    end
     redis.call('INCR', GPENDING)
     group_wake(g)
     return
