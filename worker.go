@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/fleet-go/fleet/internal/keys"
 	"github.com/fleet-go/fleet/internal/runone"
 )
@@ -180,7 +182,14 @@ type Worker struct {
 	cfgMu   sync.Mutex
 	cfg     atomic.Pointer[configSnap]
 	seenGen atomic.Int64
-	slots   []*slotState
+	slots   []*slotState // the first WorkerOptions.Slots slots' states; never reassigned
+
+	sizeMu    sync.Mutex                       // guards what follows (worker_resize.go)
+	target    int                              // the slot count in force (SetSlots)
+	more      []*slotState                     // the states of slots beyond len(slots), made by SetSlots
+	resize    func(n int, states []*slotState) // the running batch runner's; nil before Start
+	startedAt int64                            // :hardware's started_at, kept when it is written again
+	hwSlots   atomic.Int64                     // the slot count :hardware says
 
 	mu         sync.Mutex
 	started    bool
@@ -206,6 +215,8 @@ type slotState struct {
 	done    atomic.Int64
 	failed  atomic.Int64
 	changed chan struct{} // poked when a new config is applied
+	retire  chan struct{} // poked when the slot count fell to the slot's index or below
+	live    bool          // its goroutine runs (guarded by the runner's mu)
 
 	mu      sync.Mutex
 	metrics map[string]float64
@@ -228,8 +239,9 @@ func newWorker(f *Fleet, opts WorkerOptions, kind string) *Worker {
 	n := max(w.opts.Slots, 0)
 	w.slots = make([]*slotState, n)
 	for i := range w.slots {
-		w.slots[i] = &slotState{index: i, changed: make(chan struct{}, 1), metrics: map[string]float64{}}
+		w.slots[i] = newSlotState(i)
 	}
+	w.target = n
 	return w
 }
 
@@ -467,11 +479,14 @@ func (w *Worker) register(ctx context.Context) error {
 		// config watcher, as any other.
 		return nil
 	}
-	val, err := w.decode([]byte(raw))
+	val, slots, has, err := w.decodeWithSlots([]byte(raw))
 	if err != nil {
 		err = within("config gen "+strconv.FormatInt(gen, 10), err)
 		w.fail(err, false)
 		return err
+	}
+	if has {
+		w.setSlots(slots)
 	}
 	w.seenGen.Store(gen)
 	w.cfg.Store(&configSnap{gen: gen, val: val, raw: []byte(raw)})
@@ -490,7 +505,7 @@ func (w *Worker) stateNow() WorkerState {
 	case w.kind == "loop" && !w.isStopping():
 		return StateRunning
 	}
-	for _, s := range w.slots {
+	for _, s := range w.slotStates() {
 		if s.busy.Load() {
 			return StateRunning
 		}
@@ -583,6 +598,16 @@ func (w *Worker) beat(ctx context.Context, final bool) error {
 	if n == 0 {
 		w.log.Warn("fleet: worker registration was gone from Redis: registering again")
 		return w.register(ctx)
+	}
+	if int64(st.Slots) != w.hwSlots.Load() {
+		// SetSlots changed the count: :hardware says the new one.
+		hw, err := json.Marshal(w.hardware())
+		if err != nil {
+			return err
+		}
+		if err := c.Do(ctx, c.B().Set().Key(w.k.Hardware).Value(string(hw)).Xx().Build()).Error(); err != nil && !rueidis.IsRedisNil(err) {
+			return err
+		}
 	}
 	for _, r := range c.DoMulti(ctx,
 		c.B().Sadd().Key(f.keys.Workers(w.opts.Type)).Member(w.opts.ID).Build(),
