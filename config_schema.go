@@ -10,44 +10,6 @@ import (
 	"unicode/utf8"
 )
 
-// withoutSlots returns config v without its top-level slots member (the
-// worker's slot count, which fleet judges itself: configSlots) unless
-// schema declares it among its properties.
-func withoutSlots(schema []byte, v any) any {
-	m, ok := v.(map[string]any)
-	if !ok {
-		return v
-	}
-	if _, has := m[configSlotsField]; !has {
-		return v
-	}
-	var root struct {
-		Ref        string                     `json:"$ref"`
-		Defs       map[string]json.RawMessage `json:"$defs"`
-		Properties map[string]json.RawMessage `json:"properties"`
-	}
-	if json.Unmarshal(schema, &root) == nil {
-		props := root.Properties
-		if name, ok := strings.CutPrefix(root.Ref, "#/$defs/"); ok && props == nil {
-			var def struct {
-				Properties map[string]json.RawMessage `json:"properties"`
-			}
-			_ = json.Unmarshal(root.Defs[name], &def)
-			props = def.Properties
-		}
-		if _, declared := props[configSlotsField]; declared {
-			return v
-		}
-	}
-	out := make(map[string]any, len(m))
-	for k, x := range m {
-		if k != configSlotsField {
-			out[k] = x
-		}
-	}
-	return out
-}
-
 // checkSchema checks v, a JSON value decoded with json.Number, against the
 // JSON Schema schema, as PublishCatalog stores them (JSONSchema), and
 // returns each failure as "<path> (<rule>)", the path in JSON names

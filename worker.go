@@ -11,8 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"github.com/fleet-go/fleet/internal/keys"
 	"github.com/fleet-go/fleet/internal/runone"
 )
@@ -184,12 +182,7 @@ type Worker struct {
 	seenGen atomic.Int64
 	slots   []*slotState // the first WorkerOptions.Slots slots' states; never reassigned
 
-	sizeMu    sync.Mutex                       // guards what follows (worker_resize.go)
-	target    int                              // the slot count in force (SetSlots)
-	more      []*slotState                     // the states of slots beyond len(slots), made by SetSlots
-	resize    func(n int, states []*slotState) // the running batch runner's; nil before Start
-	startedAt int64                            // :hardware's started_at, kept when it is written again
-	hwSlots   atomic.Int64                     // the slot count :hardware says
+	slotSize // the slot count in force, and the states of slots beyond slots (worker_resize.go)
 
 	mu         sync.Mutex
 	started    bool
@@ -599,15 +592,8 @@ func (w *Worker) beat(ctx context.Context, final bool) error {
 		w.log.Warn("fleet: worker registration was gone from Redis: registering again")
 		return w.register(ctx)
 	}
-	if int64(st.Slots) != w.hwSlots.Load() {
-		// SetSlots changed the count: :hardware says the new one.
-		hw, err := json.Marshal(w.hardware())
-		if err != nil {
-			return err
-		}
-		if err := c.Do(ctx, c.B().Set().Key(w.k.Hardware).Value(string(hw)).Xx().Build()).Error(); err != nil && !rueidis.IsRedisNil(err) {
-			return err
-		}
+	if err := w.hardwareSlots(ctx, st.Slots); err != nil {
+		return err
 	}
 	for _, r := range c.DoMulti(ctx,
 		c.B().Sadd().Key(f.keys.Workers(w.opts.Type)).Member(w.opts.ID).Build(),

@@ -6,9 +6,15 @@ package fleet
 // before its handler starts, and the slots that retire.
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/redis/rueidis"
 )
 
 // MaxSlots is the most slots Worker.SetSlots, or the slots member of a
@@ -18,6 +24,16 @@ const MaxSlots = 1 << 16
 // configSlotsField is the top-level member of a worker's config that sets
 // its slot count (Worker.SetSlots).
 const configSlotsField = "slots"
+
+// slotSize is what a worker keeps of its slot count (a part of Worker).
+type slotSize struct {
+	sizeMu    sync.Mutex                       // guards what follows
+	target    int                              // the slot count in force (SetSlots)
+	more      []*slotState                     // the states of slots beyond len(Worker.slots), made by SetSlots
+	resize    func(n int, states []*slotState) // the running batch runner's; nil before Start
+	startedAt int64                            // :hardware's started_at, kept when it is written again
+	hwSlots   atomic.Int64                     // the slot count :hardware says
+}
 
 // SetSlots sets how many tasks the batch worker runs at once to n, while
 // it runs or before Start. It returns at once; Slots and Stats report the
@@ -93,6 +109,61 @@ func configSlots(raw []byte) (n int, has bool, err error) {
 	}
 	b, _ := json.Marshal(v)
 	return 0, false, fmt.Errorf("%w: slots (must be an integer from 1 to %d, not %s)", ErrInvalidConfig, MaxSlots, b)
+}
+
+// withoutSlots returns config v without its top-level slots member (the
+// worker's slot count, which fleet judges itself: configSlots) unless
+// schema declares it among its properties.
+func withoutSlots(schema []byte, v any) any {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return v
+	}
+	if _, has := m[configSlotsField]; !has {
+		return v
+	}
+	var root struct {
+		Ref        string                     `json:"$ref"`
+		Defs       map[string]json.RawMessage `json:"$defs"`
+		Properties map[string]json.RawMessage `json:"properties"`
+	}
+	if json.Unmarshal(schema, &root) == nil {
+		props := root.Properties
+		if name, ok := strings.CutPrefix(root.Ref, "#/$defs/"); ok && props == nil {
+			var def struct {
+				Properties map[string]json.RawMessage `json:"properties"`
+			}
+			_ = json.Unmarshal(root.Defs[name], &def)
+			props = def.Properties
+		}
+		if _, declared := props[configSlotsField]; declared {
+			return v
+		}
+	}
+	out := make(map[string]any, len(m))
+	for k, x := range m {
+		if k != configSlotsField {
+			out[k] = x
+		}
+	}
+	return out
+}
+
+// hardwareSlots writes :hardware again (SET XX, started_at kept) when its
+// slot count is not n, the one in force: SetSlots changed it.
+func (w *Worker) hardwareSlots(ctx context.Context, n int) error {
+	if int64(n) == w.hwSlots.Load() {
+		return nil
+	}
+	hw, err := json.Marshal(w.hardware())
+	if err != nil {
+		return err
+	}
+	c := w.f.client
+	if err := c.Do(ctx, c.B().Set().Key(w.k.Hardware).Value(string(hw)).Xx().Build()).Error(); err != nil && !rueidis.IsRedisNil(err) {
+		return err
+	}
+	return nil
 }
 
 // decodeWithSlots decodes a stored config as the worker's decode does, and
