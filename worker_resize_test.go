@@ -296,3 +296,69 @@ func TestWorkerSetSlotsBadInput(t *testing.T) {
 		}
 	})
 }
+
+// A task a slot took with its ack just before a shrink does not start, and
+// goes back to the head of its queue at once (the lease is an hour): the
+// shrink comes from OnTaskEnd, which runs after the ack took the next task
+// and before the slot starts it.
+func TestWorkerShrinkPutsBackTaken(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		t.Parallel()
+		e := open(t, tg)
+		qk := e.qk("shrinktaken")
+		q := fastQueue(e.F, "shrinktaken", time.Hour)
+		gate := make(chan struct{})
+		var once sync.Once
+		var w *fleet.Worker
+		var mu sync.Mutex
+		handled, acked := map[string]int{}, map[string]int{}
+		w = fleet.NewBatchWorker(e.F, fleet.WorkerOptions{Type: "shrinktaken", ID: "w1", Slots: 2,
+			OnTaskEnd: func(id string, err error) {
+				mu.Lock()
+				if err == nil {
+					acked[id]++
+				}
+				mu.Unlock()
+				once.Do(func() {
+					if err := w.SetSlots(1); err != nil {
+						t.Error(err)
+					}
+				})
+			}}, q,
+			fleet.BatchFunc[wcfg, out, job](func(ctx context.Context, s *fleet.Slot[wcfg, out], t *fleet.Task[job]) error {
+				mu.Lock()
+				handled[t.ID]++
+				mu.Unlock()
+				if t.Payload.N == 0 {
+					select {
+					case <-gate:
+					case <-ctx.Done():
+						return ctx.Err()
+					}
+				}
+				return nil
+			}))
+		ids := submitJobs(t, q, 6)
+		startWorker(t, w)
+		// Job 0 runs behind the gate, job 1 was acked; the rest wait in
+		// the queue, none held by the worker.
+		waitFor(t, 10*time.Second, func() bool {
+			return len(e.lrange(t, qk.Pending)) == 4 && len(e.zscores(t, qk.Processing)) == 1
+		}, "queue %v", later(func() any { return e.dump(t) }))
+		mu.Lock()
+		if len(handled) != 2 || handled[ids[0]] != 1 || handled[ids[1]] != 1 {
+			t.Errorf("handled before the gate opened: %v", handled)
+		}
+		mu.Unlock()
+		close(gate)
+		waitQueueGone(t, e, qk)
+		waitFor(t, 10*time.Second, func() bool { return w.Stats().Done == 6 }, "done %d", later(func() any { return w.Stats().Done }))
+		mu.Lock()
+		defer mu.Unlock()
+		for _, id := range ids {
+			if handled[id] != 1 || acked[id] != 1 {
+				t.Fatalf("task %s handled %d times, acked %d times", id, handled[id], acked[id])
+			}
+		}
+	})
+}
