@@ -116,3 +116,40 @@ func ExampleFleet_UpdateConfig() {
 	// true
 	// true
 }
+
+func ExampleWorker_SetSlots() {
+	f, done := exampleFleet("setslots")
+	defer done()
+	ctx := context.Background()
+
+	q := fleet.NewQueue[string](f, "thumbs", fleet.QueueOptions{})
+	w := fleet.NewBatchWorker(f, fleet.WorkerOptions{Type: "thumbs", ID: "w1", Slots: 8}, q,
+		fleet.TaskFunc(func(ctx context.Context, path string) error { return nil }))
+	if err := w.Start(ctx); err != nil {
+		log.Fatal(err)
+	}
+	defer w.Stop(ctx)
+
+	// Fewer at once: the running tasks finish, and no task starts while 2
+	// or more run.
+	if err := w.SetSlots(2); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(w.Slots(), w.Stats().Slots)
+
+	// A pushed config's "slots" member resizes the worker too.
+	if _, err := f.UpdateConfig(ctx, "thumbs", "w1", json.RawMessage(`{"slots":4}`)); err != nil {
+		log.Fatal(err)
+	}
+	for w.Slots() != 4 {
+		time.Sleep(time.Millisecond)
+	}
+	fmt.Println(w.Slots())
+
+	err := w.SetSlots(0)
+	fmt.Println(errors.Is(err, fleet.ErrInvalidArgument))
+	// Output:
+	// 2 2
+	// 4
+	// true
+}

@@ -180,7 +180,9 @@ type Worker struct {
 	cfgMu   sync.Mutex
 	cfg     atomic.Pointer[configSnap]
 	seenGen atomic.Int64
-	slots   []*slotState
+	slots   []*slotState // the first WorkerOptions.Slots slots' states; never reassigned
+
+	slotSize // the slot count in force, and the states of slots beyond slots (worker_resize.go)
 
 	mu         sync.Mutex
 	started    bool
@@ -206,6 +208,8 @@ type slotState struct {
 	done    atomic.Int64
 	failed  atomic.Int64
 	changed chan struct{} // poked when a new config is applied
+	retire  chan struct{} // poked when the slot count fell to the slot's index or below
+	live    bool          // its goroutine runs (guarded by the runner's mu)
 
 	mu      sync.Mutex
 	metrics map[string]float64
@@ -228,8 +232,9 @@ func newWorker(f *Fleet, opts WorkerOptions, kind string) *Worker {
 	n := max(w.opts.Slots, 0)
 	w.slots = make([]*slotState, n)
 	for i := range w.slots {
-		w.slots[i] = &slotState{index: i, changed: make(chan struct{}, 1), metrics: map[string]float64{}}
+		w.slots[i] = newSlotState(i)
 	}
+	w.target = n
 	return w
 }
 
@@ -467,11 +472,14 @@ func (w *Worker) register(ctx context.Context) error {
 		// config watcher, as any other.
 		return nil
 	}
-	val, err := w.decode([]byte(raw))
+	val, slots, has, err := w.decodeWithSlots([]byte(raw))
 	if err != nil {
 		err = within("config gen "+strconv.FormatInt(gen, 10), err)
 		w.fail(err, false)
 		return err
+	}
+	if has {
+		w.setSlots(slots)
 	}
 	w.seenGen.Store(gen)
 	w.cfg.Store(&configSnap{gen: gen, val: val, raw: []byte(raw)})
@@ -490,7 +498,7 @@ func (w *Worker) stateNow() WorkerState {
 	case w.kind == "loop" && !w.isStopping():
 		return StateRunning
 	}
-	for _, s := range w.slots {
+	for _, s := range w.slotStates() {
 		if s.busy.Load() {
 			return StateRunning
 		}
@@ -583,6 +591,9 @@ func (w *Worker) beat(ctx context.Context, final bool) error {
 	if n == 0 {
 		w.log.Warn("fleet: worker registration was gone from Redis: registering again")
 		return w.register(ctx)
+	}
+	if err := w.hardwareSlots(ctx, st.Slots); err != nil {
+		return err
 	}
 	for _, r := range c.DoMulti(ctx,
 		c.B().Sadd().Key(f.keys.Workers(w.opts.Type)).Member(w.opts.ID).Build(),

@@ -40,7 +40,11 @@ const maxGen = 1 << 53
 // meet it (types, required fields, bounds, enums, lengths: what the
 // worker's validate tags say), or UpdateConfig returns ErrInvalidConfig
 // naming the failing fields and writes nothing; the worker would refuse
-// such a config. Without a catalog entry, only the worker checks it.
+// such a config. Without a catalog entry, only the worker checks it. A
+// top-level "slots" member sets the worker's slot count (Worker.SetSlots):
+// it must be an integer from 1 to MaxSlots, or UpdateConfig returns
+// ErrInvalidConfig naming it and writes nothing; the catalog's schema
+// judges it only when it declares it.
 //
 // May return ErrInvalidName, ErrWorkerNotFound, ErrInvalidConfig (patch or
 // stored config not a JSON object, or a merged config that fails the
@@ -77,18 +81,21 @@ func (f *Fleet) UpdateConfig(ctx context.Context, typ, id string, patch json.Raw
 			}
 		}
 		target = mergePatch(target, p)
+		merged, err := encodeJSON(target)
+		if err != nil {
+			return 0, opErr(op, name, err)
+		}
+		if _, _, err := configSlots(merged); err != nil {
+			return 0, opErr(op, name, err)
+		}
 		if hasSchema && len(schemas.Config) > 0 && string(schemas.Config) != "null" {
-			fails, err := checkSchema(schemas.Config, target)
+			fails, err := checkSchema(schemas.Config, withoutSlots(schemas.Config, target))
 			if err != nil {
 				return 0, opErr(op, name, fmt.Errorf("%w: catalog config schema of %q: %w", ErrDecode, typ, err))
 			}
 			if len(fails) > 0 {
 				return 0, opErr(op, name, fmt.Errorf("%w: fails the catalog's config schema of %q: %s", ErrInvalidConfig, typ, strings.Join(fails, ", ")))
 			}
-		}
-		merged, err := encodeJSON(target)
-		if err != nil {
-			return 0, opErr(op, name, err)
 		}
 		ok, newGen, err := f.setConfig(ctx, k, merged, "cas", gen)
 		if err != nil {
@@ -118,6 +125,10 @@ func (f *Fleet) UpdateConfig(ctx context.Context, typ, id string, patch json.Raw
 // it to push a whole config from a source of truth that numbers its own
 // generations; UpdateConfig patches and counts for you.
 //
+// A top-level "slots" member sets the worker's slot count (Worker.SetSlots);
+// one that is not an integer from 1 to MaxSlots is refused
+// (ErrInvalidConfig naming it), and nothing is written.
+//
 // May return ErrInvalidName, ErrStaleGen, ErrInvalidConfig, ErrInvalidArgument
 // (gen above 2^53), ErrWrongType, ErrUnavailable.
 func (f *Fleet) PushConfig(ctx context.Context, typ, id string, config any, gen int64) error {
@@ -134,6 +145,9 @@ func (f *Fleet) PushConfig(ctx context.Context, typ, id string, config any, gen 
 	}
 	b, err := configJSON(config)
 	if err != nil {
+		return opErr(op, name, err)
+	}
+	if _, _, err := configSlots(b); err != nil {
 		return opErr(op, name, err)
 	}
 	k := f.keys.Worker(typ, id)
@@ -352,7 +366,7 @@ func (w *Worker) applyConfig(gen int64, raw []byte) {
 		return
 	}
 	w.seenGen.Store(gen)
-	val, err := w.decode(raw)
+	val, slots, has, err := w.decodeWithSlots(raw)
 	if err != nil {
 		err = within("config gen "+strconv.FormatInt(gen, 10)+" refused", err)
 		w.fail(err, false)
@@ -363,7 +377,10 @@ func (w *Worker) applyConfig(gen int64, raw []byte) {
 	}
 	w.cfg.Store(&configSnap{gen: gen, val: val, raw: raw})
 	w.clearConfigError()
-	for _, s := range w.slots {
+	if has {
+		w.setSlots(slots)
+	}
+	for _, s := range w.slotStates() {
 		poke(s.changed)
 	}
 	if w.opts.OnConfig != nil {

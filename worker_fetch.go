@@ -56,8 +56,12 @@ func newFetcher[C, O, P any](b *runner[C, O, P], qs []*Queue[P], weights []int, 
 // takeNext picks the queue of the next task by the priorities, as the
 // fetcher does for one free slot: under PriorityStrict, the highest queue
 // not known to be empty; under PriorityWeighted, the round robin's next
-// pick (counted). It returns nil when none is known to have tasks.
+// pick (counted). It returns nil when none is known to have tasks, and
+// while a shrink of the slots is under way (runner.mayTake).
 func (p *fetcher[C, O, P]) takeNext() *Queue[P] {
+	if !p.b.mayTake() {
+		return nil // a shrink is under way: the fetcher reserves
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.pick(1, -1) {
@@ -201,7 +205,7 @@ func (p *fetcher[C, O, P]) pick(free, only int) bool {
 // it sleeps on the invalidation of its queues' keys.
 func (p *fetcher[C, O, P]) fetch(run, soft context.Context) {
 	b := p.b
-	defer close(b.tasks)
+	defer b.endFetch()
 	stop := p.listen(run, soft)
 	defer stop()
 	errBo := backoff{min: 50 * time.Millisecond, max: 5 * time.Second}
@@ -212,9 +216,7 @@ func (p *fetcher[C, O, P]) fetch(run, soft context.Context) {
 			return
 		}
 		got, failed, closed := p.reserveFor(run, free)
-		for range free - got {
-			b.free <- struct{}{}
-		}
+		b.giveBack(free - got)
 		switch {
 		case closed:
 			return
@@ -331,7 +333,7 @@ func (p *fetcher[C, O, P]) reserveFor(run context.Context, free int) (got int, f
 			p.mu.Unlock()
 		}
 		for _, t := range tasks {
-			b.tasks <- t // never blocks: one buffer place per slot
+			b.hand(t)
 		}
 		got += len(tasks)
 		switch {

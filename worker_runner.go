@@ -5,6 +5,7 @@ package fleet
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/fleet-go/fleet/internal/engine"
@@ -17,8 +18,8 @@ type runner[C, O, P any] struct {
 	w     *Worker
 	q     *Queue[P] // the first of its queues (payloads decode with it)
 	a     BatchAutomation[C, O, P]
-	free  chan struct{} // one token per free slot
-	tasks chan *Task[P] // reserved tasks for the slots; closed by the fetcher
+	free  chan struct{} // one token per free permit (cap MaxSlots at least: worker_resize.go)
+	tasks chan *Task[P] // reserved tasks for the slots; closed by the fetcher (endFetch)
 
 	cancels *cancelWatch      // the handlers that Queue.Cancel may cancel
 	fetch   *fetcher[C, O, P] // reserves for the free slots; picks the queue a slot takes from
@@ -26,12 +27,39 @@ type runner[C, O, P any] struct {
 	// end, made once for the runner.
 	commitCtx context.Context
 	owner     string // the worker's name, which its tasks' tokens carry (Worker.name)
+
+	// spawnSlot starts the goroutine of a slot (worker_resize.go).
+	spawnSlot func(st *slotState) bool
+
+	mu      sync.Mutex // guards what follows, and slotState.live (worker_resize.go)
+	target  int        // the slot count in force (Worker.SetSlots)
+	held    int        // permits: free tokens, and tasks reserved for the slots or in their hands
+	running int        // tasks that admit let start and that have not ended
+	live    int        // slots whose goroutine runs
+	ended   bool       // the fetcher returned
 }
 
 // slot runs the tasks handed to it until the fetcher is done and no task is
-// left. After a hard stop (run ended) it releases what it gets unrun.
+// left, or until the slot count falls to its index or below (it then ends
+// once its task ended). A task starts only if admit lets it (a shrink may
+// have come since it was reserved); one that may not is put back at once.
+// After a hard stop (run ended) it releases what it gets unrun.
 func (b *runner[C, O, P]) slot(run, soft context.Context, s *Slot[C, O]) {
-	for t := range b.tasks {
+	for {
+		var t *Task[P]
+		select {
+		case next, ok := <-b.tasks:
+			if !ok {
+				b.retire(s.st, true)
+				return
+			}
+			t = next
+		case <-s.st.retire:
+			if b.retire(s.st, false) {
+				return
+			}
+			continue
+		}
 		for t != nil {
 			if run.Err() != nil {
 				err := run.Err()
@@ -43,11 +71,16 @@ func (b *runner[C, O, P]) slot(run, soft context.Context, s *Slot[C, O]) {
 				}
 				break
 			}
+			if !b.admit(s.st) {
+				b.putBack(t)
+				break
+			}
 			t, _ = b.handle(run, soft, s, t)
+			b.ran()
 		}
-		select {
-		case b.free <- struct{}{}:
-		default:
+		b.giveBack(1)
+		if b.retire(s.st, false) {
+			return
 		}
 	}
 }

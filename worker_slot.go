@@ -135,7 +135,7 @@ func NewLoopWorker[C, O any](f *Fleet, opts WorkerOptions, a LoopAutomation[C, O
 	w.decode = func(raw []byte) (any, error) { return decodeConfig[C](raw) }
 	w.catalog = DescribeLoop[C, O](w.opts.Type)
 	w.spawn = func(run, soft context.Context) bool {
-		for _, st := range w.slots {
+		for _, st := range w.slotStates() {
 			s := &Slot[C, O]{w: w, st: st, stream: stream}
 			if !w.goSlot(func() { loopSlot(soft, s, a) }) {
 				return false
@@ -222,21 +222,25 @@ func newBatchWorker[C, O, P any](f *Fleet, opts WorkerOptions, qs []*Queue[P], w
 	}
 	w.one = func(ctx context.Context) (runone.Report, error) { return runOne(ctx, w, qs[0], a, stream) }
 	w.spawn = func(run, soft context.Context) bool {
-		b := &runner[C, O, P]{w: w, q: qs[0], a: a, free: make(chan struct{}, len(w.slots)), tasks: make(chan *Task[P], len(w.slots)), cancels: newCancelWatch(), commitCtx: context.WithoutCancel(run), owner: w.name()}
+		w.sizeMu.Lock()
+		defer w.sizeMu.Unlock()
+		b := &runner[C, O, P]{w: w, q: qs[0], a: a, free: make(chan struct{}, max(MaxSlots, w.opts.Slots)), tasks: make(chan *Task[P], w.target),
+			cancels: newCancelWatch(), commitCtx: context.WithoutCancel(run), owner: w.name()}
 		b.fetch = newFetcher(b, qs, weights, strict)
 		for _, q := range qs {
 			w.startCancels(run, q.name, b.cancels)
 		}
-		for range w.slots {
-			b.free <- struct{}{}
-		}
-		for _, st := range w.slots {
+		b.spawnSlot = func(st *slotState) bool {
 			s := &Slot[C, O]{w: w, st: st, stream: stream}
-			if !w.goSlot(func() { b.slot(run, soft, s) }) {
-				return false
-			}
+			return w.goSlot(func() { b.slot(run, soft, s) })
 		}
-		return w.goSlot(func() { b.fetch.fetch(run, soft) })
+		// The fetcher first: while it runs, slots may be added (resize).
+		if !w.goSlot(func() { b.fetch.fetch(run, soft) }) {
+			return false
+		}
+		b.resize(w.target, w.allSlots())
+		w.resize = b.resize
+		return b.live == w.target
 	}
 	return w
 }

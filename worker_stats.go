@@ -27,7 +27,8 @@ type Hardware struct {
 	FleetVersion string `json:"fleet_version"`
 	// PID is the process id.
 	PID int `json:"pid"`
-	// Kind is "loop" or "batch"; Slots is the number of slots.
+	// Kind is "loop" or "batch"; Slots is the number of slots (written
+	// again by the heartbeat after SetSlots changed it).
 	Kind  string `json:"kind"`
 	Slots int    `json:"slots"`
 	// StartedAt is when the worker started, unix seconds.
@@ -36,9 +37,17 @@ type Hardware struct {
 
 func (w *Worker) hardware() Hardware {
 	host, _ := os.Hostname()
+	w.sizeMu.Lock()
+	slots := w.target
+	if w.startedAt == 0 {
+		w.startedAt = w.f.now().Unix()
+	}
+	started := w.startedAt
+	w.sizeMu.Unlock()
+	w.hwSlots.Store(int64(slots))
 	return Hardware{Hostname: host, CPUs: runtime.NumCPU(), MemoryBytes: totalMemory(),
 		OS: runtime.GOOS, Arch: runtime.GOARCH, GoVersion: runtime.Version(), FleetVersion: fleetVersion(),
-		PID: os.Getpid(), Kind: w.kind, Slots: w.opts.Slots, StartedAt: w.f.now().Unix()}
+		PID: os.Getpid(), Kind: w.kind, Slots: slots, StartedAt: started}
 }
 
 func fleetVersion() string {
@@ -84,8 +93,9 @@ type WorkerStats struct {
 	State WorkerState `json:"state"`
 	// Gen is the gen of the config in use.
 	Gen int64 `json:"gen"`
-	// Slots is the number of slots; Busy how many run a task (batch) or
-	// run at all (loop).
+	// Slots is the number of slots in force (Worker.Slots); Busy how many
+	// run a task (batch) or run at all (loop). After a shrink Busy may
+	// stay above Slots until the tasks that ran then end.
 	Slots int `json:"slots"`
 	Busy  int `json:"busy"`
 	// Done and Failed count tasks acked and tasks that failed (nacked,
@@ -93,7 +103,8 @@ type WorkerStats struct {
 	Done    int64 `json:"done"`
 	Failed  int64 `json:"failed"`
 	Emitted int64 `json:"emitted"`
-	// PerSlot has one entry per slot, in slot order.
+	// PerSlot has one entry per slot, in slot order, and one for each slot
+	// above the count (after a shrink) whose task still runs.
 	PerSlot []SlotStats `json:"per_slot"`
 }
 
@@ -115,10 +126,11 @@ type SlotStats struct {
 func (w *Worker) Stats() WorkerStats { return w.stats() }
 
 func (w *Worker) stats() WorkerStats {
-	st := WorkerStats{TS: w.f.now().Unix(), State: w.stateNow(), Gen: w.Gen(), Slots: len(w.slots),
-		Done: w.done.Load(), Failed: w.failed.Load(), Emitted: w.emitted.Load(), PerSlot: make([]SlotStats, len(w.slots))}
-	for i, s := range w.slots {
-		ss := SlotStats{Slot: i, Busy: s.busy.Load(), Done: s.done.Load(), Failed: s.failed.Load()}
+	states := w.slotStates()
+	st := WorkerStats{TS: w.f.now().Unix(), State: w.stateNow(), Gen: w.Gen(), Slots: w.Slots(),
+		Done: w.done.Load(), Failed: w.failed.Load(), Emitted: w.emitted.Load(), PerSlot: make([]SlotStats, len(states))}
+	for i, s := range states {
+		ss := SlotStats{Slot: s.index, Busy: s.busy.Load(), Done: s.done.Load(), Failed: s.failed.Load()}
 		s.mu.Lock()
 		ss.Metrics = make(map[string]float64, len(s.metrics))
 		for k, v := range s.metrics {
