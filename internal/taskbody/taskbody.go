@@ -240,20 +240,28 @@ func plain(body string) (Fields, bool) {
 }
 
 // plainString reports whether s is a JSON string of letters, digits and
-// ":._-" only, with no escape: valid JSON, told at a glance. A sealed
-// payload (the root's seal.go) is one.
+// ":._-" only, with no escape: valid JSON, told at a glance (one table
+// load a byte, faster than encoding/json's scanner). A sealed payload (the
+// root's seal.go) is one.
 func plainString(s string) bool {
 	if len(s) < 2 || s[0] != '"' || s[len(s)-1] != '"' {
 		return false
 	}
 	for i := 1; i < len(s)-1; i++ {
-		c := s[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == ':' || c == '.' || c == '_' || c == '-') {
+		if !plainByte[s[i]] {
 			return false
 		}
 	}
 	return true
 }
+
+// plainByte says which bytes plainString accepts.
+var plainByte = func() (t [256]bool) {
+	for c := range 256 {
+		t[c] = 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == ':' || c == '.' || c == '_' || c == '-'
+	}
+	return t
+}()
 
 func isJSONSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
