@@ -48,7 +48,7 @@ func checkReplace(opts SubmitOptions) error {
 	return nil
 }
 
-// submitMode spells the mode of a task in queue_submit.lua's ARGV: ”
+// submitMode spells the mode of a task in queue_submit.lua's ARGV: empty
 // for a plain submit, 'r' for Replace, 'd<window ms>:<max wait ms>' for
 // Debounce.
 func submitMode(o SubmitOptions) string {

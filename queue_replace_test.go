@@ -335,3 +335,114 @@ func TestQueueReplaceSharded(t *testing.T) {
 		}
 	})
 }
+
+// uuidMS is the unix ms of a UUIDv7 task id.
+func uuidMS(t *testing.T, id string) int64 {
+	t.Helper()
+	ms, err := strconv.ParseInt(strings.ReplaceAll(id, "-", "")[:12], 16, 64)
+	if err != nil {
+		t.Fatalf("id %q: %v", id, err)
+	}
+	return ms
+}
+
+// TestQueueDebounce: a burst of submits with one key makes one task, run
+// once with the last payload, Window after the last submit and within
+// MaxWait of the first.
+func TestQueueDebounce(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		t.Parallel()
+		e := open(t, tg)
+		c := ctx(t)
+		qk := e.qk("db")
+		q := fleet.NewQueue[job](e.F, "db", fleet.QueueOptions{})
+		d := &fleet.Debounce{Window: 300 * time.Millisecond, MaxWait: 10 * time.Second}
+		var id string
+		var last time.Time
+		for n := range 100 {
+			last = time.Now()
+			got, err := q.SubmitWith(c, url(n), fleet.SubmitOptions{DedupKey: "k", Debounce: d})
+			if err != nil || (id != "" && got != id) {
+				t.Fatalf("submit %d: %s, %v; want %s", n, got, err, id)
+			}
+			id = got
+		}
+		z := e.zrange(t, qk.Scheduled)
+		if len(z) != 1 || readBody(t, z[0].Member).ID != id || readBody(t, z[0].Member).Payload.N != 99 {
+			t.Fatalf("scheduled %v", z)
+		}
+		// The window runs from the last submit (the server's clock, on this host).
+		if at := int64(z[0].Score*1000 + 0.5); at < last.Add(d.Window).UnixMilli()-50 || at > uuidMS(t, id)+d.MaxWait.Milliseconds() {
+			t.Fatalf("ready at %d; last submit %d, first %d", at, last.UnixMilli(), uuidMS(t, id))
+		}
+		var ts []*fleet.Task[job]
+		waitFor(t, 10*time.Second, func() bool {
+			var err error
+			ts, err = q.Reserve(c, 10, 100*time.Millisecond)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return len(ts) > 0
+		}, "the debounced task never ran")
+		if len(ts) != 1 || ts[0].ID != id || ts[0].Payload.N != 99 || time.Now().UnixMilli() > uuidMS(t, id)+d.MaxWait.Milliseconds() {
+			t.Fatalf("reserved %v", ts)
+		}
+		if err := ts[0].Ack(c); err != nil {
+			t.Fatal(err)
+		}
+		if more, err := q.Reserve(c, 10, 0); err != nil || len(more) != 0 {
+			t.Fatalf("a second run: %v, %v", more, err)
+		}
+	})
+}
+
+// TestQueueDebounceMaxWait: each submit pushes the start out to Window
+// from itself, never past the first submit plus MaxWait.
+func TestQueueDebounceMaxWait(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		t.Parallel()
+		e := open(t, tg)
+		c := ctx(t)
+		qk := e.qk("dbm")
+		q := fleet.NewQueue[job](e.F, "dbm", fleet.QueueOptions{})
+		score := func() int64 {
+			t.Helper()
+			z := e.zrange(t, qk.Scheduled)
+			if len(z) != 1 {
+				t.Fatalf("scheduled %v", z)
+			}
+			return int64(z[0].Score*1000 + 0.5)
+		}
+		// MaxWait well past Window: the start moves out with each submit.
+		o := fleet.SubmitOptions{DedupKey: "a", Debounce: &fleet.Debounce{Window: time.Hour, MaxWait: 3 * time.Hour}}
+		id, err := q.SubmitWith(c, url(1), o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s1 := score()
+		waitFor(t, 5*time.Second, func() bool { return time.Now().UnixMilli() > uuidMS(t, id)+20 }, "clock")
+		if got, err := q.SubmitWith(c, url(2), o); err != nil || got != id {
+			t.Fatalf("second: %s, %v", got, err)
+		}
+		if s2 := score(); s2 <= s1 || s2 > uuidMS(t, id)+3*time.Hour.Milliseconds() {
+			t.Fatalf("ready at %d after %d", s2, s1)
+		}
+		if err := e.do(t, e.Raw.B().Del().Key(qk.Scheduled, qk.Dedup).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		// MaxWait equal to Window: the second submit is held to the first's
+		// MaxWait.
+		o = fleet.SubmitOptions{DedupKey: "b", Debounce: &fleet.Debounce{Window: time.Hour, MaxWait: time.Hour}}
+		id, err = q.SubmitWith(c, url(1), o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 5*time.Second, func() bool { return time.Now().UnixMilli() > uuidMS(t, id)+20 }, "clock")
+		if got, err := q.SubmitWith(c, url(2), o); err != nil || got != id {
+			t.Fatalf("second: %s, %v", got, err)
+		}
+		if s := score(); s != uuidMS(t, id)+time.Hour.Milliseconds() {
+			t.Fatalf("ready at %d; want the first submit %d + MaxWait", s, uuidMS(t, id))
+		}
+	})
+}
