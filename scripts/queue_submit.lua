@@ -59,7 +59,7 @@ local function replace(holder, id, body, ready)
     local ok, v = pcall(cjson.decode, b)
     return ok and type(v) == 'table' and v.id == holder
   end
-  local old, where, at = find_pending(holds)
+  local old, where, at = lazy.find_pending(holds)
   local sched = false
   if not old then
     local n = redis.call('ZCARD', SCHEDULED)
@@ -93,7 +93,7 @@ local function replace(holder, id, body, ready)
       redis.call('ZREM', PRIO, old)
     end
   end
-  meta_unindex(holder, old)
+  lazy.meta_unindex(holder, old)
   if ready ~= '' then
     remove()
     redis.call('ZADD', SCHEDULED, ready, nb)
