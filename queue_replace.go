@@ -28,21 +28,22 @@ type Debounce struct {
 	MaxWait time.Duration
 }
 
-// checkReplace checks SubmitOptions.Replace and Debounce.
-func checkReplace(opts SubmitOptions) error {
-	d := opts.Debounce
+// checkReplace checks SubmitOptions.Replace and Debounce (d), beside its
+// DedupKey and NotBefore. (It takes the fields, not SubmitOptions, so
+// that this file depends on no other of the submit.)
+func checkReplace(replace bool, d *Debounce, dedupKey string, notBefore time.Time) error {
 	switch {
-	case opts.Replace && opts.DedupKey == "":
+	case replace && dedupKey == "":
 		return fmt.Errorf("%w: SubmitOptions.Replace needs a DedupKey (the key names the task to replace)", ErrInvalidArgument)
 	case d == nil:
 		return nil
-	case opts.DedupKey == "":
+	case dedupKey == "":
 		return fmt.Errorf("%w: SubmitOptions.Debounce needs a DedupKey (the key names the task to debounce)", ErrInvalidArgument)
 	case d.Window < time.Millisecond:
 		return fmt.Errorf("%w: SubmitOptions.Debounce.Window %v is under a millisecond", ErrInvalidArgument, d.Window)
 	case d.MaxWait < d.Window:
 		return fmt.Errorf("%w: SubmitOptions.Debounce.MaxWait %v is less than its Window %v", ErrInvalidArgument, d.MaxWait, d.Window)
-	case !opts.NotBefore.IsZero():
+	case !notBefore.IsZero():
 		return fmt.Errorf("%w: SubmitOptions.NotBefore is not with Debounce (the debounce sets the ready time)", ErrInvalidArgument)
 	}
 	return nil
@@ -51,11 +52,11 @@ func checkReplace(opts SubmitOptions) error {
 // submitMode spells the mode of a task in queue_submit.lua's ARGV: empty
 // for a plain submit, 'r' for Replace, 'd<window ms>:<max wait ms>' for
 // Debounce.
-func submitMode(o SubmitOptions) string {
+func submitMode(replace bool, d *Debounce) string {
 	switch {
-	case o.Debounce != nil:
-		return "d" + strconv.FormatInt(o.Debounce.Window.Milliseconds(), 10) + ":" + strconv.FormatInt(o.Debounce.MaxWait.Milliseconds(), 10)
-	case o.Replace:
+	case d != nil:
+		return "d" + strconv.FormatInt(d.Window.Milliseconds(), 10) + ":" + strconv.FormatInt(d.MaxWait.Milliseconds(), 10)
+	case replace:
 		return "r"
 	}
 	return ""
@@ -63,8 +64,9 @@ func submitMode(o SubmitOptions) string {
 
 // replaceOutcome reads queue_submit.lua's reply for one task: an id, or
 // for a task with a mode "\xffp<holder>" (the holder was replaced) or
-// "\xffr<holder>" (the holder is running: ErrTaskRunning).
-func replaceOutcome(got string, o SubmitOptions) (id string, replaced bool, refused error) {
+// "\xffr<holder>" (the holder is running: ErrTaskRunning), for a task
+// with dedupKey, debounced or not.
+func replaceOutcome(got, dedupKey string, debounced bool) (id string, replaced bool, refused error) {
 	if len(got) < 2 || got[0] != 0xff {
 		return got, false, nil
 	}
@@ -73,8 +75,8 @@ func replaceOutcome(got string, o SubmitOptions) (id string, replaced bool, refu
 		return id, true, nil
 	}
 	what := "replace"
-	if o.Debounce != nil {
+	if debounced {
 		what = "debounce"
 	}
-	return id, false, fmt.Errorf("%w: key %q is held by task %s, which is running: nothing to %s (retry later)", ErrTaskRunning, o.DedupKey, id, what)
+	return id, false, fmt.Errorf("%w: key %q is held by task %s, which is running: nothing to %s (retry later)", ErrTaskRunning, dedupKey, id, what)
 }

@@ -446,3 +446,28 @@ func TestQueueDebounceMaxWait(t *testing.T) {
 		}
 	})
 }
+
+// TestQueueReplaceIndexed: on a queue that indexes metadata, the replaced
+// task leaves the old value's index and joins the new one, under its id.
+func TestQueueReplaceIndexed(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		t.Parallel()
+		e := open(t, tg)
+		c := ctx(t)
+		q := fleet.NewQueue[job](e.F, "rix", fleet.QueueOptions{IndexMeta: []string{"tenant"}})
+		id, err := q.SubmitWith(c, url(1), fleet.SubmitOptions{DedupKey: "k", Metadata: map[string]string{"tenant": "a"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := q.SubmitWith(c, url(2), fleet.SubmitOptions{DedupKey: "k", Replace: true, Metadata: map[string]string{"tenant": "b"}}); err != nil || got != id {
+			t.Fatalf("replace: %s, %v", got, err)
+		}
+		if page, _, err := q.FindByMeta(c, "tenant", "a", "", 10); err != nil || len(page) != 0 {
+			t.Fatalf("tenant a: %v, %v", page, err)
+		}
+		page, _, err := q.FindByMeta(c, "tenant", "b", "", 10)
+		if err != nil || len(page) != 1 || page[0].ID != id || !strings.Contains(string(page[0].Payload), `"n":2`) {
+			t.Fatalf("tenant b: %+v, %v", page, err)
+		}
+	})
+}

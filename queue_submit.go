@@ -383,7 +383,7 @@ func (q *queueCore) checkSubmit(opts SubmitOptions) error {
 			return err
 		}
 	}
-	if err := checkReplace(opts); err != nil {
+	if err := checkReplace(opts.Replace, opts.Debounce, opts.DedupKey, opts.NotBefore); err != nil {
 		return err
 	}
 	switch {
@@ -516,7 +516,7 @@ func (q *queueCore) push(ctx context.Context, subs []submission) ([]string, []er
 			if !o.NotBefore.IsZero() {
 				ready = secondsString(o.NotBefore)
 			}
-			args = append(args, subs[i].id, subs[i].body, o.DedupKey, ready, uk, submitMode(o))
+			args = append(args, subs[i].id, subs[i].body, o.DedupKey, ready, uk, submitMode(o.Replace, o.Debounce))
 		}
 		execs[j] = rueidis.LuaExec{Keys: ks, Args: args}
 	}
@@ -544,7 +544,7 @@ func (q *queueCore) push(ctx context.Context, subs []submission) ([]string, []er
 		for k, i := range places[j] {
 			o := subs[i].opts
 			var replaced bool
-			ids[i], replaced, refused[i] = replaceOutcome(got[k], o)
+			ids[i], replaced, refused[i] = replaceOutcome(got[k], o.DedupKey, o.Debounce != nil)
 			switch {
 			case ids[i] == subs[i].id || replaced:
 				if ids[i] == subs[i].id {
