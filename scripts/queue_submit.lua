@@ -74,6 +74,11 @@ local function replace(holder, id, body, ready)
   end
   -- The body spells its own id first: {"id":"<id>", (taskbody.New).
   local nb = '{"id":' .. cjson.encode(holder) .. string.sub(body, #id + 9)
+  -- The holder's log of its earlier runs (queue_log.lua's "lg") stays
+  -- its own: the mark goes with the new body, for its end to find.
+  if string.find(old, '"lg":1', 1, true) and string.sub(nb, -1) == '}' then
+    nb = string.sub(nb, 1, -2) .. ',"lg":1}'
+  end
   local function remove()
     if sched then
       redis.call('ZREM', SCHEDULED, old)
