@@ -471,3 +471,39 @@ func TestQueueReplaceIndexed(t *testing.T) {
 		}
 	})
 }
+
+// TestQueueReplaceMany: SubmitManyWith mixes replaces and plain submits in
+// one script; a replace of a key that an earlier submission of the same
+// call took replaces that one.
+func TestQueueReplaceMany(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		t.Parallel()
+		e := open(t, tg)
+		c := ctx(t)
+		qk := e.qk("rm")
+		q := fleet.NewQueue[job](e.F, "rm", fleet.QueueOptions{})
+		id, err := q.SubmitWith(c, url(1), fleet.SubmitOptions{DedupKey: "k"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := func(k string) fleet.SubmitOptions { return fleet.SubmitOptions{DedupKey: k, Replace: true} }
+		ids, err := q.SubmitManyWith(c, []fleet.Submission[job]{
+			{Payload: url(2), Options: r("k")}, {Payload: url(3)}, {Payload: url(4), Options: r("n")}, {Payload: url(5), Options: r("n")},
+		})
+		if err != nil || len(ids) != 4 || ids[0] != id || ids[1] == id || ids[2] == id || ids[3] != ids[2] {
+			t.Fatalf("ids %v, %v", ids, err)
+		}
+		p := e.lrange(t, qk.Pending)
+		if len(p) != 3 {
+			t.Fatalf("pending %q", p)
+		}
+		for i, want := range []struct {
+			id string
+			n  int
+		}{{id, 2}, {ids[1], 3}, {ids[2], 5}} {
+			if b := readBody(t, p[i]); b.ID != want.id || b.Payload.N != want.n {
+				t.Fatalf("pending[%d] %q; want %s with %d", i, p[i], want.id, want.n)
+			}
+		}
+	})
+}
