@@ -76,7 +76,7 @@ var (
 		"pexpire", "pexpireat", "expireat", "persist",
 		"hset", "hsetnx", "hdel", "hincrby",
 		"sadd", "srem",
-		"rpush", "lpush", "linsert", "lpop", "rpop", "lmove", "lrem", "ltrim",
+		"rpush", "lpush", "linsert", "lpop", "rpop", "lmove", "lrem", "lset", "ltrim",
 		"zadd", "zrem", "zpopmin", "zremrangebyscore", "zremrangebyrank", "zremrangebylex",
 	}
 	// aclScripts runs fleet's Lua: EVALSHA first, EVAL on NOSCRIPT, and

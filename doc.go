@@ -65,6 +65,11 @@
 //     [Fleet.PauseSchedule], [Fleet.RemoveSchedule].
 //   - [SubmitOptions.UniqueFor]: a dedup key held for a window after the
 //     task; a duplicate gets a [DuplicateError].
+//   - [SubmitOptions.Replace] and [SubmitOptions.Debounce]: a submit with a
+//     dedup key gives the waiting task that holds it the new payload,
+//     keeping its id ([ErrTaskRunning] when it runs); a debounce also moves
+//     its start to [Debounce.Window] after the last submit, within
+//     [Debounce.MaxWait] of the first.
 //   - [Queue.Cancel]: a waiting task is removed, a running one is cancelled
 //     on its worker (cause [ErrCanceled]) and dead-lettered.
 //   - [Queue.Lookup], [QueueOptions.Retention], [Task.SetResult],

@@ -145,6 +145,12 @@ var (
 	// duplicate that the key exists to prevent. Nothing changes. A
 	// *DuplicateError (SubmitWith with UniqueFor) is ErrDuplicate too.
 	ErrDuplicate = newSentinel("dedup key held by another task", nil)
+	// ErrTaskRunning is returned by SubmitWith (and SubmitManyWith, per
+	// task) with SubmitOptions.Replace or Debounce when the task that holds
+	// the dedup key is running (reserved): its payload cannot change under
+	// its handler. Nothing changes; the caller may retry later (once the
+	// run ends, the key is free or the task waits again for a retry).
+	ErrTaskRunning = newSentinel("task is running", nil)
 	// ErrTaskFinished is returned by Queue.Cancel for a task that already
 	// ended (dead-lettered, or done and retained): there is nothing left to
 	// cancel. Nothing changes.

@@ -137,7 +137,9 @@ type Submission[T any] struct {
 // its DedupKey (an earlier one of the same call included). When a task
 // with UniqueFor finds its key held, its place gets the holder's id and
 // the error (errors.Is ErrDuplicate) joins a *DuplicateError for each
-// such task; the other tasks are written all the same.
+// such task; a task with Replace or Debounce whose key's holder is running
+// likewise gets the holder's id and an ErrTaskRunning; the other tasks are
+// written all the same.
 func (q *Queue[T]) SubmitManyWith(ctx context.Context, subs []Submission[T]) ([]string, error) {
 	const op = "submit many"
 	if err := q.ready(ctx); err != nil {
@@ -161,14 +163,14 @@ func (q *Queue[T]) SubmitManyWith(ctx context.Context, subs []Submission[T]) ([]
 		}
 		items[i] = submission{id: id, body: q.pushBody(id, b, sub.Options), opts: sub.Options}
 	}
-	ids, err := q.pushTracked(ctx, items)
+	ids, refused, err := q.pushTracked(ctx, items)
 	if err != nil {
 		return nil, opErr(op, q.name, err)
 	}
 	var dups []error
-	for i, id := range ids {
-		if o := items[i].opts; id != items[i].id && o.UniqueFor > 0 {
-			dups = append(dups, within("submission "+strconv.Itoa(i), &DuplicateError{Key: o.DedupKey, ID: id}))
+	for i, e := range refused {
+		if e != nil {
+			dups = append(dups, within("submission "+strconv.Itoa(i), e))
 		}
 	}
 	return ids, opErr(op, q.name, errors.Join(dups...))
@@ -262,6 +264,27 @@ type SubmitOptions struct {
 	// recorded; see Flow.Submit for the errors. The task is tracked. Not
 	// with DedupKey or UniqueFor. Defaults to none.
 	After []Dependency
+	// Replace, with DedupKey, makes a submit whose key names a live task
+	// that is pending or scheduled give that task this submit's payload
+	// and per-task options (NotBefore, Priority, Group, MaxAttempts,
+	// Backoff, Timeout, ExpiresAt, Metadata) in its place, keeping its id:
+	// SubmitWith returns that id and no error. The replaced task starts
+	// afresh (attempts 0, no error of an earlier run), keeps its place on
+	// its list (or its ready time among the priorities) when its route
+	// does not change, and is routed anew when it does. When the holder is
+	// running (reserved), nothing changes and SubmitWith returns the
+	// holder's id and an error that is ErrTaskRunning (the caller may retry
+	// later); when the key names no live task, the submit is a plain one.
+	// Finding the holder reads the tasks waiting on its shard (O(N), like
+	// Cancel). It needs DedupKey. Defaults to false: a duplicate adds
+	// nothing.
+	Replace bool
+	// Debounce, with DedupKey, coalesces a burst of submits into one run:
+	// see Debounce. It replaces as Replace does (and refuses a running
+	// holder the same way), and sets the task's ready time itself, so it
+	// is not with NotBefore. Defaults to nil: none.
+	Debounce *Debounce
+
 	// Track records the task's end (fleet:queue:<name>:result:<id>, for
 	// DefaultFlowRetention or the queue's longer Retention), so that other
 	// tasks can wait for it (After), Queue.Wait can wait for it from any
@@ -276,7 +299,8 @@ func (o SubmitOptions) tracked() bool { return o.Track || len(o.After) > 0 }
 // isZero reports whether o sets nothing: the submit is a plain push.
 func (o SubmitOptions) isZero() bool {
 	return o.NotBefore.IsZero() && o.DedupKey == "" && o.UniqueFor == 0 && o.ShardKey == "" && o.Priority == 0 &&
-		o.MaxAttempts == 0 && o.Backoff.IsZero() && o.Timeout == 0 && o.ExpiresAt.IsZero() && len(o.Metadata) == 0 && o.Group == "" && !o.tracked()
+		o.MaxAttempts == 0 && o.Backoff.IsZero() && o.Timeout == 0 && o.ExpiresAt.IsZero() && len(o.Metadata) == 0 && o.Group == "" && !o.tracked() &&
+		!o.Replace && o.Debounce == nil
 }
 
 // Bounds of SubmitOptions.
@@ -310,19 +334,16 @@ func (q *Queue[T]) SubmitWith(ctx context.Context, payload T, opts SubmitOptions
 	if opts.tracked() {
 		return id, opErr(op, q.name, q.submitTracked(ctx, []submission{{id: id, body: newBody(id, b, opts), opts: opts}}))
 	}
-	got, err := q.push(ctx, []submission{{id: id, body: q.pushBody(id, b, opts), opts: opts}})
+	got, refused, err := q.push(ctx, []submission{{id: id, body: q.pushBody(id, b, opts), opts: opts}})
 	if err != nil {
 		return "", opErr(op, q.name, err)
 	}
-	if got[0] != id && opts.UniqueFor > 0 {
-		return got[0], opErr(op, q.name, &DuplicateError{Key: opts.DedupKey, ID: got[0]})
-	}
-	return got[0], nil
+	return got[0], opErr(op, q.name, refused[0])
 }
 
 // pushTracked is push, for a call whose tasks may be tracked: those go
 // through submitTracked (flow_task.go), the others through push.
-func (q *queueCore) pushTracked(ctx context.Context, subs []submission) ([]string, error) {
+func (q *queueCore) pushTracked(ctx context.Context, subs []submission) ([]string, []error, error) {
 	var plain, tracked []submission
 	for _, s := range subs {
 		if s.opts.tracked() {
@@ -335,27 +356,27 @@ func (q *queueCore) pushTracked(ctx context.Context, subs []submission) ([]strin
 		return q.push(ctx, subs)
 	}
 	if err := q.submitTracked(ctx, tracked); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	ids := make([]string, len(subs))
+	ids, refused := make([]string, len(subs)), make([]error, len(subs))
 	for i, s := range subs {
 		ids[i] = s.id
 	}
 	if len(plain) == 0 {
-		return ids, nil
+		return ids, refused, nil
 	}
-	got, err := q.push(ctx, plain)
+	got, gotRefused, err := q.push(ctx, plain)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	j := 0
 	for i, s := range subs {
 		if !s.opts.tracked() {
-			ids[i] = got[j]
+			ids[i], refused[i] = got[j], gotRefused[j]
 			j++
 		}
 	}
-	return ids, nil
+	return ids, refused, nil
 }
 
 // checkSubmit checks SubmitWith's options.
@@ -364,6 +385,9 @@ func (q *queueCore) checkSubmit(opts SubmitOptions) error {
 		if err := checkFlowOptions(opts); err != nil {
 			return err
 		}
+	}
+	if err := checkReplace(opts.Replace, opts.Debounce, opts.DedupKey, opts.NotBefore); err != nil {
+		return err
 	}
 	switch {
 	case opts.DedupKey != "" && (len(opts.DedupKey) > keys.MaxNameLen || !isText(opts.DedupKey)):
@@ -430,8 +454,10 @@ type submission struct {
 // shard: by its group, else its dedup key, else its shard key, else the shard that the
 // call's round-robin pick gives all such tasks; one script per shard, in
 // one round trip. It returns each task's id, or the id of the task that
-// holds its dedup key (then it wrote nothing).
-func (q *queueCore) push(ctx context.Context, subs []submission) ([]string, error) {
+// holds its dedup key (then it wrote nothing, or it replaced that task's
+// body: Replace, Debounce), and for each task nil or why it was refused
+// (a *DuplicateError under UniqueFor; ErrTaskRunning: replaceOutcome).
+func (q *queueCore) push(ctx context.Context, subs []submission) ([]string, []error, error) {
 	var done submitDone
 	if len(subs) == 1 {
 		s := &subs[0]
@@ -448,7 +474,7 @@ func (q *queueCore) push(ctx context.Context, subs []submission) ([]string, erro
 	}
 	if err := q.register(ctx); err != nil {
 		done.call(0, err)
-		return nil, err
+		return nil, nil, err
 	}
 	var shards []*queueCore
 	var places [][]int // the tasks of each shard, by their place in subs
@@ -475,7 +501,7 @@ func (q *queueCore) push(ctx context.Context, subs []submission) ([]string, erro
 	execs := make([]rueidis.LuaExec, len(shards))
 	for j, sh := range shards {
 		ks := sh.keys()
-		args := make([]string, 1, 1+5*len(places[j]))
+		args := make([]string, 1, 1+6*len(places[j]))
 		args[0] = "0" // no index entries (q.indexArgs below adds them)
 		if len(q.opts.IndexMeta) > 0 {
 			ks, args = q.indexArgs(sh, subs, places[j], ks, args)
@@ -490,14 +516,22 @@ func (q *queueCore) push(ctx context.Context, subs []submission) ([]string, erro
 			if !o.NotBefore.IsZero() {
 				ready = secondsString(o.NotBefore)
 			}
-			args = append(args, subs[i].id, subs[i].body, o.DedupKey, ready, uk)
+			args = append(args, subs[i].id, subs[i].body, o.DedupKey, ready, uk, submitMode(o.Replace, o.Debounce))
 		}
 		execs[j] = rueidis.LuaExec{Keys: ks, Args: args}
 	}
-	ids := make([]string, len(subs))
+	ids, refused := make([]string, len(subs)), make([]error, len(subs))
 	written := 0
 	var err error
-	for j, r := range queueSubmitScript.ExecMulti(ctx, q.fleet.client, execs...) {
+	// One shard (the common case) goes by EVALSHA alone: ExecMulti sends
+	// the whole script text (SCRIPT LOAD) to every node first, each call.
+	var results []rueidis.RedisResult
+	if len(execs) == 1 {
+		results = []rueidis.RedisResult{queueSubmitScript.Exec(ctx, q.fleet.client, execs[0].Keys, execs[0].Args)}
+	} else {
+		results = queueSubmitScript.ExecMulti(ctx, q.fleet.client, execs...)
+	}
+	for j, r := range results {
 		got, e := r.AsStrSlice()
 		if e == nil && len(got) != len(places[j]) {
 			e = unexpectedReply("submit", len(got))
@@ -508,11 +542,18 @@ func (q *queueCore) push(ctx context.Context, subs []submission) ([]string, erro
 		}
 		scheduled, ready := false, false
 		for k, i := range places[j] {
-			ids[i] = got[k]
-			if got[k] == subs[i].id {
-				written++
-				scheduled = scheduled || !subs[i].opts.NotBefore.IsZero()
-				ready = ready || subs[i].opts.NotBefore.IsZero()
+			o := subs[i].opts
+			var replaced bool
+			ids[i], replaced, refused[i] = replaceOutcome(got[k], o.DedupKey, o.Debounce != nil)
+			switch {
+			case ids[i] == subs[i].id || replaced:
+				if ids[i] == subs[i].id {
+					written++
+				}
+				later := !o.NotBefore.IsZero() || o.Debounce != nil
+				scheduled, ready = scheduled || later, ready || !later
+			case refused[i] == nil && o.UniqueFor > 0:
+				refused[i] = &DuplicateError{Key: o.DedupKey, ID: ids[i]}
 			}
 		}
 		if ready {
@@ -524,9 +565,9 @@ func (q *queueCore) push(ctx context.Context, subs []submission) ([]string, erro
 	}
 	done.call(written, err)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return ids, nil
+	return ids, refused, nil
 }
 
 // indexArgs spells the metadata index entries of the tasks of subs at

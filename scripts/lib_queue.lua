@@ -554,19 +554,19 @@ end
 -- among the tasks waiting to run: on the documented list, in PRIO, on each
 -- group's list, read in chunks (O(N) in the tasks waiting: an operator's
 -- call). It returns the body and where it is (the list's key, or false
--- for PRIO), or nil.
+-- for PRIO) and, on a list, its index there; or nil.
 local function find_pending(holds)
   local function in_list(key)
     local n = redis.call('LLEN', key)
     for i = 0, n - 1, 1000 do
-      for _, body in ipairs(redis.call('LRANGE', key, i, i + 999)) do
-        if holds(body) then return body end
+      for j, body in ipairs(redis.call('LRANGE', key, i, i + 999)) do
+        if holds(body) then return body, i + j - 1 end
       end
     end
     return nil
   end
-  local b = in_list(PENDING)
-  if b then return b, PENDING end
+  local b, at = in_list(PENDING)
+  if b then return b, PENDING, at end
   local n = redis.call('ZCARD', PRIO)
   for i = 0, n - 1, 1000 do
     for _, body in ipairs(redis.call('ZRANGE', PRIO, i, i + 999)) do
@@ -575,8 +575,8 @@ local function find_pending(holds)
   end
   for _, g in ipairs(redis.call('HKEYS', GSTATE)) do
     if g ~= '' and g ~= CAP_WAIT then
-      b = in_list(GROUP .. g)
-      if b then return b, GROUP .. g end
+      b, at = in_list(GROUP .. g)
+      if b then return b, GROUP .. g, at end
     end
   end
   return nil
