@@ -222,3 +222,39 @@ func TestQueueGroupPriorityFair(t *testing.T) {
 		}
 	})
 }
+
+// TestQueueGroupPriorityReplace: a replace that raises the priority of a
+// group's waiting task moves it to its aged place on the group's list,
+// keeping its id; one at the same priority stays in place.
+func TestQueueGroupPriorityReplace(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		t.Parallel()
+		e := open(t, tg)
+		c := ctx(t)
+		q := fleet.NewQueue[job](e.F, "gprep", fleet.QueueOptions{})
+		sub := func(n, p int, dk string, replace bool) string {
+			t.Helper()
+			id, err := q.SubmitWith(c, jobN(n), fleet.SubmitOptions{Group: "g", Priority: p, DedupKey: dk, Replace: replace})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return id
+		}
+		n1, n2, n3 := sub(1, 0, "k1", false), sub(2, 0, "k2", false), sub(3, 0, "k3", false)
+		if got := sub(4, 0, "k2", true); got != n2 {
+			t.Fatalf("replace of n2 gave %s", got)
+		}
+		if got := e.groupIDs(t, "gprep", "g"); !slices.Equal(got, []string{n1, n2, n3}) {
+			t.Fatalf("after a replace at the same priority: %v", got)
+		}
+		if got := sub(5, 9, "k3", true); got != n3 {
+			t.Fatalf("replace of n3 gave %s", got)
+		}
+		if got := e.groupIDs(t, "gprep", "g"); !slices.Equal(got, []string{n3, n1, n2}) {
+			t.Fatalf("after raising n3 to priority 9: %v, want [%s %s %s]", got, n3, n1, n2)
+		}
+		if list := e.lrange(t, e.qk("gprep").Group+"g"); !strings.Contains(list[0], `"n":5`) || !strings.Contains(list[2], `"n":4`) {
+			t.Fatalf("bodies %v", list)
+		}
+	})
+}

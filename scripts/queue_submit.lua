@@ -107,11 +107,13 @@ local function replace(holder, id, body, ready)
   now = now or now_ms()
   local v = routed(nb)
   local g, p = group_of(v), tonumber(v and v.priority) or 0
-  if not sched and where and where == (g and GROUP .. g or PENDING) and (g or p <= 0) then
+  local ov = routed(old)
+  local op = tonumber(ov and ov.priority) or 0
+  -- In place on its list when its place stays right: a group's list
+  -- orders priorities too (group_insert), so only at the same priority.
+  if not sched and where and where == (g and GROUP .. g or PENDING) and ((g and p == op) or (not g and p <= 0)) then
     redis.call('LSET', where, at, nb)
   elseif not sched and not where and not g and p > 0 then
-    local ov = routed(old)
-    local op = tonumber(ov and ov.priority) or 0
     local s = tonumber(redis.call('ZSCORE', PRIO, old))
     redis.call('ZREM', PRIO, old)
     redis.call('ZADD', PRIO, s + (op - p) * PRIORITY_STEP_MS, nb)
