@@ -190,7 +190,7 @@ func TestChunkWorkerMarks(t *testing.T) {
 		if len(dead) != 1 || !strings.Contains(dead[0], ids[2]) || !strings.Contains(dead[0], "bad forever") {
 			t.Fatalf(":dead = %v; want task 2's", dead)
 		}
-		if n := len(e.hgetall(t, k.Body)); n != 0 || e.zscores(t, k.Processing) != nil {
+		if n := len(e.hgetall(t, k.Body)); n != 0 || len(e.zscores(t, k.Processing)) != 0 {
 			t.Fatalf("%d tasks still in flight: %v", n, e.dump(t))
 		}
 		if s := w.Stats(); s.Done != 1 || s.Failed != 5 {
