@@ -502,3 +502,68 @@ func TestChunkWorkerBadOptions(t *testing.T) {
 		}
 	})
 }
+
+// TestChunkWorkerConnectionCut: the chunk worker's connection is cut
+// again and again while its chunks run and their acks are in flight. A
+// call cut off has an outcome nobody knows: the tasks its reserve took are
+// handed back, and the acks it carried either applied or not (OnTaskEnd
+// says ErrUnavailable); a task whose ack did not apply runs again after
+// its lease. In the end every task was handled and acked, none is lost,
+// none went to the dead letters, and the queue's keys are gone.
+func TestChunkWorkerConnectionCut(t *testing.T) {
+	t.Parallel()
+	px := startProxied(t, fleet.Options{})
+	p, direct, wf, e := px.P, px.Direct, px.Through, px.E
+	k := e.qk("chunkcut")
+	opts := fleet.QueueOptions{Lease: time.Second, MaxAttempts: 1000}
+	const n = 960
+	ids := submitJobs(t, fleet.NewQueue[job](direct, "chunkcut", opts), n)
+	runSweeper(t, direct, 100*time.Millisecond)
+
+	var mu sync.Mutex
+	handled := map[string]int{}
+	var odd []error
+	done := 0
+	w := fleet.NewChunkWorker(wf, fleet.WorkerOptions{Type: "chunkcut", ID: "w", Slots: 4,
+		OnTaskEnd: func(id string, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				done++
+			case !errors.Is(err, fleet.ErrUnavailable) && !errors.Is(err, fleet.ErrLeaseLost):
+				odd = append(odd, err)
+			}
+		}}, fleet.NewQueue[job](wf, "chunkcut", opts),
+		fleet.ChunkOptions{MinSize: 10, MaxSize: 40, MaxWait: 10 * time.Millisecond},
+		fleet.ChunkFunc[wcfg, out, job](func(ctx context.Context, _ *fleet.Slot[wcfg, out], c *fleet.Chunk[job]) error {
+			mu.Lock()
+			for _, tk := range c.Tasks {
+				handled[tk.ID]++
+			}
+			mu.Unlock()
+			select {
+			case <-time.After(5 * time.Millisecond):
+			case <-ctx.Done():
+			}
+			return nil
+		}))
+	startWorker(t, w)
+	progress := func() int { mu.Lock(); defer mu.Unlock(); return done }
+	for cut := 1; cut <= 4; cut++ {
+		waitFor(t, 30*time.Second, func() bool { return progress() >= cut*n/6 }, "no progress before cut %d: %d done", cut, later(func() any { return progress() }))
+		p.Cut()
+	}
+	waitQueueGone(t, e, k)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(odd) > 0 {
+		t.Fatalf("%d tasks ended with an unexpected error, the first: %v", len(odd), odd[0])
+	}
+	assertAllHandled(t, e, k, ids, handled)
+	again := 0
+	for _, c := range handled {
+		again += c - 1
+	}
+	t.Logf("%d tasks, %d acked with a reply, %d handled again after a cut", n, done, again)
+}
