@@ -30,6 +30,12 @@ type chunker[C, O, P any] struct {
 	a      ChunkAutomation[C, O, P]
 	co     ChunkOptions
 	chunks chan *Chunk[P] // unbuffered: a chunk goes when a slot is free
+	// taken holds the tasks that the slots' acks took (ackAll) for the
+	// gatherer: never full (their places in the worker's hands are the
+	// acked tasks'), never closed.
+	taken chan *Task[P]
+	mu    sync.Mutex // guards gone
+	gone  bool       // the gatherer is done: the slots release what they take
 }
 
 // spawnChunks starts a chunk worker's goroutines: the slots, the
@@ -39,7 +45,7 @@ func spawnChunks[C, O, P any](w *Worker, q *Queue[P], co ChunkOptions, a ChunkAu
 	b := &runner[C, O, P]{w: w, q: q, free: make(chan struct{}, hold), tasks: make(chan *Task[P], hold),
 		cancels: newCancelWatch(), commitCtx: context.WithoutCancel(run), owner: w.name()}
 	b.fetch = newFetcher(b, []*Queue[P]{q}, []int{1}, false)
-	c := &chunker[C, O, P]{runner: b, a: a, co: co, chunks: make(chan *Chunk[P])}
+	c := &chunker[C, O, P]{runner: b, a: a, co: co, chunks: make(chan *Chunk[P]), taken: make(chan *Task[P], hold)}
 	w.startCancels(run, q.name, b.cancels)
 	for range hold {
 		b.free <- struct{}{}
@@ -48,7 +54,7 @@ func spawnChunks[C, O, P any](w *Worker, q *Queue[P], co ChunkOptions, a ChunkAu
 		s := &Slot[C, O]{w: w, st: st, stream: stream}
 		if !w.goSlot(func() {
 			for ch := range c.chunks {
-				c.handle(run, s, ch)
+				c.handle(run, soft, s, ch)
 			}
 		}) {
 			return false
@@ -103,6 +109,9 @@ func (c *chunker[C, O, P]) gather(run context.Context) {
 				}
 				c.add(run, g, t)
 				continue
+			case t := <-c.taken:
+				c.add(run, g, t)
+				continue
 			default:
 			}
 		}
@@ -110,9 +119,9 @@ func (c *chunker[C, O, P]) gather(run context.Context) {
 		if ready {
 			out = c.chunks
 		}
-		recv := in
+		recv, took := in, c.taken
 		if full {
-			recv = nil
+			recv, took = nil, nil
 		}
 		select {
 		case t, ok := <-recv:
@@ -120,6 +129,8 @@ func (c *chunker[C, O, P]) gather(run context.Context) {
 				c.flush(run, g)
 				return
 			}
+			c.add(run, g, t)
+		case t := <-took:
 			c.add(run, g, t)
 		case out <- g.cur:
 			g.cur, g.late, g.due = nil, false, nil
@@ -160,6 +171,9 @@ func (c *chunker[C, O, P]) add(run context.Context, g *gathering[P], t *Task[P])
 // when it holds MinSize tasks and run has not ended, else its tasks are
 // released uncounted, as are those the fetcher left after a hard stop.
 func (c *chunker[C, O, P]) flush(run context.Context, g *gathering[P]) {
+	c.mu.Lock()
+	c.gone = true
+	c.mu.Unlock()
 	if ch := g.cur; ch != nil {
 		g.cur = nil
 		sent := false
@@ -186,11 +200,45 @@ func (c *chunker[C, O, P]) flush(run context.Context, g *gathering[P]) {
 		}
 	}
 	for t := range c.tasks { // after a hard stop: what the fetcher handed over last
-		err := run.Err()
-		if cerr := c.release(t.r); cerr != nil {
-			err = cerr
+		c.giveBack(run, t)
+	}
+	for {
+		select {
+		case t := <-c.taken:
+			c.giveBack(run, t)
+		default:
+			return
 		}
-		c.ended(t, err)
+	}
+}
+
+// giveBack releases t, which a stop found unstarted.
+func (c *chunker[C, O, P]) giveBack(run context.Context, t *Task[P]) {
+	err := run.Err()
+	if err == nil {
+		err = errChunkStopped
+	}
+	if cerr := c.release(t.r); cerr != nil {
+		err = cerr
+	}
+	c.ended(t, err)
+}
+
+// handOver hands the tasks that a slot's ack took to the gatherer, or
+// releases them when it is done (a stop).
+func (c *chunker[C, O, P]) handOver(run context.Context, ts []*Task[P]) {
+	c.mu.Lock()
+	gone := c.gone
+	if !gone {
+		for _, t := range ts {
+			c.taken <- t // never blocks: their places are the acked tasks'
+		}
+	}
+	c.mu.Unlock()
+	if gone {
+		for _, t := range ts {
+			c.giveBack(run, t)
+		}
 	}
 }
 
@@ -207,9 +255,16 @@ func (c *chunker[C, O, P]) ended(t *Task[P], err error) {
 	if c.w.opts.OnTaskEnd != nil {
 		c.w.opts.OnTaskEnd(t.ID, err)
 	}
-	select {
-	case c.free <- struct{}{}:
-	default:
+	c.freed(1)
+}
+
+// freed gives n places in the worker's hands back to the fetcher.
+func (c *chunker[C, O, P]) freed(n int) {
+	for range n {
+		select {
+		case c.free <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -217,7 +272,7 @@ func (c *chunker[C, O, P]) ended(t *Task[P], err error) {
 // mark, else the handler's): the acks in one call per shard (ackAll), the
 // failures as a batch worker's (endFailed), side by side so that they
 // share the calls of the queue's group commit.
-func (c *chunker[C, O, P]) handle(run context.Context, s *Slot[C, O], ch *Chunk[P]) {
+func (c *chunker[C, O, P]) handle(run, soft context.Context, s *Slot[C, O], ch *Chunk[P]) {
 	w := c.w
 	s.st.busy.Store(true)
 	defer s.st.busy.Store(false)
@@ -249,7 +304,8 @@ func (c *chunker[C, O, P]) handle(run context.Context, s *Slot[C, O], ch *Chunk[
 	for _, i := range acks {
 		c.writeLog(run, ch.Tasks[i], true)
 	}
-	for k, aerr := range c.ackAll(run, ch.Tasks, acks) {
+	aerrs, next := c.ackAll(run, soft, ch.Tasks, acks)
+	for k, aerr := range aerrs {
 		i := acks[k]
 		if aerr != nil {
 			aerr = within("task "+ch.Tasks[i].ID+": ack", endErr(aerr))
@@ -276,21 +332,39 @@ func (c *chunker[C, O, P]) handle(run context.Context, s *Slot[C, O], ch *Chunk[
 	wg.Wait()
 	for i, t := range ch.Tasks {
 		c.drop(ch.keeps[i])
-		c.ended(t, ends[i])
+		if w.opts.OnTaskEnd != nil {
+			w.opts.OnTaskEnd(t.ID, ends[i])
+		}
+	}
+	// The places of the tasks the acks took are the acked ones'; the rest
+	// go back to the fetcher at once, so that it reserves for them together.
+	c.freed(len(ch.Tasks) - len(next))
+	if len(next) > 0 {
+		c.handOver(run, next)
 	}
 }
 
-// ackAll acks the tasks of ts at idx, in one queue_ack.lua call per shard
-// (up to engine.MaxCommit acks a call: the ack step of the scripts, as
-// the group commit's), and returns each one's error, in idx's order. The
-// calls wait whatever run does, bounded by endTimeout.
-func (c *chunker[C, O, P]) ackAll(run context.Context, ts []*Task[P], idx []int) []error {
+// ackAll acks the tasks of ts at idx, in one script call per shard (up
+// to engine.MaxCommit acks a call: the ack step of the scripts, as the
+// group commit's), and returns each one's error, in idx's order. While
+// the queue has more (takeQueue, as a batch worker's slot takes its next
+// task with its ack: its queue not known empty nor paused), the call takes as many tasks as it acks, which it
+// returns for the gatherer; else the fetcher reserves. The calls wait
+// whatever run does, bounded by endTimeout.
+func (c *chunker[C, O, P]) ackAll(run, soft context.Context, ts []*Task[P], idx []int) ([]error, []*Task[P]) {
 	errs := make([]error, len(idx))
 	if len(idx) == 0 {
-		return errs
+		return errs, nil
 	}
 	ctx, cancel := context.WithTimeout(c.commitCtx, endTimeout)
 	defer cancel()
+	var next []*Task[P]
+	var from *Queue[P]
+	if soft.Err() == nil {
+		if q := c.fetch.takeNext(); q != nil && q.e.TakesWithAcks(run) && !c.fetch.pausedNow(run, q) {
+			from = q
+		}
+	}
 	var cores []*engine.Queue
 	byCore := map[*engine.Queue][]int{} // the places in idx of each shard's tasks
 	for k, i := range idx {
@@ -309,15 +383,42 @@ func (c *chunker[C, O, P]) ackAll(run context.Context, ts []*Task[P], idx []int)
 			for j, k := range part {
 				rs[j] = ts[idx[k]].r
 			}
-			res, err := core.Reserve(ctx, engine.Req{Acks: rs})
+			req := engine.Req{Acks: rs}
+			if from != nil && from.e == core {
+				req.N, req.Owner, req.WantLeft = len(part), c.owner, true
+				from = nil
+			}
+			res, err := core.Reserve(ctx, req)
+			replied := len(res.Acks) == len(rs)
 			for j, k := range part {
-				code, replied := engine.EndLost, j < len(res.Acks)
+				code := engine.EndLost
 				if replied {
 					code = res.Acks[j]
 				}
 				errs[k] = opErr("ack", ts[idx[k]].core.name, rs[j].Acked(run, code, replied, err))
 			}
+			if req.N > 0 {
+				next = c.took(ctx, run, req.N, res, err, replied)
+			}
 		}
 	}
-	return errs
+	return errs, next
+}
+
+// took reads what the take of an ack call got (n asked): its tasks
+// decoded (a poison payload is buried), and the fetcher told when the
+// queue turned out empty, or the take failed.
+func (c *chunker[C, O, P]) took(ctx, run context.Context, n int, res engine.Reserved, err error, replied bool) []*Task[P] {
+	var next []*Task[P]
+	if len(res.Tasks) > 0 {
+		next, _ = c.q.decodeAll(ctx, res.Tasks)
+	}
+	switch {
+	case err != nil && replied:
+		c.w.log.Warn("fleet: worker reserve failed", "queue", c.q.name, "err", err)
+		c.fetch.tookNone(run, c.q.name, res)
+	case err == nil && (len(res.Tasks) < n || res.Drained):
+		c.fetch.tookNone(run, c.q.name, res)
+	}
+	return next
 }
