@@ -51,7 +51,9 @@
 // [NewLoopWorker] and [NewBatchWorker] host an automation in slots, with
 // registration, heartbeats, stats, and config pushed by generation
 // ([Fleet.UpdateConfig], [Fleet.PushConfig]). [TaskFunc] makes a batch
-// automation of a plain func(ctx, payload) error. Shutting down: Start's
+// automation of a plain func(ctx, payload) error. [NewChunkWorker] hands
+// its handler many tasks at once ([ChunkOptions], [ChunkFunc], [Chunk]),
+// each marked acked or failed, the acks of a chunk in one script call. Shutting down: Start's
 // ctx (a signal ctx), [Worker.Stop], [WorkerOptions.StopGrace] and
 // [Fleet.Close], as docs/SHUTDOWN.md shows.
 //
