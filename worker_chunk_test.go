@@ -20,7 +20,6 @@ type chunkLog struct {
 	sizes   []int
 	handled map[string]int
 	ends    map[string]error
-	waited  []time.Duration // per chunk: from its first task's reserve to the handler
 }
 
 func newChunkLog() *chunkLog {
