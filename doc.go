@@ -53,7 +53,9 @@
 // ([Fleet.UpdateConfig], [Fleet.PushConfig]). [TaskFunc] makes a batch
 // automation of a plain func(ctx, payload) error. [Worker.SetSlots], or a
 // pushed config's "slots" member, resizes a running batch worker's slots.
-// Shutting down: Start's
+// [NewChunkWorker] hands its handler many tasks at once ([ChunkOptions],
+// [ChunkFunc], [Chunk]), each marked acked or failed, the acks of a chunk
+// in one script call. Shutting down: Start's
 // ctx (a signal ctx), [Worker.Stop], [WorkerOptions.StopGrace] and
 // [Fleet.Close], as docs/SHUTDOWN.md shows.
 //

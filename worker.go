@@ -163,13 +163,16 @@ func (o WorkerOptions) withDefaults() (WorkerOptions, error) {
 // config gen as it is pushed. Its methods are safe for concurrent use. A
 // Worker runs once: Start it, Stop it, and make a new one to run again.
 type Worker struct {
-	f       *Fleet
-	opts    WorkerOptions
-	k       keys.Worker
-	err     error
-	kind    string // "loop" or "batch"
-	log     *slog.Logger
-	catalog CatalogEntry
+	f    *Fleet
+	opts WorkerOptions
+	k    keys.Worker
+	err  error
+	kind string // "loop" or "batch"
+	// fixedSlots says whose slot count SetSlots cannot change ("a loop
+	// worker's", "a chunk worker's"); "" for a batch worker.
+	fixedSlots string
+	log        *slog.Logger
+	catalog    CatalogEntry
 
 	timeoutCause error // a batch handler's ctx cause past TaskTimeout
 
@@ -217,6 +220,9 @@ type slotState struct {
 
 func newWorker(f *Fleet, opts WorkerOptions, kind string) *Worker {
 	w := &Worker{f: f, kind: kind, stopped: make(chan struct{}), soft: make(chan struct{})}
+	if kind == "loop" {
+		w.fixedSlots = "a loop worker's"
+	}
 	if f == nil {
 		w.err = fmt.Errorf("%w: a Worker needs a Fleet", ErrInvalidArgument)
 		return w

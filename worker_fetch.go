@@ -271,8 +271,8 @@ func (p *fetcher[C, O, P]) listen(run, soft context.Context) func() {
 	}
 }
 
-// freeSlots waits for a free slot, then takes every free one; false when
-// Stop began first.
+// freeSlots waits for a free slot, then takes every free one (up to
+// MaxReserve, what one reserve may take); false when Stop began first.
 func (p *fetcher[C, O, P]) freeSlots(soft context.Context) (int, bool) {
 	b := p.b
 	select {
@@ -281,7 +281,7 @@ func (p *fetcher[C, O, P]) freeSlots(soft context.Context) (int, bool) {
 	case <-b.free:
 	}
 	free := 1
-	for free < cap(b.free) {
+	for free < min(cap(b.free), MaxReserve) { // a chunk worker's may hold more (worker_chunk.go)
 		select {
 		case <-b.free:
 			free++

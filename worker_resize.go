@@ -82,8 +82,8 @@ func (w *Worker) slotsAllowed(n int) error {
 	switch {
 	case n < 1 || n > MaxSlots:
 		return fmt.Errorf("slots %d is not from 1 to %d", n, MaxSlots)
-	case w.kind == "loop":
-		return fmt.Errorf("slots: a loop worker's slot count cannot change while it runs")
+	case w.fixedSlots != "":
+		return fmt.Errorf("slots: %s slot count cannot change", w.fixedSlots)
 	}
 	return nil
 }
@@ -176,8 +176,8 @@ func (w *Worker) decodeWithSlots(raw []byte) (val any, slots int, has bool, err 
 	if slots, has, err = configSlots(raw); err != nil {
 		return nil, 0, false, err
 	}
-	if has && w.kind == "loop" {
-		return nil, 0, false, fmt.Errorf("%w: slots (a loop worker's slot count cannot change while it runs)", ErrInvalidConfig)
+	if has && w.fixedSlots != "" {
+		return nil, 0, false, fmt.Errorf("%w: slots (%s slot count cannot change)", ErrInvalidConfig, w.fixedSlots)
 	}
 	return val, slots, has, nil
 }

@@ -274,7 +274,7 @@ func TestWorkerSlotsFromConfig(t *testing.T) {
 	})
 }
 
-// SetSlots refuses a count out of range, and a loop worker, changing
+// SetSlots refuses a count out of range, and a loop or chunk worker, changing
 // nothing; before Start it sets the count Start runs with.
 func TestWorkerSetSlotsBadInput(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
@@ -306,6 +306,11 @@ func TestWorkerSetSlotsBadInput(t *testing.T) {
 		lw := fleet.NewLoopWorker(e.F, fleet.WorkerOptions{Type: "badslots", ID: "loop1", Slots: 2}, idleLoop())
 		if err := lw.SetSlots(3); !errors.Is(err, fleet.ErrInvalidArgument) || lw.Slots() != 2 {
 			t.Fatalf("loop SetSlots = %v, slots %d", err, lw.Slots())
+		}
+		cw := fleet.NewChunkWorker(e.F, fleet.WorkerOptions{Type: "badslots", ID: "chunk1", Slots: 2}, q, fleet.ChunkOptions{MinSize: 1, MaxSize: 10},
+			fleet.ChunkFunc[wcfg, out, job](func(ctx context.Context, s *fleet.Slot[wcfg, out], c *fleet.Chunk[job]) error { return nil }))
+		if err := cw.SetSlots(3); !errors.Is(err, fleet.ErrInvalidArgument) || !strings.Contains(err.Error(), "chunk worker") || cw.Slots() != 2 {
+			t.Fatalf("chunk SetSlots = %v, slots %d", err, cw.Slots())
 		}
 		bad := fleet.NewBatchWorker[wcfg, out, job](e.F, fleet.WorkerOptions{Type: "bad type!"}, q, nil)
 		if err := bad.SetSlots(2); !errors.Is(err, fleet.ErrInvalidName) && !errors.Is(err, fleet.ErrInvalidArgument) {

@@ -48,22 +48,8 @@ func (b *runner[C, O, P]) takeQueue(ctx, soft context.Context, t *Task[P]) *Queu
 func (b *runner[C, O, P]) handleTask(run, soft context.Context, s *Slot[C, O], t *Task[P]) (*Task[P], error) {
 	w := b.w
 	margin := lease.Margin(t.core.opts.Lease)
-	if time.Until(t.Deadline()) < margin {
-		// The reserve's reply came too late (held back, a stalled server, a
-		// paused process): another worker may get the task any moment.
-		// Never start it; hand it back uncounted if it is still ours.
-		if cerr := b.release(t.r); cerr != nil {
-			return nil, cerr
-		}
-		return nil, fmt.Errorf("task %s: %w: its lease ran out before it could start", t.ID, ErrLeaseLost)
-	}
-	if t.r.Expired() {
-		// SubmitOptions.ExpiresAt passed while it waited for its slot: it
-		// never runs.
-		if berr := t.r.Bury(context.WithoutCancel(run), errExpired.Error()); berr != nil {
-			w.log.Warn("fleet: worker could not bury an expired task", "task", t.ID, "err", berr)
-		}
-		return nil, fmt.Errorf("task %s: %w before it could start", t.ID, errExpired)
+	if err := b.startable(run, t, margin); err != nil {
+		return nil, err
 	}
 	s.st.busy.Store(true)
 	defer s.st.busy.Store(false)
@@ -102,37 +88,71 @@ func (b *runner[C, O, P]) handleTask(run, soft context.Context, s *Slot[C, O], t
 		w.succeed()
 		return next, nil
 	}
+	return nil, b.endFailed(run, s, t, err, cause)
+}
+
+// startable checks that t may start: its lease leaves more than margin (else
+// it goes back uncounted if still ours), and it has not expired (else it
+// is buried). The error says why it never runs.
+func (b *runner[C, O, P]) startable(run context.Context, t *Task[P], margin time.Duration) error {
+	if time.Until(t.Deadline()) < margin {
+		// The reserve's reply came too late (held back, a stalled server, a
+		// paused process): another worker may get the task any moment.
+		// Never start it; hand it back uncounted if it is still ours.
+		if cerr := b.release(t.r); cerr != nil {
+			return cerr
+		}
+		return fmt.Errorf("task %s: %w: its lease ran out before it could start", t.ID, ErrLeaseLost)
+	}
+	if t.r.Expired() {
+		// SubmitOptions.ExpiresAt passed while it waited for its slot: it
+		// never runs.
+		if berr := t.r.Bury(context.WithoutCancel(run), errExpired.Error()); berr != nil {
+			b.w.log.Warn("fleet: worker could not bury an expired task", "task", t.ID, "err", berr)
+		}
+		return fmt.Errorf("task %s: %w before it could start", t.ID, errExpired)
+	}
+	return nil
+}
+
+// endFailed ends t, whose run failed with err (cause: the cause of the
+// ctx it ran under, if it ended), by what failed: a cancel buries it, a
+// lease lost or a hard stop hands it back uncounted, a rate limit snoozes
+// it, ErrPermanent dead-letters it, anything else nacks it. It returns
+// what OnTaskEnd is told.
+func (b *runner[C, O, P]) endFailed(run context.Context, s *Slot[C, O], t *Task[P], err, cause error) error {
+	w := b.w
 	ectx, ecancel := context.WithTimeout(context.Background(), endTimeout)
 	defer ecancel()
 	switch {
 	case errors.Is(cause, ErrCanceled):
-		return nil, b.endCanceled(ectx, t, err)
+		return b.endCanceled(ectx, t, err)
 	case errors.Is(cause, ErrLeaseLost):
 		// The handler was stopped because the lease could no longer be
 		// proven: not the task's fault. Hand it back uncounted if it is
 		// still ours (else the sweeper has it, or already gave it away).
 		if cerr := b.release(t.r); cerr != nil {
-			return nil, cerr
+			return cerr
 		}
 		err = within("task "+t.ID, cause)
 		b.failed(s, err)
-		return nil, err
+		return err
 	case errors.Is(cause, ErrTaskTimeout):
 		err = fmt.Errorf("%w: %w", cause, err)
 	case run.Err() != nil:
 		// Stop's deadline cut it off: interrupted, not failed.
 		if cerr := b.release(t.r); cerr != nil {
-			return nil, cerr
+			return cerr
 		}
-		return nil, err
+		return err
 	case errors.Is(err, ErrRateLimited):
 		// Not a failure: the task waits out the limit, uncounted (internal/engine/limit.go).
 		if serr := opErr("snooze", t.core.name, snoozeLimited(ectx, t.r, err)); errors.Is(serr, ErrCanceled) {
-			return nil, serr // Queue.Cancel asked it to stop: buried instead
+			return serr // Queue.Cancel asked it to stop: buried instead
 		} else if serr != nil {
 			w.log.Warn("fleet: worker could not snooze a rate-limited task", "task", t.ID, "err", serr)
 		}
-		return nil, err
+		return err
 	}
 	var pe *PanicError
 	if errors.As(err, &pe) {
@@ -148,7 +168,7 @@ func (b *runner[C, O, P]) handleTask(run, soft context.Context, s *Slot[C, O], t
 		w.log.Warn("fleet: worker could not end a failed task", "task", t.ID, "err", eerr)
 	}
 	b.failed(s, within("task "+t.ID, err))
-	return nil, err
+	return err
 }
 
 // writeLog writes the lines that t's run gave its logger (log.go), if any,
