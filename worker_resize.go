@@ -282,6 +282,7 @@ func (b *runner[C, O, P]) resize(n int, states []*slotState) {
 			if !b.spawnSlot(st) {
 				st.live = false
 				b.live--
+				b.unspawned = true
 			}
 		case i >= n && st.live:
 			poke(st.retire)

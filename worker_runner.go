@@ -36,7 +36,9 @@ type runner[C, O, P any] struct {
 	held    int        // permits: free tokens, and tasks reserved for the slots or in their hands
 	running int        // tasks that admit let start and that have not ended
 	live    int        // slots whose goroutine runs
-	ended   bool       // the fetcher returned
+	// unspawned says a slot goroutine could not start (the worker stops).
+	unspawned bool
+	ended     bool // the fetcher returned
 }
 
 // slot runs the tasks handed to it until the fetcher is done and no task is

@@ -240,7 +240,9 @@ func newBatchWorker[C, O, P any](f *Fleet, opts WorkerOptions, qs []*Queue[P], w
 		}
 		b.resize(w.target, w.allSlots())
 		w.resize = b.resize
-		return b.live == w.target
+		b.mu.Lock() // a slot may retire meanwhile: read under the runner's lock
+		defer b.mu.Unlock()
+		return !b.unspawned
 	}
 	return w
 }

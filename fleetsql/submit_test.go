@@ -210,7 +210,7 @@ func TestSubmitInvalidPayload(t *testing.T) {
 			{Job{}, fleet.SubmitOptions{Metadata: map[string]string{"": "x"}}, fleet.ErrInvalidArgument, "Metadata"},
 			{Job{}, fleet.SubmitOptions{Metadata: map[string]string{"k": strings.Repeat("x", fleet.MaxMetadataBytes)}}, fleet.ErrInvalidArgument, "Metadata"},
 			{Job{}, fleet.SubmitOptions{Group: "bad{group}"}, fleet.ErrInvalidArgument, "Group"},
-			{Job{}, fleet.SubmitOptions{Group: "g", Priority: 1}, fleet.ErrInvalidArgument, "Priority"},
+			{Job{}, fleet.SubmitOptions{Group: "g", Priority: fleet.MaxPriority + 1}, fleet.ErrInvalidArgument, "Priority"},
 			{Job{}, fleet.SubmitOptions{Track: true}, fleet.ErrInvalidArgument, "After and Track"},
 			{Job{}, fleet.SubmitOptions{After: fleet.DependOn(q, "01a23e41-a462-7083-9884-c4c0c5642e14")}, fleet.ErrInvalidArgument, "After and Track"},
 		} {
