@@ -2,12 +2,10 @@ package fleet_test
 
 import (
 	"context"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/fleet-go/fleet"
-	"github.com/fleet-go/fleet/fleettest"
 )
 
 // BenchmarkTaskLogDrain: the cost of per-task logs on a worker's drain,
@@ -29,61 +27,17 @@ func BenchmarkTaskLogDrain(b *testing.B) {
 		{"on", fleet.QueueOptions{Retention: time.Minute}},
 		{"on-no-record", fleet.QueueOptions{}},
 	} {
-		b.Run(mode.name, func(b *testing.B) { benchTaskLogDrain(b, mode.opts) })
+		b.Run(mode.name, func(b *testing.B) {
+			benchDrain(b, mode.opts, func(f *fleet.Fleet, q *fleet.Queue[sealJob], onEnd func(string, error)) *fleet.Worker {
+				return fleet.NewBatchWorker(f, fleet.WorkerOptions{Type: "drain", ID: "w", Slots: 50, OnTaskEnd: onEnd}, q,
+					fleet.BatchFunc[costCfg, costOut, sealJob](func(ctx context.Context, _ *fleet.Slot[costCfg, costOut], t *fleet.Task[sealJob]) error {
+						log := fleet.Logger(ctx)
+						for i := range 10 {
+							log.Info("fetched", "page", t.Payload.Body, "i", i, "status", 200)
+						}
+						return nil
+					}))
+			})
+		})
 	}
-}
-
-func benchTaskLogDrain(b *testing.B, opts fleet.QueueOptions) {
-	ctx := context.Background()
-	srv, err := fleettest.StartServer(ctx, fleettest.Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(srv.Stop)
-	f := costFleet(b, srv.URL())
-	q := fleet.NewQueue[sealJob](f, "drain", opts)
-	batch := make([]sealJob, 500)
-	for i := range batch {
-		batch[i].Body = "page"
-	}
-	for left := b.N; left > 0; left -= len(batch) {
-		if _, err := q.SubmitMany(ctx, batch[:min(left, len(batch))]); err != nil {
-			b.Fatal(err)
-		}
-	}
-	var done atomic.Int64
-	all := make(chan struct{})
-	cmds0, rcpu0 := serverCounters(b, srv)
-	cpu0 := processCPU(b)
-	b.ResetTimer()
-	w := fleet.NewBatchWorker(f, fleet.WorkerOptions{Type: "drain", ID: "w", Slots: 50,
-		OnTaskEnd: func(id string, err error) {
-			if err != nil {
-				b.Error(id, err)
-			}
-			if done.Add(1) == int64(b.N) {
-				close(all)
-			}
-		}}, q,
-		fleet.BatchFunc[costCfg, costOut, sealJob](func(ctx context.Context, _ *fleet.Slot[costCfg, costOut], t *fleet.Task[sealJob]) error {
-			log := fleet.Logger(ctx)
-			for i := range 10 {
-				log.Info("fetched", "page", t.Payload.Body, "i", i, "status", 200)
-			}
-			return nil
-		}))
-	if err := w.Start(ctx); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = w.Stop(context.Background()) })
-	select {
-	case <-all:
-	case <-time.After(5 * time.Minute):
-		b.Fatal("the drain did not end within 5 minutes")
-	}
-	b.StopTimer()
-	cmds1, rcpu1 := serverCounters(b, srv)
-	b.ReportMetric(float64((processCPU(b)-cpu0)/time.Nanosecond)/1000/float64(b.N), "client-µs/task")
-	b.ReportMetric((rcpu1-rcpu0)*1e6/float64(b.N), "redis-µs/task")
-	b.ReportMetric(float64(cmds1-cmds0)/float64(b.N), "cmds/task")
 }

@@ -20,7 +20,7 @@ import (
 //	go test -run '^$' -bench BenchmarkChunkDrain -benchtime 10000x -count 3 .
 func BenchmarkChunkDrain(b *testing.B) {
 	b.Run("batch", func(b *testing.B) {
-		benchDrain(b, func(f *fleet.Fleet, q *fleet.Queue[sealJob], onEnd func(string, error)) *fleet.Worker {
+		benchDrain(b, fleet.QueueOptions{}, func(f *fleet.Fleet, q *fleet.Queue[sealJob], onEnd func(string, error)) *fleet.Worker {
 			return fleet.NewBatchWorker(f, fleet.WorkerOptions{Type: "drain", ID: "w", Slots: 50, OnTaskEnd: onEnd}, q,
 				fleet.BatchFunc[costCfg, costOut, sealJob](func(ctx context.Context, _ *fleet.Slot[costCfg, costOut], t *fleet.Task[sealJob]) error {
 					return nil
@@ -28,7 +28,7 @@ func BenchmarkChunkDrain(b *testing.B) {
 		})
 	})
 	b.Run("chunk", func(b *testing.B) {
-		benchDrain(b, func(f *fleet.Fleet, q *fleet.Queue[sealJob], onEnd func(string, error)) *fleet.Worker {
+		benchDrain(b, fleet.QueueOptions{}, func(f *fleet.Fleet, q *fleet.Queue[sealJob], onEnd func(string, error)) *fleet.Worker {
 			return fleet.NewChunkWorker(f, fleet.WorkerOptions{Type: "drain", ID: "w", Slots: 4, OnTaskEnd: onEnd}, q,
 				fleet.ChunkOptions{MinSize: 100, MaxSize: 100, MaxWait: 10 * time.Millisecond},
 				fleet.ChunkFunc[costCfg, costOut, sealJob](func(ctx context.Context, _ *fleet.Slot[costCfg, costOut], c *fleet.Chunk[sealJob]) error {
@@ -38,9 +38,10 @@ func BenchmarkChunkDrain(b *testing.B) {
 	})
 }
 
-// benchDrain submits b.N tasks, then times their drain by the worker that
-// mk makes.
-func benchDrain(b *testing.B, mk func(f *fleet.Fleet, q *fleet.Queue[sealJob], onEnd func(string, error)) *fleet.Worker) {
+// benchDrain submits b.N tasks to a queue with opts, then times their
+// drain by the worker that mk makes (BenchmarkChunkDrain,
+// BenchmarkTaskLogDrain).
+func benchDrain(b *testing.B, opts fleet.QueueOptions, mk func(f *fleet.Fleet, q *fleet.Queue[sealJob], onEnd func(string, error)) *fleet.Worker) {
 	ctx := context.Background()
 	srv, err := fleettest.StartServer(ctx, fleettest.Config{})
 	if err != nil {
@@ -48,7 +49,7 @@ func benchDrain(b *testing.B, mk func(f *fleet.Fleet, q *fleet.Queue[sealJob], o
 	}
 	b.Cleanup(srv.Stop)
 	f := costFleet(b, srv.URL())
-	q := fleet.NewQueue[sealJob](f, "drain", fleet.QueueOptions{})
+	q := fleet.NewQueue[sealJob](f, "drain", opts)
 	batch := make([]sealJob, 500)
 	for i := range batch {
 		batch[i].Body = "page"
