@@ -238,6 +238,17 @@ var (
 	// it (fmt.Errorf("...: %w", fleet.ErrPermanent)) and the task goes to the
 	// dead letters at once instead of being retried.
 	ErrPermanent = newSentinel("permanent failure", nil)
+	// ErrNondeterministic is returned by Step and Sleep when a handler's
+	// steps differ from those recorded by an earlier run of the same task
+	// (another name at the same place, a step become a sleep): the recorded
+	// results cannot be trusted for this run. Nothing stored changes. It is
+	// also ErrPermanent, so that a worker dead-letters the task instead of
+	// retrying it into the same mismatch.
+	ErrNondeterministic = newSentinel("steps differ from the recorded run", ErrPermanent)
+	// ErrSuspended is what a durable task's handler returns to leave its
+	// slot until a time (SleepError, from Sleep): the worker snoozes the
+	// task until then, uncounted.
+	ErrSuspended = newSentinel("task suspended", nil)
 )
 
 // Errors that stay inside fleet.
@@ -259,6 +270,7 @@ func newSentinel(what string, parent error) error { return fault.New(what, paren
 
 func (e *DuplicateError) fleetError()     {}
 func (e *RateLimitedError) fleetError()   {}
+func (e *SleepError) fleetError()         {}
 func (e *StaleGenError) fleetError()      {}
 func (e *BadItemsError) fleetError()      {}
 func (e *StreamDecodeError) fleetError()  {}

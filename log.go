@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/fleet-go/fleet/internal/engine"
+	"github.com/fleet-go/fleet/internal/keys"
 )
 
 // discard is the logger of a ctx that carries no task, and of a queue
@@ -185,19 +186,29 @@ func workerOf(token string) string {
 	return w
 }
 
-// readLogs reads the log of task id at key (LRANGE), its entries opened
-// where this process can.
-func (q *queueCore) readLogs(ctx context.Context, key string) ([]TaskLog, error) {
+// readOwn reads what task id keeps of its own in shard k: its log
+// (LRANGE), its entries opened where this process can, and its durable
+// steps (HGETALL; step.go), in one round trip.
+func (q *queueCore) readOwn(ctx context.Context, k keys.Queue, id string) ([]TaskLog, []StepRecord, error) {
 	c := q.fleet.client
-	raw, err := c.Do(ctx, c.B().Lrange().Key(key).Start(0).Stop(-1).Build()).AsStrSlice()
+	rs := c.DoMulti(ctx, c.B().Lrange().Key(k.Log+id).Start(0).Stop(-1).Build(), c.B().Hgetall().Key(k.Steps+id).Build())
+	raw, err := rs[0].AsStrSlice()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	steps, err := rs[1].AsStrMap()
+	if err != nil {
+		return nil, nil, err
 	}
 	var out []TaskLog
 	for _, e := range raw {
 		out = append(out, q.fleet.logEntry(q.name, []byte(e)))
 	}
-	return out, nil
+	var recs []StepRecord
+	if len(steps) > 0 {
+		recs = q.fleet.stepRecords(q.name, steps)
+	}
+	return out, recs, nil
 }
 
 // logEntry reads one entry of a task's log of queue: opened where this

@@ -2,7 +2,6 @@ package fleet
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -213,11 +212,9 @@ func (a queueLimiter) Refund(ctx context.Context, n int) error {
 	return a.l.refund(ctx, n)
 }
 
-// snoozeLimited snoozes r for the retry-after of err, a RateLimitedError.
-func snoozeLimited(ctx context.Context, r *engine.Reservation, err error) error {
-	var rl *RateLimitedError
-	if !errors.As(err, &rl) {
-		return r.Snooze(ctx, 0)
-	}
-	return r.Snooze(ctx, rl.RetryAfter)
+// snoozeWait snoozes r, uncounted, for as long as err (a handler's: a
+// RateLimitedError, a SleepError) asks (suspendedFor).
+func snoozeWait(ctx context.Context, r *engine.Reservation, err error) error {
+	d, _ := suspendedFor(err)
+	return r.Snooze(ctx, d)
 }

@@ -69,14 +69,19 @@ type TaskRecord struct {
 	// are kept (QueueOptions.Logs): Lookup reads them; the lists and
 	// FindByMeta leave them out.
 	Logs []TaskLog `json:"logs,omitempty"`
+	// Steps are a durable task's recorded steps and sleeps (Step, Sleep),
+	// in order, while they are kept (as its logs are): Lookup reads them;
+	// the lists and FindByMeta leave them out.
+	Steps []StepRecord `json:"steps,omitempty"`
 }
 
 // Lookup finds task id of the queue and returns its record: pending,
 // scheduled, active (with the worker and the lease's deadline), dead or
 // canceled (while its dead letter is kept), or done (while its record is
-// retained, see QueueOptions.Retention), with its logs (Logger). It reads
+// retained, see QueueOptions.Retention), with its logs (Logger) and
+// durable steps (Step). It reads
 // the queue in one read-only script, O(N) in the tasks waiting and dead,
-// then the task's log: a call for operators and status pages, not for
+// then the task's log and steps: a call for operators and status pages, not for
 // every task. May return
 // ErrTaskNotFound, ErrInvalidArgument (an empty id), ErrUnavailable.
 func (q *queueCore) Lookup(ctx context.Context, id string) (TaskRecord, error) {
@@ -110,12 +115,12 @@ func (q *queueCore) Lookup(ctx context.Context, id string) (TaskRecord, error) {
 		return r, opErr(op, q.name, fmt.Errorf("%w: %s", ErrTaskNotFound, id))
 	}
 	r = q.record(id, res)
-	// Its log, in the shard that holds it: a second round trip.
-	logs, err := q.readLogs(ctx, shards[at].key.Log+id)
+	// Its log and steps, in the shard that holds it: a second round trip.
+	logs, steps, err := q.readOwn(ctx, shards[at].key, id)
 	if err != nil {
 		return r, opErr(op, q.name, err)
 	}
-	r.Logs = logs
+	r.Logs, r.Steps = logs, steps
 	return r, nil
 }
 

@@ -29,6 +29,9 @@ type reservation struct {
 	progressed func(v []byte)
 	// logs is the run's log (log.go), made at its first use.
 	logs atomic.Pointer[taskLog]
+	// steps is the run's view of its durable steps (step.go), read at
+	// its first Step or Sleep.
+	steps atomic.Pointer[runSteps]
 }
 
 // name is the name of the task's queue, as errors say it.

@@ -150,6 +150,7 @@ const (
 	sealResult   = "result"
 	sealProgress = "progress"
 	sealLog      = "log"
+	sealStep     = "step"
 )
 
 // sealedPrefix begins every sealed value as stored: a JSON string.

@@ -145,12 +145,13 @@ func (b *runner[C, O, P]) endFailed(run context.Context, s *Slot[C, O], t *Task[
 			return cerr
 		}
 		return err
-	case errors.Is(err, ErrRateLimited):
-		// Not a failure: the task waits out the limit, uncounted (internal/engine/limit.go).
-		if serr := opErr("snooze", t.core.name, snoozeLimited(ectx, t.r, err)); errors.Is(serr, ErrCanceled) {
+	case errors.Is(err, ErrRateLimited) || errors.Is(err, ErrSuspended):
+		// Not a failure: the task waits out the limit (internal/engine/limit.go)
+		// or its sleep (sleep.go), uncounted.
+		if serr := opErr("snooze", t.core.name, snoozeWait(ectx, t.r, err)); errors.Is(serr, ErrCanceled) {
 			return serr // Queue.Cancel asked it to stop: buried instead
 		} else if serr != nil {
-			w.log.Warn("fleet: worker could not snooze a rate-limited task", "task", t.ID, "err", serr)
+			w.log.Warn("fleet: worker could not snooze a rate-limited or sleeping task", "task", t.ID, "err", serr)
 		}
 		return err
 	}

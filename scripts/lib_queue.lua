@@ -695,8 +695,9 @@ local function ack_all(from, keys)
         redis.pcall('ZREMRANGEBYSCORE', RETAINED, '-inf', '(' .. secs(now - keep))
         redis.pcall('PEXPIRE', RETAINED, keep)
       end
-      -- The task's log (queue_log.lua) lives as long as its record, and
-      -- goes with the ack of a task that keeps none.
+      -- The task's log (queue_log.lua) and its steps (queue_step.lua)
+      -- live as long as its record, and go with the ack of a task that
+      -- keeps none.
       if logged then
         if keep > 0 then
           local runs, entry = string.match(ARGV[i + 9], '^(%d+):(.*)$')
@@ -705,8 +706,9 @@ local function ack_all(from, keys)
             redis.pcall('LTRIM', TLOG .. id, -tonumber(runs), -1)
           end
           redis.pcall('PEXPIRE', TLOG .. id, keep)
+          redis.pcall('PEXPIRE', STEPS .. id, keep)
         else
-          redis.call('DEL', TLOG .. id)
+          redis.call('DEL', TLOG .. id, STEPS .. id)
         end
       end
       local g = ARGV[i + 7]

@@ -90,6 +90,9 @@ func init() {
 					for _, k := range slices.Sorted(maps.Keys(r.Metadata)) {
 						fmt.Fprintf(w, "meta %s\t%s\n", k, r.Metadata[k])
 					}
+					for _, st := range r.Steps {
+						printStep(w, st)
+					}
 					for _, l := range r.Logs {
 						printLog(w, l)
 					}
@@ -113,6 +116,26 @@ func init() {
 			return a.usageErr("task", "expected get <queue> <id>, cancel <queue> <id> or find <queue> <key>=<value>")
 		},
 	})
+}
+
+// printStep writes one recorded step of a durable task (fleet.Step,
+// fleet.Sleep) as a row: its place, name, state, runs and duration, and
+// its error, result or wake time, quoted where it holds a control
+// character.
+func printStep(w io.Writer, s fleet.StepRecord) {
+	row := fmt.Sprintf("step %d\t%s %s", s.Index, shownText(s.Name), s.State)
+	if s.State == fleet.StepSleep {
+		row += " until " + ts(s.Wake)
+	} else {
+		row += fmt.Sprintf(", %d run(s), %v", s.Attempts, s.Duration)
+	}
+	if s.Error != "" {
+		row += ": " + shownText(s.Error)
+	}
+	if len(s.Result) > 0 {
+		row += " -> " + shownJSON(s.Result)
+	}
+	fmt.Fprintln(w, row)
 }
 
 // printLog writes one run's log (fleet.TaskLog) as a header row and one

@@ -107,6 +107,12 @@ type Queue struct {
 	// the task's per-run logs (docs/SCHEMA.md).
 	Log string
 
+	// Steps is the prefix of fleet:queue:<name>:steps:<id> (hash: step
+	// name -> its record, JSON; derived): the recorded steps and sleeps of
+	// durable task <id> (docs/DURABLE.md, docs/SCHEMA.md). It lives as the
+	// task's log does.
+	Steps string
+
 	// MetaIndex is the prefix of fleet:queue:<name>:meta:<key>:<canon>
 	// (zset: task id -> 0, read BYLEX; derived; QueueOptions.IndexMeta): the
 	// tasks submitted with metadata key <key> set to the value that
@@ -169,6 +175,7 @@ var QueueSuffixes = []struct {
 	{"RETAINED", ":retained", FamQueueRetained, func(q *Queue) *string { return &q.Retained }, false},
 	{"METAIDX", ":meta:", FamQueueMeta, func(q *Queue) *string { return &q.MetaIndex }, false},
 	{"TLOG", ":log:", FamQueueLog, func(q *Queue) *string { return &q.Log }, true},
+	{"STEPS", ":steps:", FamQueueSteps, func(q *Queue) *string { return &q.Steps }, true},
 }
 
 // Queue returns the keys of queue name.

@@ -58,6 +58,7 @@ const (
 	FamQueueRetained  Family = "queue:retained" // fleet:queue:<name>:retained (derived)
 	FamQueueMeta      Family = "queue:meta"     // fleet:queue:<name>:meta:<key>:<canon> (derived; Item "<key>:<canon>")
 	FamQueueLog       Family = "queue:log"      // fleet:queue:<name>:log:<id> (derived)
+	FamQueueSteps     Family = "queue:steps"    // fleet:queue:<name>:steps:<id> (derived)
 	FamFlow           Family = "flow"           // fleet:flow:<id>
 	FamFlowMembers    Family = "flow:m"         // fleet:flow:<id>:m
 	FamFlows          Family = "flows"          // fleet:flows (derived)
@@ -421,7 +422,7 @@ func (k Keys) Spell(p Key) (string, bool) {
 		return k.Queue(p.Name).HistDay + p.Item, p.Shard == 0 && histBucket(p.Item)
 	case FamQueuePrio, FamQueueGroups, FamQueueGroupState, FamQueueGroupBlocked, FamQueueGroupLimits, FamQueueGroupPaused,
 		FamQueueRunning, FamQueueGroup, FamQueueGroupRun, FamQueueGroupRate, FamQueueSignal, FamQueueGroupPending,
-		FamQueueFlow, FamQueueFlowOut, FamQueueOutbox, FamQueueWaiting, FamQueueProgress, FamQueueRetained, FamQueueMeta, FamQueueLog:
+		FamQueueFlow, FamQueueFlowOut, FamQueueOutbox, FamQueueWaiting, FamQueueProgress, FamQueueRetained, FamQueueMeta, FamQueueLog, FamQueueSteps:
 		qk := q()
 		for _, x := range QueueSuffixes {
 			if x.Family == p.Family {
