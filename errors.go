@@ -270,7 +270,6 @@ func newSentinel(what string, parent error) error { return fault.New(what, paren
 
 func (e *DuplicateError) fleetError()     {}
 func (e *RateLimitedError) fleetError()   {}
-func (e *SleepError) fleetError()         {}
 func (e *StaleGenError) fleetError()      {}
 func (e *BadItemsError) fleetError()      {}
 func (e *StreamDecodeError) fleetError()  {}

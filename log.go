@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/fleet-go/fleet/internal/engine"
-	"github.com/fleet-go/fleet/internal/keys"
 )
 
 // discard is the logger of a ctx that carries no task, and of a queue
@@ -184,31 +183,6 @@ func (r *reservation) endLog(ctx context.Context, acked bool) error {
 func workerOf(token string) string {
 	_, w, _ := parseLeaseEntry(token)
 	return w
-}
-
-// readOwn reads what task id keeps of its own in shard k: its log
-// (LRANGE), its entries opened where this process can, and its durable
-// steps (HGETALL; step.go), in one round trip.
-func (q *queueCore) readOwn(ctx context.Context, k keys.Queue, id string) ([]TaskLog, []StepRecord, error) {
-	c := q.fleet.client
-	rs := c.DoMulti(ctx, c.B().Lrange().Key(k.Log+id).Start(0).Stop(-1).Build(), c.B().Hgetall().Key(k.Steps+id).Build())
-	raw, err := rs[0].AsStrSlice()
-	if err != nil {
-		return nil, nil, err
-	}
-	steps, err := rs[1].AsStrMap()
-	if err != nil {
-		return nil, nil, err
-	}
-	var out []TaskLog
-	for _, e := range raw {
-		out = append(out, q.fleet.logEntry(q.name, []byte(e)))
-	}
-	var recs []StepRecord
-	if len(steps) > 0 {
-		recs = q.fleet.stepRecords(q.name, steps)
-	}
-	return out, recs, nil
 }
 
 // logEntry reads one entry of a task's log of queue: opened where this

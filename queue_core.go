@@ -211,10 +211,3 @@ func (a queueLimiter) Refund(ctx context.Context, n int) error {
 	defer cancel()
 	return a.l.refund(ctx, n)
 }
-
-// snoozeWait snoozes r, uncounted, for as long as err (a handler's: a
-// RateLimitedError, a SleepError) asks (suspendedFor).
-func snoozeWait(ctx context.Context, r *engine.Reservation, err error) error {
-	d, _ := suspendedFor(err)
-	return r.Snooze(ctx, d)
-}

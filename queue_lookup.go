@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/redis/rueidis"
 
+	"github.com/fleet-go/fleet/internal/keys"
 	"github.com/fleet-go/fleet/internal/script"
 )
 
@@ -293,4 +294,29 @@ func (f *Fleet) openRecord(queue string, r *TaskRecord) {
 	r.Payload = f.shown(queue, sealPayload, r.Payload)
 	r.Result = f.shown(queue, sealResult, r.Result)
 	r.Progress = f.shown(queue, sealProgress, r.Progress)
+}
+
+// readOwn reads what task id keeps of its own in shard k: its log
+// (LRANGE), its entries opened where this process can, and its durable
+// steps (HGETALL; step.go), in one round trip.
+func (q *queueCore) readOwn(ctx context.Context, k keys.Queue, id string) ([]TaskLog, []StepRecord, error) {
+	c := q.fleet.client
+	rs := c.DoMulti(ctx, c.B().Lrange().Key(k.Log+id).Start(0).Stop(-1).Build(), c.B().Hgetall().Key(k.Steps+id).Build())
+	raw, err := rs[0].AsStrSlice()
+	if err != nil {
+		return nil, nil, err
+	}
+	steps, err := rs[1].AsStrMap()
+	if err != nil {
+		return nil, nil, err
+	}
+	var out []TaskLog
+	for _, e := range raw {
+		out = append(out, q.fleet.logEntry(q.name, []byte(e)))
+	}
+	var recs []StepRecord
+	if len(steps) > 0 {
+		recs = q.fleet.stepRecords(q.name, steps)
+	}
+	return out, recs, nil
 }

@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/fleet-go/fleet/internal/engine"
 )
 
 // SleepError is what Sleep returns while the sleep has not ended: the
@@ -29,6 +31,8 @@ type SleepError struct {
 func (e *SleepError) Error() string {
 	return fmt.Sprintf("%v: sleep %q until %s", ErrSuspended, e.Name, e.Until.UTC().Format(time.RFC3339Nano))
 }
+
+func (e *SleepError) fleetError() {}
 
 // Is makes errors.Is(err, ErrSuspended) true.
 func (e *SleepError) Is(target error) bool { return target == ErrSuspended }
@@ -86,4 +90,11 @@ func suspendedFor(err error) (time.Duration, bool) {
 		return max(time.Until(se.Until), 0), true
 	}
 	return 0, false
+}
+
+// snoozeWait snoozes r, uncounted, for as long as err (a handler's: a
+// RateLimitedError, a SleepError) asks (suspendedFor).
+func snoozeWait(ctx context.Context, r *engine.Reservation, err error) error {
+	d, _ := suspendedFor(err)
+	return r.Snooze(ctx, d)
 }
