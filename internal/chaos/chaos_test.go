@@ -416,6 +416,11 @@ func (r *run) do() {
 	if len(ev.bad) > 0 {
 		t.Errorf("%d evidence lines did not parse, e.g. %q", len(ev.bad), ev.bad[0])
 	}
+	t.Logf("%s: durable steps: fn runs %d, records back %d (%d memoized), run again after a record came back %d",
+		r.tg.name, rep.StepRuns, rep.StepRecords, rep.StepRecords-rep.StepRuns, rep.StepReruns)
+	if rep.StepReruns+rep.StepWrong > 0 {
+		t.Errorf("%s: durable steps run again after their record came back %d, records with another result %d: want 0", r.tg.name, rep.StepReruns, rep.StepWrong)
+	}
 	if rep.Lost+rep.AckedTwice+rep.Overlaps+rep.BegunLate+rep.AckedButLeft+rep.GroupOver+rep.PermitsLeft > 0 {
 		t.Errorf("%s: lost %d, acked twice %d, overlapping runs %d (beyond %v), runs begun after their lease deadline %d, acked but left %d, groups over their limit %d, permits left %d: want all 0",
 			r.tg.name, rep.Lost, rep.AckedTwice, rep.Overlaps, s.margin, rep.BegunLate, rep.AckedButLeft, rep.GroupOver, rep.PermitsLeft)

@@ -15,20 +15,25 @@ func TestCounts(t *testing.T) {
 		"w1.0": {
 			"B 0 100",
 			// a: run 1..3 s, acked; w2 ran it 2..4 s and acked too.
-			"S w1.0.1 a 1 0 0 1000000 0 4000000 0", "E w1.0.1 a 3000000 3000001 ok 4000000 0 0", "A a 3000002",
+			// Its step's fn ran and its record came back at 1.1 and 1.2 s; w2's
+			// run ran the fn again at 2.1 s: a step re-run.
+			"S w1.0.1 a 1 0 0 1000000 0 4000000 0", "P w1.0.1 a 1100000", "Q w1.0.1 a 1200000 1",
+			"E w1.0.1 a 3000000 3000001 ok 4000000 0 0", "A a 3000002",
 			// b: begun at 5 s, its lease ran out at 4.5 s.
-			"S w1.0.2 b 2 0 1 5000000 0 4500000 0", "E w1.0.2 b 5100000 5100001 ok 4500000 600000 0", "A b 5100002",
+			// Its step's record came back with another task's result.
+			"S w1.0.2 b 2 0 1 5000000 0 4500000 0", "Q w1.0.2 b 5000100 99", "E w1.0.2 b 5100000 5100001 ok 4500000 600000 0", "A b 5100002",
 			// g: run 10..14 s, but w1 was stopped from 10.5 to 13.9 s.
 			"S w1.0.3 g 7 0 2 10000000 0 11000000 0", "E w1.0.3 g 14000000 14000001 ok 14500000 3000000 0", "F g 14000002 leaselost",
 			"S w1.0.4 k 11 1 0 40000100 0 41000000 0 1", "E w1.0.4 k 40500000 40500001 ok 41000000 0 0", "A k 40500002",
 			"X 50000000",
 		},
 		"w2.0": {
-			"S w2.0.1 a 1 1 0 2000000 0 5000000 0", "E w2.0.1 a 4000000 4000001 ok 5000000 0 0", "A a 4000002",
+			"S w2.0.1 a 1 1 0 2000000 0 5000000 0", "P w2.0.1 a 2100000", "Q w2.0.1 a 2100100 1", "E w2.0.1 a 4000000 4000001 ok 5000000 0 0", "A a 4000002",
 			// g again, 12..13 s: overlaps g's first run only while w1 was stopped.
 			"S w2.0.2 g 7 1 0 12000000 0 14000000 0", "E w2.0.2 g 13000000 13000001 ok 14000000 0 0", "A g 13000002",
 			// h: w3 died at 20 s mid-run; w2 ran it after.
-			"S w2.0.3 h 8 1 0 22000000 0 24000000 0", "E w2.0.3 h 22500000 22500001 ok 24000000 0 0", "A h 22500002",
+			// Its step came back recorded (w3 ran it before it died): no fn.
+			"S w2.0.3 h 8 1 0 22000000 0 24000000 0", "Q w2.0.3 h 22000100 8", "E w2.0.3 h 22500000 22500001 ok 24000000 0 0", "A h 22500002",
 			// i: the ack's reply was lost (a cut): it may have acked.
 			"S w2.0.4 i 9 0 2 30000000 0 31000000 0", "E w2.0.4 i 30100000 30100001 ok 31000000 0 0", "F i 30100002 fleet:_redis_unavailable",
 			// j: the ack said the lease was lost, and no one ran it again: lost.
@@ -39,7 +44,7 @@ func TestCounts(t *testing.T) {
 		"w3.0": {
 			// f: the handler ended well, then w3 was killed before the ack's outcome was written.
 			"S w3.0.1 f 6 0 0 15000000 0 16000000 0", "E w3.0.1 f 15200000 15200001 ok 16000000 0 0",
-			"S w3.0.2 h 8 0 1 19000000 0 21000000 0",
+			"S w3.0.2 h 8 0 1 19000000 0 21000000 0", "P w3.0.2 h 19100000", "Q w3.0.2 h 19200000 8",
 			"bogus line",
 		},
 	}
@@ -64,10 +69,12 @@ func TestCounts(t *testing.T) {
 	rep := analyze(ev, w)
 	got := map[string]int{"submitted": rep.Submitted, "acked": rep.Acked, "inferred": rep.AckedInferred, "unknownReply": rep.UnknownAckReply, "dead": rep.Dead,
 		"lost": rep.Lost, "stuck": rep.Stuck, "ackedTwice": rep.AckedTwice, "overlaps": rep.Overlaps,
-		"begunLate": rep.BegunLate, "calledDead": rep.CalledDead, "livePastLease": rep.LivePastLease, "unended": rep.Unended, "bad": len(ev.bad)}
+		"begunLate": rep.BegunLate, "calledDead": rep.CalledDead, "livePastLease": rep.LivePastLease, "unended": rep.Unended, "bad": len(ev.bad),
+		"stepReruns": rep.StepReruns, "stepWrong": rep.StepWrong}
 	want := map[string]int{"submitted": 11, "acked": 7, "calledDead": 1, "inferred": 2, "unknownReply": 1, "dead": 1,
 		"lost": 3, "stuck": 1, "ackedTwice": 1, "overlaps": 1,
-		"begunLate": 1, "livePastLease": 2, "unended": 0, "bad": 1}
+		"begunLate": 1, "livePastLease": 2, "unended": 0, "bad": 1,
+		"stepReruns": 1, "stepWrong": 1}
 	for k, v := range want {
 		if got[k] != v {
 			t.Errorf("%s = %d, want %d", k, got[k], v)
@@ -86,7 +93,7 @@ func TestCounts(t *testing.T) {
 			t.Errorf("violation counted for a run that did nothing at the time: %s", v)
 		}
 	}
-	if len(rep.Violations) != 6 { // a overlap, b late, a twice, e stuck, c and j lost
-		t.Errorf("%d violations, want 6:\n%s", len(rep.Violations), strings.Join(rep.Violations, "\n"))
+	if len(rep.Violations) != 8 { // a overlap, b late, a twice, e stuck, c and j lost, a's step re-run, b's step result
+		t.Errorf("%d violations, want 8:\n%s", len(rep.Violations), strings.Join(rep.Violations, "\n"))
 	}
 }

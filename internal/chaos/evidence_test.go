@@ -59,13 +59,18 @@ type evidence struct {
 	acks   map[string][]ackRec
 	fails  map[string][]failRec
 	rels   map[string][]ackRec // task -> the releases from its dependencies (R lines)
+	// effects and recorded are a task's durable step: when its fn ran (P
+	// lines), and when a run had its record back (Q lines; proc is the
+	// result when it is not the task's seq).
+	effects, recorded map[string][]ackRec
 	procs  map[string]*procRec
 	bad    []string // lines that did not parse
 }
 
 func newEvidence() *evidence {
 	return &evidence{runs: map[string]*runRec{}, byTask: map[string][]*runRec{}, acks: map[string][]ackRec{},
-		fails: map[string][]failRec{}, procs: map[string]*procRec{}, rels: map[string][]ackRec{}}
+		fails: map[string][]failRec{}, procs: map[string]*procRec{}, rels: map[string][]ackRec{},
+		effects: map[string][]ackRec{}, recorded: map[string][]ackRec{}}
 }
 
 // readEvidence reads every *.log of dir (one per process incarnation, named
@@ -151,6 +156,18 @@ func (ev *evidence) add(proc, line string) {
 		ev.fails[f[1]] = append(ev.fails[f[1]], failRec{proc: proc, at: n(2), class: f[3]})
 	case "R":
 		ev.rels[f[1]] = append(ev.rels[f[1]], ackRec{proc: proc, at: n(2)})
+	case "P":
+		ev.effects[f[2]] = append(ev.effects[f[2]], ackRec{proc: f[1], at: n(3)})
+	case "Q":
+		r := ev.runs[f[1]]
+		if r == nil || r.task != f[2] {
+			panic("Q without its S")
+		}
+		got := ackRec{proc: f[1], at: n(3)}
+		if int(n(4)) != r.seq {
+			got.proc = "result " + f[4]
+		}
+		ev.recorded[f[2]] = append(ev.recorded[f[2]], got)
 	default:
 		panic("unknown record")
 	}
@@ -190,6 +207,8 @@ type report struct {
 	Submitted, Acked, AckedInferred, ExtraAcked, Dead int
 	UnknownAckReply                                   int
 	Lost, Stuck, AckedTwice, AckedButLeft, Overlaps   int
+	StepReruns, StepWrong                             int // a durable step's fn run after its record came back; a record with another result
+	StepRuns, StepRecords                             int // a durable step's fn runs, and its records come back (the others were memoized)
 	BegunLate, BegunLateCtx, LivePastLease, Unended   int
 	CalledDead                                        int
 	GroupMost, GroupOver, PermitsLeft                 int // the most runs of one group at once; instants over groupLimit; permits held after the drain
@@ -376,6 +395,28 @@ func analyze(ev *evidence, w *world) *report {
 		}
 	}
 	rep.Acked += rep.AckedInferred
+	// A durable step's fn never runs once a run had its record back, and
+	// every run that had it back got the task's own result.
+	for _, ps := range ev.effects {
+		rep.StepRuns += len(ps)
+	}
+	for id, recs := range ev.recorded {
+		rep.StepRecords += len(recs)
+		first := recs[0].at
+		for _, q := range recs {
+			first = min(first, q.at)
+			if strings.HasPrefix(q.proc, "result ") {
+				rep.StepWrong++
+				violate("task %s: run's step record came back with %s, not its seq %d", id, q.proc, w.submitted[id])
+			}
+		}
+		for _, p := range ev.effects[id] {
+			if p.at > first {
+				rep.StepReruns++
+				violate("task %s: step fn ran in run %s at %s, after a run had its record back at %s; runs: %s", id, p.proc, w.sec(p.at), w.sec(first), w.runsOf(ev, id))
+			}
+		}
+	}
 	return rep
 }
 

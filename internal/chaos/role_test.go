@@ -296,6 +296,18 @@ func (h *handler) work(ctx context.Context, slot int, t *fleet.Task[job]) error 
 	// Each run leaves a line in the task's log (sealed, as the queue is):
 	// checkTaskLogs finds them kept for the dead letters only.
 	t.Logger().Info("run", "run", run, "seq", t.Payload.Seq, "attempt", t.Attempts)
+	// A durable step (fleet.Step) first: its effect leaves a P line, its
+	// record, once Step returned it, a Q line with the result;
+	// checkSteps counts the effects that came after a record (want 0).
+	seq, serr := fleet.Step(ctx, t, "first", func(context.Context) (int, error) {
+		// P run task at_us
+		rec.line("P %s %s %d", run, t.ID, time.Now().UnixMicro())
+		return t.Payload.Seq, nil
+	})
+	if serr == nil {
+		// Q run task at_us result
+		rec.line("Q %s %s %d %d", run, t.ID, time.Now().UnixMicro(), seq)
+	}
 	work := time.Duration(t.Payload.WorkMS) * time.Millisecond
 	fail := t.Payload.Fail && t.Attempts == 0
 	if fail {
@@ -308,7 +320,7 @@ func (h *handler) work(ctx context.Context, slot int, t *fleet.Task[job]) error 
 	timer := time.NewTimer(0)
 	<-timer.C
 	defer timer.Stop()
-	for {
+	for serr == nil {
 		if ctx.Err() != nil {
 			err = context.Cause(ctx)
 			outcome = "ctx:" + word(err.Error())
@@ -331,6 +343,9 @@ func (h *handler) work(ctx context.Context, slot int, t *fleet.Task[job]) error 
 		case <-ctx.Done():
 		case <-timer.C:
 		}
+	}
+	if serr != nil {
+		err, outcome = serr, "step:"+word(serr.Error())
 	}
 	end := time.Now()
 	// E run task last_live_us end_us outcome lease_deadline_us late_us end_mono_us

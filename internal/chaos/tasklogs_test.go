@@ -18,12 +18,22 @@ import (
 // is kept with a lifetime, and each of its entries opens with the run's
 // keys (the queue seals them) and names its attempt.
 func (r *run) checkTaskLogs(ctx context.Context, f *fleet.Fleet, dead map[string]bool) {
-	prefix := keys.New(r.prefix, r.tg.layout == fleet.LayoutTagged).Queue(queueName).Log
+	qk := keys.New(r.prefix, r.tg.layout == fleet.LayoutTagged).Queue(queueName)
+	prefix := qk.Log
 	q := fleet.NewQueue[job](f, queueName, queueOptions(time.Minute, 1, time.Second, time.Second))
 	c := f.Client()
-	var orphans []string
+	var orphans, stepOrphans []string
 	kept, opened := 0, 0
 	for _, k := range redistest.Keys(r.t, c, r.prefix) {
+		// A durable step's record (the handler's "first") goes with its
+		// task's ack as its log does: one left for a task that is not a
+		// dead letter is an orphan too.
+		if id, ok := strings.CutPrefix(k, qk.Steps); ok {
+			if !dead[id] {
+				stepOrphans = append(stepOrphans, id)
+			}
+			continue
+		}
 		id, ok := strings.CutPrefix(k, prefix)
 		if !ok {
 			continue
@@ -56,6 +66,9 @@ func (r *run) checkTaskLogs(ctx context.Context, f *fleet.Fleet, dead map[string
 	r.t.Logf("%s: task logs kept for dead letters %d (%d opened), orphaned %d", r.tg.name, kept, opened, len(orphans))
 	if len(dead) > 0 && kept == 0 {
 		r.t.Errorf("%s: %d dead letters and not one kept its log", r.tg.name, len(dead))
+	}
+	if len(stepOrphans) > 0 {
+		r.t.Errorf("%s: %d durable steps left for tasks that are not dead letters (want 0), e.g. %s", r.tg.name, len(stepOrphans), stepOrphans[0])
 	}
 	if len(orphans) > 0 {
 		r.t.Errorf("%s: %d task logs left for tasks that are not dead letters (want 0), e.g. %s", r.tg.name, len(orphans), orphans[0])
