@@ -417,7 +417,7 @@ func (r *run) do() {
 		t.Errorf("%d evidence lines did not parse, e.g. %q", len(ev.bad), ev.bad[0])
 	}
 	t.Logf("%s: durable steps: fn runs %d, records back %d (%d memoized), run again after a record came back %d",
-		r.tg.name, rep.StepRuns, rep.StepRecords, rep.StepRecords-rep.StepRuns, rep.StepReruns)
+		r.tg.name, rep.StepRuns, rep.StepRecords, rep.StepMemoized, rep.StepReruns)
 	if rep.StepReruns+rep.StepWrong > 0 {
 		t.Errorf("%s: durable steps run again after their record came back %d, records with another result %d: want 0", r.tg.name, rep.StepReruns, rep.StepWrong)
 	}

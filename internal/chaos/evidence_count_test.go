@@ -70,11 +70,11 @@ func TestCounts(t *testing.T) {
 	got := map[string]int{"submitted": rep.Submitted, "acked": rep.Acked, "inferred": rep.AckedInferred, "unknownReply": rep.UnknownAckReply, "dead": rep.Dead,
 		"lost": rep.Lost, "stuck": rep.Stuck, "ackedTwice": rep.AckedTwice, "overlaps": rep.Overlaps,
 		"begunLate": rep.BegunLate, "calledDead": rep.CalledDead, "livePastLease": rep.LivePastLease, "unended": rep.Unended, "bad": len(ev.bad),
-		"stepReruns": rep.StepReruns, "stepWrong": rep.StepWrong}
+		"stepReruns": rep.StepReruns, "stepWrong": rep.StepWrong, "stepMemoized": rep.StepMemoized}
 	want := map[string]int{"submitted": 11, "acked": 7, "calledDead": 1, "inferred": 2, "unknownReply": 1, "dead": 1,
 		"lost": 3, "stuck": 1, "ackedTwice": 1, "overlaps": 1,
 		"begunLate": 1, "livePastLease": 2, "unended": 0, "bad": 1,
-		"stepReruns": 1, "stepWrong": 1}
+		"stepReruns": 1, "stepWrong": 1, "stepMemoized": 1}
 	for k, v := range want {
 		if got[k] != v {
 			t.Errorf("%s = %d, want %d", k, got[k], v)

@@ -208,7 +208,7 @@ type report struct {
 	UnknownAckReply                                   int
 	Lost, Stuck, AckedTwice, AckedButLeft, Overlaps   int
 	StepReruns, StepWrong                             int // a durable step's fn run after its record came back; a record with another result
-	StepRuns, StepRecords                             int // a durable step's fn runs, and its records come back (the others were memoized)
+	StepRuns, StepRecords, StepMemoized               int // a durable step's fn runs; its records come back; those of runs that did not run its fn
 	BegunLate, BegunLateCtx, LivePastLease, Unended   int
 	CalledDead                                        int
 	GroupMost, GroupOver, PermitsLeft                 int // the most runs of one group at once; instants over groupLimit; permits held after the drain
@@ -402,6 +402,11 @@ func analyze(ev *evidence, w *world) *report {
 	}
 	for id, recs := range ev.recorded {
 		rep.StepRecords += len(recs)
+		for _, q := range recs {
+			if !slices.ContainsFunc(ev.effects[id], func(p ackRec) bool { return p.proc == q.proc }) {
+				rep.StepMemoized++
+			}
+		}
 		first := recs[0].at
 		for _, q := range recs {
 			first = min(first, q.at)
