@@ -63,8 +63,8 @@ type evidence struct {
 	// lines), and when a run had its record back (Q lines; proc is the
 	// result when it is not the task's seq).
 	effects, recorded map[string][]ackRec
-	procs  map[string]*procRec
-	bad    []string // lines that did not parse
+	procs             map[string]*procRec
+	bad               []string // lines that did not parse
 }
 
 func newEvidence() *evidence {
