@@ -110,6 +110,15 @@ func (r *reservation) stepsOf(ctx context.Context) (*runSteps, error) {
 	if s := r.steps.Load(); s != nil {
 		return s, nil
 	}
+	s := &runSteps{recs: map[string]stepRec{}, names: map[int]string{}, seen: map[string]bool{}}
+	if !r.r.MayHaveSteps() {
+		// A first run that no earlier run marked: none recorded, and no
+		// read (the first record checks the lease).
+		if r.steps.CompareAndSwap(nil, s) {
+			return s, nil
+		}
+		return r.steps.Load(), nil
+	}
 	q := r.core
 	raw, err := queueStepScript.Exec(ctx, q.fleet.client, q.keys(), []string{r.id(), r.r.Token(), "", "", "", ""}).ToArray()
 	if err != nil {
@@ -118,7 +127,6 @@ func (r *reservation) stepsOf(ctx context.Context) (*runSteps, error) {
 	if err := stepCode(raw, r.id()); err != nil {
 		return nil, err
 	}
-	s := &runSteps{recs: map[string]stepRec{}, names: map[int]string{}, seen: map[string]bool{}}
 	for i := 1; i+1 < len(raw); i += 2 {
 		name, _ := raw[i].ToString()
 		v, _ := raw[i+1].ToString()
@@ -258,8 +266,8 @@ func checkStep(t Durable, name string) (*reservation, error) {
 // recorded. On a queue that seals (QueueOptions.Sealer) results are
 // sealed. The steps live as the task's log does (Logger): the task's ack
 // deletes them, or keeps them as long as its record. Each record is one
-// script call; the run's first Step or Sleep reads the recorded steps in
-// one more.
+// script call; the first Step or Sleep of a run after the first (a retry,
+// a resume) reads the recorded steps in one more.
 func Step[R any](ctx context.Context, t Durable, name string, fn func(context.Context) (R, error)) (R, error) {
 	var zero R
 	r, err := checkStep(t, name)

@@ -26,9 +26,15 @@ end
 redis.call('HSET', key, ARGV[3], ARGV[4])
 redis.call('PEXPIRE', key, ARGV[5])
 if ARGV[6] == '1' then
+  -- The mark, unless the body has it: at its end (queue_log.lua, an
+  -- earlier record), or among its sorted fields (a retry's body, which
+  -- the caller rewrote with it).
   local body = redis.call('HGET', BODY, id)
   if body and string.sub(body, -1) == '}' and string.sub(body, -8) ~= ',"lg":1}' then
-    redis.call('HSET', BODY, id, string.sub(body, 1, -2) .. ',"lg":1}')
+    local ok, v = pcall(cjson.decode, body)
+    if not (ok and type(v) == 'table' and v.lg == 1) then
+      redis.call('HSET', BODY, id, string.sub(body, 1, -2) .. ',"lg":1}')
+    end
   end
 end
 return {DONE}

@@ -167,7 +167,11 @@ func (r *Reservation) finish(ctx context.Context, mode endMode, cause string, af
 	switch mode {
 	case endNack, endBury:
 		var err error
-		body, err = taskbody.Rewrite(r.body, map[string]any{"attempts": attempts, "error": cause, "dead_at": nil})
+		set := map[string]any{"attempts": attempts, "error": cause, "dead_at": nil}
+		if r.logged.Load() {
+			set["lg"] = 1 // its log or steps (queue_log.lua, queue_step.lua) go with its retry or dead letter
+		}
+		body, err = taskbody.Rewrite(r.body, set)
 		if err != nil {
 			body, mode = taskbody.DeadEntry(r.body, attempts, cause), endBury // not a task: it can only be buried
 		}

@@ -133,9 +133,16 @@ func (r *Reservation) SetLog(runs int, entry []byte) {
 	r.logged.Store(true)
 }
 
-// mayHaveLog reports whether the task may have a log: one written while
-// this or an earlier reservation held it, or by a run that failed.
+// mayHaveLog reports whether the task may have a log or recorded steps
+// (the root's step.go): written while this or an earlier reservation held
+// it, or by a run that failed.
 func (r *Reservation) mayHaveLog() bool { return r.logged.Load() || r.attempts > 0 }
+
+// MayHaveSteps reports whether the task may have recorded steps (the
+// root's step.go): false only for a task that no run marked (its body
+// has no "lg", it failed no run), whose steps are known to be none
+// without a read.
+func (r *Reservation) MayHaveSteps() bool { return r.mayHaveLog() }
 
 // Retention is how long r's ack keeps its record (retention): 0 for
 // none.
