@@ -291,3 +291,29 @@ func TestExampleCookies(t *testing.T) {
 		t.Fatalf("a site had %d challenges solved at once, limit 2:\n%s", harvests, out)
 	}
 }
+
+// TestExampleDurable: a worker process dies right after recording a
+// harvest's second fetch; the worker that resumes it runs none of the
+// steps recorded before the crash, and every harvest ends with the
+// bytes of all its pages.
+func TestExampleDurable(t *testing.T) {
+	t.Parallel()
+	url := redistest.SingleURL(t)
+	out := runExample(t, url, "durable", time.Minute, "-crash-after", "fetch-1", "-prefix", prefix(t))
+	if !strings.Contains(out, "crash after fetch-1\n") || !strings.Contains(out, "first worker exited: exit status 3\n") || !strings.Contains(out, "all 3 harvests done\n") {
+		t.Fatalf("no crash and resume:\n%s", out)
+	}
+	for _, acct := range []string{"acct-0", "acct-1", "acct-2"} {
+		for _, step := range []string{"login", "fetch-0", "fetch-1", "fetch-2", "write"} {
+			if n := strings.Count(out, "effect "+acct+" "+step+" "); n != 1 {
+				t.Errorf("%s's step %s ran %d times, want once", acct, step, n)
+			}
+		}
+		if !strings.Contains(out, "done "+acct+" bytes=3003 with session-"+acct+"\n") {
+			t.Errorf("%s not done with its pages' bytes", acct)
+		}
+	}
+	if t.Failed() {
+		t.Logf("output:\n%s", out)
+	}
+}
