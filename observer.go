@@ -61,6 +61,30 @@ type Observer struct {
 	// value, with the ctx of that call (a handler's, in a worker: its
 	// span, if a tracer put one there).
 	Progressed func(ctx context.Context, e ProgressEvent)
+	// Step is called for each durable step (fleet.Step) of a run, before
+	// its fn runs, with the ctx of that call (a handler's: its span, if a
+	// tracer put one there). It may return the ctx fn runs under (a span
+	// of the step's own), nil for ctx, and a func that Step calls once
+	// with the step's outcome: fn's error, or the record's (nil once it is
+	// recorded). A step whose recorded result Step returns without running
+	// fn is reported too, with StepEvent.Memoized set, and its func called
+	// at once with nil.
+	Step func(ctx context.Context, e StepEvent) (context.Context, func(err error))
+}
+
+// StepEvent is what Observer.Step sees of a durable step.
+type StepEvent struct {
+	// Queue and ID are the task's.
+	Queue, ID string
+	// Name and Index are the step's name and its place in the run.
+	Name  string
+	Index int
+	// Attempt counts the runs of the step's fn, this one included; for a
+	// memoized step, the runs it took.
+	Attempt int
+	// Memoized says the step was recorded by an earlier run: its result
+	// is returned and fn does not run.
+	Memoized bool
 }
 
 // ProgressEvent is a progress value that Task.Progress stored: what

@@ -286,7 +286,12 @@ func Step[R any](ctx context.Context, t Durable, name string, fn func(context.Co
 	if err != nil {
 		return zero, opErr("step", q.name, err)
 	}
+	ev := StepEvent{Queue: q.name, ID: r.id(), Name: name, Index: i, Attempt: rec.A + 1}
 	if ok && rec.S == StepDone {
+		ev.Attempt, ev.Memoized = rec.A, true
+		if _, done := q.fleet.observeStep(ctx, ev); done != nil {
+			done(nil)
+		}
 		var v R
 		b, err := open(q.opts.Sealer, q.name, sealStep, rec.R)
 		if err == nil {
@@ -297,8 +302,12 @@ func Step[R any](ctx context.Context, t Durable, name string, fn func(context.Co
 		}
 		return v, nil
 	}
+	fctx, done := q.fleet.observeStep(ctx, ev)
+	if done == nil {
+		done = func(error) {}
+	}
 	started := time.Now()
-	v, ferr := fn(ctx)
+	v, ferr := fn(fctx)
 	next := stepRec{I: i, S: StepDone, A: rec.A + 1, MS: time.Since(started).Milliseconds(), At: time.Now().UnixMilli()}
 	if ferr == nil {
 		b, err := json.Marshal(v)
@@ -309,6 +318,7 @@ func Step[R any](ctx context.Context, t Durable, name string, fn func(context.Co
 			ferr = fmt.Errorf("%w: step %q: its result is %d bytes of JSON, more than MaxStepBytes %d (%w)", ErrInvalidArgument, name, len(b), MaxStepBytes, ErrPermanent)
 		default:
 			if next.R, err = seal(q.opts.Sealer, q.name, sealStep, b); err != nil {
+				done(err)
 				return zero, opErr("step", q.name, err)
 			}
 		}
@@ -318,15 +328,33 @@ func Step[R any](ctx context.Context, t Durable, name string, fn func(context.Co
 		if len(next.E) > 1024 {
 			next.E = next.E[:1024]
 		}
+		done(ferr)
 		if err := r.recordStep(ctx, s, name, next, 0); err != nil {
 			return zero, opErr("step", q.name, fmt.Errorf("%w (recording the step's failure: %w)", ferr, err))
 		}
 		return zero, ferr
 	}
 	if err := r.recordStep(ctx, s, name, next, 0); err != nil {
-		return zero, opErr("step", q.name, err)
+		err = opErr("step", q.name, err)
+		done(err)
+		return zero, err
 	}
+	done(nil)
 	return v, nil
+}
+
+// observeStep tells the Observer of a step (Observer.Step): the ctx its fn
+// runs under, and the func to call with its outcome (nil for none).
+func (f *Fleet) observeStep(ctx context.Context, e StepEvent) (context.Context, func(error)) {
+	o := f.obs
+	if o == nil || o.Step == nil {
+		return ctx, nil
+	}
+	sctx, done := o.Step(ctx, e)
+	if sctx == nil {
+		sctx = ctx
+	}
+	return sctx, done
 }
 
 // RecordedSteps returns the steps of t recorded so far, as this run sees them

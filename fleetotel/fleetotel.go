@@ -297,6 +297,30 @@ func (t *Telemetry) Observer() *fleet.Observer {
 		SemaphoreWaited: t.semaphoreWaited,
 		Released:        t.releasedTask,
 		Progressed:      t.progressed,
+		Step:            t.step,
+	}
+}
+
+// step makes a span "step <name>" for each durable step (fleet.Step), a
+// child of the handler's process span, around its fn: attributes
+// fleet.step.name, fleet.step.index, fleet.step.attempt and
+// fleet.step.memoized (a zero-length span for a step whose recorded
+// result was returned without running fn), and an error status when its
+// fn or its record failed.
+func (t *Telemetry) step(ctx context.Context, e fleet.StepEvent) (context.Context, func(error)) {
+	ctx, span := t.tracer.Start(ctx, "step "+e.Name, trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(
+		attribute.String("messaging.destination.name", e.Queue),
+		attribute.String("messaging.message.id", e.ID),
+		attribute.String("fleet.step.name", e.Name),
+		attribute.Int("fleet.step.index", e.Index),
+		attribute.Int("fleet.step.attempt", e.Attempt),
+		attribute.Bool("fleet.step.memoized", e.Memoized)))
+	return ctx, func(err error) {
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
 	}
 }
 

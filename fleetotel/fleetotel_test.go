@@ -653,3 +653,66 @@ func TestProgressAndRelease(t *testing.T) {
 		}, "releases counted: %q", points(t, k.metricsOf(t)["fleet.tasks.released"]))
 	})
 }
+
+// TestStepSpans: each durable step of a handler's run is a span "step
+// <name>" under its process span, its fn's ctx carrying it; a failed
+// step's span has an error status; the retry's memoized step is a span
+// with fleet.step.memoized.
+func TestStepSpans(t *testing.T) {
+	each(t, func(t *testing.T, tg target) {
+		p := prefix(t)
+		k := newKit(t, fleetotel.Options{})
+		f := open(t, tg, p, k.tel.Observer())
+		q := fleet.NewQueue[page](f, "durable", fleet.QueueOptions{BackoffBase: time.Millisecond, BackoffMax: time.Millisecond})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		var runs atomic.Int64
+		worker(t, f, q, k.tel.Middleware(), func(ctx context.Context, tk *fleet.Task[page]) error {
+			run := runs.Add(1)
+			if _, err := fleet.Step(ctx, tk, "login", func(ctx context.Context) (int, error) {
+				if !trace.SpanFromContext(ctx).SpanContext().IsValid() {
+					return 0, errors.New("no span in the step's ctx")
+				}
+				return 1, nil
+			}); err != nil {
+				return err
+			}
+			_, err := fleet.Step(ctx, tk, "fetch", func(ctx context.Context) (int, error) {
+				if run == 1 {
+					return 0, errors.New("503")
+				}
+				return 2, nil
+			})
+			return err
+		})
+		if _, err := q.Submit(ctx, page{URL: "a"}); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		waitFor(t, 20*time.Second, func() bool {
+			got = got[:0]
+			parents := map[trace.SpanID]string{}
+			for _, s := range k.ended() {
+				parents[s.SpanContext.SpanID()] = s.Name
+			}
+			for _, s := range k.ended() {
+				if !strings.HasPrefix(s.Name, "step ") {
+					continue
+				}
+				a := attrs(s.Attributes)
+				got = append(got, fmt.Sprintf("%s under %q attempt %s memoized %s status %s", s.Name, parents[s.Parent.SpanID()],
+					a["fleet.step.attempt"], a["fleet.step.memoized"], s.Status.Code))
+			}
+			return len(got) == 4
+		}, "step spans: %q", got)
+		want := []string{
+			`step login under "process durable" attempt 1 memoized false status Unset`,
+			`step fetch under "process durable" attempt 1 memoized false status Error`,
+			`step login under "process durable" attempt 1 memoized true status Unset`,
+			`step fetch under "process durable" attempt 2 memoized false status Unset`,
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("step spans:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+	})
+}
