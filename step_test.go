@@ -316,3 +316,41 @@ func TestSleepWorker(t *testing.T) {
 		}, "steps of %s deleted", id)
 	})
 }
+
+// TestStepAfterDeadLetter: a task dead-lettered after a recorded step and
+// requeued by an operator runs again with that step memoized (its dead
+// letter's body says it has steps, though its attempts start over).
+func TestStepAfterDeadLetter(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		t.Parallel()
+		e := open(t, tg)
+		c := ctx(t)
+		q := fleet.NewQueue[job](e.F, "stepsdead", fleet.QueueOptions{})
+		id, err := q.Submit(c, jobN(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ran atomic.Int32
+		one := func(context.Context) (int, error) { return int(ran.Add(1)), nil }
+		a := reserveAll(t, q, 1)[0]
+		if _, err := fleet.Step(c, a, "a", one); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.DeadLetter(c, errors.New("operator will retry")); err != nil {
+			t.Fatal(err)
+		}
+		if err := q.RequeueDead(c, id); err != nil {
+			t.Fatal(err)
+		}
+		b := reserveAll(t, q, 1)[0]
+		if v, err := fleet.Step(c, b, "a", one); err != nil || v != 1 || ran.Load() != 1 {
+			t.Fatalf("step after the requeue: %d, %v, fn ran %d times; want the recorded 1 and one run", v, err, ran.Load())
+		}
+		if err := b.Ack(c); err != nil {
+			t.Fatal(err)
+		}
+		if n, _ := e.compat().Exists(c, e.stepsKey("stepsdead", id)).Result(); n != 0 {
+			t.Fatalf("steps left after the ack")
+		}
+	})
+}

@@ -164,16 +164,16 @@ func (r *Reservation) finish(ctx context.Context, mode endMode, cause string, af
 		attempts++
 	}
 	var body, entry string
+	src := r.body
+	if mode == endNack || mode == endBury {
+		src = r.markedBody()
+	}
 	switch mode {
 	case endNack, endBury:
 		var err error
-		set := map[string]any{"attempts": attempts, "error": cause, "dead_at": nil}
-		if r.logged.Load() {
-			set["lg"] = 1 // its log or steps (queue_log.lua, queue_step.lua) go with its retry or dead letter
-		}
-		body, err = taskbody.Rewrite(r.body, set)
+		body, err = taskbody.Rewrite(src, map[string]any{"attempts": attempts, "error": cause, "dead_at": nil})
 		if err != nil {
-			body, mode = taskbody.DeadEntry(r.body, attempts, cause), endBury // not a task: it can only be buried
+			body, mode = taskbody.DeadEntry(src, attempts, cause), endBury // not a task: it can only be buried
 		}
 		if strings.HasPrefix(cause, fault.Canceled.Error()) {
 			entry = "-" // body says it: the cause is a cancel
@@ -196,7 +196,7 @@ func (r *Reservation) finish(ctx context.Context, mode endMode, cause string, af
 	}
 	code, err := run(ctx, end)
 	if err == nil && code == EndNeedEntry {
-		end.entry = taskbody.DeadEntry(r.body, attempts, cause)
+		end.entry = taskbody.DeadEntry(r.markedBody(), attempts, cause)
 		code, err = run(ctx, end)
 	}
 	if err != nil {
@@ -224,6 +224,18 @@ func (r *Reservation) finish(ctx context.Context, mode endMode, cause string, af
 		return fault.UnexpectedReply(string(mode), int(code))
 	}
 	return nil
+}
+
+// markedBody is r's body, with "lg" when its log or steps were written
+// (queue_log.lua, queue_step.lua): a retry's or a dead letter's body says
+// so to the runs to come.
+func (r *Reservation) markedBody() string {
+	if r.logged.Load() {
+		if b, err := taskbody.Rewrite(r.body, map[string]any{"lg": 1}); err == nil {
+			return b
+		}
+	}
+	return r.body
 }
 
 // runEnds runs queue_end.lua once for ends, and reads their codes, in
