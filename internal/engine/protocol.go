@@ -24,12 +24,12 @@ import (
 // reserveArgs is ARGV[1..6] of queue_reserve.lua; the acks to make first
 // (ackArgs) follow them.
 type reserveArgs struct {
-	n        int           `argv:"1"` // tasks to take at most (0 only acks)
-	lease    time.Duration `argv:"2"` // the tasks' lease
-	prefix   string        `argv:"3"` // the call's token prefix: the i-th task's token is prefix..i
-	move     int           `argv:"4"` // due scheduled tasks to move at most; 0 skips the look at :scheduled
-	deadMax  int           `argv:"5"` // the dead letters' bound when no policy is stored (0: none)
-	flags    int           `argv:"6"` // flagLeft, flagUncapped
+	n       int           `argv:"1"` // tasks to take at most (0 only acks)
+	lease   time.Duration `argv:"2"` // the tasks' lease
+	prefix  string        `argv:"3"` // the call's token prefix: the i-th task's token is prefix..i
+	move    int           `argv:"4"` // due scheduled tasks to move at most; 0 skips the look at :scheduled
+	deadMax int           `argv:"5"` // the dead letters' bound when no policy is stored (0: none)
+	flags   int           `argv:"6"` // flagLeft, flagUncapped
 }
 
 // The flags of reserveArgs.
