@@ -155,3 +155,36 @@ func TestQueueShardGlobalConcurrencyBad(t *testing.T) {
 		}
 	})
 }
+
+// TestQueueShardGlobalConcurrencyExtend: Extend pushes the task's permit
+// with its lease, so the permit outlives the first lease; a release gives
+// it back.
+func TestQueueShardGlobalConcurrencyExtend(t *testing.T) {
+	eachTagged(t, func(t *testing.T, tg redistest.Target) {
+		e := open(t, tg)
+		pk := e.permitsKey("gext")
+		q := fleet.NewQueue[job](e.F, "gext", fleet.QueueOptions{Lease: 400 * time.Millisecond, Shards: 4, GlobalConcurrency: 1})
+		submitSpread(t, q, 40)
+		held := reserveAll(t, q, 1)
+		if err := held[0].Extend(ctx(t), 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		first := held[0].Deadline()
+		time.Sleep(time.Until(first.Add(-4300 * time.Millisecond))) // 300 ms past the first lease (400 ms)
+		if ts, err := q.Reserve(ctx(t), 1, 0); err != nil || len(ts) != 0 {
+			t.Fatalf("a reserve past the first lease took %d tasks (%v): the permit was not extended", len(ts), err)
+		}
+		if n := e.zcard(t, pk); n != 1 {
+			t.Fatalf("%d permits held, want 1", n)
+		}
+		if err := held[0].Release(ctx(t)); err != nil {
+			t.Fatal(err)
+		}
+		if rawExists(t, e.Raw, pk) {
+			t.Fatalf("the permit outlived its task's release: %v", e.dump(t)[pk])
+		}
+		if ts, err := q.Reserve(ctx(t), 1, 0); err != nil || len(ts) != 1 {
+			t.Fatalf("a reserve after the release took %d tasks, %v", len(ts), err)
+		}
+	})
+}
