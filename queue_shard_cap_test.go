@@ -65,9 +65,11 @@ func TestQueueShardGlobalConcurrency(t *testing.T) {
 			}
 		}
 		spans := runVanishing(t, e, mk, ids)
-		if most := mostAtOnce(spans, ""); most > 3 || most < 2 {
+		most := mostAtOnce(spans, "")
+		if most > 3 || most < 2 {
 			t.Errorf("%d ran at once, limit 3", most)
 		}
+		t.Logf("%s: %d runs of %d tasks, at most %d at once", tg.Name, len(spans), len(ids), most)
 		if len(spans) != len(ids) {
 			t.Errorf("%d runs of %d tasks: some ran twice", len(spans), len(ids))
 		}
