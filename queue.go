@@ -129,8 +129,16 @@ type QueueOptions struct {
 	// GlobalConcurrency bounds how many of the queue's tasks run at once,
 	// fleet-wide: a reserve takes no more than the permits left, each held
 	// by its task's lease (a crashed worker's permit comes back with its
-	// task), so no slot blocks waiting. Part of the stored policy. Not with
-	// Shards > 1 (ErrInvalidOptions). Defaults to 0: no bound.
+	// task), so no slot blocks waiting. Part of the stored policy. On a
+	// queue of more than one shard (Shards > 1) the permits live in one
+	// key of the queue's own slot (fleet:queue:<name>:permits, a
+	// Semaphore's zset): a reserve takes up to the permits free there,
+	// then that many tasks at most from the shards, and gives back the
+	// rest; a task's end gives its permit back in a call of its own,
+	// Extend extends it, and a crashed holder's permit comes back when its
+	// lease runs out (docs/SCALING.md). Every process of a sharded queue
+	// must set the same bound, as for a Semaphore. Negative is refused
+	// (ErrInvalidArgument). Defaults to 0: no bound.
 	GlobalConcurrency int
 	// IndexMeta names the metadata keys (SubmitOptions.Metadata) that the
 	// queue indexes, so that Queue.FindByMeta lists the tasks that carry a
@@ -183,8 +191,6 @@ func (o QueueOptions) withDefaults() (QueueOptions, error) {
 		return o, fmt.Errorf("%w: QueueOptions.MaxPayloadBytes %d is negative", ErrInvalidArgument, o.MaxPayloadBytes)
 	case o.GlobalConcurrency < 0:
 		return o, fmt.Errorf("%w: QueueOptions.GlobalConcurrency %d is negative", ErrInvalidArgument, o.GlobalConcurrency)
-	case o.GlobalConcurrency > 0 && o.Shards > 1:
-		return o, fmt.Errorf("%w: QueueOptions.GlobalConcurrency is not for a queue of %d shards (each shard would bound its own)", ErrInvalidOptions, o.Shards)
 	}
 	if _, err := o.Groups.check("QueueOptions.Groups"); err != nil {
 		return o, err

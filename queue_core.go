@@ -55,7 +55,8 @@ func newQueueCore(f *Fleet, name string, opts QueueOptions) *queueCore {
 	}
 	o := c.opts
 	eo := engine.Options{MaxAttempts: o.MaxAttempts, Lease: o.Lease, BackoffBase: o.BackoffBase, BackoffMax: o.BackoffMax,
-		DeadMax: o.DeadMax, MaxPayloadBytes: o.MaxPayloadBytes, Retention: o.Retention, Shards: o.Shards, Policy: o.policyJSON()}
+		DeadMax: o.DeadMax, MaxPayloadBytes: o.MaxPayloadBytes, Retention: o.Retention, Shards: o.Shards,
+		GlobalCap: o.GlobalConcurrency, Policy: o.policyJSON()}
 	if o.RateLimit != nil && c.err == nil {
 		eo.RateLimit = queueLimiter{o.RateLimit}
 	}

@@ -31,7 +31,10 @@
 --          at SCHEDULED (the caller looked recently; the sweeper and the
 --          next look move what falls due meanwhile)
 -- ARGV[5]  bound on the dead letters' count when no policy is stored (0: none)
--- ARGV[6]  '1' to learn whether tasks are left pending, else '0'
+-- ARGV[6]  flags: 1 to learn whether tasks are left pending; plus 2 when
+--          the caller holds fleet-wide permits for the tasks (a sharded
+--          queue's GlobalConcurrency, fleet:queue:<name>:permits): the
+--          stored global_concurrency is not applied here
 -- ARGV[7..] the tasks to ack first (ack_all): how many plain acks, then
 --          the plain acks as triples, then the acks that keep something or
 --          belong to a group as 10-tuples
@@ -124,7 +127,9 @@ local function take(acked)
       end
     end
   end
-  local cap = policy_num(raw, 'global_concurrency')
+  local flags = tonumber(ARGV[6])
+  local cap = 0
+  if flags < 2 then cap = policy_num(raw, 'global_concurrency') end
   if cap > 0 then
     local room = cap - lazy.held(RUNNING, now)
     if room <= 0 then
@@ -207,7 +212,7 @@ local function take(acked)
       end
     end
   end
-  if ARGV[6] == '1' and ((#popped < n and complete) or (not signal and redis.call('LLEN', PENDING) == 0)) then
+  if flags % 2 == 1 and ((#popped < n and complete) or (not signal and redis.call('LLEN', PENDING) == 0)) then
     out[2] = 0
   end
   if cap > 0 and #popped > 0 then

@@ -5,6 +5,11 @@
 -- ARGV[1]  the caller's random token
 -- ARGV[2]  hold in milliseconds
 -- ARGV[3]  limit: how many permits may be held at once
+-- ARGV[4]  optional: take up to this many permits (>= 1) in one call, the
+--          i-th with token ARGV[1]..i, with no tombstone check: a sharded
+--          queue's reserve (QueueOptions.GlobalConcurrency, whose permits
+--          live in fleet:queue:<name>:permits); then returns {taken, held}
+--          when it took some, else as below
 -- returns  {1, held} when taken (held: the permits held now, this one
 --          included); a retry of a call whose reply was lost finds its own
 --          token and gets {1, held} again, the lease unchanged.
@@ -22,6 +27,22 @@ if dead and tonumber(dead) > now then
   return {0, -2}
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if ARGV[4] then
+  local held = redis.call('ZCARD', KEYS[1])
+  local room = math.min(tonumber(ARGV[3]) - held, tonumber(ARGV[4]))
+  if room <= 0 then
+    local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+    return {0, first[2] and tonumber(first[2]) - now or -1}
+  end
+  local deadline = math.ceil(us / 1000) + tonumber(ARGV[2])
+  local add = {}
+  for i = 1, room do
+    add[2 * i - 1], add[2 * i] = deadline, ARGV[1] .. i
+  end
+  redis.call('ZADD', KEYS[1], unpack(add))
+  expire_with_last(KEYS[1])
+  return {room, held + room}
+end
 local mine = redis.call('ZSCORE', KEYS[1], ARGV[1])
 local held = redis.call('ZCARD', KEYS[1])
 if mine then

@@ -159,6 +159,7 @@ func (r *Reservation) finish(ctx context.Context, mode endMode, cause string, af
 	if err := q.ready(ctx); err != nil {
 		return err
 	}
+	defer freePermits(ctx, r) // the run is over, however its end went (permit.go)
 	attempts := r.attempts
 	if counted {
 		attempts++
@@ -281,6 +282,13 @@ func (r *Reservation) Extend(ctx context.Context, lease time.Duration) error {
 		r.clock.Lose()
 		err = fmt.Errorf("%w: task %s", fault.LeaseLost, r.id)
 	default:
+		if ok, perr := r.extendPermit(ctx, lease); perr != nil {
+			return perr
+		} else if !ok {
+			// The fleet-wide permit ran out: another task may run under it.
+			r.clock.Lose()
+			return fmt.Errorf("%w: task %s: its GlobalConcurrency permit's lease ran out", fault.LeaseLost, r.id)
+		}
 		r.clock.Prove(sent, lease)
 		if code == EndCanceled {
 			err = fmt.Errorf("%w: task %s was cancelled (Queue.Cancel); its lease was extended", fault.Canceled, r.id)

@@ -23,8 +23,11 @@ type Hooks struct {
 
 // acked calls the acked hook, and the reservation's own AfterAck funcs,
 // for each of acks that its code (codes[i], nil when the reply said
-// nothing of them) says was acked.
+// nothing of them) says was acked; first it gives back the fleet-wide
+// permits of a sharded queue that acks held, whatever their codes
+// (permit.go).
 func (q *Queue) acked(acks []*Reservation, codes []EndCode) {
+	freePermits(q.env.Life, acks...)
 	h := q.env.Hooks.Acked
 	for i, r := range acks {
 		if i < len(codes) && codes[i] == EndDone {

@@ -24,17 +24,23 @@ import (
 // reserveArgs is ARGV[1..6] of queue_reserve.lua; the acks to make first
 // (ackArgs) follow them.
 type reserveArgs struct {
-	n        int           `argv:"1"` // tasks to take at most (0 only acks)
-	lease    time.Duration `argv:"2"` // the tasks' lease
-	prefix   string        `argv:"3"` // the call's token prefix: the i-th task's token is prefix..i
-	move     int           `argv:"4"` // due scheduled tasks to move at most; 0 skips the look at :scheduled
-	deadMax  int           `argv:"5"` // the dead letters' bound when no policy is stored (0: none)
-	WantLeft bool          `argv:"6"` // learn whether tasks are left pending
+	n       int           `argv:"1"` // tasks to take at most (0 only acks)
+	lease   time.Duration `argv:"2"` // the tasks' lease
+	prefix  string        `argv:"3"` // the call's token prefix: the i-th task's token is prefix..i
+	move    int           `argv:"4"` // due scheduled tasks to move at most; 0 skips the look at :scheduled
+	deadMax int           `argv:"5"` // the dead letters' bound when no policy is stored (0: none)
+	flags   int           `argv:"6"` // flagLeft, flagUncapped
 }
+
+// The flags of reserveArgs.
+const (
+	flagLeft     = 1 // learn whether tasks are left pending (Req.WantLeft)
+	flagUncapped = 2 // the caller holds fleet-wide permits (permit.go): the stored global_concurrency is not applied
+)
 
 // appendTo appends the ARGV that a spells to args.
 func (a reserveArgs) appendTo(args []string) []string {
-	return append(args, strconv.Itoa(a.n), argv.Millis(a.lease), a.prefix, strconv.Itoa(a.move), strconv.Itoa(a.deadMax), argv.Bool(a.WantLeft))
+	return append(args, strconv.Itoa(a.n), argv.Millis(a.lease), a.prefix, strconv.Itoa(a.move), strconv.Itoa(a.deadMax), strconv.Itoa(a.flags))
 }
 
 // reserveReply is what queue_reserve.lua answers: {now_ms, left,

@@ -121,7 +121,7 @@ func numbered(n int) []string {
 
 // TestQueueProtocolEncode pins the spelling of each ARGV struct.
 func TestQueueProtocolEncode(t *testing.T) {
-	got := reserveArgs{n: 3, lease: 1500 * time.Millisecond, prefix: "w/ab.", move: 1000, deadMax: 7, WantLeft: true}.appendTo(nil)
+	got := reserveArgs{n: 3, lease: 1500 * time.Millisecond, prefix: "w/ab.", move: 1000, deadMax: 7, flags: flagLeft}.appendTo(nil)
 	if want := []string{"3", "1500", "w/ab.", "1000", "7", "1"}; !slices.Equal(got, want) {
 		t.Errorf("reserveArgs: %q, want %q", got, want)
 	}

@@ -65,6 +65,10 @@ type Options struct {
 	MaxPayloadBytes int
 	Retention       time.Duration
 	Shards          int
+	// GlobalCap is QueueOptions.GlobalConcurrency of a queue of more than
+	// one shard: its fleet-wide permits (permit.go); 0: none (a queue of
+	// one shard bounds its tasks in its reserve script).
+	GlobalCap int
 	// RateLimit, when not nil, limits the queue's reserves (limit.go).
 	RateLimit Limiter
 	// Policy is the policy these options spell, as stored in
@@ -140,6 +144,9 @@ type Req struct {
 	Arm   bool
 	Owner string         // the worker ("type|id") whose name goes before the tokens; "" for none
 	Acks  []*Reservation // acked first, in the same call: tasks of this core's shard
+	// permits: the take's tasks hold the fleet-wide permits of a sharded
+	// queue (permitSpread): its shard's script applies no bound of its own.
+	permits bool
 	// Shared: Queue.Reserve's, which may share a call with the raw calls
 	// beside it (groupReserve) where the queue allows (Queue.Reserve).
 	Shared bool
@@ -177,6 +184,9 @@ func (q *Queue) Reserve(ctx context.Context, req Req) (Reserved, error) {
 	lim := q.opts.RateLimit
 	if lim == nil || req.N == 0 || len(req.Acks) > 0 {
 		if len(req.Acks) == 0 && q.root == nil && req.N > 0 && q.SpanOf(ctx) > 1 {
+			if q.opts.GlobalCap > 0 {
+				return q.permitSpread(ctx, req)
+			}
 			return q.spread(ctx, req)
 		}
 		if req.Shared && lim == nil && req.N > 0 && len(req.Acks) == 0 && req.Owner == "" && !req.WantLeft {
@@ -190,9 +200,12 @@ func (q *Queue) Reserve(ctx context.Context, req Req) (Reserved, error) {
 	}
 	req.N = got
 	var res Reserved
-	if q.root == nil && q.SpanOf(ctx) > 1 {
+	switch {
+	case q.capShared(ctx):
+		res, err = q.permitSpread(ctx, req)
+	case q.root == nil && q.SpanOf(ctx) > 1:
 		res, err = q.spread(ctx, req)
-	} else {
+	default:
 		res, err = q.take(ctx, req)
 	}
 	if unused := got - len(res.Tasks); unused > 0 {
@@ -236,7 +249,13 @@ func (q *Queue) take(ctx context.Context, req Req) (Reserved, error) {
 		prefix = req.Owner + "/" + prefix
 	}
 	sent := mono.Now()
-	args := reserveArgs{n: req.N, lease: q.opts.Lease, prefix: prefix, deadMax: q.opts.DeadMax, WantLeft: req.WantLeft}
+	args := reserveArgs{n: req.N, lease: q.opts.Lease, prefix: prefix, deadMax: q.opts.DeadMax}
+	if req.WantLeft {
+		args.flags |= flagLeft
+	}
+	if req.permits {
+		args.flags |= flagUncapped
+	}
 	if q.sched.now(sent) {
 		args.move = 1000
 	}

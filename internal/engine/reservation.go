@@ -40,6 +40,7 @@ type Reservation struct {
 	group       string
 	expires     int64
 	permit      bool                   // the task holds a GlobalConcurrency permit (its reserve said so): its ack gives it back
+	gpermit     string                 // the token of the sharded queue's fleet-wide permit it holds (permit.go); "" for none
 	clock       lease.Clock            // the lease: from the send of the reserve or last extend (internal/lease)
 	result      atomic.Pointer[[]byte] // SetResult's, as JSON
 	// What the end steps pass on (lib_flow_end.lua): track is the body's

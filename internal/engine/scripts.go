@@ -18,6 +18,12 @@ var (
 	queueExtendScript  *rueidis.Lua
 	queueShardsScript  *rueidis.Lua
 
+	// A Semaphore's scripts, on a sharded queue's fleet-wide permits
+	// (permit.go).
+	semAcquireScript *rueidis.Lua
+	semReleaseScript *rueidis.Lua
+	semExtendScript  *rueidis.Lua
+
 	// reserveSHA is queue_reserve.lua's SHA1, for the EVALSHA that
 	// armedTake sends after CLIENT CACHING YES.
 	reserveSHA string
@@ -36,4 +42,7 @@ func Link(l *script.Linker) {
 	queueEndScript = l.New("queue_end.lua")
 	queueExtendScript = l.New("queue_extend.lua")
 	queueShardsScript = l.New("queue_shards.lua")
+	semAcquireScript = l.New("sem_acquire.lua")
+	semReleaseScript = l.New("sem_release.lua")
+	semExtendScript = l.New("sem_extend.lua", script.Retryable)
 }

@@ -232,9 +232,15 @@ type shardListener struct {
 	gates  []*wake.Gate
 }
 
-// join makes l listen to shard s's pending list and signal.
+// join makes l listen to shard s's pending list and signal, and on the
+// queue's own shard to the fleet-wide permits when it has them (a permit
+// given back wakes the reserves it turned away: permit.go).
 func (l *shardListener) join(w *wake.Watcher, s *Queue) {
-	for _, k := range [...]string{s.key.Pending, s.key.Signal} {
+	ks := []string{s.key.Pending, s.key.Signal}
+	if s.opts.GlobalCap > 0 && s.key.Permits != "" {
+		ks = append(ks, s.key.Permits)
+	}
+	for _, k := range ks {
 		g := w.AddListener(k, l.ch)
 		l.keys, l.gates = append(l.keys, k), append(l.gates, g)
 	}
@@ -277,17 +283,34 @@ func (q *Queue) growListeners(n int) {
 // (which arms the invalidation of each shard's pending list and signal):
 // a shard's pending list's length (unless signalOnly: GlobalConcurrency
 // holds the list), plus one when its signal moved since its last reserve
-// saw it (grouped or prioritized work came, or a permit came back).
+// saw it (grouped or prioritized work came, or a permit came back). On a
+// sharded queue with fleet-wide permits (permit.go) it reads their count
+// too (arming its invalidation): with a permit free, the pending lists
+// count even when signalOnly.
 func (q *Queue) CachedPending(ctx context.Context, signalOnly bool) (int64, []int64, error) {
 	f := q.env
 	n := q.SpanOf(ctx)
-	cmds := make([]rueidis.CacheableTTL, 0, 2*n)
+	cmds := make([]rueidis.CacheableTTL, 0, 2*n+1)
 	for i := range n {
 		s := q.Sub(i)
 		cmds = append(cmds, rueidis.CT(wake.NoTTL(f.Client.B().Llen().Key(s.key.Pending).Cache()), wake.HintTTL),
 			rueidis.CT(wake.NoTTL(f.Client.B().Get().Key(s.key.Signal).Cache()), wake.HintTTL))
 	}
+	top := q.top()
+	permits := top.opts.GlobalCap > 0 && n > 1
+	if permits {
+		cmds = append(cmds, rueidis.CT(wake.NoTTL(f.Client.B().Zcard().Key(top.key.Permits).Cache()), wake.HintTTL))
+	}
 	res := f.Client.DoMultiCache(ctx, cmds...)
+	if permits {
+		held, err := res[2*n].AsInt64()
+		if err != nil {
+			return 0, nil, err
+		}
+		if held < int64(top.opts.GlobalCap) {
+			signalOnly = false // a permit is free: the shards' tasks may go
+		}
+	}
 	lens := make([]int64, n)
 	var sum int64
 	for i := range n {

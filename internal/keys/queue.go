@@ -58,6 +58,14 @@ type Queue struct {
 	// past the counts still in use are empty, and deletes the hash when
 	// only one shard is left. It lives with shard 0 only.
 	Shards string
+	// Permits is fleet:queue:<name>:permits (zset: permit token -> server
+	// ms when its lease ends; optional; set on the queue's own keys only,
+	// as Shards): the fleet-wide GlobalConcurrency permits of a sharded
+	// queue, one key in one slot whatever the shards. Its tokens are taken,
+	// extended and given back as a Semaphore's (sem_acquire.lua with a
+	// count, sem_extend.lua, sem_release.lua); its TTL is its last
+	// member's deadline.
+	Permits string
 	// HistMinute and HistDay are the prefixes of the queue's history
 	// (derived; docs/SCHEMA.md), before a bucket's start in unix seconds:
 	// fleet:queue:<name>:hist:m:<hour> (hash: "<minute>:<count>" -> n, one
@@ -182,6 +190,7 @@ var QueueSuffixes = []struct {
 func (k Keys) Queue(name string) Queue {
 	q := queueAt(k.join("fleet", "queue", k.tag(name)))
 	q.Shards = q.Pending + ":shards"
+	q.Permits = q.Pending + ":permits"
 	return q
 }
 
