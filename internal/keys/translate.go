@@ -31,6 +31,7 @@ const (
 	FamQueuePolicy     Family = "queue:policy"           // ... (derived)
 	FamQueueCall       Family = "queue:call"             // fleet:queue:<name>:call:<prefix> (derived, short-lived)
 	FamQueueShards     Family = "queue:shards"           // fleet:queue:<name>:shards (derived, tagged only)
+	FamQueuePermits    Family = "queue:permits"          // fleet:queue:<name>:permits (derived; shard 0 only)
 	FamQueueHistMinute Family = "queue:hist:m"           // fleet:queue:<name>:hist:m:<hour> (derived, expiring)
 	FamQueueHistDay    Family = "queue:hist:d"           // fleet:queue:<name>:hist:d:<day> (derived, expiring)
 	// The keys of priorities, groups and GlobalConcurrency (derived;
@@ -101,6 +102,7 @@ var (
 		":dedup":            FamQueueDedup,
 		":policy":           FamQueuePolicy,
 		":shards":           FamQueueShards,
+		":permits":          FamQueuePermits,
 	}
 	workerFields = map[string]Family{
 		"hardware": FamWorkerHardware,
@@ -256,7 +258,7 @@ func (k Keys) parseFleet(rest string) (Key, bool) {
 			}
 		}
 		f, known := queueTails[tail]
-		return Key{Family: f, Name: name, Shard: shard}, known && !(f == FamQueueShards && (shard > 0 || !k.tagged))
+		return Key{Family: f, Name: name, Shard: shard}, known && !(f == FamQueueShards && (shard > 0 || !k.tagged)) && !(f == FamQueuePermits && shard > 0)
 	case "flow":
 		id, tail, ok := k.entity(rest)
 		if !ok || Check(KindFlow, id) != nil {
@@ -416,6 +418,8 @@ func (k Keys) Spell(p Key) (string, bool) {
 		return q().Call + p.Item, true
 	case FamQueueShards:
 		return k.Queue(p.Name).Shards, k.tagged && p.Shard == 0
+	case FamQueuePermits:
+		return k.Queue(p.Name).Permits, p.Shard == 0
 	case FamQueueHistMinute:
 		return k.Queue(p.Name).HistMinute + p.Item, p.Shard == 0 && histBucket(p.Item)
 	case FamQueueHistDay:

@@ -40,6 +40,7 @@ func TestTranslate(t *testing.T) {
 		{FamQueueRetained, "fleet:queue:q:retained", "fleet:queue:{q}:retained"},
 		{FamQueueMeta, "fleet:queue:q:meta:tenant:sacme", "fleet:queue:{q}:meta:tenant:sacme"},
 		{FamQueueLog, "fleet:queue:q:log:0193a0c4-1b2c-7d3e-8f40-112233445566", "fleet:queue:{q}:log:0193a0c4-1b2c-7d3e-8f40-112233445566"},
+		{FamQueuePermits, "fleet:queue:q:permits", "fleet:queue:{q}:permits"},
 		{FamQueueSteps, "fleet:queue:q:steps:0193a0c4-1b2c-7d3e-8f40-112233445566", "fleet:queue:{q}:steps:0193a0c4-1b2c-7d3e-8f40-112233445566"},
 		{FamQueueGroups, "fleet:queue:q:groups", "fleet:queue:{q}:groups"},
 		{FamQueueGroupState, "fleet:queue:q:gstate", "fleet:queue:{q}:gstate"},
