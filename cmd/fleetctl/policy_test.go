@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -104,6 +105,41 @@ func TestFleetctlTaskDebounce(t *testing.T) {
 		out, _, code = fctl(t, append(conn, "task", "get", "bounced", plain)...)
 		if code != 0 || strings.Contains(out, "debounce") || strings.Contains(out, "dedup key") {
 			t.Fatalf("task get of a plain task (exit %d):\n%s", code, out)
+		}
+	})
+}
+
+// TestFleetctlWorkersChunk: workers shows a chunk worker's ChunkOptions
+// (CHUNK: "<min>-<max> wait <max wait>") and "-" for another worker, in
+// the table and as JSON.
+func TestFleetctlWorkersChunk(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		ctx, f, conn, _ := openTarget(t, tg)
+		q := fleet.NewQueue[job](f, "chunked", fleet.QueueOptions{})
+		co := fleet.ChunkOptions{MinSize: 5, MaxSize: 20, MaxWait: 1500 * time.Millisecond}
+		cw := fleet.NewChunkWorker(f, fleet.WorkerOptions{Type: "chunked", ID: "c1", Slots: 1}, q, co,
+			fleet.ChunkFunc[struct{}, struct{}, job](func(context.Context, *fleet.Slot[struct{}, struct{}], *fleet.Chunk[job]) error { return nil }))
+		bw := fleet.NewBatchWorker(f, fleet.WorkerOptions{Type: "chunked", ID: "b1", Slots: 1}, q,
+			fleet.BatchFunc[struct{}, struct{}, job](func(context.Context, *fleet.Slot[struct{}, struct{}], *fleet.Task[job]) error { return nil }))
+		for _, w := range []*fleet.Worker{cw, bw} {
+			if err := w.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = w.Stop(context.Background()) })
+		}
+		out, errOut, code := fctl(t, append(conn, "workers", "--type", "chunked")...)
+		if code != 0 {
+			t.Fatalf("workers: exit %d: %s", code, errOut)
+		}
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if len(lines) != 3 || !strings.Contains(lines[0], " CHUNK ") || !strings.HasPrefix(lines[1], "chunked  b1  ") || !strings.HasPrefix(lines[2], "chunked  c1  ") ||
+			!strings.HasSuffix(strings.TrimSpace(lines[1]), " -") || !strings.HasSuffix(strings.TrimSpace(lines[2]), " 5-20 wait 1.5s") {
+			t.Fatalf("workers table:\n%s", out)
+		}
+		out, _, code = fctl(t, append(append([]string{"--json"}, conn...), "workers", "--type", "chunked")...)
+		var ws []fleet.WorkerInfo
+		if err := json.Unmarshal([]byte(out), &ws); code != 0 || err != nil || len(ws) != 2 || ws[0].Chunk != nil || ws[1].Chunk == nil || *ws[1].Chunk != co {
+			t.Fatalf("workers --json (exit %d, %v): %s", code, err, out)
 		}
 	})
 }
