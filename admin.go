@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -339,10 +340,14 @@ type WorkerInfo struct {
 	// after it refused it (see LastError); 0 when the worker never
 	// recorded one (a worker of another client).
 	AppliedGen int64 `json:"applied_gen"`
+	// Chunk is a chunk worker's ChunkOptions, as it registered them in
+	// its :hardware (Hardware.Chunk); nil for any other worker.
+	Chunk *ChunkOptions `json:"chunk,omitempty"`
 }
 
 // Workers lists the indexed workers that filter selects, sorted by type
-// and id, with their state, last_seen, last_error, gen and applied gen, read in one
+// and id, with their state, last_seen, last_error, gen, applied gen and a chunk
+// worker's ChunkOptions (its :hardware), read in one
 // pipelined round trip after the index (and a TIME). May return ErrInvalidName,
 // ErrInvalidArgument, ErrUnavailable.
 func (f *Fleet) Workers(ctx context.Context, filter WorkersFilter) ([]WorkerInfo, error) {
@@ -384,12 +389,13 @@ func (f *Fleet) Workers(ctx context.Context, filter WorkersFilter) ([]WorkerInfo
 	slices.SortFunc(list, func(a, b WorkerInfo) int {
 		return strings.Compare(a.Type+"|"+a.ID, b.Type+"|"+b.ID)
 	})
-	cmds := make(rueidis.Commands, 0, 2*len(list))
+	cmds := make(rueidis.Commands, 0, 3*len(list))
 	for _, w := range list {
 		k := f.keys.Worker(w.Type, w.ID)
 		cmds = append(cmds,
 			c.B().Hmget().Key(k.State).Field("state", "last_seen", "last_error", "applied_gen").Build(),
-			c.B().Get().Key(k.Gen).Build())
+			c.B().Get().Key(k.Gen).Build(),
+			c.B().Get().Key(k.Hardware).Build())
 	}
 	// TIME has no slot: a cluster client refuses it beside keyed commands.
 	now, err := timeReply(c.Do(ctx, c.B().Time().Build()))
@@ -399,7 +405,7 @@ func (f *Fleet) Workers(ctx context.Context, filter WorkersFilter) ([]WorkerInfo
 	res := c.DoMulti(ctx, cmds...)
 	out := list[:0]
 	for i, w := range list {
-		st, err := res[2*i].ToArray()
+		st, err := res[3*i].ToArray()
 		if err != nil {
 			return nil, opErr("workers", w.Type+"|"+w.ID, err)
 		}
@@ -412,8 +418,18 @@ func (f *Fleet) Workers(ctx context.Context, filter WorkersFilter) ([]WorkerInfo
 		if s, err := strconv.ParseFloat(vals[1], 64); err == nil {
 			w.LastSeen = time.UnixMilli(int64(s * 1000))
 		}
-		if g, err := res[2*i+1].ToString(); err == nil {
+		if g, err := res[3*i+1].ToString(); err == nil {
 			w.Gen, _ = strconv.ParseInt(g, 10, 64)
+		} else if !rueidis.IsRedisNil(err) {
+			return nil, opErr("workers", w.Type+"|"+w.ID, err)
+		}
+		if hw, err := res[3*i+2].ToString(); err == nil {
+			var h struct {
+				Chunk *ChunkOptions `json:"chunk"`
+			}
+			if json.Unmarshal([]byte(hw), &h) == nil { // another client's record may hold anything
+				w.Chunk = h.Chunk
+			}
 		} else if !rueidis.IsRedisNil(err) {
 			return nil, opErr("workers", w.Type+"|"+w.ID, err)
 		}

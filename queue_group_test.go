@@ -484,3 +484,69 @@ func rawHget(t *testing.T, e *env, key, field string) (string, bool) {
 	v, ok := e.hgetall(t, key)[field]
 	return v, ok
 }
+
+// TestQueueGroupEmptiedInRound: groups whose lists a Cancel emptied, and a
+// group paused while it had a task, stay in the round (only a reserve's
+// visit takes them out); one Reserve must go past them, and past the
+// documented list's empty turn, to the group that has work, and take all
+// of it, leaving no round behind: only the paused group's state and task.
+func TestQueueGroupEmptiedInRound(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		t.Parallel()
+		e := open(t, tg)
+		k := e.qk("emptied")
+		q := fleet.NewQueue[job](e.F, "emptied", fleet.QueueOptions{Lease: 20 * time.Second})
+		a := grouped(t, q, "a", 0, 1)
+		c := grouped(t, q, "c", 1, 1)
+		p := grouped(t, q, "p", 4, 1)
+		b := grouped(t, q, "b", 2, 2)
+		for _, id := range []string{a[0], c[0]} {
+			if err := q.Cancel(ctx(t), id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := q.PauseGroup(ctx(t), "p"); err != nil {
+			t.Fatal(err)
+		}
+		got := e.dump(t)
+		if got[k.Groups] != "list:a\n\nc\np\nb" || got[k.GroupState] != "hash:=r\na=r\nb=r\nc=r\np=r" {
+			t.Fatalf("round after the cancels: %q %q", got[k.Groups], got[k.GroupState])
+		}
+		ts, err := q.Reserve(ctx(t), 3, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, tk := range ts {
+			ids = append(ids, tk.ID)
+		}
+		if !slices.Equal(ids, b) {
+			t.Fatalf("Reserve(3) took %v, want b's %v", ids, b)
+		}
+		got = e.dump(t)
+		for _, gone := range []string{k.Groups, k.Group + "a", k.Group + "b", k.Group + "c", k.Pending} {
+			if v, ok := got[gone]; ok {
+				t.Fatalf("%s left after the reserve: %q", gone, v)
+			}
+		}
+		pbody := `{"id":"` + p[0] + `","payload":{"url":"https://example.com/4","n":4},"attempts":0,"group":"p"}`
+		if got[k.GroupState] != "hash:p=p" || got[k.Group+"p"] != "list:"+pbody || got[k.GroupPending] != "string:1" || got[k.GroupPaused] != "set:p" {
+			t.Fatalf("the paused group after the reserve: state %q, list %q, pending %q, paused %q",
+				got[k.GroupState], got[k.Group+"p"], got[k.GroupPending], got[k.GroupPaused])
+		}
+		if n := strings.Count(got[k.GroupRun+"b"], "@"); n != 2 {
+			t.Fatalf("permits of b: %q", got[k.GroupRun+"b"])
+		}
+		for _, tk := range ts {
+			if err := tk.Ack(ctx(t)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		policy := `string:{"max_attempts":10,"backoff_base_ms":1000,"backoff_max_ms":600000,"dead_max":10000,"dead_max_age_ms":604800000}`
+		want := map[string]string{k.Signal: "string:5", k.Policy: policy, k.Registry: "set:emptied",
+			k.GroupState: "hash:p=p", k.Group + "p": "list:" + pbody, k.GroupPending: "string:1", k.GroupPaused: "set:p"}
+		if got := e.dump(t); !maps.Equal(got, want) {
+			t.Fatalf("after the acks:\n got %v\nwant %v", got, want)
+		}
+	})
+}

@@ -58,6 +58,16 @@ type TaskRecord struct {
 	Priority  int               `json:"priority,omitempty"`
 	Group     string            `json:"group,omitempty"`
 	ExpiresAt time.Time         `json:"expires_at,omitzero"`
+	// DedupKey is the task's SubmitOptions.DedupKey, while its body is
+	// known: the key that a Replace or Debounce submit names it by.
+	DedupKey string `json:"dedup_key,omitempty"`
+	// Debounce is the SubmitOptions.Debounce of the submit that last
+	// wrote a pending or scheduled task's body, nil for none; DebounceUntil
+	// is the latest it starts: its first submit (SubmittedAt) plus the
+	// max wait. The window runs from the last submit: a scheduled task's
+	// ReadyAt is when it starts if no submit comes before.
+	Debounce      *Debounce `json:"debounce,omitempty"`
+	DebounceUntil time.Time `json:"debounce_until,omitzero"`
 	// Progress is an active task's last progress value (Task.Progress,
 	// JSON) stored by the reservation that holds it now; empty for none.
 	Progress json.RawMessage `json:"progress,omitempty"`
@@ -154,12 +164,22 @@ func recordOf(id string, res []string) TaskRecord {
 		Group    string            `json:"group"`
 		Expires  float64           `json:"expires_at"`
 		Status   string            `json:"status"`
+		Dedup    string            `json:"dedup"`
+		DebMS    int64             `json:"debounce_ms"`
+		DebMaxMS int64             `json:"debounce_max_ms"`
 	}
 	if len(res) > 1 {
 		_ = json.Unmarshal([]byte(res[1]), &body) // a body of another client may hold anything
 	}
 	r.Payload, r.Attempts, r.LastError = body.Payload, body.Attempts, body.Error
 	r.Metadata, r.Priority, r.Group, r.ExpiresAt = body.Meta, body.Priority, body.Group, floatTime(body.Expires)
+	r.DedupKey = body.Dedup
+	if body.DebMS > 0 && (r.Status == TaskPending || r.Status == TaskScheduled) {
+		r.Debounce = &Debounce{Window: time.Duration(body.DebMS) * time.Millisecond, MaxWait: time.Duration(body.DebMaxMS) * time.Millisecond}
+		if !r.SubmittedAt.IsZero() {
+			r.DebounceUntil = r.SubmittedAt.Add(r.Debounce.MaxWait)
+		}
+	}
 	switch r.Status {
 	case TaskActive:
 		if len(res) > 3 {

@@ -21,11 +21,12 @@ import (
 // first submit's, which is the submitting process's clock.
 type Debounce struct {
 	// Window is how long the task waits after the last submit. More than
-	// 0, at least a millisecond.
-	Window time.Duration
+	// 0, at least a millisecond. (In JSON, as TaskRecord shows it:
+	// nanoseconds.)
+	Window time.Duration `json:"window"`
 	// MaxWait bounds the wait from the first submit: a burst longer than
 	// it still runs by then. At least Window.
-	MaxWait time.Duration
+	MaxWait time.Duration `json:"max_wait"`
 }
 
 // checkReplace checks SubmitOptions.Replace and Debounce (d), beside its

@@ -30,10 +30,14 @@ func newBody(id string, payload []byte, opts SubmitOptions) string {
 
 // bodyOptions maps SubmitOptions to the options a body carries.
 func bodyOptions(opts SubmitOptions) taskbody.Options {
-	return taskbody.Options{
+	o := taskbody.Options{
 		DedupKey: opts.DedupKey, UniqueFor: opts.UniqueFor, Priority: opts.Priority, MaxAttempts: opts.MaxAttempts,
 		Backoff: opts.Backoff.String(), Timeout: opts.Timeout, ExpiresAt: opts.ExpiresAt, Metadata: opts.Metadata, Group: opts.Group,
 	}
+	if d := opts.Debounce; d != nil {
+		o.Debounce, o.DebounceMaxWait = d.Window, d.MaxWait
+	}
+	return o
 }
 
 // pushBody is newBody for a task that push (queue_submit.lua) writes: it

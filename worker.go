@@ -163,11 +163,12 @@ func (o WorkerOptions) withDefaults() (WorkerOptions, error) {
 // config gen as it is pushed. Its methods are safe for concurrent use. A
 // Worker runs once: Start it, Stop it, and make a new one to run again.
 type Worker struct {
-	f    *Fleet
-	opts WorkerOptions
-	k    keys.Worker
-	err  error
-	kind string // "loop" or "batch"
+	f     *Fleet
+	opts  WorkerOptions
+	k     keys.Worker
+	err   error
+	kind  string        // "loop" or "batch"
+	chunk *ChunkOptions // a chunk worker's (NewChunkWorker), registered in :hardware; nil for others
 	// fixedSlots says whose slot count SetSlots cannot change ("a loop
 	// worker's", "a chunk worker's"); "" for a batch worker.
 	fixedSlots string

@@ -8,40 +8,9 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/fleet-go/fleet/internal/lease"
 )
-
-// ChunkOptions says how a chunk worker (NewChunkWorker) gathers the tasks
-// it hands its handler at once.
-type ChunkOptions struct {
-	// MinSize is the fewest tasks a chunk holds, unless MaxWait passed
-	// since its first task came into the worker's hands (>= 1).
-	MinSize int
-	// MaxSize is the most tasks a chunk holds (MinSize <= MaxSize <=
-	// MaxReserve).
-	MaxSize int
-	// MaxWait is how long a chunk of fewer than MinSize tasks waits for
-	// more, from its first task (>= 0; 0: it goes as soon as no more are
-	// at hand).
-	MaxWait time.Duration
-}
-
-// check says what is wrong with o, naming the field.
-func (o ChunkOptions) check() error {
-	switch {
-	case o.MinSize < 1:
-		return fmt.Errorf("%w: ChunkOptions.MinSize %d must be >= 1", ErrInvalidOptions, o.MinSize)
-	case o.MaxSize < o.MinSize:
-		return fmt.Errorf("%w: ChunkOptions.MaxSize %d must be >= MinSize %d", ErrInvalidOptions, o.MaxSize, o.MinSize)
-	case o.MaxSize > MaxReserve:
-		return fmt.Errorf("%w: ChunkOptions.MaxSize %d must be <= MaxReserve %d", ErrInvalidOptions, o.MaxSize, MaxReserve)
-	case o.MaxWait < 0:
-		return fmt.Errorf("%w: ChunkOptions.MaxWait %v must be >= 0", ErrInvalidOptions, o.MaxWait)
-	}
-	return nil
-}
 
 // ChunkAutomation is an automation that handles the tasks of a Queue[P]
 // many at a time per slot (a Chunk), with a config of type C, and may emit
@@ -203,6 +172,7 @@ func NewChunkWorker[C, O, P any](f *Fleet, opts WorkerOptions, q *Queue[P], co C
 	if w.err != nil {
 		return w
 	}
+	w.chunk = &co // registered in :hardware (Hardware.Chunk)
 	w.spawn = func(run, soft context.Context) bool { return spawnChunks(w, q, co, a, stream, run, soft) }
 	return w
 }

@@ -33,6 +33,9 @@ type Hardware struct {
 	Slots int    `json:"slots"`
 	// StartedAt is when the worker started, unix seconds.
 	StartedAt int64 `json:"started_at"`
+	// Chunk is a chunk worker's ChunkOptions (NewChunkWorker); nil (left
+	// out) for any other worker.
+	Chunk *ChunkOptions `json:"chunk,omitempty"`
 }
 
 func (w *Worker) hardware() Hardware {
@@ -47,7 +50,7 @@ func (w *Worker) hardware() Hardware {
 	w.hwSlots.Store(int64(slots))
 	return Hardware{Hostname: host, CPUs: runtime.NumCPU(), MemoryBytes: totalMemory(),
 		OS: runtime.GOOS, Arch: runtime.GOARCH, GoVersion: runtime.Version(), FleetVersion: fleetVersion(),
-		PID: os.Getpid(), Kind: w.kind, Slots: slots, StartedAt: started}
+		PID: os.Getpid(), Kind: w.kind, Slots: slots, StartedAt: started, Chunk: w.chunk}
 }
 
 func fleetVersion() string {

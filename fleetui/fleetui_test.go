@@ -528,3 +528,31 @@ func TestBadOptions(t *testing.T) {
 		}
 	}
 }
+
+// TestWorkersPageChunk: the workers list shows a chunk worker's
+// ChunkOptions beside its id, and nothing for another worker.
+func TestWorkersPageChunk(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		t.Parallel()
+		b := newBed(t, tg, fleetui.Options{})
+		c := ctxFor(t)
+		q := fleet.NewQueue[job](b.F, "chunked", fleet.QueueOptions{})
+		cw := fleet.NewChunkWorker(b.F, fleet.WorkerOptions{Type: "chunked", ID: "c1", Slots: 1, Heartbeat: time.Hour}, q,
+			fleet.ChunkOptions{MinSize: 5, MaxSize: 20, MaxWait: 1500 * time.Millisecond},
+			fleet.ChunkFunc[job, out, job](func(context.Context, *fleet.Slot[job, out], *fleet.Chunk[job]) error { return nil }))
+		bw := fleet.NewBatchWorker(b.F, fleet.WorkerOptions{Type: "chunked", ID: "b1", Slots: 1, Heartbeat: time.Hour}, q,
+			fleet.BatchFunc[job, out, job](func(context.Context, *fleet.Slot[job, out], *fleet.Task[job]) error { return nil }))
+		for _, w := range []*fleet.Worker{cw, bw} {
+			if err := w.Start(c); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = w.Stop(context.Background()) })
+		}
+		code, body := b.get(t, "/fleet/workers/chunked")
+		if code != http.StatusOK {
+			t.Fatalf("workers %d:\n%s", code, body)
+		}
+		mustContain(t, "workers", body, `href="/fleet/workers/chunked/c1">c1</a> <span class="chunk" title="ChunkOptions: MinSize-MaxSize, MaxWait">chunks of 5–20, wait 1.5s</span></td>`,
+			`href="/fleet/workers/chunked/b1">b1</a></td>`)
+	})
+}

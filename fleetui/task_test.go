@@ -435,3 +435,36 @@ func TestQueuePagePolicy(t *testing.T) {
 		mustContain(t, "queue page", body, `<p id="policy">Policy: up to 5 attempts, retried after <code>fixed:30s</code> · dead letters: at most 20, kept 1h0m0s · at most 7 running</p>`)
 	})
 }
+
+// TestTaskPageDebounce: a waiting task's page shows its dedup key and the
+// debounce it was submitted with: the window, and the latest it starts
+// (its first submit plus the max wait); a plain task's shows neither.
+func TestTaskPageDebounce(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		t.Parallel()
+		b := newBed(t, tg, fleetui.Options{})
+		c := ctxFor(t)
+		id, err := b.Q.SubmitWith(c, job{Note: "d"}, fleet.SubmitOptions{DedupKey: "doc-<7>", Debounce: &fleet.Debounce{Window: 90 * time.Second, MaxWait: time.Hour}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, err := b.Q.Lookup(c, id)
+		if err != nil || rec.SubmittedAt.IsZero() {
+			t.Fatalf("Lookup %+v, %v", rec, err)
+		}
+		until := rec.SubmittedAt.Add(time.Hour).UTC().Format("2006-01-02 15:04:05Z")
+		code, body := b.get(t, "/fleet/queues/jobs/tasks/"+id)
+		if code != http.StatusOK {
+			t.Fatalf("task page %d", code)
+		}
+		mustContain(t, "debounced task page", body, `<td id="dedup-key">doc-&lt;7&gt;</td>`,
+			`<td id="debounce">window 1m30s, starts by `+until+` at the latest (max wait 1h0m0s)</td>`)
+		plain, err := b.Q.Submit(c, job{Note: "p"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code, body = b.get(t, "/fleet/queues/jobs/tasks/"+plain); code != http.StatusOK || strings.Contains(body, `id="debounce"`) || strings.Contains(body, `id="dedup-key"`) {
+			t.Fatalf("plain task page %d:\n%s", code, body)
+		}
+	})
+}

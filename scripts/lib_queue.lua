@@ -487,6 +487,9 @@ local function take_fair(n, now, popped, from, raw, lease)
     return blocked_until(n, popped), true
   end
   local defaults = group_defaults(raw)
+  -- idle counts the visits in a row of members that gave nothing and
+  -- stayed in the round; a member that leaves it shrinks size instead, so
+  -- the take goes on to the members after it.
   local limits, ungrouped_done, idle, visits = {}, false, 0, 0
   while #popped < n and idle < size do
     if visits == n + 64 then return nil, false end
@@ -494,7 +497,7 @@ local function take_fair(n, now, popped, from, raw, lease)
     local g = redis.call('LMOVE', GROUPS, GROUPS, 'LEFT', 'RIGHT')
     if not g then break end
     local k = math.ceil((n - #popped) / size)
-    local took = 0
+    local took, before = 0, size
     if g == '' then
       if not ungrouped_done then
         took = take_ungrouped(k, popped, from)
@@ -538,11 +541,15 @@ local function take_fair(n, now, popped, from, raw, lease)
           size = size - 1
         end
       else
-        leave_round(g, state, til)
+        leave_round(g, state, til) -- blocked, or emptied: no task was left on its list
         size = size - 1
       end
     end
-    if took > 0 then idle = 0 else idle = idle + 1 end
+    if took > 0 then
+      idle = 0
+    elseif size == before then
+      idle = idle + 1
+    end
   end
   if size == 1 and #popped < n and redis.call('LINDEX', GROUPS, 0) == '' and redis.call('EXISTS', PENDING, PRIO) == 0 then
     end_round()

@@ -79,6 +79,7 @@ func init() {
 						prio = strconv.Itoa(r.Priority)
 					}
 					for _, kv := range [][2]string{{"group", r.Group}, {"priority", prio}, {"worker", r.Worker}, {"progress", shownJSON(r.Progress)},
+						{"dedup key", r.DedupKey}, {"debounce", debounceText(r)},
 						{"flow", r.Flow}, {"last error", r.LastError}, {"payload", shownJSON(r.Payload)}, {"result", shownJSON(r.Result)}} {
 						if kv[1] != "" {
 							fmt.Fprintf(w, "%s\t%s\n", kv[0], kv[1])
@@ -174,4 +175,14 @@ func shownText(s string) string {
 		return strconv.Quote(s)
 	}
 	return s
+}
+
+// debounceText spells the debounce a waiting task was submitted with
+// (TaskRecord.Debounce), "" for none: its window, and the latest it starts
+// (its first submit plus the max wait).
+func debounceText(r fleet.TaskRecord) string {
+	if r.Debounce == nil {
+		return ""
+	}
+	return fmt.Sprintf("window %v, starts by %s at the latest (max wait %v)", r.Debounce.Window, ts(r.DebounceUntil), r.Debounce.MaxWait)
 }

@@ -41,16 +41,25 @@ func init() {
 				rows = append(rows, row{x, x.LastSeen.IsZero() || now.Sub(x.LastSeen) > stale})
 			}
 			a.emit(rows, func(w *tabwriter.Writer) {
-				fmt.Fprintln(w, "TYPE\tID\tSTATE\tLAST SEEN\tGEN\tAPPLIED\tLAST ERROR")
+				fmt.Fprintln(w, "TYPE\tID\tSTATE\tLAST SEEN\tGEN\tAPPLIED\tCHUNK\tLAST ERROR")
 				for _, x := range rows {
 					state := string(x.State)
 					if x.Exited {
 						state = "EXITED (" + state + ")"
 					}
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%s\n", x.Type, x.ID, state, ts(x.LastSeen), x.Gen, x.AppliedGen, x.LastError)
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", x.Type, x.ID, state, ts(x.LastSeen), x.Gen, x.AppliedGen, chunkText(x.Chunk), x.LastError)
 				}
 			})
 			return exitOK
 		},
 	})
+}
+
+// chunkText spells a chunk worker's ChunkOptions (WorkerInfo.Chunk) as
+// "<min>-<max> wait <max wait>", "-" for any other worker.
+func chunkText(c *fleet.ChunkOptions) string {
+	if c == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%d-%d wait %v", c.MinSize, c.MaxSize, c.MaxWait)
 }

@@ -41,6 +41,10 @@ type Fields struct {
 	Meta        map[string]string `json:"meta"`
 	Group       string            `json:"group"`
 	Track       int64             `json:"track"` // a tracked task: how long its end stays recorded (ms; WithTrack)
+	// DebounceMS and DebounceMaxMS are the debounce the task was
+	// submitted with (Options.Debounce): its window and max wait (ms).
+	DebounceMS    int64 `json:"debounce_ms"`
+	DebounceMaxMS int64 `json:"debounce_max_ms"`
 	// Indexed is the body's "mx": the suffixes of the metadata index keys
 	// its submit added it to (QueueOptions.IndexMeta), which its ack
 	// removes it from.
@@ -73,6 +77,10 @@ type Options struct {
 	Metadata map[string]string
 	// Group is written as "group".
 	Group string
+	// Debounce and DebounceMaxWait are written as "debounce_ms" and
+	// "debounce_max_ms" (ms) when Debounce is set: the root's
+	// SubmitOptions.Debounce, for the operators' tools to show.
+	Debounce, DebounceMaxWait time.Duration
 	// Indexed is written as "mx": the suffixes (after the queue's
 	// :meta:) of the metadata index keys the task is added to, each
 	// "<key>:<canon>" (internal/keys MetaSuffix), which need no escaping.
@@ -81,8 +89,8 @@ type Options struct {
 
 // New spells a task body: {"id":...,"payload":...,"attempts":0}, plus
 // the fields of o that are set: "dedup", "unique_ms", "priority",
-// "max_attempts", "backoff", "timeout_ms", "expires_at" (unix s), "meta", "group" and "mx"
-// (docs/SCHEMA.md). A body of no options is the documented one. payload
+// "max_attempts", "backoff", "timeout_ms", "expires_at" (unix s), "meta", "group",
+// "debounce_ms", "debounce_max_ms" and "mx" (docs/SCHEMA.md). A body of no options is the documented one. payload
 // must be one JSON value; id a UUID or other text that needs no escaping.
 func New(id string, payload []byte, o Options) string {
 	var b strings.Builder
@@ -137,6 +145,10 @@ func New(id string, payload []byte, o Options) string {
 	}
 	if o.Group != "" {
 		str("group", o.Group)
+	}
+	if o.Debounce > 0 {
+		num("debounce_ms", o.Debounce.Milliseconds())
+		num("debounce_max_ms", o.DebounceMaxWait.Milliseconds())
 	}
 	if len(o.Indexed) > 0 {
 		b.WriteString(`,"mx":[`)
