@@ -291,9 +291,9 @@ func (r *run) fcSubmitDebounced(ctx context.Context, f *fleet.Fleet, sub *fcSubm
 }
 
 type fcReport struct {
-	runs, chunks, acked, unknown       int
+	runs, chunks, acked, unknown      int
 	lost, ackedTwice, overlaps, stale int
-	violations                         []string
+	violations                        []string
 }
 
 type fcRun struct {
@@ -368,7 +368,9 @@ func (r *run) fcCount(sub *fcSubmits, dead, left map[string]bool) fcReport {
 		}
 	}
 	rep.chunks, rep.unknown = len(chunks), len(unknown)
-	bad := func(format string, args ...any) { rep.violations = append(rep.violations, fmt.Sprintf(format, args...)) }
+	bad := func(format string, args ...any) {
+		rep.violations = append(rep.violations, fmt.Sprintf(format, args...))
+	}
 	for task, rs := range runs {
 		rep.runs += len(rs)
 		if acks[task] > 1 {
