@@ -440,3 +440,112 @@ func containsInt(xs []int, x int) bool {
 	}
 	return false
 }
+
+// TestFlowControlDebounceRestart: three Fleets submit to one debounce key
+// at once, then one submits last; redis-server is SIGKILLed right after
+// that submit was acknowledged, inside its window, and restarted (AOF,
+// fsync always). Every acknowledged submit got the one task's id, and the
+// task runs exactly once, with the last acknowledged payload, no sooner
+// than Window after that submit and by MaxWait after the first.
+func TestFlowControlDebounceRestart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	srv, err := fleettest.StartServer(ctx, fleettest.Config{AppendOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	var fs []*fleet.Fleet
+	for range 3 {
+		f, err := fleet.Open(ctx, fleet.Options{URL: srv.URL(), Prefix: "fcd:", Layout: fleet.LayoutCompat})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		fs = append(fs, f)
+	}
+	d := &fleet.Debounce{Window: time.Second, MaxWait: 10 * time.Second}
+	o := fleet.SubmitOptions{DedupKey: "k", Debounce: d}
+	var mu sync.Mutex
+	ids := map[string]int{}
+	var wg sync.WaitGroup
+	for i, f := range fs {
+		q := fleet.NewQueue[job](f, "deb", fleet.QueueOptions{})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := range 30 {
+				id, err := q.SubmitWith(ctx, job{Seq: i*1000 + n}, o)
+				if err != nil {
+					t.Errorf("fleet %d submit %d: %v", i, n, err)
+					return
+				}
+				mu.Lock()
+				ids[id]++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	q := fleet.NewQueue[job](fs[1], "deb", fleet.QueueOptions{})
+	const lastSeq = 99_999
+	last := time.Now()
+	id, err := q.SubmitWith(ctx, job{Seq: lastSeq}, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Kill()
+	killed := time.Now()
+	if err := srv.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ids[id]++
+	if len(ids) != 1 || ids[id] != 91 {
+		t.Fatalf("the acknowledged submits got the ids %v; want one id, 91 times", ids)
+	}
+	if killed.Sub(last) >= d.Window {
+		t.Fatalf("the kill came %v after the last submit, past its window %v", killed.Sub(last), d.Window)
+	}
+	var ts []*fleet.Task[job]
+	var ranAt time.Time
+	for len(ts) == 0 {
+		if ctx.Err() != nil {
+			t.Fatal("the debounced task never ran after the restart")
+		}
+		ts, err = fleet.NewQueue[job](fs[2], "deb", fleet.QueueOptions{}).Reserve(ctx, 10, 100*time.Millisecond)
+		ranAt = time.Now()
+		if err != nil {
+			ts = nil
+			sleep(ctx, 50*time.Millisecond)
+		}
+	}
+	if len(ts) != 1 || ts[0].ID != id || ts[0].Payload.Seq != lastSeq {
+		t.Fatalf("reserved %+v; want task %s with seq %d", ts, id, lastSeq)
+	}
+	// The window runs from the last submit (the server's clock, this
+	// host's); the first submit is the id's time.
+	first := time.UnixMilli(uuidMS(t, id))
+	if ranAt.Before(last.Add(d.Window-50*time.Millisecond)) || ranAt.After(first.Add(d.MaxWait)) {
+		t.Fatalf("ran at %v: the last submit was %v (window %v), the first %v (max wait %v)", ranAt, last, d.Window, first, d.MaxWait)
+	}
+	if err := ts[0].Ack(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if more, err := q.Reserve(ctx, 10, d.Window+d.Window/5); err != nil || len(more) != 0 {
+		t.Fatalf("a second run: %+v, %v", more, err)
+	}
+	if st, err := q.Stats(ctx); err != nil || st.Pending+st.InFlight+st.Scheduled+st.Dead != 0 {
+		t.Fatalf("stats after the run %+v, %v; want all 0", st, err)
+	}
+	t.Logf("91 submits on 3 Fleets, redis-server killed %v after the last, ran %v after it", killed.Sub(last).Round(time.Millisecond), ranAt.Sub(last).Round(time.Millisecond))
+}
+
+// uuidMS is the unix ms of a UUIDv7 task id.
+func uuidMS(t *testing.T, id string) int64 {
+	t.Helper()
+	ms, err := strconv.ParseInt(strings.ReplaceAll(id, "-", "")[:12], 16, 64)
+	if err != nil {
+		t.Fatalf("id %q: %v", id, err)
+	}
+	return ms
+}
