@@ -320,7 +320,8 @@ func (r *run) fcCount(sub *fcSubmits, dead, left map[string]bool) fcReport {
 		if err != nil {
 			r.t.Fatal(err)
 		}
-		open := map[string]*fcRun{} // run+task -> run
+		open := map[string]*fcRun{}  // run+task -> run
+		endSaid := map[string]bool{} // tasks whose end (A or F) this process wrote
 		sc := bufio.NewScanner(f)
 		for sc.Scan() {
 			fs := strings.Fields(sc.Text())
@@ -345,7 +346,9 @@ func (r *run) fcCount(sub *fcSubmits, dead, left map[string]bool) fcReport {
 				}
 			case fs[0] == "A" && len(fs) == 3:
 				acks[fs[1]]++
+				endSaid[fs[1]] = true
 			case fs[0] == "F" && len(fs) == 4:
+				endSaid[fs[1]] = true
 				if strings.Contains(fs[3], "unavailable") || strings.Contains(fs[3], "closed") || strings.Contains(fs[3], "deadline") {
 					unknown[fs[1]] = true
 				}
@@ -353,17 +356,15 @@ func (r *run) fcCount(sub *fcSubmits, dead, left map[string]bool) fcReport {
 		}
 		f.Close()
 		// A run a kill cut short ended at the kill; one that ended in the
-		// handler but whose ack the kill cut off may have acked.
-		for _, ru := range open {
-			if ru.end == 0 {
+		// handler but whose end the kill cut off may have acked.
+		_, killed := r.deaths[proc]
+		for k, ru := range open {
+			task := strings.Fields(k)[1]
+			switch {
+			case ru.end == 0:
 				ru.end = r.deaths[proc]
-			}
-		}
-		if _, killed := r.deaths[proc]; killed {
-			for k, ru := range open {
-				if ru.end != r.deaths[proc] {
-					unknown[strings.Fields(k)[1]] = true
-				}
+			case killed && !endSaid[task]:
+				unknown[task] = true
 			}
 		}
 	}
