@@ -507,3 +507,84 @@ func TestQueueReplaceMany(t *testing.T) {
 		}
 	})
 }
+
+// TestQueueDebounceConcurrent: three Fleets submit a burst to one debounce
+// key at once: every submit gets the one task's id, and the task runs once,
+// with the payload of one Fleet's last submit (the server's last), Window
+// after that submit and within MaxWait of the first.
+func TestQueueDebounceConcurrent(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		t.Parallel()
+		e := open(t, tg)
+		c := ctx(t)
+		qk := e.qk("dbc")
+		fs := []*fleet.Fleet{e.F, openOn(t, tg, e.Prefix), openOn(t, tg, e.Prefix)}
+		d := &fleet.Debounce{Window: 300 * time.Millisecond, MaxWait: 10 * time.Second}
+		const each = 34
+		var wg sync.WaitGroup
+		ids := make([][]string, len(fs))
+		lastSent := make([]time.Time, len(fs)) // when each Fleet sent its last submit
+		errs := make(chan error, len(fs))
+		for i, f := range fs {
+			q := fleet.NewQueue[job](f, "dbc", fleet.QueueOptions{})
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for j := range each {
+					lastSent[i] = time.Now()
+					id, err := q.SubmitWith(c, url(i*each+j), fleet.SubmitOptions{DedupKey: "k", Debounce: d})
+					if err != nil {
+						errs <- err
+						return
+					}
+					ids[i] = append(ids[i], id)
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		id := ids[0][0]
+		for _, l := range ids {
+			for _, got := range l {
+				if got != id {
+					t.Fatalf("ids %s and %s for one key", id, got)
+				}
+			}
+		}
+		q := fleet.NewQueue[job](e.F, "dbc", fleet.QueueOptions{})
+		var ts []*fleet.Task[job]
+		waitFor(t, 10*time.Second, func() bool {
+			var err error
+			ts, err = q.Reserve(c, 10, 100*time.Millisecond)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return len(ts) > 0
+		}, "the debounced task never ran")
+		ran := time.Now()
+		lasts := map[int]bool{each - 1: true, 2*each - 1: true, 3*each - 1: true}
+		if len(ts) != 1 || ts[0].ID != id || !lasts[ts[0].Payload.N] || ts[0].Payload != url(ts[0].Payload.N) {
+			t.Fatalf("reserved %+v; want task %s with one Fleet's last payload (%v)", ts, id, lasts)
+		}
+		// The window runs from the server's last submit: the one whose
+		// payload ran, sent by Fleet N/each (the server's clock, this host's).
+		if last := lastSent[ts[0].Payload.N/each]; ran.Before(last.Add(d.Window-5*time.Millisecond)) || ran.UnixMilli() > uuidMS(t, id)+d.MaxWait.Milliseconds() {
+			t.Fatalf("ran at %v: the last submit was sent at %v (window %v), the first at %d ms (max wait %v)", ran, last, d.Window, uuidMS(t, id), d.MaxWait)
+		}
+		if err := ts[0].Ack(c); err != nil {
+			t.Fatal(err)
+		}
+		if more, err := q.Reserve(c, 10, d.Window+100*time.Millisecond); err != nil || len(more) != 0 {
+			t.Fatalf("a second run: %v, %v", more, err)
+		}
+		if dd := e.hgetall(t, qk.Dedup); len(dd) != 0 {
+			t.Fatalf("dedup left %v", dd)
+		}
+		if st, err := q.Stats(c); err != nil || st.Pending+st.InFlight+st.Scheduled+st.Dead != 0 {
+			t.Fatalf("stats %+v, %v", st, err)
+		}
+	})
+}

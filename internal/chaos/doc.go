@@ -35,6 +35,18 @@
 // never pass the limit, and a Limiter never lets more than Burst +
 // w*Rate/Per tokens through in any window w. It runs for -lin.time (8 s in CI).
 //
+// TestFlowControlFaults (flowcontrol_test.go) puts the flow controls of
+// issue #34 under faults: 10,000 tasks (-fc.tasks; 3,000 with -short) and
+// debounced tasks (SubmitOptions.Debounce: 20 keys, bursts of 10) go
+// through chunk workers (NewChunkWorker) in three processes that are
+// SIGKILLed and started again, and on the single node redis-server is
+// SIGKILLed and restarted and connections are cut. It fails unless lost,
+// acked twice, overlapping runs, and debounced runs without their last
+// acknowledged payload are all zero. TestFlowControlDebounceRestart
+// SIGKILLs redis-server inside a debounce window that three Fleets'
+// submits made: the task still runs once, with the last acknowledged
+// payload.
+//
 // The single node is a redis-server of the suite's own (it restarts it),
 // with a proxy in front of every process. On the cluster no proxy can sit
 // in front (the cluster redirects clients past it) and the servers are

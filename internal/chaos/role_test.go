@@ -160,6 +160,8 @@ func runRole(role string) int {
 		err = runReserver(sig, c, f, rec)
 	case linClientRole:
 		err = runLinClient(sig, c, f, rec)
+	case chunkerRole:
+		err = runChunker(sig, c, f, rec, log)
 	default:
 		err = fmt.Errorf("unknown role %q", role)
 	}
