@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -321,7 +322,7 @@ func TestQueueCancelCutOffInFlight(t *testing.T) {
 	raw := redistest.Client(t, redistest.Target{URL: s.URL()})
 	e := &env{F: f, Raw: raw, Tg: redistest.Target{URL: s.URL()}}
 	qk := e.qk("cc")
-	opts := fleet.QueueOptions{Lease: 5 * time.Second, MaxAttempts: 5}
+	opts := fleet.QueueOptions{Lease: 10 * time.Second, MaxAttempts: 5}
 	started, causes, _ := untilCanceled(t, f, fleet.NewQueue[job](f, "cc", opts),
 		fleet.WorkerOptions{Type: "cc", ID: "w1", Slots: 1, LeaseExtend: 200 * time.Millisecond})
 	q := fleet.NewQueue[job](f, "cc", opts)
@@ -330,13 +331,28 @@ func TestQueueCancelCutOffInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	awaitStarted(t, started, id)
-	if _, err := s.Cli(ctx(t), "client", "pause", "1500", "write"); err != nil {
+	if _, err := s.Cli(ctx(t), "client", "pause", "4000", "write"); err != nil {
 		t.Fatal(err)
 	}
-	short, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	err = q.Cancel(short, id)
+	// The Cancel's ctx ends once its script waits on the server (a client
+	// blocked by the pause on an EVALSHA: CLIENT LIST's flags "b"), not
+	// after a fixed time, which a loaded machine could spend before the
+	// command was even sent.
+	short, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- q.Cancel(short, id) }()
+	var list string
+	waitFor(t, 3500*time.Millisecond, func() bool {
+		list, _ = s.Cli(ctx(t), "client", "list")
+		for _, l := range strings.Split(list, "\n") {
+			if strings.Contains(l, " cmd=evalsha") && regexp.MustCompile(` flags=[A-Za-z]*b`).MatchString(l) {
+				return true
+			}
+		}
+		return false
+	}, "the Cancel's script never waited on the pause: %s", list)
 	cancel()
-	if !errors.Is(err, context.DeadlineExceeded) {
+	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Cancel behind a write pause: %v; want its ctx's error", err)
 	}
 	awaitCanceled(t, causes)
