@@ -302,6 +302,16 @@ func Step[R any](ctx context.Context, t Durable, name string, fn func(context.Co
 		}
 		return v, nil
 	}
+	// Run fn only while this reservation is proven to hold the task (its
+	// lease, as this process counts it): past it, another holder may have
+	// run and recorded the step already, and a first run, which reads
+	// nothing, would not know.
+	if err := ctx.Err(); err != nil {
+		return zero, opErr("step", q.name, context.Cause(ctx))
+	}
+	if !time.Now().Before(r.Deadline()) {
+		return zero, opErr("step", q.name, fmt.Errorf("%w: task %s: its lease ran out before step %q", ErrLeaseLost, r.id(), name))
+	}
 	fctx, done := q.fleet.observeStep(ctx, ev)
 	if done == nil {
 		done = func(error) {}
