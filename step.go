@@ -250,8 +250,10 @@ func checkStep(t Durable, name string) (*reservation, error) {
 // the next run of the task runs it again, as the task's retry policy
 // says.
 //
-// Only the holder of the task's lease records: a worker whose lease was
-// taken over gets ErrLeaseLost and records nothing. So a step's effect
+// Only the holder of the task's lease runs fn and records: fn runs only
+// while this process can prove the lease (before Deadline, with ctx
+// alive), and a worker whose lease was taken over gets ErrLeaseLost and
+// records nothing. So a step's effect
 // can repeat only if its process died (or lost its lease) between the
 // effect and the record: hand "<task id>/<step name>" downstream as the
 // idempotency key of effects that must not repeat.
