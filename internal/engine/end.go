@@ -165,16 +165,16 @@ func (r *Reservation) finish(ctx context.Context, mode endMode, cause string, af
 		attempts++
 	}
 	var body, entry string
-	src := r.body
-	if mode == endNack || mode == endBury {
-		src = r.markedBody()
-	}
 	switch mode {
 	case endNack, endBury:
+		set := map[string]any{"attempts": attempts, "error": cause, "dead_at": nil}
+		if r.logged.Load() {
+			set["lg"] = 1 // as markedBody: in the same rewrite
+		}
 		var err error
-		body, err = taskbody.Rewrite(src, map[string]any{"attempts": attempts, "error": cause, "dead_at": nil})
+		body, err = taskbody.Rewrite(r.body, set)
 		if err != nil {
-			body, mode = taskbody.DeadEntry(src, attempts, cause), endBury // not a task: it can only be buried
+			body, mode = taskbody.DeadEntry(r.body, attempts, cause), endBury // not a task: it can only be buried
 		}
 		if strings.HasPrefix(cause, fault.Canceled.Error()) {
 			entry = "-" // body says it: the cause is a cancel
