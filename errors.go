@@ -249,6 +249,15 @@ var (
 	// slot until a time (SleepError, from Sleep): the worker snoozes the
 	// task until then, uncounted.
 	ErrSuspended = newSentinel("task suspended", nil)
+	// ErrSignalTimeout is returned by WaitSignal when its timeout passed
+	// before the signal came. It is recorded: every later run of the task
+	// gets it too, so it is also ErrPermanent (a handler that returns it
+	// has its task dead-lettered, not retried into the same timeout).
+	ErrSignalTimeout = newSentinel("signal wait timed out", ErrPermanent)
+	// ErrSignalSent is returned by Queue.Signal for a signal name that was
+	// already sent to the task (each name is delivered once), or whose
+	// wait timed out. Nothing changes.
+	ErrSignalSent = newSentinel("signal already sent", nil)
 )
 
 // Errors that stay inside fleet.

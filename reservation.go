@@ -190,6 +190,21 @@ func (r *reservation) Snooze(ctx context.Context, after time.Duration) error {
 	return opErr("snooze", r.name(), r.r.Snooze(ctx, after))
 }
 
+// Suspend ends the reservation as a worker does when its handler returns
+// err, a suspension: a *SleepError (Sleep, WaitSignal) parks the task,
+// uncounted, until its time, and a signal it waits for (Queue.Signal)
+// makes it ready at once; a *RateLimitedError snoozes it for its
+// RetryAfter. It is for the holder of a task of its own Reserve. Any other
+// err is ErrInvalidArgument, and the reservation stays. May return what
+// Snooze does.
+func (r *reservation) Suspend(ctx context.Context, err error) error {
+	if _, ok := suspendedFor(err); !ok {
+		return opErr("suspend", r.name(), fmt.Errorf("%w: %v is not a suspension (a *SleepError, a *RateLimitedError)", ErrInvalidArgument, err))
+	}
+	_ = r.endLog(ctx, false)
+	return opErr("suspend", r.name(), snoozeWait(ctx, r.r, err))
+}
+
 // Extend sets the lease to run out lease from now (server clock), and moves
 // Deadline to lease after the call was sent. A lease whose deadline passed
 // can still be extended while the sweeper has not re-queued the task.

@@ -18,17 +18,26 @@ import (
 // the top, its recorded steps returned without running. It holds no slot,
 // no lease and no goroutine meanwhile: it waits in the queue's
 // :scheduled, and Lookup shows the sleep (TaskRecord.Steps). A holder of
-// a task of its own Reserve snoozes it itself: t.Snooze(ctx,
-// time.Until(e.Until)). errors.Is(err, ErrSuspended) holds.
+// a task of its own Reserve parks it itself: t.Suspend(ctx, err).
+// errors.Is(err, ErrSuspended) holds.
+//
+// WaitSignal returns one too, with Signal set, while its signal has not
+// come: the task is parked until Until (its timeout) and made ready at
+// once when the signal is sent (Queue.Signal).
 type SleepError struct {
-	// Name is the sleep's name.
+	// Name is the sleep's name (a WaitSignal's: its signal's).
 	Name string
-	// Until is when it ends.
+	// Until is when it ends (a WaitSignal's: its timeout).
 	Until time.Time
+	// Signal is the signal a WaitSignal waits for; "" for a sleep.
+	Signal string
 }
 
 // Error says until when.
 func (e *SleepError) Error() string {
+	if e.Signal != "" {
+		return fmt.Sprintf("%v: wait for signal %q until %s", ErrSuspended, e.Signal, e.Until.UTC().Format(time.RFC3339Nano))
+	}
 	return fmt.Sprintf("%v: sleep %q until %s", ErrSuspended, e.Name, e.Until.UTC().Format(time.RFC3339Nano))
 }
 
@@ -93,8 +102,13 @@ func suspendedFor(err error) (time.Duration, bool) {
 }
 
 // snoozeWait snoozes r, uncounted, for as long as err (a handler's: a
-// RateLimitedError, a SleepError) asks (suspendedFor).
+// RateLimitedError, a SleepError) asks (suspendedFor); a sleeping or
+// waiting durable task is parked (Reservation.Park), for a signal to wake.
 func snoozeWait(ctx context.Context, r *engine.Reservation, err error) error {
 	d, _ := suspendedFor(err)
+	var se *SleepError
+	if errors.As(err, &se) {
+		return r.Park(ctx, d)
+	}
 	return r.Snooze(ctx, d)
 }

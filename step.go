@@ -56,6 +56,13 @@ const (
 	// StepSleep: a Sleep (or SleepUntil) of the task; Wake says until
 	// when.
 	StepSleep StepState = "sleep"
+	// StepWaiting: a WaitSignal waiting for its signal (the step's name);
+	// Wake says until when.
+	StepWaiting StepState = "wait"
+	// StepSignaled: a WaitSignal that got its signal; Result is its value.
+	StepSignaled StepState = "signaled"
+	// StepTimedOut: a WaitSignal whose timeout passed before the signal.
+	StepTimedOut StepState = "timeout"
 )
 
 // StepRecord is one recorded step of a durable task, as Lookup
@@ -78,7 +85,7 @@ type StepRecord struct {
 	// Result is a done step's result (JSON; sealed on a queue that seals
 	// and that this process cannot open).
 	Result json.RawMessage `json:"result,omitempty"`
-	// Wake is when a sleep ends.
+	// Wake is when a sleep ends, or a wait for a signal times out.
 	Wake time.Time `json:"wake,omitzero"`
 }
 
@@ -120,7 +127,7 @@ func (r *reservation) stepsOf(ctx context.Context) (*runSteps, error) {
 		return r.steps.Load(), nil
 	}
 	q := r.core
-	raw, err := queueStepScript.Exec(ctx, q.fleet.client, q.keys(), []string{r.id(), r.r.Token(), "", "", "", ""}).ToArray()
+	raw, err := queueStepScript.Exec(ctx, q.fleet.client, q.keys(), []string{r.id(), r.r.Token(), "", "", "", "", "", "", ""}).ToArray()
 	if err != nil {
 		return nil, err
 	}
@@ -129,6 +136,9 @@ func (r *reservation) stepsOf(ctx context.Context) (*runSteps, error) {
 	}
 	for i := 1; i+1 < len(raw); i += 2 {
 		name, _ := raw[i].ToString()
+		if ownField(name) {
+			continue
+		}
 		v, _ := raw[i+1].ToString()
 		var rec stepRec
 		if err := json.Unmarshal([]byte(v), &rec); err != nil {
@@ -173,7 +183,7 @@ func (s *runSteps) place(id, name string, want StepState) (stepRec, bool, int, e
 	switch {
 	case ok && rec.I != i:
 		return rec, false, i, fmt.Errorf("%w: task %s: step %q is step %d of this run, but step %d of the recorded run", ErrNondeterministic, id, name, i, rec.I)
-	case ok && (rec.S == StepSleep) != (want == StepSleep):
+	case ok && kindOf(rec.S) != kindOf(want):
 		return rec, false, i, fmt.Errorf("%w: task %s: %q is a %s in this run, but the recorded run's %s", ErrNondeterministic, id, name, kindOf(want), kindOf(rec.S))
 	case !ok && s.names[i] != "":
 		return rec, false, i, fmt.Errorf("%w: task %s: step %d is %q in this run, but %q in the recorded run", ErrNondeterministic, id, i, name, s.names[i])
@@ -186,11 +196,19 @@ func (s *runSteps) place(id, name string, want StepState) (stepRec, bool, int, e
 }
 
 func kindOf(s StepState) string {
-	if s == StepSleep {
+	switch s {
+	case StepSleep:
 		return "sleep"
+	case StepWaiting, StepSignaled, StepTimedOut:
+		return "wait for a signal"
 	}
 	return "step"
 }
+
+// ownField reports whether name, a field of a task's steps hash, is one of
+// the hash's own (the signals' and the park's: queue_signal.lua), not a
+// step: their names start with the byte 255, which no step's does.
+func ownField(name string) bool { return name != "" && name[0] == 0xff }
 
 // recordStep stores rec as step name of r's task (queue_step.lua), living at
 // least ttl, and keeps it in s.
@@ -206,7 +224,7 @@ func (r *reservation) recordStep(ctx context.Context, s *runSteps, name string, 
 	r.r.MarkLogged() // before the write: the ack must delete or keep the steps
 	ttl = max(ttl, q.opts.DeadMaxAge, q.opts.Retention, r.r.Retention())
 	raw, err := queueStepScript.Exec(ctx, q.fleet.client, q.keys(), []string{r.id(), r.r.Token(), name, string(b),
-		strconv.FormatInt(max(ttl.Milliseconds(), 1), 10), flag(mark)}).ToArray()
+		strconv.FormatInt(max(ttl.Milliseconds(), 1), 10), flag(mark), "", "", ""}).ToArray()
 	if err != nil {
 		return err
 	}
@@ -236,10 +254,18 @@ func checkStep(t Durable, name string) (*reservation, error) {
 	if r == nil || r.r == nil {
 		return nil, fmt.Errorf("%w: not a reserved task", ErrInvalidArgument)
 	}
-	if name == "" || len(name) > maxStepName || !utf8.ValidString(name) || name[0] == 0xff {
-		return nil, fmt.Errorf("%w: step name %q: want 1 to %d bytes of UTF-8", ErrInvalidArgument, name, maxStepName)
+	if err := checkStepName(name); err != nil {
+		return nil, err
 	}
 	return r, nil
+}
+
+// checkStepName checks a step's (or a signal's) name.
+func checkStepName(name string) error {
+	if name == "" || len(name) > maxStepName || !utf8.ValidString(name) || ownField(name) {
+		return fmt.Errorf("%w: step name %q: want 1 to %d bytes of UTF-8", ErrInvalidArgument, name, maxStepName)
+	}
+	return nil
 }
 
 // Step runs fn once for task t and records its result (as JSON, at most
@@ -395,6 +421,9 @@ func RecordedSteps(ctx context.Context, t Durable) ([]StepRecord, error) {
 func (f *Fleet) stepRecords(q string, raw map[string]string) []StepRecord {
 	out := make([]StepRecord, 0, len(raw))
 	for name, v := range raw {
+		if ownField(name) {
+			continue
+		}
 		var rec stepRec
 		if json.Unmarshal([]byte(v), &rec) != nil {
 			out = append(out, StepRecord{Name: name, Index: -1, Error: "record does not decode"})

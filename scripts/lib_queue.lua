@@ -60,6 +60,47 @@ local function owns(id, token)
   return owned(v, redis.call('ZSCORE', PROCESSING, id), token)
 end
 
+-- mark_logged marks the body of task id (BODY, while it is active) with
+-- "lg": its end must delete its log and steps, or keep them with its
+-- record (ack_all). Unless the body has it: at its end (queue_log.lua, an
+-- earlier record), or among its sorted fields (a retry's body, which the
+-- caller rewrote with it).
+local function mark_logged(id)
+  local body = redis.call('HGET', BODY, id)
+  if body and string.sub(body, -1) == '}' and string.sub(body, -8) ~= ',"lg":1}' then
+    local ok, v = pcall(cjson.decode, body)
+    if not (ok and type(v) == 'table' and v.lg == 1) then
+      redis.call('HSET', BODY, id, string.sub(body, 1, -2) .. ',"lg":1}')
+    end
+  end
+end
+
+-- keep_for makes key live at least ms more (a durable task's steps: a
+-- later write never shortens what an earlier one asked for).
+local function keep_for(key, ms)
+  if redis.call('PTTL', key) < tonumber(ms) then
+    redis.call('PEXPIRE', key, ms)
+  end
+end
+
+-- A durable task's steps hash (STEPS..id, queue_step.lua) holds, beside
+-- its steps (whose names never start with the byte 255):
+--   "\255park"        the body the task was parked with in SCHEDULED (a
+--                     Sleep or a WaitSignal), for a signal to find it
+--   "\255wait"        the name of the signal its run waits for
+--   "\255sig:<name>"  a signal sent and not yet delivered (its value), or
+--                     "\255d" once delivered, "\255t" once its wait
+--                     timed out: each name is delivered once.
+-- sig_ready returns the undelivered value of the signal that the task
+-- whose steps are sk waits for, or nil.
+local function sig_ready(sk)
+  local want = redis.call('HGET', sk, '\255wait')
+  if not want then return nil end
+  local v = redis.call('HGET', sk, '\255sig:' .. want)
+  if v and string.byte(v, 1) ~= 255 then return v end
+  return nil
+end
+
 -- with_dead_at returns a dead-letter body (a JSON object that has no
 -- "dead_at") with "dead_at" set to ms, in unix seconds.
 local function with_dead_at(body, ms)

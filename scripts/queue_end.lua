@@ -43,7 +43,11 @@
 --         task that is not tracked and set no progress value
 --   i+11  nack: the retry's delay in ms when the caller chose it
 --         (RetryAfter, the task's own Backoff, a Backoff func), else ''
---         for the policy's backoff (backoff_ms)
+--         for the policy's backoff (backoff_ms); snooze: 'p' to park a
+--         durable task (a Sleep, a WaitSignal): its body is kept in its
+--         steps' "\255park" for a signal to wake it (queue_signal.lua),
+--         and a task whose awaited signal came while it ran is ready at
+--         once (sig_ready, lib_queue.lua)
 -- returns  a pair per end, in order: {DONE, n}: retried after n ms
 --          (nack), released (n = 0), or snoozed until n (unix ms);
 --          {BURIED, 0}; {CANCELED, 0}: buried as cancelled; {NEED_ENTRY,
@@ -113,6 +117,17 @@ local function end_one(i)
     if later then enqueue(later, nil, now, true) end
     return DONE, 0 -- without a body there is nothing to hand back
   end
+  local park = mode == 'snooze' and ARGV[i+11] == 'p'
+  if park and sig_ready(STEPS .. id) then
+    -- It waits for a signal that came while it ran: ready now, so that
+    -- no signal is lost between the wait's record and this snooze.
+    d, park = 0, false
+    if not g then
+      task_done(id, g)
+      enqueue(later, nil, now, false)
+      return DONE, now
+    end
+  end
   local ret = d
   if mode == 'snooze' then ret = now + d end
   if g then
@@ -135,6 +150,9 @@ local function end_one(i)
   end
   task_done(id, g)
   redis.call('ZADD', SCHEDULED, secs(now + d), later)
+  if park and redis.call('EXISTS', STEPS .. id) == 1 then
+    redis.call('HSET', STEPS .. id, '\255park', later) -- for a signal to find it
+  end
   return DONE, ret
 end
 

@@ -21,9 +21,5 @@ local key = TLOG .. id
 redis.call('RPUSH', key, ARGV[3])
 redis.call('LTRIM', key, -tonumber(ARGV[4]), -1)
 redis.call('PEXPIRE', key, ARGV[5])
-if ARGV[6] ~= '1' then return DONE end
-local body = redis.call('HGET', BODY, id)
-if body and string.sub(body, -1) == '}' and string.sub(body, -8) ~= ',"lg":1}' then
-  redis.call('HSET', BODY, id, string.sub(body, 1, -2) .. ',"lg":1}')
-end
+if ARGV[6] == '1' then mark_logged(id) end
 return DONE

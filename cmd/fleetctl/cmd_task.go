@@ -125,9 +125,14 @@ func init() {
 // character.
 func printStep(w io.Writer, s fleet.StepRecord) {
 	row := fmt.Sprintf("step %d\t%s %s", s.Index, shownText(s.Name), s.State)
-	if s.State == fleet.StepSleep {
+	switch s.State {
+	case fleet.StepSleep:
 		row += " until " + ts(s.Wake)
-	} else {
+	case fleet.StepWaiting:
+		row += " for signal " + shownText(s.Name) + " until " + ts(s.Wake)
+	case fleet.StepSignaled, fleet.StepTimedOut:
+		row += " (wait for signal " + shownText(s.Name) + ", timeout " + ts(s.Wake) + ")"
+	default:
 		row += fmt.Sprintf(", %d run(s), %v", s.Attempts, s.Duration)
 	}
 	if s.Error != "" {

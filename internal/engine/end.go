@@ -74,7 +74,7 @@ func (r *Reservation) Nack(ctx context.Context, cause error) error {
 	if cause != nil {
 		msg = cause.Error()
 	}
-	return r.finish(ctx, endNack, msg, -1, true, false)
+	return r.finish(ctx, endNack, msg, -1, true, false, false)
 }
 
 // NackAfter is Nack with the retry due after (server clock; a negative
@@ -87,7 +87,7 @@ func (r *Reservation) NackAfter(ctx context.Context, cause error, after time.Dur
 	if cause != nil {
 		msg = cause.Error()
 	}
-	return r.finish(ctx, endNack, msg, max(after, 0), true, false)
+	return r.finish(ctx, endNack, msg, max(after, 0), true, false, false)
 }
 
 // DeadLetter ends the reservation and moves the task to the dead letters at
@@ -99,7 +99,7 @@ func (r *Reservation) DeadLetter(ctx context.Context, cause error) error {
 	if cause != nil {
 		msg = cause.Error()
 	}
-	return r.finish(ctx, endBury, msg, 0, true, false)
+	return r.finish(ctx, endBury, msg, 0, true, false, false)
 }
 
 // bury dead-letters the reservation with cause, now, counting no attempt:
@@ -108,7 +108,7 @@ func (r *Reservation) DeadLetter(ctx context.Context, cause error) error {
 // group: a take buries what it finds (Queue.reservations), and that
 // take may be the group's own call.
 func (r *Reservation) Bury(ctx context.Context, cause string) error {
-	return r.finish(ctx, endBury, cause, 0, false, true)
+	return r.finish(ctx, endBury, cause, 0, false, true, false)
 }
 
 // Release ends the reservation without counting an attempt: the task goes
@@ -119,7 +119,7 @@ func (r *Reservation) Bury(ctx context.Context, cause string) error {
 // fault.Canceled: it never runs again. May return fault.LeaseLost (nothing
 // changes), fault.Canceled, fault.WrongType, ErrUnavailable.
 func (r *Reservation) Release(ctx context.Context) error {
-	return r.finish(ctx, endRelease, "released before it ended", 0, false, false)
+	return r.finish(ctx, endRelease, "released before it ended", 0, false, false, false)
 }
 
 // Snooze ends the reservation without counting an attempt: the task goes,
@@ -131,8 +131,20 @@ func (r *Reservation) Release(ctx context.Context) error {
 // as cancelled, and Snooze says fault.Canceled. May return fault.LeaseLost
 // (nothing changes), fault.Canceled, fault.WrongType, ErrUnavailable.
 func (r *Reservation) Snooze(ctx context.Context, after time.Duration) error {
+	return r.snooze(ctx, after, false)
+}
+
+// Park is Snooze for a durable task that suspends itself (a Sleep, a
+// WaitSignal): its body is kept in its steps, for a signal to find it and
+// make it ready at once (queue_signal.lua), and a task whose awaited
+// signal came while it ran is ready at once instead of after.
+func (r *Reservation) Park(ctx context.Context, after time.Duration) error {
+	return r.snooze(ctx, after, true)
+}
+
+func (r *Reservation) snooze(ctx context.Context, after time.Duration, park bool) error {
 	after = max(after, 0)
-	err := r.finish(ctx, endSnooze, "snoozed before it ended", after, false, false)
+	err := r.finish(ctx, endSnooze, "snoozed before it ended", after, false, false, park)
 	if err == nil && after <= snoozeWake {
 		// Wake this process's reserves when the task is due: an idle
 		// fetcher would otherwise only find it at its next poll.
@@ -151,10 +163,11 @@ func (r *Reservation) Snooze(ctx context.Context, after time.Duration) error {
 // records. A nack's after is its retry's delay, chosen by the caller (>=
 // 0), or -1 for the stored policy's backoff. counted counts the run as an
 // attempt. alone sends the end in
-// a call of its own, else it goes through the group (groupEnd). The
+// a call of its own, else it goes through the group (groupEnd). park
+// parks a snoozed durable task (Park). The
 // cancelled dead letter, a copy of the body, is made and sent only when
 // the script says the task is cancelled and needs one (EndNeedEntry).
-func (r *Reservation) finish(ctx context.Context, mode endMode, cause string, after time.Duration, counted, alone bool) error {
+func (r *Reservation) finish(ctx context.Context, mode endMode, cause string, after time.Duration, counted, alone, park bool) error {
 	q := r.core
 	if err := q.ready(ctx); err != nil {
 		return err
@@ -191,6 +204,7 @@ func (r *Reservation) finish(ctx context.Context, mode endMode, cause string, af
 	if mode == endNack && after >= 0 {
 		end.retry, end.chosen = after, true
 	}
+	end.park = park
 	run := q.groupEnd
 	if alone {
 		run = q.endAlone

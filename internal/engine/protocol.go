@@ -276,6 +276,7 @@ type endArgs struct {
 	// chosen; else the stored policy's backoff applies ("").
 	retry  time.Duration `argv:"i+11"`
 	chosen bool
+	park   bool // snooze: "p" in retry's place (Reservation.Park)
 }
 
 // endArity is how many ARGV one end takes.
@@ -289,6 +290,8 @@ func (e *endArgs) appendTo(args []string) []string {
 	retry := ""
 	if e.chosen {
 		retry = argv.Millis(e.retry)
+	} else if e.park && e.mode == endSnooze {
+		retry = "p"
 	}
 	return append(args, string(e.mode), e.id, e.token, e.dedup, e.entry, body, strconv.Itoa(e.attempts),
 		strconv.FormatFloat(e.jitter, 'f', 6, 64), strconv.Itoa(e.maxAttempts), e.group, e.flags, retry)
