@@ -249,11 +249,12 @@ var (
 	// slot until a time (SleepError, from Sleep): the worker snoozes the
 	// task until then, uncounted.
 	ErrSuspended = newSentinel("task suspended", nil)
-	// ErrSignalTimeout is returned by WaitSignal when its timeout passed
-	// before the signal came. It is recorded: every later run of the task
-	// gets it too, so it is also ErrPermanent (a handler that returns it
-	// has its task dead-lettered, not retried into the same timeout).
-	ErrSignalTimeout = newSentinel("signal wait timed out", ErrPermanent)
+	// ErrWaitTimeout is returned by WaitSignal and AwaitChildren when
+	// their timeout passed before the signal came or the children ended.
+	// It is recorded: every later run of the task gets it too, so it is
+	// also ErrPermanent (a handler that returns it has its task
+	// dead-lettered, not retried into the same timeout).
+	ErrWaitTimeout = newSentinel("wait timed out", ErrPermanent)
 	// ErrSignalSent is returned by Queue.Signal for a signal name that was
 	// already sent to the task (each name is delivered once), or whose
 	// wait timed out. Nothing changes.
@@ -262,6 +263,10 @@ var (
 
 // Errors that stay inside fleet.
 var (
+	// errTaskExists is a tracked task's submit whose id has a record
+	// already (flow_put.lua left it alone): a child submitted again
+	// (StartChild), which is no error there.
+	errTaskExists = errors.New("task exists already")
 	// errExpired is why a task whose SubmitOptions.ExpiresAt passed before
 	// it started is in the dead letters.
 	errExpired = engine.ErrExpired

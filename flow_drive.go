@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -156,6 +157,7 @@ func (f *Fleet) drive(ctx context.Context, items map[*queueCore][]string) error 
 		}
 		quads := map[*queueCore][]string{}
 		counts := map[string][]string{}
+		var kids []childDelivery
 		next := map[*queueCore]map[string]string{}
 		for _, r := range recs {
 			if r.state == "-" {
@@ -163,6 +165,12 @@ func (f *Fleet) drive(ctx context.Context, items map[*queueCore][]string) error 
 			}
 			from := refOf(r.c, r.id)
 			for _, ref := range r.refs {
+				if pref, ok := strings.CutPrefix(ref, childRef); ok {
+					if pc, pid, ok := f.coreOfRef(pref); ok { // a child's parent (children.go)
+						kids = append(kids, childDelivery{c: pc, parent: pid, child: r.id, state: r.state, detail: r.detail})
+					}
+					continue
+				}
 				if tc, tid, ok := f.coreOfRef(ref); ok {
 					quads[tc] = append(quads[tc], tid, from, r.state, r.detail)
 				}
@@ -178,6 +186,9 @@ func (f *Fleet) drive(ctx context.Context, items map[*queueCore][]string) error 
 			}
 		}
 		if _, err := f.applyAll(ctx, quads); err != nil {
+			return err
+		}
+		if err := f.deliverChildren(ctx, kids); err != nil {
 			return err
 		}
 		if err := f.countAll(ctx, counts); err != nil {

@@ -407,7 +407,7 @@ func (f *Fleet) putPlan(ctx context.Context, p *flowPlan) error {
 		for j, t := range who[i] {
 			ids[j] = t.id
 			if j >= len(got) || got[j] == '0' {
-				first = cmpErr(first, fmt.Errorf("task %s exists already", t.id)) // cannot happen: new ids
+				first = cmpErr(first, fmt.Errorf("%w: task %s", errTaskExists, t.id)) // new ids, but a child's (children.go)
 			}
 		}
 		f.afterRelease(who[i][0].c, ids, got)

@@ -109,6 +109,9 @@ func (q *queueCore) submitTracked(ctx context.Context, subs []submission) error 
 		c := q.pick(cmp.Or(s.opts.Group, s.opts.ShardKey))
 		t := &flowTask{c: c, id: s.id, body: taskbody.WithTrack(bodies[i], keepFor(c, DefaultFlowRetention)),
 			ready: s.opts.NotBefore, now: len(s.opts.After) == 0}
+		if s.parent != "" {
+			t.outs = []string{s.parent} // its end goes to the parent (children.go)
+		}
 		p.tasks = append(p.tasks, t)
 		for _, d := range s.opts.After {
 			p.addExt(d, i)

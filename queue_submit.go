@@ -452,6 +452,7 @@ func checkMetadata(m map[string]string) error {
 type submission struct {
 	id, body string
 	opts     SubmitOptions
+	parent   string // a child's parent (StartChild: childRef and its ref), told its end
 }
 
 // push pushes tasks with their options (queue_submit.lua), each to its

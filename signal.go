@@ -68,16 +68,19 @@ func (q *queueCore) Signal(ctx context.Context, id, name string, v any) error {
 	shards := q.shardsOf(ctx)
 	execs := make([]rueidis.LuaExec, len(shards))
 	for i, s := range shards {
-		execs[i] = rueidis.LuaExec{Keys: s.keys(s.key.Result + id), Args: []string{id, name, string(b), keep}}
+		execs[i] = rueidis.LuaExec{Keys: s.keys(s.key.Result + id), Args: []string{id, name, string(b), keep, ""}}
 	}
 	res := []string{"none"}
-	for _, rr := range queueSignalScript.ExecMulti(ctx, q.fleet.client, execs...) {
+	for i, rr := range queueSignalScript.ExecMulti(ctx, q.fleet.client, execs...) {
 		got, err := rr.AsStrSlice()
 		if err != nil {
 			return opErr(op, q.name, err)
 		}
 		if len(got) > 0 && got[0] != "none" {
 			res = got
+		}
+		if len(got) > 0 && got[0] == "woken" {
+			shards[i].wakeLocal() // this process's reserves take it at once
 		}
 	}
 	switch res[0] {
@@ -105,7 +108,7 @@ func (q *queueCore) Signal(ctx context.Context, id, name string, v any) error {
 // (ErrSuspended) with Signal set, which the handler returns: the worker
 // parks the task, holding no slot, lease or goroutine, until the signal
 // comes (it is made ready at once) or timeout passes (it runs again, and
-// WaitSignal returns ErrSignalTimeout, which is ErrPermanent). The task
+// WaitSignal returns ErrWaitTimeout, which is ErrPermanent). The task
 // runs from the top each time, its recorded steps returned without
 // running; the signal's value and a timeout are recorded as the step's
 // result, so every later run returns the same.
@@ -120,31 +123,43 @@ func WaitSignal[V any](ctx context.Context, t Durable, name string, timeout time
 	if err != nil {
 		return zero, err
 	}
+	raw, err := r.wait(ctx, "wait", name, timeout, name)
+	if err != nil {
+		return zero, err
+	}
+	return signalValue[V](r, name, raw)
+}
+
+// wait is a wait step named name of r (WaitSignal, AwaitChildren) for the
+// signals names (mode "wait": one, whose value is the result; "all": the
+// array of their values): the recorded result once taken, ErrWaitTimeout
+// once timed out, or a *SleepError while it waits.
+func (r *reservation) wait(ctx context.Context, mode, name string, timeout time.Duration, names ...string) (json.RawMessage, error) {
 	q := r.core
 	if timeout <= 0 {
-		return zero, opErr("wait", q.name, fmt.Errorf("%w: signal %q: timeout %v must be > 0", ErrInvalidArgument, name, timeout))
+		return nil, opErr("wait", q.name, fmt.Errorf("%w: wait %q: timeout %v must be > 0", ErrInvalidArgument, name, timeout))
 	}
 	s, err := r.stepsOf(ctx)
 	if err != nil {
-		return zero, opErr("wait", q.name, err)
+		return nil, opErr("wait", q.name, err)
 	}
 	rec, ok, i, err := s.place(r.id(), name, StepWaiting)
 	if err != nil {
-		return zero, opErr("wait", q.name, err)
+		return nil, opErr("wait", q.name, err)
 	}
 	switch {
 	case ok && rec.S == StepSignaled:
-		return signalValue[V](r, name, rec.R)
+		return rec.R, nil
 	case ok && rec.S == StepTimedOut:
-		return zero, opErr("wait", q.name, timedOut(r.id(), name, rec.W))
+		return nil, opErr("wait", q.name, timedOut(r.id(), name, rec.W))
 	}
 	now := time.Now()
 	if !ok {
 		rec = stepRec{I: i, S: StepWaiting, At: now.UnixMilli(), W: now.Add(timeout).UnixMilli()}
 	}
-	wait, _ := json.Marshal(rec)
-	signaled, _ := json.Marshal(stepRec{I: i, S: StepSignaled, At: now.UnixMilli(), W: rec.W})
-	prefix := string(signaled[:len(signaled)-1]) + `,"r":`
+	waiting, _ := json.Marshal(rec)
+	taken, _ := json.Marshal(stepRec{I: i, S: StepSignaled, At: now.UnixMilli(), W: rec.W})
+	prefix := string(taken[:len(taken)-1]) + `,"r":`
 	var late string
 	if !now.Before(time.UnixMilli(rec.W)) {
 		b, _ := json.Marshal(stepRec{I: i, S: StepTimedOut, At: now.UnixMilli(), W: rec.W})
@@ -155,36 +170,38 @@ func WaitSignal[V any](ctx context.Context, t Durable, name string, timeout time
 	s.mu.Unlock()
 	r.r.MarkLogged() // before the write: the ack must delete or keep the steps
 	ttl := max(time.Until(time.UnixMilli(rec.W))+time.Hour, q.opts.DeadMaxAge, q.opts.Retention, r.r.Retention())
-	raw, err := queueStepScript.Exec(ctx, q.fleet.client, q.keys(), []string{r.id(), r.r.Token(), name, string(wait),
-		strconv.FormatInt(max(ttl.Milliseconds(), 1), 10), flag(mark), "wait", prefix, late}).ToArray()
+	args := append([]string{r.id(), r.r.Token(), name, string(waiting),
+		strconv.FormatInt(max(ttl.Milliseconds(), 1), 10), flag(mark), mode, prefix, late}, names...)
+	raw, err := queueStepScript.Exec(ctx, q.fleet.client, q.keys(), args).ToArray()
 	if err == nil {
 		err = stepCode(raw, r.id())
 	}
 	if err != nil {
-		return zero, opErr("wait", q.name, err)
+		return nil, opErr("wait", q.name, err)
 	}
 	got := ""
 	if len(raw) > 1 {
 		got, _ = raw[1].ToString()
 	}
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.marked = true
 	s.names[i] = name
 	switch got {
 	case "signal":
 		v, _ := raw[2].ToString()
-		next := stepRec{I: i, S: StepSignaled, At: now.UnixMilli(), W: rec.W, R: json.RawMessage(v)}
-		s.recs[name] = next
-		s.mu.Unlock()
-		return signalValue[V](r, name, next.R)
+		s.recs[name] = stepRec{I: i, S: StepSignaled, At: now.UnixMilli(), W: rec.W, R: json.RawMessage(v)}
+		return json.RawMessage(v), nil
 	case "timeout":
 		s.recs[name] = stepRec{I: i, S: StepTimedOut, At: now.UnixMilli(), W: rec.W}
-		s.mu.Unlock()
-		return zero, opErr("wait", q.name, timedOut(r.id(), name, rec.W))
+		return nil, opErr("wait", q.name, timedOut(r.id(), name, rec.W))
 	}
 	s.recs[name] = rec
-	s.mu.Unlock()
-	return zero, &SleepError{Name: name, Until: time.UnixMilli(rec.W), Signal: name}
+	se := &SleepError{Name: name, Until: time.UnixMilli(rec.W)}
+	if mode == "wait" {
+		se.Signal = names[0]
+	}
+	return nil, se
 }
 
 // signalValue decodes a signal's recorded value (opened on a queue that
@@ -203,5 +220,5 @@ func signalValue[V any](r *reservation, name string, raw json.RawMessage) (V, er
 }
 
 func timedOut(id, name string, wake int64) error {
-	return fmt.Errorf("%w: task %s: signal %q did not come by %s", ErrSignalTimeout, id, name, time.UnixMilli(wake).UTC().Format(time.RFC3339Nano))
+	return fmt.Errorf("%w: task %s: wait %q ended at %s", ErrWaitTimeout, id, name, time.UnixMilli(wake).UTC().Format(time.RFC3339Nano))
 }

@@ -63,7 +63,7 @@ func TestSignalWakesParked(t *testing.T) {
 			t.Fatalf("scheduled %q, %v", parked, err)
 		}
 		f := e.stepFields(t, "sig", id)
-		if f["\xffpark"] != parked[0] || f["\xffwait"] != "approved" || len(f) != 3 || stepOf(t, f, "approved")["s"] != "wait" {
+		if f["\xffpark"] != parked[0] || f["\xffwait"] != `["approved"]` || len(f) != 3 || stepOf(t, f, "approved")["s"] != "wait" {
 			t.Fatalf("parked steps: %q", f)
 		}
 		rec, err := q.Lookup(c, id)
@@ -157,7 +157,7 @@ func TestSignalBeforeWait(t *testing.T) {
 		if err := q.Signal(c, id, "second", 2); err != nil {
 			t.Fatal(err)
 		}
-		if f := e.stepFields(t, "early", id); f["\xffsig:second"] != "2" || f["\xffwait"] != "second" {
+		if f := e.stepFields(t, "early", id); f["\xffsig:second"] != "2" || f["\xffwait"] != `["second"]` {
 			t.Fatalf("signal to the running task: %q", f)
 		}
 		if err := a.Suspend(c, werr); err != nil {
@@ -183,7 +183,7 @@ func TestSignalBeforeWait(t *testing.T) {
 }
 
 // TestSignalTimeout: a wait whose timeout passes runs again and gets
-// ErrSignalTimeout (ErrPermanent), recorded: a later signal of the name
+// ErrWaitTimeout (ErrPermanent), recorded: a later signal of the name
 // is refused, and a later run gets the same error.
 func TestSignalTimeout(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
@@ -201,8 +201,8 @@ func TestSignalTimeout(t *testing.T) {
 			t.Fatal(err)
 		}
 		b := reserveAll(t, q, 1)[0] // due after 300 ms
-		if _, err := fleet.WaitSignal[int](c, b, "ok", 300*time.Millisecond); !errors.Is(err, fleet.ErrSignalTimeout) || !errors.Is(err, fleet.ErrPermanent) {
-			t.Fatalf("resumed wait: %v, want ErrSignalTimeout", err)
+		if _, err := fleet.WaitSignal[int](c, b, "ok", 300*time.Millisecond); !errors.Is(err, fleet.ErrWaitTimeout) || !errors.Is(err, fleet.ErrPermanent) {
+			t.Fatalf("resumed wait: %v, want ErrWaitTimeout", err)
 		}
 		f := e.stepFields(t, "late", id)
 		if stepOf(t, f, "ok")["s"] != "timeout" || f["\xffsig:ok"] != "\xfft" || f["\xffwait"] != "" {
@@ -215,7 +215,7 @@ func TestSignalTimeout(t *testing.T) {
 			t.Fatal(err)
 		}
 		d := reserveAll(t, q, 1)[0]
-		if _, err := fleet.WaitSignal[int](c, d, "ok", time.Hour); !errors.Is(err, fleet.ErrSignalTimeout) {
+		if _, err := fleet.WaitSignal[int](c, d, "ok", time.Hour); !errors.Is(err, fleet.ErrWaitTimeout) {
 			t.Fatalf("a later run: %v, want the recorded timeout", err)
 		}
 	})

@@ -86,19 +86,25 @@ end
 -- A durable task's steps hash (STEPS..id, queue_step.lua) holds, beside
 -- its steps (whose names never start with the byte 255):
 --   "\255park"        the body the task was parked with in SCHEDULED (a
---                     Sleep or a WaitSignal), for a signal to find it
---   "\255wait"        the name of the signal its run waits for
+--                     Sleep, a wait), for a signal to find it
+--   "\255wait"        the names of the signals its run waits for, a JSON
+--                     array (a WaitSignal's one; AwaitChildren's, one per
+--                     child: "\255c:<child id>")
 --   "\255sig:<name>"  a signal sent and not yet delivered (its value), or
 --                     "\255d" once delivered, "\255t" once its wait
 --                     timed out: each name is delivered once.
--- sig_ready returns the undelivered value of the signal that the task
--- whose steps are sk waits for, or nil.
+-- sig_ready reports whether every signal that the task whose steps are sk
+-- waits for was sent and not yet delivered.
 local function sig_ready(sk)
   local want = redis.call('HGET', sk, '\255wait')
-  if not want then return nil end
-  local v = redis.call('HGET', sk, '\255sig:' .. want)
-  if v and string.byte(v, 1) ~= 255 then return v end
-  return nil
+  if not want then return false end
+  local ok, names = pcall(cjson.decode, want)
+  if not ok or type(names) ~= 'table' or #names == 0 then return false end
+  for _, n in ipairs(names) do
+    local v = redis.call('HGET', sk, '\255sig:' .. tostring(n))
+    if not v or string.byte(v, 1) == 255 then return false end
+  end
+  return true
 end
 
 -- with_dead_at returns a dead-letter body (a JSON object that has no

@@ -13,7 +13,13 @@
 -- ARGV[2]  the signal's name
 -- ARGV[3]  its value: JSON, or a sealed value (a JSON string)
 -- ARGV[4]  how long the steps keep it at least, in ms (>= 1)
--- returns  {'woken'}: kept, and the task, parked waiting for it, is ready;
+-- ARGV[5]  '' (Queue.Signal), or 'child': the end of a child of the task
+--          (AwaitChildren; name "\255c:<child id>"), passed on by the
+--          flows' edge outbox (flow_drive.go), which may pass it on more
+--          than once: it is kept whatever the task's state (a task that
+--          ended keeps it until it expires), without a look for the task
+-- returns  {'woken'}: kept, and the task, parked waiting for it (and for
+--          nothing else not sent yet), is ready;
 --          {'kept'}; {'sent', how}: the name was sent before ('d':
 --          delivered, 't': its wait timed out, '': not yet delivered);
 --          {'finished'}: the task ended (a record, a dead letter);
@@ -35,6 +41,7 @@ if not live then
   live = park and redis.call('ZSCORE', SCHEDULED, park) ~= false
   if not live then park = nil end
 end
+if ARGV[5] == 'child' then live = true end
 if not live then
   if redis.call('EXISTS', KEYS[9]) == 1 then return {'finished'} end
   live = redis.call('HGET', FLOW .. id, 's') == 'w'
@@ -65,7 +72,7 @@ if not live then
 end
 redis.call('HSET', sk, field, ARGV[3])
 keep_for(sk, ARGV[4])
-if park and redis.call('HGET', sk, '\255wait') == name then
+if park and sig_ready(sk) then
   redis.call('ZREM', SCHEDULED, park)
   redis.call('HDEL', sk, '\255park')
   enqueue(park, nil, now, false)
