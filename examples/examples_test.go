@@ -293,14 +293,16 @@ func TestExampleCookies(t *testing.T) {
 }
 
 // TestExampleDurable: a worker process dies right after recording a
-// harvest's second fetch; the worker that resumes it runs none of the
-// steps recorded before the crash, and every harvest ends with the
-// bytes of all its pages.
+// harvest's second child (a page to fetch); the worker that resumes it
+// runs none of the steps recorded before the crash and submits no child
+// again, each page is fetched once, and every harvest ends with the bytes
+// of all its pages (its children's results) and the approval that
+// another process sent before it waited (a kept signal).
 func TestExampleDurable(t *testing.T) {
 	t.Parallel()
 	url := redistest.SingleURL(t)
 	out := runExample(t, url, "durable", time.Minute, "-crash-after", "fetch-1", "-prefix", prefix(t))
-	if !strings.Contains(out, "crash after fetch-1\n") || !strings.Contains(out, "first worker exited: exit status 3\n") || !strings.Contains(out, "all 3 harvests done\n") {
+	if !strings.Contains(out, "crash after fetch-1\n") || !strings.Contains(out, "first worker exited: exit status 3\n") || !strings.Contains(out, "approved=3\n") || !strings.Contains(out, "all 3 harvests done\n") {
 		t.Fatalf("no crash and resume:\n%s", out)
 	}
 	for _, acct := range []string{"acct-0", "acct-1", "acct-2"} {
@@ -309,8 +311,8 @@ func TestExampleDurable(t *testing.T) {
 				t.Errorf("%s's step %s ran %d times, want once", acct, step, n)
 			}
 		}
-		if !strings.Contains(out, "done "+acct+" bytes=3003 with session-"+acct+"\n") {
-			t.Errorf("%s not done with its pages' bytes", acct)
+		if !strings.Contains(out, "done "+acct+" bytes=3003 with session-"+acct+" approved by ops\n") {
+			t.Errorf("%s not done with its pages' bytes (its children's results) and its approval (a signal)", acct)
 		}
 	}
 	if t.Failed() {

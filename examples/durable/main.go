@@ -1,29 +1,38 @@
 // Command durable runs durable harvests: each task logs in, fetches its
-// pages, cools down and writes its results, each part a recorded step
-// (fleet.Step) or sleep (fleet.Sleep), so that a run after a crash does
-// not do again what was recorded.
+// pages as child tasks and waits for them, cools down, waits for an
+// approval that another process sends, and writes its results, each part
+// a recorded step (fleet.Step), a child (fleet.StartChild,
+// fleet.AwaitChildren), a sleep (fleet.Sleep) or a signal
+// (fleet.WaitSignal), so that a run after a crash does not do again what
+// was recorded.
 //
-//	go run ./examples/durable                          # one process, 3 harvests
-//	go run ./examples/durable -crash-after fetch-2     # a worker dies mid-task, a second one resumes
+//	go run ./examples/durable                          # 3 harvests, approved by another process
+//	go run ./examples/durable -crash-after fetch-1     # a worker dies mid-task, a second one resumes
 //
 // With -crash-after, the first worker process exits (as a SIGKILL would
 // leave it: no ack, no release) right after the step of that name was
 // recorded; a second worker, started by this command on the same Redis,
 // takes the task over once its lease runs out (a sweeper re-queues it),
-// and its run returns the recorded steps without running them. Every
-// effect prints a line "effect <task> <step> run=<n>" and the end a line
-// "done <task> logins=<n> fetches=<n>". It uses FLEET_REDIS_URL, or
-// starts a throwaway redis-server.
+// and its run returns the recorded steps without running them. The pages
+// are fetched by a second queue's worker, in the process that finishes
+// the harvests. An approver process sends each harvest the signal
+// "approved" as soon as it is submitted: a signal sent before the wait is
+// kept for it. Every effect prints a line "effect <account> <step>
+// run=<n>" and the end a line "done <account> bytes=<n> with <cookie>
+// approved by <who>". It uses FLEET_REDIS_URL, or starts a throwaway
+// redis-server.
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"log"
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -37,18 +46,29 @@ type Harvest struct {
 	Pages   int    `json:"pages" validate:"gte=1,lte=20"`
 }
 
+// Page is a child task of a harvest: one page to fetch.
+type Page struct {
+	Account string `json:"account" validate:"required"`
+	N       int    `json:"n" validate:"gte=0"`
+	Cookie  string `json:"cookie" validate:"required"`
+}
+
 func main() {
 	role := flag.String("role", "main", "main, or worker (started by main)")
 	harvests := flag.Int("harvests", 3, "harvests to submit")
 	crashAfter := flag.String("crash-after", "", "the first worker exits right after recording this step")
 	prefix := flag.String("prefix", fmt.Sprintf("example-durable-%d:", os.Getpid()), "key prefix")
+	ids := flag.String("ids", "", "approver: the harvests' ids, comma-separated")
 	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var err error
-	if *role == "worker" {
+	switch *role {
+	case "worker":
 		err = work(ctx, os.Getenv("FLEET_REDIS_URL"), *prefix, *crashAfter, *harvests)
-	} else {
+	case "approver":
+		err = approve(ctx, os.Getenv("FLEET_REDIS_URL"), *prefix, strings.Split(*ids, ","))
+	default:
 		err = runMain(ctx, *prefix, *crashAfter, *harvests)
 	}
 	if err != nil {
@@ -69,22 +89,29 @@ func runMain(ctx context.Context, prefix, crashAfter string, n int) error {
 		return err
 	}
 	defer f.Close()
-	q := queue(f)
+	q, _ := queues(f)
+	var ids []string
 	for i := range n {
-		if _, err := q.Submit(ctx, Harvest{Account: "acct-" + strconv.Itoa(i), Pages: 3}); err != nil {
+		id, err := q.Submit(ctx, Harvest{Account: "acct-" + strconv.Itoa(i), Pages: 3})
+		if err != nil {
 			return err
 		}
+		ids = append(ids, id)
 	}
 	fmt.Printf("submitted=%d\n", n)
 	self, err := os.Executable()
 	if err != nil {
 		return err
 	}
-	worker := func(crash string) error {
-		cmd := exec.CommandContext(ctx, self, "-role", "worker", "-prefix", prefix, "-crash-after", crash, "-harvests", strconv.Itoa(n))
+	run := func(args ...string) error {
+		cmd := exec.CommandContext(ctx, self, append([]string{"-prefix", prefix, "-harvests", strconv.Itoa(n)}, args...)...)
 		cmd.Env = append(os.Environ(), "FLEET_REDIS_URL="+url)
 		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 		return cmd.Run()
+	}
+	worker := func(crash string) error { return run("-role", "worker", "-crash-after", crash) }
+	if err := run("-role", "approver", "-ids", strings.Join(ids, ",")); err != nil {
+		return err
 	}
 	if crashAfter != "" {
 		err := worker(crashAfter)
@@ -93,8 +120,27 @@ func runMain(ctx context.Context, prefix, crashAfter string, n int) error {
 	return worker("")
 }
 
-func queue(f *fleet.Fleet) *fleet.Queue[Harvest] {
-	return fleet.NewQueue[Harvest](f, "harvests", fleet.QueueOptions{Lease: time.Second, BackoffBase: 10 * time.Millisecond, BackoffMax: 100 * time.Millisecond})
+func queues(f *fleet.Fleet) (*fleet.Queue[Harvest], *fleet.Queue[Page]) {
+	opts := fleet.QueueOptions{Lease: time.Second, BackoffBase: 10 * time.Millisecond, BackoffMax: 100 * time.Millisecond}
+	return fleet.NewQueue[Harvest](f, "harvests", opts), fleet.NewQueue[Page](f, "pages", opts)
+}
+
+// approve sends each harvest the signal "approved", from a process of its
+// own: a harvest that has not reached its wait yet keeps it.
+func approve(ctx context.Context, url, prefix string, ids []string) error {
+	f, err := fleet.Open(ctx, fleet.Options{URL: url, Prefix: prefix})
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	q, _ := queues(f)
+	for _, id := range ids {
+		if err := q.Signal(ctx, id, "approved", "ops"); err != nil {
+			return err
+		}
+	}
+	fmt.Printf("approved=%d\n", len(ids))
+	return nil
 }
 
 // work runs a worker (and a sweeper, which re-queues a task whose worker
@@ -105,7 +151,7 @@ func work(ctx context.Context, url, prefix, crashAfter string, n int) error {
 		return err
 	}
 	defer f.Close()
-	q := queue(f)
+	q, pages := queues(f)
 	sctx, scancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -145,22 +191,39 @@ func work(ctx context.Context, url, prefix, crashAfter string, n int) error {
 				return err
 			}
 			recorded("login")
-			total := 0
+			// The pages, as child tasks: each submitted once, however often
+			// this runs; the task is parked until the last one ended.
+			var kids []fleet.Child
 			for p := range t.Payload.Pages {
 				name := "fetch-" + strconv.Itoa(p)
-				bytes, err := fleet.Step(ctx, t, name, func(ctx context.Context) (int, error) {
-					effect(t, name)
-					return 1000 + p, nil // a page fetched with cookie
-				})
+				kid, err := fleet.StartChild(ctx, t, name, pages, Page{Account: t.Payload.Account, N: p, Cookie: cookie}, fleet.SubmitOptions{})
 				if err != nil {
 					return err
 				}
 				recorded(name)
+				kids = append(kids, kid)
+			}
+			fetched, err := fleet.AwaitChildren(ctx, t, "fetched", time.Minute, kids...)
+			if err != nil {
+				return err
+			}
+			total := 0
+			for _, r := range fetched {
+				var bytes int
+				if err := json.Unmarshal(r.Result, &bytes); err != nil {
+					return err
+				}
 				total += bytes
 			}
 			// Cool down without holding the slot: the task is parked and
 			// comes back, its steps above memoized.
 			if err := fleet.Sleep(ctx, t, "cool-down", 300*time.Millisecond); err != nil {
+				return err
+			}
+			// Wait for the approval that another process sends (it may
+			// have come already: it was kept).
+			by, err := fleet.WaitSignal[string](ctx, t, "approved", time.Minute)
+			if err != nil {
 				return err
 			}
 			if _, err := fleet.Step(ctx, t, "write", func(ctx context.Context) (bool, error) {
@@ -169,7 +232,7 @@ func work(ctx context.Context, url, prefix, crashAfter string, n int) error {
 			}); err != nil {
 				return err
 			}
-			fmt.Printf("done %s bytes=%d with %s\n", t.Payload.Account, total, cookie)
+			fmt.Printf("done %s bytes=%d with %s approved by %s\n", t.Payload.Account, total, cookie, by)
 			done <- t.ID
 			return nil
 		}))
@@ -177,6 +240,23 @@ func work(ctx context.Context, url, prefix, crashAfter string, n int) error {
 		return err
 	}
 	defer func() { _ = w.Stop(context.Background()) }()
+	if crashAfter == "" {
+		// The pages' worker runs in the process that finishes the
+		// harvests (a child is a plain task: a page fetched by a process
+		// that dies mid-fetch would be fetched again).
+		pw := fleet.NewBatchWorker(f, fleet.WorkerOptions{Type: "pages", ID: "p" + strconv.Itoa(os.Getpid()), Slots: 3}, pages,
+			fleet.BatchFunc[struct{}, struct{}, Page](func(ctx context.Context, s *fleet.Slot[struct{}, struct{}], p *fleet.Task[Page]) error {
+				mu.Lock()
+				runs[p.ID]++
+				fmt.Printf("effect %s fetch-%d run=%d\n", p.Payload.Account, p.Payload.N, runs[p.ID])
+				mu.Unlock()
+				return p.SetResult(1000 + p.Payload.N) // the page's bytes
+			}))
+		if err := pw.Start(ctx); err != nil {
+			return err
+		}
+		defer func() { _ = pw.Stop(context.Background()) }()
+	}
 	for range n {
 		select {
 		case <-done:
