@@ -118,15 +118,11 @@ local function end_one(i)
     return DONE, 0 -- without a body there is nothing to hand back
   end
   local park = mode == 'snooze' and ARGV[i+11] == 'p'
+  local ready = false
   if park and sig_ready(STEPS .. id) then
     -- It waits for a signal that came while it ran: ready now, so that
     -- no signal is lost between the wait's record and this snooze.
-    d, park = 0, false
-    if not g then
-      task_done(id, g)
-      enqueue(later, nil, now, false)
-      return DONE, now
-    end
+    d, park, ready = 0, false, true
   end
   local ret = d
   if mode == 'snooze' then ret = now + d end
@@ -149,6 +145,10 @@ local function end_one(i)
     end
   end
   task_done(id, g)
+  if ready then
+    enqueue(later, nil, now, false)
+    return DONE, ret
+  end
   redis.call('ZADD', SCHEDULED, secs(now + d), later)
   if park and redis.call('EXISTS', STEPS .. id) == 1 then
     redis.call('HSET', STEPS .. id, '\255park', later) -- for a signal to find it
