@@ -40,6 +40,9 @@ func TestTaskPageSteps(t *testing.T) {
 		if err := fleet.SleepUntil(c, ts[0], "cool-down", time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)); !errors.Is(err, fleet.ErrSuspended) {
 			t.Fatal(err)
 		}
+		if _, err := fleet.WaitSignal[bool](c, ts[0], "approved", time.Hour); !errors.Is(err, fleet.ErrSuspended) {
+			t.Fatal(err)
+		}
 		code, body := b.get(t, "/fleet/queues/durable/tasks/"+id)
 		if code != http.StatusOK || strings.Contains(body, "<script>alert") {
 			t.Fatalf("task page %d unescaped:\n%s", code, body)
@@ -48,7 +51,8 @@ func TestTaskPageSteps(t *testing.T) {
 			`<li class="step step-done"><span class="step-name">login &lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;</span> <span class="state-done">done</span>, 1 run,`,
 			`<li class="step step-failed"><span class="step-name">fetch</span> <span class="state-failed">failed</span>, 1 run,`,
 			`<div class="err">503 &lt;script&gt;`,
-			`<li class="step step-sleep"><span class="step-name">cool-down</span> <span class="state-sleep">sleep</span> until `)
+			`<li class="step step-sleep"><span class="step-name">cool-down</span> <span class="state-sleep">sleep</span> until `,
+			`<li class="step step-wait"><span class="step-name">approved</span> <span class="state-wait">wait</span> until `)
 		if i, j, k := strings.Index(body, "step-done"), strings.Index(body, "step-failed"), strings.Index(body, "step-sleep"); i < 0 || i > j || j > k {
 			t.Fatalf("steps out of order: %d %d %d", i, j, k)
 		}

@@ -129,9 +129,11 @@ func printStep(w io.Writer, s fleet.StepRecord) {
 	case fleet.StepSleep:
 		row += " until " + ts(s.Wake)
 	case fleet.StepWaiting:
-		row += " for signal " + shownText(s.Name) + " until " + ts(s.Wake)
-	case fleet.StepSignaled, fleet.StepTimedOut:
-		row += " (wait for signal " + shownText(s.Name) + ", timeout " + ts(s.Wake) + ")"
+		row += " until " + ts(s.Wake) + " (its timeout)"
+	case fleet.StepSignaled:
+		row += " at " + ts(s.At)
+	case fleet.StepTimedOut:
+		row += " at " + ts(s.Wake)
 	default:
 		row += fmt.Sprintf(", %d run(s), %v", s.Attempts, s.Duration)
 	}

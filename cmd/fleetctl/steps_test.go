@@ -38,10 +38,14 @@ func TestFleetctlTaskSteps(t *testing.T) {
 		if err := fleet.SleepUntil(ctx, tk, "cool-down", wake); !errors.Is(err, fleet.ErrSuspended) {
 			t.Fatal(err)
 		}
+		if _, err := fleet.WaitSignal[bool](ctx, tk, "approved", time.Hour); !errors.Is(err, fleet.ErrSuspended) {
+			t.Fatal(err)
+		}
 		out, _, code := fctl(t, append(append([]string{}, conn...), "task", "get", "durable", id)...)
 		if code != 0 || !strings.Contains(out, `login done, 1 run(s), `) || !strings.Contains(out, `-> "cookie"`) ||
 			!strings.Contains(out, `fetch failed, 1 run(s), `) || !strings.Contains(out, `: "503\nstep 9\tforged"`) || !strings.Contains(out, "cool-down sleep until 2030-01-02T03:04:05") ||
-			strings.Count(out, "\nstep ") != 3 || strings.Index(out, "step 0") > strings.Index(out, "step 1") || strings.Index(out, "step 1") > strings.Index(out, "step 2") {
+			!strings.Contains(out, "approved wait until ") || !strings.Contains(out, " (its timeout)") ||
+			strings.Count(out, "\nstep ") != 4 || strings.Index(out, "step 0") > strings.Index(out, "step 1") || strings.Index(out, "step 1") > strings.Index(out, "step 2") {
 			t.Fatalf("task get (%d):\n%s", code, out)
 		}
 		out, _, code = fctl(t, append(append([]string{}, conn...), "--json", "task", "get", "durable", id)...)
