@@ -2,6 +2,7 @@ package fleet_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log"
@@ -68,4 +69,95 @@ func ExampleStep() {
 	// step 0 login: done
 	// step 1 fetch: done
 	// step 2 cool-down: sleep
+}
+
+func ExampleWaitSignal() {
+	f, done := exampleFleet("signal")
+	defer done()
+	ctx := context.Background()
+
+	type Order struct {
+		ID string `json:"id" validate:"required"`
+	}
+	orders := fleet.NewQueue[Order](f, "orders", fleet.QueueOptions{Retention: time.Hour})
+	waiting := make(chan string, 1)
+	w := fleet.NewBatchWorker(f, fleet.WorkerOptions{Type: "orders", ID: "w1", Slots: 1}, orders,
+		fleet.BatchFunc[struct{}, struct{}, Order](func(ctx context.Context, s *fleet.Slot[struct{}, struct{}], t *fleet.Task[Order]) error {
+			by, err := fleet.WaitSignal[string](ctx, t, "approved", 24*time.Hour)
+			if err != nil {
+				if errors.Is(err, fleet.ErrSuspended) {
+					waiting <- t.ID
+				}
+				return err // parked until the signal comes, holding no slot
+			}
+			return t.SetResult("shipped " + t.Payload.ID + ", approved by " + by)
+		}))
+	if err := w.Start(ctx); err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _ = w.Stop(ctx) }()
+	id, _ := orders.Submit(ctx, Order{ID: "o-17"})
+	<-waiting
+	// Any process: the parked task is made ready at once.
+	if err := orders.Signal(ctx, id, "approved", "alice"); err != nil {
+		log.Fatal(err)
+	}
+	result, err := fleet.ResultOf[string](ctx, orders, id, fleet.Await())
+	fmt.Println(result, err)
+	fmt.Println(errors.Is(orders.Signal(ctx, id, "approved", "bob"), fleet.ErrTaskFinished))
+	// Output:
+	// shipped o-17, approved by alice <nil>
+	// true
+}
+
+func ExampleAwaitChildren() {
+	f, done := exampleFleet("children")
+	defer done()
+	ctx := context.Background()
+
+	type Report struct {
+		Sites []string `json:"sites" validate:"required"`
+	}
+	type Fetch struct {
+		Site string `json:"site" validate:"required"`
+	}
+	reports := fleet.NewQueue[Report](f, "reports", fleet.QueueOptions{Retention: time.Hour})
+	fetches := fleet.NewQueue[Fetch](f, "fetches", fleet.QueueOptions{})
+	rw := fleet.NewBatchWorker(f, fleet.WorkerOptions{Type: "reports", ID: "r1", Slots: 1}, reports,
+		fleet.BatchFunc[struct{}, struct{}, Report](func(ctx context.Context, s *fleet.Slot[struct{}, struct{}], t *fleet.Task[Report]) error {
+			var kids []fleet.Child
+			for _, site := range t.Payload.Sites {
+				c, err := fleet.StartChild(ctx, t, "fetch "+site, fetches, Fetch{Site: site}, fleet.SubmitOptions{})
+				if err != nil {
+					return err
+				}
+				kids = append(kids, c)
+			}
+			ends, err := fleet.AwaitChildren(ctx, t, "fetched", time.Hour, kids...)
+			if err != nil {
+				return err // parked until the last child ends
+			}
+			total := 0
+			for _, e := range ends {
+				var n int
+				_ = json.Unmarshal(e.Result, &n)
+				total += n
+			}
+			return t.SetResult(total)
+		}))
+	fw := fleet.NewBatchWorker(f, fleet.WorkerOptions{Type: "fetches", ID: "f1", Slots: 2}, fetches,
+		fleet.BatchFunc[struct{}, struct{}, Fetch](func(ctx context.Context, s *fleet.Slot[struct{}, struct{}], t *fleet.Task[Fetch]) error {
+			return t.SetResult(len(t.Payload.Site)) // the "bytes" fetched
+		}))
+	for _, w := range []*fleet.Worker{rw, fw} {
+		if err := w.Start(ctx); err != nil {
+			log.Fatal(err)
+		}
+		defer func() { _ = w.Stop(ctx) }()
+	}
+	id, _ := reports.Submit(ctx, Report{Sites: []string{"a.example", "bb.example"}})
+	total, err := fleet.ResultOf[int](ctx, reports, id, fleet.Await())
+	fmt.Println(total, err)
+	// Output:
+	// 19 <nil>
 }

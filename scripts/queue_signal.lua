@@ -27,12 +27,6 @@
 local id, name = ARGV[1], ARGV[2]
 local sk = STEPS .. id
 local field = '\255sig:' .. name
-local had = redis.call('HGET', sk, field)
-if had then
-  if had == '\255d' then return {'sent', 'd'} end
-  if had == '\255t' then return {'sent', 't'} end
-  return {'sent', ''}
-end
 local now = now_ms()
 local park = nil
 local live = redis.call('ZSCORE', PROCESSING, id) ~= false
@@ -69,6 +63,12 @@ if not live then
     end
     return {'none'}
   end
+end
+local had = redis.call('HGET', sk, field)
+if had then
+  if had == '\255d' then return {'sent', 'd'} end
+  if had == '\255t' then return {'sent', 't'} end
+  return {'sent', ''}
 end
 redis.call('HSET', sk, field, ARGV[3])
 keep_for(sk, ARGV[4])
