@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -22,15 +23,26 @@ func init() {
 	var limit int
 	register(&command{
 		name:    "task",
-		args:    "get <queue> <task id> | cancel <queue> <task id> | find <queue> <key>=<value>",
-		summary: "show a task's state (waiting, pending, scheduled, active with its progress, done, dead, canceled), cancel it, or find tasks by an indexed metadata key (QueueOptions.IndexMeta)",
+		args:    "get <queue> <task id> | cancel <queue> <task id> | signal <queue> <task id> <name> <JSON value> | find <queue> <key>=<value>",
+		summary: "show a task's state (waiting, pending, scheduled, active with its progress, done, dead, canceled), cancel it, send it a signal (fleet.WaitSignal), or find tasks by an indexed metadata key (QueueOptions.IndexMeta)",
 		flags: func(fs *flag.FlagSet) {
 			fs.StringVar(&cursor, "cursor", "", "find: the cursor a previous page printed (next)")
 			fs.IntVar(&limit, "limit", 0, "find: show at most this many tasks (0: fleet.DefaultFindLimit)")
 		},
 		run: func(ctx context.Context, a *app, args []string) int {
+			if len(args) == 5 && args[0] == "signal" {
+				queue, id, name, value := args[1], args[2], args[3], args[4]
+				if !json.Valid([]byte(value)) {
+					return a.usageErr("task", "signal's value must be JSON (a string is quoted: '\"yes\"')")
+				}
+				if err := a.f.Queue(queue).Signal(ctx, id, name, json.RawMessage(value)); err != nil {
+					return a.fail(err)
+				}
+				a.emit(map[string]string{"signaled": id, "signal": name}, func(w *tabwriter.Writer) { fmt.Fprintf(w, "signaled %s %s\n", id, shownText(name)) })
+				return exitOK
+			}
 			if len(args) != 3 {
-				return a.usageErr("task", "needs an action (get, cancel, find), a queue and a task id (find: <key>=<value>)")
+				return a.usageErr("task", "needs an action (get, cancel, signal, find), a queue and a task id (signal: and a name and a JSON value; find: <key>=<value>)")
 			}
 			action, queue, id := args[0], args[1], args[2]
 			switch action {
@@ -114,7 +126,7 @@ func init() {
 				a.emit(map[string]string{"canceled": id}, func(w *tabwriter.Writer) { fmt.Fprintf(w, "canceled %s\n", id) })
 				return exitOK
 			}
-			return a.usageErr("task", "expected get <queue> <id>, cancel <queue> <id> or find <queue> <key>=<value>")
+			return a.usageErr("task", "expected get <queue> <id>, cancel <queue> <id>, signal <queue> <id> <name> <JSON value> or find <queue> <key>=<value>")
 		},
 	})
 }

@@ -54,3 +54,40 @@ func TestFleetctlTaskSteps(t *testing.T) {
 		}
 	})
 }
+
+// TestFleetctlTaskSignal: task signal sends a JSON value that the task's
+// wait takes; a second send of the name, an unknown task and a value that
+// is not JSON are refused.
+func TestFleetctlTaskSignal(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		ctx, f, conn, _ := openTarget(t, tg)
+		q := fleet.NewQueue[job](f, "signaled", fleet.QueueOptions{})
+		id, err := q.Submit(ctx, job{N: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		run := func(args ...string) (string, string, int) {
+			return fctl(t, append(append([]string{}, conn...), args...)...)
+		}
+		if out, _, code := run("task", "signal", "signaled", id, "approved", `{"by":"ops"}`); code != 0 || !strings.Contains(out, "signaled "+id+" approved") {
+			t.Fatalf("signal (%d): %s", code, out)
+		}
+		if _, errOut, code := run("task", "signal", "signaled", id, "approved", `1`); code == 0 || !strings.Contains(errOut, "signal already sent") {
+			t.Fatalf("second signal (%d): %s", code, errOut)
+		}
+		if _, errOut, code := run("task", "signal", "signaled", "no-such", "approved", `1`); code == 0 || !strings.Contains(errOut, "no such task") {
+			t.Fatalf("unknown task (%d): %s", code, errOut)
+		}
+		if _, _, code := run("task", "signal", "signaled", id, "other", `not json`); code == 0 {
+			t.Fatal("a value that is not JSON was sent")
+		}
+		tasks, err := q.Reserve(ctx, 1, time.Second)
+		if err != nil || len(tasks) != 1 {
+			t.Fatal(tasks, err)
+		}
+		v, err := fleet.WaitSignal[struct{ By string }](ctx, tasks[0], "approved", time.Hour)
+		if err != nil || v.By != "ops" {
+			t.Fatalf("wait: %+v, %v", v, err)
+		}
+	})
+}
