@@ -277,6 +277,10 @@ func (b *Batch) Close(ctx context.Context) error {
 // (FlowStatus). May return ErrFlowNotFound, ErrUnavailable.
 func (b *Batch) Status(ctx context.Context) (FlowStatus, error) { return b.f.FlowStatus(ctx, b.id) }
 
+// Wait blocks until the batch is done (closed, every task ended, its
+// callbacks released) and returns its final status (Fleet.WaitFlow).
+func (b *Batch) Wait(ctx context.Context) (FlowStatus, error) { return b.f.WaitFlow(ctx, b.id) }
+
 // Cancel cancels the batch's tasks that have not ended (CancelFlow); its
 // OnComplete callback runs once every task ended.
 func (b *Batch) Cancel(ctx context.Context) error { return b.f.CancelFlow(ctx, b.id) }
