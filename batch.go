@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -38,6 +39,15 @@ type BatchOptions struct {
 	// Retention is how long the end of each task stays recorded, and the
 	// batch's status once it is done. Defaults to DefaultFlowRetention.
 	Retention time.Duration
+	// ID, when set, is the batch's id, chosen by the caller (an idempotency
+	// key): a NewBatch whose id names a batch that exists (open, closed,
+	// or done within its Retention) writes nothing (its callbacks are not
+	// made again) and returns that batch's handle with a nil error, so that
+	// a retried request gets the same batch. While another NewBatch of it
+	// has not committed yet, NewBatch waits for it (bounded by ctx). What
+	// the second call holds is not compared with the first. The rules of
+	// FlowOptions.ID. Defaults to none: a new UUIDv7.
+	ID string
 }
 
 // Callback is a batch's callback: a task of a queue, with its payload and
@@ -64,6 +74,9 @@ func NewCallback[T any](q *Queue[T], payload T, opts SubmitOptions) *Callback {
 	case len(opts.After) > 0:
 		cb.err = fmt.Errorf("%w: a callback waits for its batch: SubmitOptions.After is not for it", ErrInvalidArgument)
 		return cb
+	case opts.ID != "":
+		cb.err = fmt.Errorf("%w: SubmitOptions.ID is not for a callback (BatchOptions.ID makes NewBatch idempotent)", ErrInvalidArgument)
+		return cb
 	}
 	cb.c = q.queueCore
 	if cb.err = q.checkSubmit(opts); cb.err == nil {
@@ -77,8 +90,10 @@ func NewCallback[T any](q *Queue[T], payload T, opts SubmitOptions) *Callback {
 	return cb
 }
 
-// NewBatch makes an open batch, with its callbacks waiting for it. May
-// return ErrInvalidArgument (a bad callback or option: nothing is written),
+// NewBatch makes an open batch, with its callbacks waiting for it. With
+// BatchOptions.ID, a batch of that id that exists is answered instead
+// (ErrInvalidArgument if the id names a flow). May return
+// ErrInvalidArgument (a bad callback or option: nothing is written),
 // ErrUnavailable.
 func (f *Fleet) NewBatch(ctx context.Context, opts BatchOptions) (*Batch, error) {
 	const op = "new batch"
@@ -92,11 +107,18 @@ func (f *Fleet) NewBatch(ctx context.Context, opts BatchOptions) (*Batch, error)
 	if keep == 0 {
 		keep = DefaultFlowRetention
 	}
-	id, err := newTaskID()
-	if err != nil {
-		return nil, opErr(op, "", err)
+	id := opts.ID
+	if id != "" {
+		if err := checkCallerID("BatchOptions.ID", id, MaxFlowIDLen); err != nil {
+			return nil, opErr(op, "", err)
+		}
+	} else {
+		var err error
+		if id, err = newTaskID(); err != nil {
+			return nil, opErr(op, "", err)
+		}
 	}
-	p := &flowPlan{mode: "batch", flow: id, keep: keep, ext: map[string]*extDep{}}
+	p := &flowPlan{mode: "batch", flow: id, keep: keep, ext: map[string]*extDep{}, idem: opts.ID != ""}
 	var cbs [][2]string
 	for _, c := range []struct {
 		cb   *Callback
@@ -123,15 +145,12 @@ func (f *Fleet) NewBatch(ctx context.Context, opts BatchOptions) (*Batch, error)
 		p.tasks = append(p.tasks, &flowTask{c: sc, id: tid, body: c.cb.body(tid, keepFor(sc, keep)), cb: id,
 			ready: c.cb.opts.NotBefore, deps: []flowDep{{ref: flowRef(id), policy: policy, from: -1}}})
 		cbs = append(cbs, [2]string{refOf(sc, tid), c.kind})
-		if err := sc.register(ctx); err != nil {
-			return nil, opErr(op, id, err)
-		}
 	}
 	if len(cbs) > 0 {
 		b, _ := json.Marshal(cbs)
 		p.cbs = string(b)
 	}
-	if err := f.submitPlan(ctx, p); err != nil {
+	if err := f.submitPlan(ctx, p); err != nil && !errors.Is(err, errFlowExists) {
 		return nil, opErr(op, id, err)
 	}
 	return &Batch{f: f, id: id}, nil
@@ -166,6 +185,8 @@ func BatchAdd[T any](ctx context.Context, b *Batch, q *Queue[T], payloads []T, o
 		return nil, opErr(op, b.id, fmt.Errorf("%w: %d tasks, more than MaxFlowSteps %d", ErrInvalidArgument, len(payloads), MaxFlowSteps))
 	case len(opts.After) > 0:
 		return nil, opErr(op, b.id, fmt.Errorf("%w: SubmitOptions.After is not for a batch's task", ErrInvalidArgument))
+	case opts.ID != "":
+		return nil, opErr(op, b.id, fmt.Errorf("%w: SubmitOptions.ID is not for BatchAdd (one options for many tasks)", ErrInvalidArgument))
 	}
 	if err := checkFlowID(b.id); err != nil {
 		return nil, opErr(op, b.id, err)
@@ -276,6 +297,10 @@ func (b *Batch) Close(ctx context.Context) error {
 // Status returns the batch's status: its state and the counts of its tasks
 // (FlowStatus). May return ErrFlowNotFound, ErrUnavailable.
 func (b *Batch) Status(ctx context.Context) (FlowStatus, error) { return b.f.FlowStatus(ctx, b.id) }
+
+// Wait blocks until the batch is done (closed, every task ended, its
+// callbacks released) and returns its final status (Fleet.WaitFlow).
+func (b *Batch) Wait(ctx context.Context) (FlowStatus, error) { return b.f.WaitFlow(ctx, b.id) }
 
 // Cancel cancels the batch's tasks that have not ended (CancelFlow); its
 // OnComplete callback runs once every task ended.

@@ -12,7 +12,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -53,12 +52,13 @@ type childEnd struct {
 
 // StartChild submits payload to q as a child of task t, as a step named
 // name (Step's rules hold): every later run of t gets the same Child
-// without submitting again. The child's id is made from t's id and name,
-// so a run that died between the submit and the step's record submits
-// nothing new the next time: a parent has each child once. The child is a
+// without submitting again. The child's id is made from t's id and name
+// (its SubmitOptions.ID: a caller-chosen id), so a run that died between
+// the submit and the step's record submits nothing new the next time: a
+// parent has each child once. The child is a
 // tracked task (SubmitOptions.Track; with opts' other options: After,
-// NotBefore, Group, Priority ... but not DedupKey, UniqueFor, Replace or
-// Debounce) on any queue, in any slot of a cluster; its end is handed to
+// NotBefore, Group, Priority ... but not ID, DedupKey, UniqueFor, Replace
+// or Debounce) on any queue, in any slot of a cluster; its end is handed to
 // t (AwaitChildren) through the flows' outbox, even when a process dies
 // on the way. May return ErrInvalidArgument (bad options, a payload that
 // does not encode: nothing is submitted or recorded), and Step's and
@@ -74,10 +74,11 @@ func StartChild[T any](ctx context.Context, t Durable, name string, q *Queue[T],
 	if err := q.ready(ctx); err != nil {
 		return Child{}, opErr("child", q.name, err)
 	}
-	if opts.DedupKey != "" || opts.UniqueFor != 0 || opts.Replace || opts.Debounce != nil {
-		return Child{}, opErr("child", q.name, fmt.Errorf("%w: a child takes no DedupKey, UniqueFor, Replace or Debounce: its id is its own", ErrInvalidArgument))
+	if opts.ID != "" || opts.DedupKey != "" || opts.UniqueFor != 0 || opts.Replace || opts.Debounce != nil {
+		return Child{}, opErr("child", q.name, fmt.Errorf("%w: a child takes no ID, DedupKey, UniqueFor, Replace or Debounce: its id is its own", ErrInvalidArgument))
 	}
 	opts.Track = true
+	opts.ID = childID(r.id(), q.name, name) // a caller-chosen id: submitted again, it makes nothing
 	if err := q.checkSubmit(opts); err != nil {
 		return Child{}, opErr("child", q.name, err)
 	}
@@ -86,9 +87,9 @@ func StartChild[T any](ctx context.Context, t Durable, name string, q *Queue[T],
 		return Child{}, opErr("child", q.name, err)
 	}
 	return Step(ctx, t, name, func(ctx context.Context) (Child, error) {
-		id := childID(r.id(), q.name, name)
+		id := opts.ID
 		sub := submission{id: id, body: newBody(id, b, opts), opts: opts, parent: childRef + refOf(r.core, r.id())}
-		if err := q.submitTracked(ctx, []submission{sub}); err != nil && !errors.Is(err, errTaskExists) {
+		if err := q.submitTracked(ctx, []submission{sub}); err != nil {
 			return Child{}, opErr("child", q.name, err)
 		}
 		return Child{Queue: q.name, ID: id}, nil

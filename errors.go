@@ -143,7 +143,10 @@ var (
 	// ErrDuplicate is returned by Queue.RequeueDead when the dead task's
 	// dedup key is held by another live task: re-queueing it would make the
 	// duplicate that the key exists to prevent. Nothing changes. A
-	// *DuplicateError (SubmitWith with UniqueFor) is ErrDuplicate too.
+	// *DuplicateError (SubmitWith with UniqueFor) is ErrDuplicate too, and
+	// so is Flow.Submit's error for a step whose caller-chosen id
+	// (SubmitOptions.ID, or derived from FlowOptions.ID) names a task that
+	// lives or whose end is kept (nothing is written).
 	ErrDuplicate = newSentinel("dedup key held by another task", nil)
 	// ErrTaskRunning is returned by SubmitWith (and SubmitManyWith, per
 	// task) with SubmitOptions.Replace or Debounce when the task that holds
@@ -263,10 +266,6 @@ var (
 
 // Errors that stay inside fleet.
 var (
-	// errTaskExists is a tracked task's submit whose id has a record
-	// already (flow_put.lua left it alone): a child submitted again
-	// (StartChild), which is no error there.
-	errTaskExists = errors.New("task exists already")
 	// errExpired is why a task whose SubmitOptions.ExpiresAt passed before
 	// it started is in the dead letters.
 	errExpired = engine.ErrExpired

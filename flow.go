@@ -3,12 +3,14 @@ package fleet
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/fleet-go/fleet/internal/keys"
 	"github.com/fleet-go/fleet/internal/taskbody"
@@ -165,6 +167,7 @@ type Flow struct {
 	f    *Fleet
 	id   string
 	keep time.Duration
+	idem bool // id chosen by the caller (FlowOptions.ID)
 
 	mu        sync.Mutex
 	steps     []*FlowStep
@@ -179,26 +182,58 @@ type FlowOptions struct {
 	// recorded once it ended, and the flow's status once the flow is done.
 	// Defaults to DefaultFlowRetention.
 	Retention time.Duration
+	// ID, when set, is the flow's id, chosen by the caller (an order's id,
+	// a request's idempotency key), as a workflow id is in Temporal or
+	// DBOS: a Submit of a flow whose id names a flow that exists (under
+	// way, or done and within its Retention) writes nothing and returns
+	// nil, so that a retried request gives the same run. The steps' ids
+	// then derive from it ("<id>/<n>", n counting AddStep's calls from 0,
+	// unless a step's SubmitOptions.ID names it), so that the second
+	// Flow's steps name the first's tasks. What the second Flow holds is
+	// not compared with the first. At most MaxFlowIDLen bytes of text
+	// without white space, '{' or '}'; a bad one is returned by Submit
+	// (ErrInvalidArgument). Defaults to none: a new UUIDv7 per Flow.
+	ID string
 }
+
+// MaxFlowIDLen bounds a caller-chosen flow or batch id (FlowOptions.ID,
+// BatchOptions.ID): shorter than a task id's bound (1024 bytes), so that
+// the steps' ids derived from it stay within it.
+const MaxFlowIDLen = 1000
 
 // NewFlow returns an empty flow of f. Bad options are kept and returned
 // by Submit.
 func NewFlow(f *Fleet, opts FlowOptions) *Flow {
-	fl := &Flow{f: f, keep: opts.Retention, byID: map[string]*FlowStep{}}
+	fl := &Flow{f: f, keep: opts.Retention, byID: map[string]*FlowStep{}, idem: opts.ID != ""}
 	switch {
 	case f == nil:
 		fl.err = fmt.Errorf("%w: NewFlow needs a Fleet", ErrInvalidArgument)
 	case opts.Retention < 0:
 		fl.err = fmt.Errorf("%w: FlowOptions.Retention %v is negative", ErrInvalidArgument, opts.Retention)
+	case opts.ID != "":
+		fl.err = checkCallerID("FlowOptions.ID", opts.ID, MaxFlowIDLen)
 	}
 	if fl.keep == 0 {
 		fl.keep = DefaultFlowRetention
 	}
-	var err error
-	if fl.id, err = newTaskID(); err != nil && fl.err == nil {
-		fl.err = err
+	fl.id = opts.ID
+	if fl.id == "" {
+		var err error
+		if fl.id, err = newTaskID(); err != nil && fl.err == nil {
+			fl.err = err
+		}
 	}
 	return fl
+}
+
+// checkCallerID checks an id that the caller chose (what names the
+// option): 1 to max bytes of valid text, without white space (a ref
+// separates a queue from an id with a space) or braces (a hash tag).
+func checkCallerID(what, id string, max int) error {
+	if id == "" || len(id) > max || !isText(id) || strings.ContainsAny(id, "{}") || strings.IndexFunc(id, unicode.IsSpace) >= 0 {
+		return fmt.Errorf("%w: %s %.64q (%d bytes) must be 1 to %d bytes of text without white space, '{' or '}'", ErrInvalidArgument, what, id, len(id), max)
+	}
+	return nil
 }
 
 // ID returns the flow's id (for CancelFlow and FlowStatus).
@@ -276,10 +311,20 @@ func AddStep[T any](fl *Flow, q *Queue[T], payload T, opts SubmitOptions) *FlowS
 		if err != nil {
 			return err
 		}
-		if s.id, err = newTaskID(); err != nil {
-			return err
+		switch {
+		case opts.ID != "":
+			s.id = opts.ID
+		case fl.idem:
+			s.id = fl.id + "/" + strconv.Itoa(len(fl.steps))
+		default:
+			if s.id, err = newTaskID(); err != nil {
+				return err
+			}
 		}
-		s.c = q.pick(cmp.Or(opts.Group, opts.ShardKey))
+		if fl.byID[s.id] != nil {
+			return fmt.Errorf("%w: step id %s is taken by another step of the flow", ErrInvalidArgument, s.id)
+		}
+		s.c = q.pick(cmp.Or(opts.Group, opts.ID, opts.ShardKey))
 		s.body = taskbody.WithTrack(newBody(s.id, b, opts), keepFor(q.queueCore, fl.keep))
 		return nil
 	}()
@@ -302,6 +347,15 @@ func AddStep[T any](fl *Flow, q *Queue[T], payload T, opts SubmitOptions) *FlowS
 // FailDependent that failed already), ErrUnavailable (the outcome is
 // unknown: the flow may be written or not; a flow left half written is
 // dropped by the sweeper), and the errors of Submit.
+//
+// A flow with a caller-chosen id (FlowOptions.ID) is submitted once: when
+// a flow (or batch) of that id exists, under way or done within its
+// retention, Submit writes nothing and returns nil (ErrInvalidArgument if
+// the id names a batch); while another submit of it has not committed
+// yet, Submit waits for it (bounded by ctx), and submits the flow itself
+// if that one gave up. Once the flow's status expired, the id is free
+// again (a step whose id is still taken, its end kept longer by a queue's
+// Retention, is refused with ErrDuplicate).
 func (fl *Flow) Submit(ctx context.Context) error {
 	fl.mu.Lock()
 	defer fl.mu.Unlock()
@@ -320,18 +374,10 @@ func (fl *Flow) Submit(ctx context.Context) error {
 		return opErr(op, fl.id, err)
 	}
 	fl.submitted = true
-	// Each queue joins the registry (fleet:queues), so that a sweeper finds
-	// its flows' keys.
-	seen := map[*queueCore]bool{}
-	for _, t := range p.tasks {
-		if top := t.c.top(); !seen[top] {
-			seen[top] = true
-			if err := top.register(ctx); err != nil {
-				return opErr(op, fl.id, err)
-			}
-		}
+	if err := fl.f.submitPlan(ctx, p); err != nil && !errors.Is(err, errFlowExists) {
+		return opErr(op, fl.id, err)
 	}
-	return opErr(op, fl.id, fl.f.submitPlan(ctx, p))
+	return nil
 }
 
 // plan checks the flow and makes its plan: every edge resolved, no cycle.
@@ -342,7 +388,7 @@ func (fl *Flow) plan() (*flowPlan, error) {
 	case n > MaxFlowSteps:
 		return nil, fmt.Errorf("%w: the flow has %d steps, more than MaxFlowSteps %d", ErrInvalidArgument, n, MaxFlowSteps)
 	}
-	p := &flowPlan{mode: "flow", flow: fl.id, keep: fl.keep, ext: map[string]*extDep{}}
+	p := &flowPlan{mode: "flow", flow: fl.id, keep: fl.keep, ext: map[string]*extDep{}, idem: fl.idem}
 	at := make(map[*FlowStep]int, len(fl.steps))
 	for i, s := range fl.steps {
 		if s.err != nil {

@@ -50,28 +50,40 @@ type FlowStatus struct {
 }
 
 // FlowStatus returns the status of flow (or batch) id: its state and the
-// counts of its tasks. May return ErrFlowNotFound (unknown, or done and
-// past its retention), ErrUnavailable.
+// counts of its tasks, as its record holds them now. Each task's end is
+// counted when it has been passed on (docs/FLOWS.md, step 4 of an edge),
+// which follows the task's end in the background: read right after a
+// task's end, the status may not count it yet. Read after Queue.Wait or
+// ResultOf with Await of the task (which return once it was passed on),
+// it counts it; to wait for the whole flow, use WaitFlow. May return
+// ErrFlowNotFound (unknown, or done and past its retention), ErrUnavailable.
 func (f *Fleet) FlowStatus(ctx context.Context, id string) (FlowStatus, error) {
 	const op = "flow status"
-	st := FlowStatus{ID: id}
 	if err := f.alive(ctx); err != nil {
-		return st, opErr(op, id, err)
+		return FlowStatus{ID: id}, opErr(op, id, err)
 	}
 	if err := checkFlowID(id); err != nil {
-		return st, opErr(op, id, err)
+		return FlowStatus{ID: id}, opErr(op, id, err)
 	}
+	st, _, err := f.flowStatus(ctx, id)
+	return st, opErr(op, id, err)
+}
+
+// flowStatus reads the status of flow id, and whether it is finished: done,
+// and its callbacks (a batch's) released (flow_complete's "cbd").
+func (f *Fleet) flowStatus(ctx context.Context, id string) (FlowStatus, bool, error) {
+	st := FlowStatus{ID: id}
 	m, err := f.client.Do(ctx, f.client.B().Hgetall().Key(f.keys.Flow(id).Record).Build()).AsStrMap()
 	if err != nil {
-		return st, opErr(op, id, err)
+		return st, false, err
 	}
 	if len(m) == 0 || m["state"] == "new" {
-		return st, opErr(op, id, fmt.Errorf("%w: %s", ErrFlowNotFound, id))
+		return st, false, fmt.Errorf("%w: %s", ErrFlowNotFound, id)
 	}
 	num := func(k string) int { n, _ := strconv.Atoi(m[k]); return n }
 	st.State, st.Total, st.Succeeded, st.Failed, st.Canceled = FlowState(m["state"]), num("total"), num("ok"), num("fail"), num("cancel")
 	st.Pending = max(st.Total-st.Succeeded-st.Failed-st.Canceled, 0)
-	return st, nil
+	return st, st.State == FlowDone && m["cbd"] == "1", nil
 }
 
 // checkFlowID checks a flow's (batch's) id.

@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -32,6 +33,70 @@ type flowPlan struct {
 	// stopAt, set by a test (export_flow_test.go), ends the submit after
 	// that step, undoing nothing: as if its process died there.
 	stopAt int
+	// idem: the flow's (batch's) id was chosen by the caller (FlowOptions.ID,
+	// BatchOptions.ID): one that exists is this submit made already.
+	idem bool
+}
+
+// errFlowExists is submitPlan's answer when the caller-chosen id of its
+// flow (batch) names one that exists (live, or done within its
+// retention): nothing was written, and the caller answers success.
+var errFlowExists = errors.New("the flow exists already")
+
+// openFlow is step 1 of a submit: it opens the plan's flow (flow_new.lua).
+// A flow of a caller-chosen id (p.idem) that exists gives errFlowExists,
+// once it left state new: while another submit of the same id is under
+// way, openFlow waits (on a capped backoff, bounded by ctx) until that one
+// committed (errFlowExists) or gave up (its record gone: it opens the
+// flow itself). One uncommitted for longer than SweeperOptions.SubmitGrace's
+// default gives ErrUnavailable: its submitter likely died, and its record
+// holds the id until it expires (flowNewTTL).
+func (f *Fleet) openFlow(ctx context.Context, p *flowPlan) error {
+	bo := backoff{min: 2 * time.Millisecond, max: 100 * time.Millisecond}
+	_, grace := f.flowEnds().timings()
+	for {
+		got, err := flowNewScript.Exec(ctx, f.client, f.flowKeys(p.flow)[:1],
+			[]string{p.mode, millis(p.keep), p.cbs, millis(flowNewTTL)}).AsStrSlice()
+		if err != nil {
+			return err
+		}
+		if len(got) == 1 && got[0] == "made" {
+			return nil
+		}
+		if len(got) != 4 {
+			return unexpectedReply("flow new", len(got))
+		}
+		age, _ := strconv.ParseInt(got[3], 10, 64)
+		switch kind, state := got[1], got[2]; {
+		case !p.idem:
+			return fmt.Errorf("flow %s exists already", p.flow) // cannot happen: a new id
+		case kind != p.mode:
+			return fmt.Errorf("%w: id %s names a %s, not a %s", ErrInvalidArgument, p.flow, kind, p.mode)
+		case state != "new":
+			return errFlowExists
+		case time.Duration(age)*time.Millisecond > cmp.Or(grace, DefaultSubmitGrace):
+			return fmt.Errorf("%w: a submit of %s %s began %v ago and has not committed: its process may have died; if it did, the id is free again once its record expires, %v after that submit began",
+				ErrUnavailable, p.mode, p.flow, time.Duration(age)*time.Millisecond, flowNewTTL)
+		}
+		if err := f.pause(ctx, bo.next()); err != nil {
+			return err
+		}
+	}
+}
+
+// pause waits d, and returns ctx's error or ErrClosed if either comes
+// first.
+func (f *Fleet) pause(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-f.done:
+		return ErrClosed
+	case <-t.C:
+		return nil
+	}
 }
 
 // flowTask is one task of a plan.
@@ -46,6 +111,14 @@ type flowTask struct {
 	deps  []flowDep
 	outs  []string // the refs of its dependents in the plan
 	idx   int
+	// idem: its id was chosen by the caller (SubmitOptions.ID) for a task
+	// without a flow, so a record or end of that id that exists is an
+	// earlier submit of this one. taken is flow_put's code when it found
+	// the id taken ('0': made by another submit, 'u': that submit is under
+	// way): the rest of this submit leaves the task alone (it is not its
+	// own to mark or drop); a task that is not idem fails the submit.
+	idem  bool
+	taken byte
 }
 
 // flowDep is one dependency of a plan's task.
@@ -147,14 +220,20 @@ func (f *Fleet) submitPlan(ctx context.Context, p *flowPlan) error {
 	}
 	// 1. The flow.
 	if p.mode == "flow" || p.mode == "batch" {
-		kind := p.mode
-		ok, err := flowNewScript.Exec(ctx, f.client, f.flowKeys(p.flow)[:1],
-			[]string{kind, millis(p.keep), p.cbs, millis(flowNewTTL)}).AsInt64()
-		if err != nil {
+		if err := f.openFlow(ctx, p); err != nil {
 			return err
 		}
-		if ok != 1 {
-			return fmt.Errorf("flow %s exists already", p.flow) // cannot happen: a new id
+		// Each queue joins the registry (fleet:queues), so that a sweeper
+		// finds its flows' keys (an add's and a lone task's submit did).
+		seen := map[*queueCore]bool{}
+		for _, t := range p.tasks {
+			if top := t.c.top(); !seen[top] {
+				seen[top] = true
+				if err := top.register(ctx); err != nil {
+					_ = flowForgetScript.Exec(ctx, f.client, f.flowKeys(p.flow), nil).Error()
+					return err
+				}
+			}
 		}
 	}
 	committed := false
@@ -406,8 +485,18 @@ func (f *Fleet) putPlan(ctx context.Context, p *flowPlan) error {
 		ids := make([]string, len(who[i]))
 		for j, t := range who[i] {
 			ids[j] = t.id
-			if j >= len(got) || got[j] == '0' {
-				first = cmpErr(first, fmt.Errorf("%w: task %s", errTaskExists, t.id)) // new ids, but a child's (children.go)
+			switch {
+			case j >= len(got):
+				first = cmpErr(first, unexpectedReply("flow put", len(got)))
+			case got[j] != '0' && got[j] != 'u':
+			default:
+				// Not this submit's: never marked or dropped by it. A task
+				// that is not idem is a step whose id the caller chose (a
+				// new id cannot be taken): the submit fails.
+				t.taken = got[j]
+				if !t.idem {
+					first = cmpErr(first, fmt.Errorf("%w: the id %s of a step (queue %s) names a task that lives or whose end is kept", ErrDuplicate, t.id, t.c.name))
+				}
 			}
 		}
 		f.afterRelease(who[i][0].c, ids, got)
@@ -440,6 +529,9 @@ func (f *Fleet) watchExt(ctx context.Context, p *flowPlan) error {
 		}
 		for _, i := range e.waiters {
 			t := p.tasks[i]
+			if t.taken != 0 {
+				continue
+			}
 			ws = append(ws, watch{e, t})
 			execs = append(execs, rueidis.LuaExec{Keys: e.at.keys(e.at.key.Result + e.id), Args: []string{e.id, refOf(t.c, t.id)}})
 		}
@@ -471,6 +563,9 @@ func (f *Fleet) watchExt(ctx context.Context, p *flowPlan) error {
 			return fmt.Errorf("%w: task %s of queue %s ended as %s: %s", ErrDependencyFailed, e.id, e.c.name, outcomeStatus(e.state), e.detail)
 		}
 		for _, i := range e.waiters {
+			if p.tasks[i].taken != 0 {
+				continue
+			}
 			tells = append(tells, tell{t: p.tasks[i], ref: refOf(e.at, e.id), outcome: e.state, detail: e.detail})
 		}
 	}
@@ -491,7 +586,7 @@ func (f *Fleet) markPlan(ctx context.Context, p *flowPlan) error {
 	var cores []*queueCore
 	var ids [][]string
 	for c, ts := range p.byCore() {
-		ts = slices.DeleteFunc(slices.Clone(ts), func(t *flowTask) bool { return t.now }) // committed at put
+		ts = slices.DeleteFunc(slices.Clone(ts), func(t *flowTask) bool { return t.now || t.taken != 0 }) // committed at put, or not this submit's
 		for chunk := range slices.Chunk(ts, flowPage) {
 			is := make([]string, len(chunk))
 			for i, t := range chunk {
@@ -527,7 +622,9 @@ func (f *Fleet) abortPlan(ctx context.Context, p *flowPlan) {
 	byCore := map[*queueCore][]string{}
 	for c, ts := range p.byCore() {
 		for _, t := range ts {
-			byCore[c] = append(byCore[c], t.id)
+			if t.taken == 0 { // a record of an earlier submit of its id is not this one's to drop
+				byCore[c] = append(byCore[c], t.id)
+			}
 		}
 	}
 	f.dropRecords(actx, byCore)

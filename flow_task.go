@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/fleet-go/fleet/internal/taskbody"
 )
 
@@ -93,7 +95,13 @@ func dependencyResult(ctx context.Context, queue, id string) (res json.RawMessag
 
 // submitTracked submits tracked tasks (SubmitOptions.After or Track) of q
 // without a flow (docs/FLOWS.md): one plan, whose tasks with After are
-// committed by their mark, those without at once.
+// committed by their mark, those without at once. A task with a
+// caller-chosen id (SubmitOptions.ID) that a record or end of its shard
+// holds already is left alone (flow_put.lua decides, atomically in the
+// slot): made by an earlier submit, the call answers its id; under way in
+// another submit (its record not committed yet), the call waits on a
+// capped backoff, bounded by ctx, and submits it again: it then finds it
+// made, or makes it itself if that submit gave up.
 func (q *queueCore) submitTracked(ctx context.Context, subs []submission) error {
 	ids, bodies := make([]string, len(subs)), make([]string, len(subs))
 	for i, s := range subs {
@@ -104,24 +112,118 @@ func (q *queueCore) submitTracked(ctx context.Context, subs []submission) error 
 		done.call(0, err)
 		return err
 	}
+	made := 0
+	bo := backoff{min: 2 * time.Millisecond, max: 100 * time.Millisecond}
+	for len(subs) > 0 {
+		n, again, err := q.submitTrackedOnce(ctx, subs, bodies)
+		made += n
+		if err != nil {
+			done.call(made, err)
+			return err
+		}
+		if len(again) == 0 {
+			break
+		}
+		if err := q.fleet.pause(ctx, bo.next()); err != nil {
+			done.call(made, err)
+			return err
+		}
+		subs, bodies = again, bodiesOf(again, subs, bodies)
+	}
+	done.call(made, nil)
+	return nil
+}
+
+// bodiesOf returns the bodies of some (a subset of subs, in its order).
+func bodiesOf(some, subs []submission, bodies []string) []string {
+	out := make([]string, 0, len(some))
+	j := 0
+	for i := range subs {
+		if j < len(some) && subs[i].id == some[j].id {
+			out = append(out, bodies[i])
+			j++
+		}
+	}
+	return out
+}
+
+// submitTrackedOnce is one plan of submitTracked: it returns how many tasks
+// it made, and those to submit again (their id's submit under way).
+func (q *queueCore) submitTrackedOnce(ctx context.Context, subs []submission, bodies []string) (int, []submission, error) {
+	taken, err := q.idsTaken(ctx, subs)
+	if err != nil {
+		return 0, nil, err
+	}
 	p := &flowPlan{keep: DefaultFlowRetention, ext: map[string]*extDep{}}
+	var in []int // the plan's tasks, by their place in subs
 	for i, s := range subs {
-		c := q.pick(cmp.Or(s.opts.Group, s.opts.ShardKey))
+		if taken[i] {
+			continue // made by an earlier submit: nothing to look at
+		}
+		c := q.pick(cmp.Or(s.opts.Group, s.opts.ID, s.opts.ShardKey))
 		t := &flowTask{c: c, id: s.id, body: taskbody.WithTrack(bodies[i], keepFor(c, DefaultFlowRetention)),
-			ready: s.opts.NotBefore, now: len(s.opts.After) == 0}
+			ready: s.opts.NotBefore, now: len(s.opts.After) == 0, idem: s.opts.ID != ""}
 		if s.parent != "" {
 			t.outs = []string{s.parent} // its end goes to the parent (children.go)
 		}
 		p.tasks = append(p.tasks, t)
+		in = append(in, i)
 		for _, d := range s.opts.After {
-			p.addExt(d, i)
+			p.addExt(d, len(p.tasks)-1)
 		}
 	}
-	err := q.fleet.submitPlan(ctx, p)
-	if err != nil {
-		done.call(0, err)
-		return err
+	if len(p.tasks) == 0 {
+		return 0, nil, nil
 	}
-	done.call(len(subs), nil)
-	return nil
+	if err := q.fleet.submitPlan(ctx, p); err != nil {
+		return 0, nil, err
+	}
+	made := 0
+	var again []submission
+	for j, t := range p.tasks {
+		switch t.taken {
+		case 0:
+			made++
+		case 'u':
+			again = append(again, subs[in[j]])
+		}
+	}
+	return made, again, nil
+}
+
+// idsTaken looks, for the tasks with a caller-chosen id and dependencies
+// (After), whether their id is taken already by a committed record or a
+// recorded end, before their dependencies are looked at: a repeat of a
+// submit that was made answers its id even if a dependency failed since.
+// (Without dependencies nothing refuses a submit before flow_put, which
+// decides.) One round trip, and none when no task has both.
+func (q *queueCore) idsTaken(ctx context.Context, subs []submission) ([]bool, error) {
+	var at []int
+	var cmds rueidis.Commands
+	c := q.fleet.client
+	for i, s := range subs {
+		if s.opts.ID == "" || len(s.opts.After) == 0 {
+			continue
+		}
+		sh := q.pick(cmp.Or(s.opts.Group, s.opts.ID, s.opts.ShardKey))
+		at = append(at, i)
+		cmds = append(cmds, c.B().Hget().Key(sh.key.Flow+s.id).Field("k").Build(), c.B().Exists().Key(sh.key.Result+s.id).Build())
+	}
+	taken := make([]bool, len(subs))
+	if len(at) == 0 {
+		return taken, nil
+	}
+	res := c.DoMulti(ctx, cmds...)
+	for j, i := range at {
+		k, err := res[2*j].ToString()
+		if err != nil && !rueidis.IsRedisNil(err) {
+			return nil, err
+		}
+		n, err := res[2*j+1].AsInt64()
+		if err != nil {
+			return nil, err
+		}
+		taken[i] = k == "1" || n > 0
+	}
+	return taken, nil
 }

@@ -153,6 +153,7 @@ func (q *Queue[T]) SubmitManyWith(ctx context.Context, subs []Submission[T]) ([]
 		return nil, nil
 	}
 	items := make([]submission, len(subs))
+	var named map[string]bool // the caller-chosen ids (SubmitOptions.ID)
 	for i, sub := range subs {
 		if err := q.checkSubmit(sub.Options); err != nil {
 			return nil, opErr(op, q.name, within("submission "+strconv.Itoa(i), err))
@@ -161,9 +162,18 @@ func (q *Queue[T]) SubmitManyWith(ctx context.Context, subs []Submission[T]) ([]
 		if err != nil {
 			return nil, opErr(op, q.name, within("submission "+strconv.Itoa(i), err))
 		}
-		id, err := newTaskID()
+		id, err := submitID(sub.Options)
 		if err != nil {
-			return nil, opErr(op, q.name, err)
+			return nil, opErr(op, q.name, within("submission "+strconv.Itoa(i), err))
+		}
+		if sub.Options.ID != "" {
+			if named[id] {
+				return nil, opErr(op, q.name, within("submission "+strconv.Itoa(i), fmt.Errorf("%w: SubmitOptions.ID %s is given twice in the call", ErrInvalidArgument, id)))
+			}
+			if named == nil {
+				named = map[string]bool{}
+			}
+			named[id] = true
 		}
 		items[i] = submission{id: id, body: q.pushBody(id, b, sub.Options), opts: sub.Options}
 	}
@@ -295,7 +305,26 @@ type SubmitOptions struct {
 	// process, and Lookup and ResultOf see its end. Not with DedupKey or
 	// UniqueFor. Defaults to false.
 	Track bool
+	// ID, when set, is the task's id, chosen by the caller (an order's id,
+	// a request's idempotency key), for a tracked task (Track or After; a
+	// Flow's step): a submit with an id that names a task that lives, or
+	// whose end is still recorded (its retention), writes nothing and
+	// returns that id with a nil error, so that a retried request gives one
+	// run. The check is atomic in the task's slot (flow_put.lua); while
+	// another submit of the id has not committed yet (After: between its
+	// put and its mark), SubmitWith waits for it, bounded by ctx, and
+	// submits the task itself if that one gave up. What the second submit
+	// holds is not compared with the first. On a sharded queue the id picks
+	// the shard (unless Group does: a repeat must name the same Group), so
+	// that a repeat meets the first; ShardKey, if set, must equal it. Not
+	// for a plain task (DedupKey is), a batch's task or callback. At most
+	// 1024 bytes of text without white space, '{' or '}'. Defaults to none:
+	// a new UUIDv7.
+	ID string
 }
+
+// MaxTaskIDLen bounds a caller-chosen task id (SubmitOptions.ID).
+const MaxTaskIDLen = 1024
 
 // tracked reports whether the options make the task tracked (flow.go).
 func (o SubmitOptions) tracked() bool { return o.Track || len(o.After) > 0 }
@@ -304,7 +333,7 @@ func (o SubmitOptions) tracked() bool { return o.Track || len(o.After) > 0 }
 func (o SubmitOptions) isZero() bool {
 	return o.NotBefore.IsZero() && o.DedupKey == "" && o.UniqueFor == 0 && o.ShardKey == "" && o.Priority == 0 &&
 		o.MaxAttempts == 0 && o.Backoff.IsZero() && o.Timeout == 0 && o.ExpiresAt.IsZero() && len(o.Metadata) == 0 && o.Group == "" && !o.tracked() &&
-		!o.Replace && o.Debounce == nil
+		!o.Replace && o.Debounce == nil && o.ID == ""
 }
 
 // Bounds of SubmitOptions.
@@ -317,7 +346,8 @@ const (
 
 // SubmitWith is Submit with a delay and/or a dedup key. It returns the new
 // task's id, or the id of the live task that holds opts.DedupKey (with
-// UniqueFor: the holder's id and a *DuplicateError). May return
+// UniqueFor: the holder's id and a *DuplicateError), or opts.ID, whether
+// this submit made the task or an earlier one did (SubmitOptions.ID). May return
 // ErrInvalidArgument for options out of range, and Submit's errors.
 func (q *Queue[T]) SubmitWith(ctx context.Context, payload T, opts SubmitOptions) (string, error) {
 	const op = "submit"
@@ -331,7 +361,7 @@ func (q *Queue[T]) SubmitWith(ctx context.Context, payload T, opts SubmitOptions
 	if err != nil {
 		return "", opErr(op, q.name, err)
 	}
-	id, err := newTaskID()
+	id, err := submitID(opts)
 	if err != nil {
 		return "", opErr(op, q.name, err)
 	}
@@ -343,6 +373,19 @@ func (q *Queue[T]) SubmitWith(ctx context.Context, payload T, opts SubmitOptions
 		return "", opErr(op, q.name, err)
 	}
 	return got[0], opErr(op, q.name, refused[0])
+}
+
+// submitID returns the id of a task that SubmitWith or SubmitManyWith
+// submits: opts.ID (a tracked task's only: a plain task's submit has no
+// record that a repeat could meet), or a new UUIDv7.
+func submitID(opts SubmitOptions) (string, error) {
+	if opts.ID == "" {
+		return newTaskID()
+	}
+	if !opts.tracked() {
+		return "", fmt.Errorf("%w: SubmitOptions.ID is for a tracked task (Track or After); a plain task's submit is made idempotent by DedupKey", ErrInvalidArgument)
+	}
+	return opts.ID, nil
 }
 
 // pushTracked is push, for a call whose tasks may be tracked: those go
@@ -392,6 +435,14 @@ func (q *queueCore) checkSubmit(opts SubmitOptions) error {
 	}
 	if err := checkReplace(opts.Replace, opts.Debounce, opts.DedupKey, opts.NotBefore); err != nil {
 		return err
+	}
+	if opts.ID != "" {
+		if err := checkCallerID("SubmitOptions.ID", opts.ID, MaxTaskIDLen); err != nil {
+			return err
+		}
+		if opts.ShardKey != "" && opts.ShardKey != opts.ID && q.opts.Shards > 1 {
+			return fmt.Errorf("%w: ShardKey %q and ID %q differ: a task with a caller-chosen id goes to its id's shard (leave ShardKey empty, or make them equal)", ErrInvalidArgument, opts.ShardKey, opts.ID)
+		}
 	}
 	switch {
 	case opts.DedupKey != "" && (len(opts.DedupKey) > keys.MaxNameLen || !isText(opts.DedupKey)):
@@ -681,5 +732,12 @@ func (q *queueCore) CheckOptions(opts SubmitOptions) error {
 	if q.err != nil {
 		return opErr("check options", q.name, q.err)
 	}
-	return opErr("check options", q.name, q.checkSubmit(opts))
+	if err := q.checkSubmit(opts); err != nil {
+		return opErr("check options", q.name, err)
+	}
+	if opts.ID != "" && !opts.tracked() {
+		_, err := submitID(opts)
+		return opErr("check options", q.name, err)
+	}
+	return nil
 }

@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/redis/rueidis"
 )
 
 // Waiting for a task to end (docs/FLOWS.md, "Waiting for a task"):
-// Queue.Wait, and ResultOf with Await.
+// Queue.Wait, and ResultOf with Await; and for a flow or batch to be done:
+// WaitFlow.
 
 // waitRecheck is how often a waiter looks again at a task whose end may
 // be recorded nowhere (not tracked, acked on a queue without Retention):
@@ -132,6 +135,62 @@ func (q *queueCore) Wait(ctx context.Context, id string) (TaskRecord, error) {
 		case <-f.done:
 			t.Stop()
 			return r, opErr(op, q.name, ErrClosed)
+		case <-wake:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// WaitFlow blocks until flow (or batch) id is done: every task ended and
+// was counted, and a batch's callbacks were released (a batch must be
+// closed first); it returns the flow's final status. It wakes on the
+// flow's record (fleet:flow:<id>) through client-side caching's
+// invalidation, so within a round trip of the count of its last task,
+// whichever process made it, and looks again after a reconnect and every
+// few seconds; without client-side caching (Options.DisableCache) it looks
+// again on a capped backoff. A done flow returns at once. This is the read
+// to trust for "is the flow finished": FlowStatus is a snapshot, which may
+// not count a task that ended a moment ago (see FlowStatus). May return
+// ErrFlowNotFound (unknown, or done and past its retention),
+// ErrInvalidArgument (a bad id), ctx's error, ErrClosed, ErrUnavailable.
+func (f *Fleet) WaitFlow(ctx context.Context, id string) (FlowStatus, error) {
+	const op = "wait flow"
+	if err := f.alive(ctx); err != nil {
+		return FlowStatus{ID: id}, opErr(op, id, err)
+	}
+	if err := checkFlowID(id); err != nil {
+		return FlowStatus{ID: id}, opErr(op, id, err)
+	}
+	key := f.keys.Flow(id).Record
+	wake, stop := f.watch.Listen(key)
+	defer stop()
+	bo := backoff{min: 5 * time.Millisecond, max: time.Second}
+	for {
+		if f.cache {
+			// Arm: read the record through the cache, so that the server
+			// tells us when it changes (each count of a task changes it).
+			err := f.client.DoCache(ctx, noTTL(f.client.B().Hget().Key(key).Field("state").Cache()), hintTTL).Error()
+			if err != nil && !rueidis.IsRedisNil(err) {
+				return FlowStatus{ID: id}, opErr(op, id, err)
+			}
+		}
+		st, fin, err := f.flowStatus(ctx, id)
+		if err != nil || fin {
+			return st, opErr(op, id, err)
+		}
+		d := waitRecheck
+		if !f.cache {
+			d = bo.next()
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return st, opErr(op, id, ctx.Err())
+		case <-f.done:
+			t.Stop()
+			return st, opErr(op, id, ErrClosed)
 		case <-wake:
 		case <-t.C:
 		}

@@ -14,7 +14,10 @@
 --          flow and without dependencies (SubmitOptions.Track), which is
 --          committed and released at once (its record in state 'q')}; numbers
 --          as strings
--- returns  one digit per task: 1 made, 2 made and released, 0 left alone
+-- returns  one code per task: 1 made, 2 made and released; left alone: 0
+--          (its record is committed, or its end recorded), u (its record
+--          is uncommitted: another submit of that id is under way; for a
+--          caller-chosen id, SubmitOptions.ID)
 local err = wrong_types(QUEUE_TYPES)
 if err then return err end
 local now = now_ms()
@@ -23,7 +26,7 @@ for i = 1, #ARGV do
   local r = cjson.decode(ARGV[i])
   local rec = FLOW .. r.id
   if redis.call('EXISTS', rec, PENDING .. ':result:' .. r.id) > 0 then -- made, or ended (flow_gone)
-    out[i] = '0'
+    if redis.call('HGET', rec, 'k') == '0' then out[i] = 'u' else out[i] = '0' end
   else
     local f = {'s', 'w', 'k', '0', 'n', r.n, 't', tostring(now), 'b', r.b, 'keep', r.keep}
     if r.k == '1' then f = {'s', 'q', 'k', '1', 'n', '0', 't', tostring(now), 'keep', r.keep} end
