@@ -227,7 +227,10 @@ func TestChildBadInput(t *testing.T) {
 				return err
 			}(),
 			func() error { _, err := fleet.StartChild(c, p, "", kids, jobN(1), fleet.SubmitOptions{}); return err }(),
-			func() error { _, err := fleet.StartChild(c, p, "k", kids, jobN(1), fleet.SubmitOptions{ID: "mine"}); return err }(),
+			func() error {
+				_, err := fleet.StartChild(c, p, "k", kids, jobN(1), fleet.SubmitOptions{ID: "mine"})
+				return err
+			}(),
 			func() error {
 				_, err := fleet.StartChild[job](c, p, "k", nil, jobN(1), fleet.SubmitOptions{})
 				return err
