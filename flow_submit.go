@@ -78,24 +78,9 @@ func (f *Fleet) openFlow(ctx context.Context, p *flowPlan) error {
 			return fmt.Errorf("%w: a submit of %s %s began %v ago and has not committed: its process may have died; if it did, the id is free again once its record expires, %v after that submit began",
 				ErrUnavailable, p.mode, p.flow, time.Duration(age)*time.Millisecond, flowNewTTL)
 		}
-		if err := f.pause(ctx, bo.next()); err != nil {
+		if err := f.sleep(ctx, bo.next()); err != nil {
 			return err
 		}
-	}
-}
-
-// pause waits d, and returns ctx's error or ErrClosed if either comes
-// first.
-func (f *Fleet) pause(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-f.done:
-		return ErrClosed
-	case <-t.C:
-		return nil
 	}
 }
 

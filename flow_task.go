@@ -124,7 +124,7 @@ func (q *queueCore) submitTracked(ctx context.Context, subs []submission) error 
 		if len(again) == 0 {
 			break
 		}
-		if err := q.fleet.pause(ctx, bo.next()); err != nil {
+		if err := q.fleet.sleep(ctx, bo.next()); err != nil {
 			done.call(made, err)
 			return err
 		}
