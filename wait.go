@@ -123,23 +123,31 @@ func (q *queueCore) Wait(ctx context.Context, id string) (TaskRecord, error) {
 				return r, opErr(op, q.name, waitErr(r))
 			}
 		}
-		d := waitRecheck
-		if !f.cache {
-			d = bo.next()
+		if err := f.waitWake(ctx, wake, &bo); err != nil {
+			return r, opErr(op, q.name, err)
 		}
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return r, opErr(op, q.name, ctx.Err())
-		case <-f.done:
-			t.Stop()
-			return r, opErr(op, q.name, ErrClosed)
-		case <-wake:
-		case <-t.C:
-		}
-		t.Stop()
 	}
+}
+
+// waitWake waits for wake (an invalidation the wait listens to), or the
+// recheck's time (waitRecheck; bo's next delay without client-side
+// caching), whichever comes first: nil; or ctx's error, or ErrClosed.
+func (f *Fleet) waitWake(ctx context.Context, wake <-chan struct{}, bo *backoff) error {
+	d := waitRecheck
+	if !f.cache {
+		d = bo.next()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-f.done:
+		return ErrClosed
+	case <-wake:
+	case <-t.C:
+	}
+	return nil
 }
 
 // WaitFlow blocks until flow (or batch) id is done: every task ended and
@@ -179,22 +187,9 @@ func (f *Fleet) WaitFlow(ctx context.Context, id string) (FlowStatus, error) {
 		if err != nil || fin {
 			return st, opErr(op, id, err)
 		}
-		d := waitRecheck
-		if !f.cache {
-			d = bo.next()
+		if err := f.waitWake(ctx, wake, &bo); err != nil {
+			return st, opErr(op, id, err)
 		}
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return st, opErr(op, id, ctx.Err())
-		case <-f.done:
-			t.Stop()
-			return st, opErr(op, id, ErrClosed)
-		case <-wake:
-		case <-t.C:
-		}
-		t.Stop()
 	}
 }
 
