@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -363,6 +365,37 @@ func TestSignalWorker(t *testing.T) {
 			if runs.Load() != 2 || steps.Load() != 1 {
 				t.Fatalf("runs %d, step runs %d; want 2, 1", runs.Load(), steps.Load())
 			}
+		}
+	})
+}
+
+// TestSignalSealed: on a queue that seals, a signal's value is stored
+// sealed (its plain text nowhere in Redis) and the wait opens it.
+func TestSignalSealed(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		t.Parallel()
+		e := open(t, tg)
+		c := ctx(t)
+		q := fleet.NewQueue[job](e.F, "sigsealed", fleet.QueueOptions{Sealer: keyring(t, newKey(t, "k1"))})
+		id, err := q.Submit(c, jobN(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		const secret = "card 4111-1111"
+		if err := q.Signal(c, id, "pin", secret); err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range e.dump(t) {
+			if strings.Contains(v, secret) {
+				t.Fatalf("%s holds the signal's value in plain text: %q", k, v)
+			}
+		}
+		a := reserveAll(t, q, 1)[0]
+		if v, err := fleet.WaitSignal[string](c, a, "pin", time.Hour); err != nil || v != secret {
+			t.Fatalf("wait: %q, %v", v, err)
+		}
+		if st := stepOf(t, e.stepFields(t, "sigsealed", id), "pin"); st["s"] != "signaled" || strings.Contains(fmt.Sprint(st["r"]), secret) {
+			t.Fatalf("recorded: %v", st)
 		}
 	})
 }
