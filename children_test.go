@@ -254,3 +254,39 @@ func TestChildBadInput(t *testing.T) {
 		}
 	})
 }
+
+// TestChildOfAckedParent: the end of a child whose parent was acked
+// without waiting for it leaves nothing in the parent's queue.
+func TestChildOfAckedParent(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		t.Parallel()
+		e := open(t, tg)
+		c := ctx(t)
+		parents := fleet.NewQueue[job](e.F, "fire", fleet.QueueOptions{})
+		kids := fleet.NewQueue[job](e.F, "forget", fleet.QueueOptions{})
+		pid, err := parents.Submit(c, jobN(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := reserveAll(t, parents, 1)[0]
+		ch, err := fleet.StartChild(c, p, "k", kids, jobN(2), fleet.SubmitOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Ack(c); err != nil {
+			t.Fatal(err)
+		}
+		k := reserveAll(t, kids, 1)[0]
+		if err := k.Ack(c); err != nil {
+			t.Fatal(err)
+		}
+		// The child's end is passed on (its outbox entry goes), to no one.
+		waitFor(t, 10*time.Second, func() bool {
+			n, err := e.compat().Exists(c, e.qk("forget").Pending+":flow:"+ch.ID).Result()
+			return err == nil && n == 0
+		}, "child %s passed on", ch.ID)
+		if n, _ := e.compat().Exists(c, e.stepsKey("fire", pid)).Result(); n != 0 {
+			t.Fatalf("the acked parent's steps came back: %q", e.stepFields(t, "fire", pid))
+		}
+	})
+}

@@ -16,8 +16,9 @@
 -- ARGV[5]  '' (Queue.Signal), or 'child': the end of a child of the task
 --          (AwaitChildren; name "\255c:<child id>"), passed on by the
 --          flows' edge outbox (flow_drive.go), which may pass it on more
---          than once: it is kept whatever the task's state (a task that
---          ended keeps it until it expires), without a look for the task
+--          than once: it is kept whatever the task's state, without a look
+--          for the task, when the task has steps (a parent that was acked
+--          has none: the end goes nowhere)
 -- returns  {'woken'}: kept, and the task, parked waiting for it (and for
 --          nothing else not sent yet), is ready;
 --          {'kept'}; {'sent', how}: the name was sent before ('d':
@@ -35,7 +36,12 @@ if not live then
   live = park and redis.call('ZSCORE', SCHEDULED, park) ~= false
   if not live then park = nil end
 end
-if ARGV[5] == 'child' then live = true end
+if ARGV[5] == 'child' then
+  -- A parent that started children has steps (StartChild's) while it
+  -- lives; an ack deleted them: then the end goes nowhere.
+  if redis.call('EXISTS', sk) == 0 then return {'none'} end
+  live = true
+end
 if not live then
   if redis.call('EXISTS', KEYS[9]) == 1 then return {'finished'} end
   live = redis.call('HGET', FLOW .. id, 's') == 'w'
