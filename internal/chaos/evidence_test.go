@@ -63,14 +63,21 @@ type evidence struct {
 	// lines), and when a run had its record back (Q lines; proc is the
 	// result when it is not the task's seq).
 	effects, recorded map[string][]ackRec
-	procs             map[string]*procRec
-	bad               []string // lines that did not parse
+	// The durable waits (signals_test.go): the runs that parked their
+	// task (W lines: proc is the run, class sleep or wait), the values
+	// their waits returned (G lines), and the waits that failed (H lines).
+	parks    map[string][]failRec
+	got      map[string][]gotRec
+	waitErrs map[string][]failRec
+	procs    map[string]*procRec
+	bad      []string // lines that did not parse
 }
 
 func newEvidence() *evidence {
 	return &evidence{runs: map[string]*runRec{}, byTask: map[string][]*runRec{}, acks: map[string][]ackRec{},
 		fails: map[string][]failRec{}, procs: map[string]*procRec{}, rels: map[string][]ackRec{},
-		effects: map[string][]ackRec{}, recorded: map[string][]ackRec{}}
+		effects: map[string][]ackRec{}, recorded: map[string][]ackRec{},
+		parks: map[string][]failRec{}, got: map[string][]gotRec{}, waitErrs: map[string][]failRec{}}
 }
 
 // readEvidence reads every *.log of dir (one per process incarnation, named
@@ -168,6 +175,19 @@ func (ev *evidence) add(proc, line string) {
 			got.proc = "result " + f[4]
 		}
 		ev.recorded[f[2]] = append(ev.recorded[f[2]], got)
+	case "W", "G", "H":
+		r := ev.runs[f[1]]
+		if r == nil || r.task != f[2] {
+			panic(f[0] + " without its S")
+		}
+		switch f[0] {
+		case "W":
+			ev.parks[f[2]] = append(ev.parks[f[2]], failRec{proc: f[1], at: n(3), class: f[4]})
+		case "G":
+			ev.got[f[2]] = append(ev.got[f[2]], gotRec{run: f[1], at: n(3), v: int(n(4))})
+		case "H":
+			ev.waitErrs[f[2]] = append(ev.waitErrs[f[2]], failRec{proc: f[1], at: n(3), class: f[4]})
+		}
 	default:
 		panic("unknown record")
 	}
@@ -190,9 +210,19 @@ type world struct {
 	phases    []phaseSpan
 	faults    []faultEvent
 	stops     map[string][][2]int64 // process incarnation -> when it was stopped (SIGSTOP to SIGCONT or death)
-	margin    time.Duration         // overlap beyond this counts
-	lease     time.Duration
-	t0        int64 // µs: times in the violations are shown from here
+	// The signals (signals_test.go): the waiting tasks (id -> seq), the
+	// signals the sender had confirmed (id -> the value sent: a nil reply,
+	// or ErrSignalSent to a retry), those refused for good (id -> why),
+	// and the samples of Redis that found a task parked (its body in
+	// :scheduled) while it held a lease (in :processing).
+	waiters      map[string]int
+	signaled     map[string]int
+	sigRefused   map[string]string
+	parkSamples  int
+	parkedLeased []string
+	margin       time.Duration // overlap beyond this counts
+	lease        time.Duration
+	t0           int64 // µs: times in the violations are shown from here
 }
 
 // figures are the counts of one phase (or of the whole run).
@@ -209,14 +239,15 @@ type report struct {
 	Lost, Stuck, AckedTwice, AckedButLeft, Overlaps   int
 	StepReruns, StepWrong                             int // a durable step's fn run after its record came back; a record with another result
 	StepRuns, StepRecords, StepMemoized               int // a durable step's fn runs; its records come back; those of runs that did not run its fn
-	BegunLate, BegunLateCtx, LivePastLease, Unended   int
-	CalledDead                                        int
-	GroupMost, GroupOver, PermitsLeft                 int // the most runs of one group at once; instants over groupLimit; permits held after the drain
-	MaxOverlap                                        time.Duration
-	Phases                                            []string
-	Per                                               map[string]*figures
-	Violations                                        []string
-	Notes                                             []string // runs live past their lease: not asserted
+	waitFigures
+	BegunLate, BegunLateCtx, LivePastLease, Unended int
+	CalledDead                                      int
+	GroupMost, GroupOver, PermitsLeft               int // the most runs of one group at once; instants over groupLimit; permits held after the drain
+	MaxOverlap                                      time.Duration
+	Phases                                          []string
+	Per                                             map[string]*figures
+	Violations                                      []string
+	Notes                                           []string // runs live past their lease: not asserted
 }
 
 func (w *world) phaseAt(at int64) string {
@@ -329,6 +360,9 @@ func analyze(ev *evidence, w *world) *report {
 					continue
 				}
 				rep.Overlaps++
+				if len(ev.parks[id])+len(ev.got[id]) > 0 {
+					rep.WaitOverlaps++ // a task that parked or took a signal resumed twice at once
+				}
 				per(b.start).Overlaps++
 				rep.MaxOverlap = max(rep.MaxOverlap, time.Duration(ov)*time.Microsecond)
 				violate("task %s: runs overlapped by %v: %s on slot %d [%s .. %s, %s] and %s on slot %d [%s .. %s, %s]%s%s", id,
@@ -422,6 +456,7 @@ func analyze(ev *evidence, w *world) *report {
 			}
 		}
 	}
+	w.waitCounts(ev, rep, violate)
 	return rep
 }
 
