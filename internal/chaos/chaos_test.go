@@ -312,6 +312,7 @@ func (r *run) do() {
 	direct := r.open(ctx, r.tg.url, nil)
 	defer direct.Close()
 	q := fleet.NewQueue[job](direct, queueName, queueOptions(s.lease, maxAttempts, 0, 0))
+	kq := fleet.NewQueue[job](direct, kidQueue, queueOptions(s.lease, maxAttempts, 0, 0))
 
 	// The waiting tasks' sender (through the submitter's proxy) and the
 	// sampler of parked tasks holding a lease, until the drain ends.
@@ -376,7 +377,9 @@ func (r *run) do() {
 	drained := false
 	for empty := 0; empty < 2 && drainCtx.Err() == nil; {
 		st, err := q.Stats(drainCtx)
-		if err == nil && st.Pending+st.InFlight+st.Scheduled == 0 && (s.flows == 0 || r.flowsDrained(drainCtx, direct)) {
+		kst, kerr := kq.Stats(drainCtx)
+		if err == nil && kerr == nil && st.Pending+st.InFlight+st.Scheduled+kst.Pending+kst.InFlight+kst.Scheduled == 0 &&
+			(s.flows == 0 || r.flowsDrained(drainCtx, direct)) {
 			empty++
 		} else {
 			empty = 0
@@ -455,6 +458,15 @@ func (r *run) do() {
 	}
 	if rep.Parked == 0 || rep.SignalsDelivered == 0 || rep.ParkSamples == 0 {
 		t.Errorf("%s: durable waits: %d runs parked, %d signals delivered, %d samples: the wait checks say nothing", r.tg.name, rep.Parked, rep.SignalsDelivered, rep.ParkSamples)
+	}
+	t.Logf("%s: children: %d parents started %d children, %d of them acked; %d parents resumed with their results; LOST %d, STARTED TWICE %d, WRONG RESULTS %d, PARENTS STRANDED %d",
+		r.tg.name, rep.Parents, rep.Children, rep.ChildrenAcked, rep.ParentsResumed, rep.ChildLost, rep.ChildTwice, rep.ChildWrong, rep.ParentStranded)
+	if rep.ChildLost+rep.ChildTwice+rep.ChildWrong+rep.ParentStranded > 0 {
+		t.Errorf("%s: children: lost %d, a parent's children started twice %d, wrong results %d, parents stranded %d: want all 0",
+			r.tg.name, rep.ChildLost, rep.ChildTwice, rep.ChildWrong, rep.ParentStranded)
+	}
+	if rep.Parents == 0 || rep.ParentsResumed == 0 {
+		t.Errorf("%s: children: %d parents, %d resumed: the children's checks say nothing", r.tg.name, rep.Parents, rep.ParentsResumed)
 	}
 	if rep.Lost+rep.AckedTwice+rep.Overlaps+rep.BegunLate+rep.AckedButLeft+rep.GroupOver+rep.PermitsLeft > 0 {
 		t.Errorf("%s: lost %d, acked twice %d, overlapping runs %d (beyond %v), runs begun after their lease deadline %d, acked but left %d, groups over their limit %d, permits left %d: want all 0",
@@ -565,6 +577,9 @@ func (r *run) submit(ctx context.Context, f *fleet.Fleet) {
 		if gw.float() < 0.06 {
 			jobs[i].NapMS = 100 + gw.intn(500)
 		}
+		if gw.float() < 0.06 { // and 6% start two children (children_test.go)
+			jobs[i].Kids = 2
+		}
 	}
 	opts := make([]fleet.SubmitOptions, s.tasks)
 	for i := range opts {
@@ -661,7 +676,7 @@ func errClass(err error) string {
 // scheduled or in flight, and the groups' permits still held.
 func (r *run) redisState(ctx context.Context, f *fleet.Fleet) (dead, left map[string]bool, permits int) {
 	dead, left = map[string]bool{}, map[string]bool{}
-	for _, name := range append([]string{queueName}, flowQueues[:]...) {
+	for _, name := range append([]string{queueName, kidQueue}, flowQueues[:]...) {
 		permits += r.queueState(ctx, f, name, dead, left)
 	}
 	return dead, left, permits

@@ -59,8 +59,12 @@
 // (confirmed sent, taken by no wait), waits that returned another value,
 // sends refused, waits timed out, overlapping runs of a task that parked
 // or took its signal (resumed twice at once), and parked tasks holding a
-// lease are all zero. Children (StartChild, AwaitChildren) are not in the
-// suite yet (durable_fault_test.go has their faults).
+// lease are all zero. And some tasks start two children on another queue
+// (fleet.StartChild; every worker process runs it too) and wait for them
+// (fleet.AwaitChildren), parked: the suite fails unless children lost,
+// parents whose runs started other children, waits with wrong results,
+// and parents stranded (their children ended, they did not) are all zero
+// (children_test.go).
 //
 // The single node is a redis-server of the suite's own (it restarts it),
 // with a proxy in front of every process. On the cluster no proxy can sit

@@ -183,3 +183,63 @@ func TestCountsWaits(t *testing.T) {
 		t.Errorf("%d wait violations, want 6:\n%s", len(waitV), strings.Join(waitV, "\n"))
 	}
 }
+
+// TestCountsChildren checks the counting of the children on made-up
+// evidence: a child lost, a parent whose runs started other children, a
+// wait with wrong results, and a parent stranded are each found; a parent
+// that went well is not counted.
+func TestCountsChildren(t *testing.T) {
+	ev := newEvidence()
+	for _, l := range []string{
+		"B 0 100",
+		// p: children k1 k2, parked, resumed, acked: fine.
+		"S w1.0.1 p 1 0 0 1000000 0 2000000 0", "C w1.0.1 p k1 k2", "W w1.0.1 p 1100000 children", "E w1.0.1 p 1100000 1100001 wait 2000000 0 0",
+		"S w1.0.2 k1 1000010 0 1 1200000 0 2200000 0", "E w1.0.2 k1 1210000 1210001 ok 2200000 0 0", "A k1 1210002",
+		"S w1.0.3 k2 1000011 0 1 1200000 0 2200000 0", "E w1.0.3 k2 1220000 1220001 ok 2200000 0 0", "A k2 1220002",
+		"S w1.0.4 p 1 0 0 1300000 0 2300000 0", "C w1.0.4 p k1 k2", "J w1.0.4 p 1310000 ok", "E w1.0.4 p 1320000 1320001 ok 2300000 0 0", "A p 1320002",
+		// q: its second run started other children (k4 for k3); k4 never ran: lost.
+		"S w1.0.5 q 2 0 0 3000000 0 4000000 0", "C w1.0.5 q k3", "W w1.0.5 q 3100000 children", "E w1.0.5 q 3100000 3100001 wait 4000000 0 0",
+		"S w1.0.6 k3 1000020 0 1 3200000 0 4200000 0", "E w1.0.6 k3 3210000 3210001 ok 4200000 0 0", "A k3 3210002",
+		"S w1.0.7 q 2 0 0 3300000 0 4300000 0", "C w1.0.7 q k4", "W w1.0.7 q 3310000 children", "E w1.0.7 q 3310000 3310001 wait 4300000 0 0",
+		// r: its wait returned wrong results.
+		"S w1.0.8 r 3 0 0 5000000 0 6000000 0", "C w1.0.8 r k5", "J w1.0.8 r 5100000 bad:child_0", "E w1.0.8 r 5200000 5200001 ok 6000000 0 0", "A r 5200002",
+		"S w1.0.9 k5 1000030 0 1 4900000 0 5900000 0", "E w1.0.9 k5 4910000 4910001 ok 5900000 0 0", "A k5 4910002",
+		// s: its child ended, it stays parked: stranded.
+		"S w1.0.10 s 4 0 0 7000000 0 8000000 0", "C w1.0.10 s k6", "W w1.0.10 s 7100000 children", "E w1.0.10 s 7100000 7100001 wait 8000000 0 0",
+		"S w1.0.11 k6 1000040 0 1 7200000 0 8200000 0", "E w1.0.11 k6 7210000 7210001 ok 8200000 0 0", "A k6 7210002",
+		"C w1.0.99 s k7", // a C of a run never begun: does not parse
+		"X 50000000",
+	} {
+		ev.add("w1.0", l)
+	}
+	w := &world{
+		submitted: map[string]int{"p": 1, "q": 2, "r": 3, "s": 4},
+		dead:      map[string]bool{}, left: map[string]bool{"q": true, "s": true},
+		deaths: map[string]int64{}, margin: 100 * time.Millisecond, lease: time.Second,
+	}
+	w.stops = stopsOf(nil, w.deaths)
+	rep := analyze(ev, w)
+	got := map[string]int{"parents": rep.Parents, "children": rep.Children, "acked": rep.ChildrenAcked, "resumed": rep.ParentsResumed,
+		"lost": rep.ChildLost, "twice": rep.ChildTwice, "wrong": rep.ChildWrong, "stranded": rep.ParentStranded, "extra": rep.ExtraAcked, "bad": len(ev.bad)}
+	want := map[string]int{"parents": 4, "children": 6, "acked": 5, "resumed": 2,
+		"lost": 1, "twice": 1, "wrong": 1, "stranded": 1, "extra": 0, "bad": 1} // k4 lost; q waits for it: not stranded
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %d, want %d", k, got[k], v)
+		}
+	}
+	ev2 := newEvidence()
+	for _, l := range []string{"B 0 100", "S w1.0.1 p 1 0 0 1000000 0 2000000 0", "C w1.0.1 p k1", "W w1.0.1 p 1100000 children", "E w1.0.1 p 1100000 1100001 wait 2000000 0 0"} {
+		ev2.add("w1.0", l)
+	}
+	rep2 := analyze(ev2, &world{submitted: map[string]int{"p": 1}, dead: map[string]bool{}, left: map[string]bool{"p": true, "k1": true},
+		deaths: map[string]int64{}, margin: 100 * time.Millisecond, lease: time.Second})
+	if rep2.ChildLost != 1 || rep2.ParentStranded != 0 {
+		t.Errorf("a child left in Redis: lost %d, stranded %d; want 1, 0", rep2.ChildLost, rep2.ParentStranded)
+	}
+	for _, v := range rep.Violations {
+		if strings.Contains(v, "task p:") || strings.Contains(v, "task p ") {
+			t.Errorf("violation counted for a parent that went well: %s", v)
+		}
+	}
+}

@@ -69,15 +69,21 @@ type evidence struct {
 	parks    map[string][]failRec
 	got      map[string][]gotRec
 	waitErrs map[string][]failRec
-	procs    map[string]*procRec
-	bad      []string // lines that did not parse
+	// The children (children_test.go): the ids each run of a parent
+	// started (C lines), and its waits' verdicts (J lines: proc is the run).
+	kids  map[string][][]string
+	kidOf map[string]string // child -> parent
+	joins map[string][]failRec
+	procs map[string]*procRec
+	bad   []string // lines that did not parse
 }
 
 func newEvidence() *evidence {
 	return &evidence{runs: map[string]*runRec{}, byTask: map[string][]*runRec{}, acks: map[string][]ackRec{},
 		fails: map[string][]failRec{}, procs: map[string]*procRec{}, rels: map[string][]ackRec{},
 		effects: map[string][]ackRec{}, recorded: map[string][]ackRec{},
-		parks: map[string][]failRec{}, got: map[string][]gotRec{}, waitErrs: map[string][]failRec{}}
+		parks: map[string][]failRec{}, got: map[string][]gotRec{}, waitErrs: map[string][]failRec{},
+		kids: map[string][][]string{}, kidOf: map[string]string{}, joins: map[string][]failRec{}}
 }
 
 // readEvidence reads every *.log of dir (one per process incarnation, named
@@ -175,6 +181,19 @@ func (ev *evidence) add(proc, line string) {
 			got.proc = "result " + f[4]
 		}
 		ev.recorded[f[2]] = append(ev.recorded[f[2]], got)
+	case "C", "J":
+		r := ev.runs[f[1]]
+		if r == nil || r.task != f[2] || len(f) < 4 {
+			panic(f[0] + " without its S")
+		}
+		if f[0] == "J" {
+			ev.joins[f[2]] = append(ev.joins[f[2]], failRec{proc: f[1], at: n(3), class: f[4]})
+			break
+		}
+		ev.kids[f[2]] = append(ev.kids[f[2]], f[3:])
+		for _, k := range f[3:] {
+			ev.kidOf[k] = f[2]
+		}
 	case "W", "G", "H":
 		r := ev.runs[f[1]]
 		if r == nil || r.task != f[2] {
@@ -240,6 +259,7 @@ type report struct {
 	StepReruns, StepWrong                             int // a durable step's fn run after its record came back; a record with another result
 	StepRuns, StepRecords, StepMemoized               int // a durable step's fn runs; its records come back; those of runs that did not run its fn
 	waitFigures
+	childFigures
 	BegunLate, BegunLateCtx, LivePastLease, Unended int
 	CalledDead                                      int
 	GroupMost, GroupOver, PermitsLeft               int // the most runs of one group at once; instants over groupLimit; permits held after the drain
@@ -381,7 +401,7 @@ func analyze(ev *evidence, w *world) *report {
 		for _, a := range acks {
 			per(a.at).Acks++ // successful acks
 		}
-		if _, ok := w.submitted[id]; !ok {
+		if _, ok := w.submitted[id]; !ok && ev.kidOf[id] == "" {
 			rep.ExtraAcked++
 		}
 		if len(acks) > 1 {
@@ -457,6 +477,7 @@ func analyze(ev *evidence, w *world) *report {
 		}
 	}
 	w.waitCounts(ev, rep, violate)
+	w.childCounts(ev, rep, violate)
 	return rep
 }
 

@@ -63,6 +63,10 @@ type job struct {
 	// the task (W lines) until it is woken; a wait's value is a G line.
 	Wait  bool `json:"wait,omitempty"`
 	NapMS int  `json:"nap_ms,omitempty"`
+	// Kids makes the handler start that many children on kidQueue
+	// (fleet.StartChild) and wait for them (fleet.AwaitChildren), parked,
+	// last: children_test.go.
+	Kids int `json:"kids,omitempty"`
 }
 
 func (c childConfig) queueOptions() fleet.QueueOptions {
@@ -207,7 +211,18 @@ func runWorker(ctx context.Context, c childConfig, f *fleet.Fleet, rec *recorder
 	if err := q.Err(); err != nil {
 		return err
 	}
-	h := &handler{rec: rec, run: fmt.Sprintf("%s.%d", c.Name, c.Inc)}
+	h := &handler{rec: rec, run: fmt.Sprintf("%s.%d", c.Name, c.Inc), kids: fleet.NewQueue[job](f, kidQueue, c.queueOptions())}
+	kw, err := startKidWorker(ctx, c, f, h, log)
+	if err != nil {
+		return err
+	}
+	if kw != nil {
+		defer func() {
+			stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = kw.Stop(stopCtx)
+		}()
+	}
 	if len(c.FlowQueues) > 0 {
 		fw, err := startFlowWorker(ctx, c, f, h, log)
 		if err != nil {
@@ -273,6 +288,7 @@ type handler struct {
 	rec  *recorder
 	run  string
 	runs atomic.Int64
+	kids *fleet.Queue[job] // the children's queue (children_test.go)
 }
 
 const step = 20 * time.Millisecond
@@ -322,6 +338,9 @@ func (h *handler) work(ctx context.Context, slot int, t *fleet.Task[job]) error 
 	var park error
 	if serr == nil {
 		park = h.durableWaits(ctx, run, t)
+	}
+	if serr == nil && park == nil && t.Payload.Kids > 0 {
+		park = h.children(ctx, run, t)
 	}
 	work := time.Duration(t.Payload.WorkMS) * time.Millisecond
 	fail := t.Payload.Fail && t.Attempts == 0
@@ -407,7 +426,7 @@ func runReserver(ctx context.Context, c childConfig, f *fleet.Fleet, rec *record
 	if err := q.Err(); err != nil {
 		return err
 	}
-	h := &handler{rec: rec, run: fmt.Sprintf("%s.%d", c.Name, c.Inc)}
+	h := &handler{rec: rec, run: fmt.Sprintf("%s.%d", c.Name, c.Inc), kids: fleet.NewQueue[job](f, kidQueue, c.queueOptions())}
 	margin := c.Lease / 10
 	var wg sync.WaitGroup
 	for range reserverLoops {
