@@ -169,13 +169,6 @@ func (s *signaller) add(id string, seq int) {
 	s.queue = append(s.queue, sigJob{id: id, v: seq, due: time.Now().Add(d)})
 }
 
-// pending reports how many signals are still to send.
-func (s *signaller) pending() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.queue)
-}
-
 // run sends the signals as they come due through q (the submitter's
 // Fleet), until ctx ends; every 500 ms it also signals -1 to any task
 // parked in Redis (read through direct) that no submit confirmed (a task
