@@ -316,10 +316,11 @@ func (r *run) do() {
 
 	// The waiting tasks' sender (through the submitter's proxy) and the
 	// sampler of parked tasks holding a lease, until the drain ends.
+	subDone := make(chan struct{}) // closed once the submitter is done
 	var waitsBG sync.WaitGroup
-	defer waitsBG.Wait()
+	defer func() { cancel(); waitsBG.Wait() }() // on any way out, before the Fleets close
 	waitsBG.Go(func() {
-		r.sig.run(ctx, r, fleet.NewQueue[job](subF, queueName, queueOptions(s.lease, maxAttempts, 0, 0)), direct, func(id string) bool {
+		r.sig.run(ctx, r, fleet.NewQueue[job](subF, queueName, queueOptions(s.lease, maxAttempts, 0, 0)), direct, subDone, func(id string) bool {
 			r.mu.Lock()
 			defer r.mu.Unlock()
 			_, ok := r.submitted[id]
@@ -330,7 +331,6 @@ func (r *run) do() {
 
 	start := time.Now()
 	t0 := start.UnixMicro()
-	subDone := make(chan struct{})
 	go func() {
 		defer close(subDone)
 		flowsDone := make(chan struct{})

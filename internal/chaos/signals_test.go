@@ -170,11 +170,12 @@ func (s *signaller) add(id string, seq int) {
 }
 
 // run sends the signals as they come due through q (the submitter's
-// Fleet), until ctx ends; every 500 ms it also signals -1 to any task
-// parked in Redis (read through direct) that no submit confirmed (a task
-// of a submit whose reply was lost, which would otherwise wait past the
-// drain).
-func (s *signaller) run(ctx context.Context, r *run, q *fleet.Queue[job], direct *fleet.Fleet, known func(string) bool) {
+// Fleet), until ctx ends. Once the submitter is done (subDone: no submit
+// is in flight whose reply may still come), every 500 ms it also signals
+// -1 to any task parked in Redis (read through direct) that no submit
+// confirmed (known): a task of a submit whose reply was lost, which would
+// otherwise wait past the drain.
+func (s *signaller) run(ctx context.Context, r *run, q *fleet.Queue[job], direct *fleet.Fleet, subDone <-chan struct{}, known func(string) bool) {
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	lastSweep := time.Now()
@@ -199,6 +200,11 @@ func (s *signaller) run(ctx context.Context, r *run, q *fleet.Queue[job], direct
 		s.mu.Unlock()
 		for _, j := range due {
 			s.send(ctx, q, j)
+		}
+		select {
+		case <-subDone:
+		default:
+			continue
 		}
 		if time.Since(lastSweep) > 500*time.Millisecond {
 			lastSweep = time.Now()
