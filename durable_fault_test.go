@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -146,6 +147,112 @@ func TestSignalWhileWorkerCutOff(t *testing.T) {
 			t.Fatalf("a signal to the ended task: %v, want ErrTaskNotFound", err)
 		}
 	})
+}
+
+// TestSignalToFrozenRun: a task's worker is blackholed (its connections
+// frozen through its proxy) while it runs the task, before its wait; the
+// signal sent meanwhile is kept (the task is still leased). The lease runs
+// out, the sweeper re-queues the task, and another worker's run takes the
+// signal at once, without parking: the value is delivered once, the step
+// before the wait ran once, and the frozen worker, thawed, ends nothing.
+func TestSignalToFrozenRun(t *testing.T) {
+	for _, layout := range []fleet.Layout{fleet.LayoutCompat, fleet.LayoutTagged} {
+		t.Run(string(layout), func(t *testing.T) {
+			t.Parallel()
+			c := ctx(t)
+			s, fb := ownServer(t, fleet.Options{Layout: layout})
+			tg := redistest.Target{Name: "own", URL: s.URL(), Tagged: layout == fleet.LayoutTagged}
+			e := &env{F: fb, Tg: tg, Raw: redistest.Client(t, tg)}
+			p, err := fleettest.StartProxy(s.Addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(p.Close)
+			fa := openOn(t, redistest.Target{Name: "proxied", URL: p.URL(), Tagged: tg.Tagged}, "")
+			t.Cleanup(p.Thaw) // before fa closes
+			opts := fleet.QueueOptions{Lease: time.Second}
+			qb := fleet.NewQueue[job](fb, "frozensig", opts)
+			var mu sync.Mutex
+			var started, ended []string
+			var steps atomic.Int32
+			got := map[string][]string{}
+			parked := 0
+			var aCause error
+			handler := func(who string) fleet.BatchFunc[wcfg, out, job] {
+				return func(ctx context.Context, _ *fleet.Slot[wcfg, out], t *fleet.Task[job]) error {
+					mu.Lock()
+					started = append(started, who)
+					mu.Unlock()
+					defer func() {
+						mu.Lock()
+						ended = append(ended, who)
+						if who == "a" {
+							aCause = context.Cause(ctx)
+						}
+						mu.Unlock()
+					}()
+					if _, err := fleet.Step(ctx, t, "before", func(context.Context) (int, error) { return int(steps.Add(1)), nil }); err != nil {
+						return err
+					}
+					if who == "a" {
+						<-ctx.Done() // frozen before its wait: its lease cannot be proven
+						return ctx.Err()
+					}
+					v, err := fleet.WaitSignal[string](ctx, t, "go", time.Hour)
+					mu.Lock()
+					defer mu.Unlock()
+					if errors.Is(err, fleet.ErrSuspended) {
+						parked++
+					} else if err == nil {
+						got[who] = append(got[who], v)
+					}
+					return err
+				}
+			}
+			startWorker(t, fleet.NewBatchWorker(fa, fleet.WorkerOptions{Type: "frozensig", ID: "a", Slots: 1, StopGrace: 200 * time.Millisecond},
+				fleet.NewQueue[job](fa, "frozensig", opts), handler("a")))
+			id, err := qb.Submit(c, jobN(1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, 10*time.Second, func() bool { return e.stepFields(t, "frozensig", id)["before"] != "" }, "worker a never recorded the step")
+			p.Freeze()
+			if err := qb.Signal(c, id, "go", "while frozen"); err != nil {
+				t.Fatal(err)
+			}
+			if f := e.stepFields(t, "frozensig", id); f["\xffsig:go"] != `"while frozen"` || f["\xffpark"] != "" || len(f) != 2 {
+				t.Fatalf("the signal to a running task: %q", f)
+			}
+			startWorker(t, fleet.NewBatchWorker(fb, fleet.WorkerOptions{Type: "frozensig", ID: "b", Slots: 1}, qb, handler("b")))
+			runSweeper(t, fb, 50*time.Millisecond)
+			waitFor(t, 15*time.Second, func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return len(got["b"]) > 0
+			}, "worker b never took the signal after a's lease ran out")
+			waitFor(t, 10*time.Second, func() bool {
+				_, err := qb.Lookup(c, id)
+				return errors.Is(err, fleet.ErrTaskNotFound)
+			}, "task %s acked", id)
+			p.Thaw()
+			waitFor(t, 10*time.Second, func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return len(ended) == 2
+			}, "both runs ended")
+			mu.Lock()
+			defer mu.Unlock()
+			if len(got) != 1 || len(got["b"]) != 1 || got["b"][0] != "while frozen" || parked != 0 || steps.Load() != 1 {
+				t.Fatalf("got %q, parked %d, step runs %d; want b's wait to take the value once, no park, the step once", got, parked, steps.Load())
+			}
+			if started[0] != "a" || ended[0] != "a" || !errors.Is(aCause, fleet.ErrLeaseLost) {
+				t.Fatalf("runs started %v, ended %v; a's cause %v: want a's run to end (lease lost) before b's", started, ended, aCause)
+			}
+			if n, _ := e.compat().Exists(c, e.stepsKey("frozensig", id)).Result(); n != 0 {
+				t.Fatal("the ack left the steps")
+			}
+		})
+	}
 }
 
 // TestWaitsSurviveRestart: a task waits for a signal and a parent waits
@@ -520,15 +627,24 @@ func TestSignalInFlightOutcomes(t *testing.T) {
 				}
 			}
 
-			// Applied after its ctx ended: the server runs it once writes resume.
-			if err := e.Raw.Do(c, e.Raw.B().ClientPause().Timeout(600).Write().Build()).Error(); err != nil {
+			// Applied after its ctx ended: its EVALSHA waits on the server,
+			// which pauses writes, until the ctx ended; then writes resume.
+			if err := e.Raw.Do(c, e.Raw.B().ClientPause().Timeout(30000).Write().Build()).Error(); err != nil {
 				t.Fatal(err)
 			}
-			sctx, cancel := context.WithTimeout(c, 150*time.Millisecond)
-			err = pq.Signal(sctx, two[0], "go", "paused")
+			sctx, cancel := context.WithCancel(c)
+			signalled := make(chan error, 1)
+			go func() { signalled <- pq.Signal(sctx, two[0], "go", "paused") }()
+			waitFor(t, 10*time.Second, func() bool { return blockedClients(t, e) > 0 }, "the signal's script never reached the paused server")
 			cancel()
-			if err == nil {
-				t.Fatal("a signal held by the paused server came back within its ctx")
+			if err := <-signalled; err == nil {
+				t.Fatal("a signal held by the paused server came back")
+			}
+			if f := e.stepFields(t, "inflight", two[0]); f["\xffsig:go"] != "" {
+				t.Fatalf("a signal applied while the server paused writes: %q", f)
+			}
+			if err := e.Raw.Do(c, e.Raw.B().ClientUnpause().Build()).Error(); err != nil {
+				t.Fatal(err)
 			}
 			waitFor(t, 5*time.Second, func() bool { return e.stepFields(t, "inflight", two[0])["\xffsig:go"] == `"paused"` },
 				"the signal in flight applied once writes resumed: %q", later(func() any { return e.stepFields(t, "inflight", two[0]) }))
@@ -572,6 +688,27 @@ func TestSignalInFlightOutcomes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// blockedClients reads INFO clients' blocked_clients (a client whose
+// command waits out a CLIENT PAUSE counts).
+func blockedClients(t *testing.T, e *env) int {
+	t.Helper()
+	info, err := e.Raw.Do(context.Background(), e.Raw.B().Info().Section("clients").Build()).ToString()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "blocked_clients:"); ok {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				t.Fatalf("blocked_clients %q", v)
+			}
+			return n
+		}
+	}
+	t.Fatal("no blocked_clients in INFO clients")
+	return 0
 }
 
 func indexOf(list []string, s string) int {
