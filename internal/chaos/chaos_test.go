@@ -169,7 +169,7 @@ type run struct {
 	submitErrs map[string]int
 
 	sig          *signaller // the waiting tasks' signals (signals_test.go)
-	parkSamples  int        // samples of Redis for parked tasks holding a lease
+	parkSamples  int        // samples of Redis for parked tasks holding a lease or a permit
 	parkedLeased []string   // what they found
 
 	flows        []flowRec // every flow the submitter tried (flows_test.go)
@@ -315,7 +315,7 @@ func (r *run) do() {
 	kq := fleet.NewQueue[job](direct, kidQueue, queueOptions(s.lease, maxAttempts, 0, 0))
 
 	// The waiting tasks' sender (through the submitter's proxy) and the
-	// sampler of parked tasks holding a lease, until the drain ends.
+	// sampler of parked tasks holding a lease or a permit, until the drain ends.
 	subDone := make(chan struct{}) // closed once the submitter is done
 	var waitsBG sync.WaitGroup
 	defer func() { cancel(); waitsBG.Wait() }() // on any way out, before the Fleets close
@@ -449,11 +449,11 @@ func (r *run) do() {
 	if rep.StepReruns+rep.StepWrong > 0 {
 		t.Errorf("%s: durable steps run again after their record came back %d, records with another result %d: want 0", r.tg.name, rep.StepReruns, rep.StepWrong)
 	}
-	t.Logf("%s: durable waits: %d tasks waited for a signal, %d slept; runs parked %d; signals sent %d (%d sends of unknown outcome sent again, %d of them found applied (ErrSignalSent, or the task ended); %d unsent; %d to tasks of lost submit replies), delivered %d; LOST %d, WRONG %d, REFUSED %d, TIMED OUT %d; resumed twice at once %d; parked and leased at once %d in %d samples",
+	t.Logf("%s: durable waits: %d tasks waited for a signal, %d slept; runs parked %d; signals sent %d (%d sends of unknown outcome sent again, %d of them found applied (ErrSignalSent, or the task ended); %d unsent; %d to tasks of lost submit replies), delivered %d; LOST %d, WRONG %d, REFUSED %d, TIMED OUT %d; resumed twice at once %d; parked and holding a lease or a group permit at once %d in %d samples",
 		r.tg.name, rep.Waiters, rep.Sleepers, rep.Parked, rep.SignalsSent, rep.SignalRetries, rep.SignalSentOnRetry, sigUnsent, orphans, rep.SignalsDelivered,
 		rep.SignalLost, rep.SignalWrong, rep.SignalRefused, rep.WaitTimedOut, rep.WaitOverlaps, rep.ParkedLeased, rep.ParkSamples)
 	if rep.SignalLost+rep.SignalWrong+rep.SignalRefused+rep.WaitTimedOut+rep.WaitOverlaps+rep.ParkedLeased > 0 {
-		t.Errorf("%s: durable waits: signals lost %d, wrong values %d, refused %d, waits timed out %d, parked tasks resumed twice at once %d, parked tasks holding a lease %d: want all 0",
+		t.Errorf("%s: durable waits: signals lost %d, wrong values %d, refused %d, waits timed out %d, parked tasks resumed twice at once %d, parked tasks holding a lease or a group permit %d: want all 0",
 			r.tg.name, rep.SignalLost, rep.SignalWrong, rep.SignalRefused, rep.WaitTimedOut, rep.WaitOverlaps, rep.ParkedLeased)
 	}
 	if rep.Parked == 0 || rep.SignalsDelivered == 0 || rep.ParkSamples == 0 {

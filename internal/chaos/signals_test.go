@@ -298,20 +298,37 @@ func (s *signaller) sweepOrphans(ctx context.Context, r *run, direct *fleet.Flee
 }
 
 // parkedLeasedScript lists the ids of the tasks whose body is in
-// :scheduled (parked, asleep or scheduled) while their id is in
-// :processing (leased), read at one instant.
+// KEYS[1] :scheduled (parked, asleep or scheduled) while their id is in
+// KEYS[2] :processing (leased) or holds a permit (KEYS[3..]: the groups'
+// :grun:<g>, :running), read at one instant.
 var parkedLeasedScript = rueidis.NewLuaScript(`
 local out = {}
 for _, b in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
   local ok, t = pcall(cjson.decode, b)
-  if ok and type(t) == 'table' and type(t.id) == 'string' and redis.call('ZSCORE', KEYS[2], t.id) then
-    out[#out+1] = t.id
+  if ok and type(t) == 'table' and type(t.id) == 'string' then
+    for i = 2, #KEYS do
+      if redis.call('ZSCORE', KEYS[i], t.id) then
+        out[#out+1] = t.id .. ' ' .. KEYS[i]
+        break
+      end
+    end
   end
 end
 return out`)
 
+// parkedKeys are parkedLeasedScript's keys for queue k with groups g0..
+// g<groups-1>.
+func parkedKeys(k keys.Queue, groups int) []string {
+	out := []string{k.Scheduled, k.Processing, k.Running}
+	for i := range groups {
+		out = append(out, k.GroupRun+fmt.Sprintf("g%d", i))
+	}
+	return out
+}
+
 // sampleParked reads every 100 ms, until ctx ends, the tasks parked and
-// leased at once, and adds what it found to r.parkedLeased.
+// leased (or holding a group's permit) at once, and adds what it found to
+// r.parkedLeased.
 func (r *run) sampleParked(ctx context.Context, direct *fleet.Fleet) {
 	k := keys.New(r.prefix, r.tg.layout == fleet.LayoutTagged).Queue(queueName)
 	c := direct.Client()
@@ -324,7 +341,7 @@ func (r *run) sampleParked(ctx context.Context, direct *fleet.Fleet) {
 		case <-tick.C:
 		}
 		sctx, cancel := context.WithTimeout(ctx, time.Second)
-		ids, err := parkedLeasedScript.Exec(sctx, c, []string{k.Scheduled, k.Processing}, nil).AsStrSlice()
+		ids, err := parkedLeasedScript.Exec(sctx, c, parkedKeys(k, r.s.groups), nil).AsStrSlice()
 		cancel()
 		if err != nil {
 			continue // a restart, a cut: no sample
@@ -339,7 +356,8 @@ func (r *run) sampleParked(ctx context.Context, direct *fleet.Fleet) {
 }
 
 // TestParkedLeasedScript: the sampler's script finds a task whose body is
-// in :scheduled while its id is in :processing, and nothing else.
+// in :scheduled while its id is in :processing or holds a group's permit,
+// and nothing else.
 func TestParkedLeasedScript(t *testing.T) {
 	for _, tg := range redistest.Targets(t) {
 		t.Run(tg.Name, func(t *testing.T) {
@@ -348,16 +366,18 @@ func TestParkedLeasedScript(t *testing.T) {
 			k := keys.New(prefix, tg.Tagged).Queue(queueName)
 			ctx := context.Background()
 			for _, cmd := range []rueidis.Completed{
-				c.B().Zadd().Key(k.Scheduled).ScoreMember().ScoreMember(1, `{"id":"a","payload":{}}`).ScoreMember(2, `{"id":"b"}`).ScoreMember(3, "not json").Build(),
+				c.B().Zadd().Key(k.Scheduled).ScoreMember().ScoreMember(1, `{"id":"a","payload":{}}`).ScoreMember(2, `{"id":"b"}`).
+					ScoreMember(3, "not json").ScoreMember(4, `{"id":"d","group":"g1"}`).Build(),
 				c.B().Zadd().Key(k.Processing).ScoreMember().ScoreMember(1, "b").ScoreMember(2, "c").Build(),
+				c.B().Zadd().Key(k.GroupRun+"g1").ScoreMember().ScoreMember(1, "d").ScoreMember(2, "e").Build(),
 			} {
 				if err := c.Do(ctx, cmd).Error(); err != nil {
 					t.Fatal(err)
 				}
 			}
-			ids, err := parkedLeasedScript.Exec(ctx, c, []string{k.Scheduled, k.Processing}, nil).AsStrSlice()
-			if err != nil || len(ids) != 1 || ids[0] != "b" {
-				t.Fatalf("parked and leased: %q, %v; want b", ids, err)
+			ids, err := parkedLeasedScript.Exec(ctx, c, parkedKeys(k, 2), nil).AsStrSlice()
+			if err != nil || len(ids) != 2 || ids[0] != "b "+k.Processing || ids[1] != "d "+k.GroupRun+"g1" {
+				t.Fatalf("parked and leased: %q, %v; want b (processing) and d (its group's permit)", ids, err)
 			}
 		})
 	}
