@@ -55,3 +55,52 @@ func TestSignalWakesSequentialGroup(t *testing.T) {
 		}
 	})
 }
+
+// TestChildEndWakesSequentialGroup: the same for a parent of a sequential
+// group waiting for its child (AwaitChildren): the child's end must make
+// it ready at once.
+//
+// FAILS at 7bf5bed, for the same cause: the parent is not parked (no
+// "\xffpark"), so the child's end (queue_signal.lua 'child') is kept and
+// wakes nothing until the wait's timeout.
+func TestChildEndWakesSequentialGroup(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
+		t.Parallel()
+		e := open(t, tg)
+		c := ctx(t)
+		parents := fleet.NewQueue[job](e.F, "seqpar", fleet.QueueOptions{Groups: fleet.GroupLimits{Concurrency: 1}})
+		kids := fleet.NewQueue[job](e.F, "seqkid", fleet.QueueOptions{})
+		pid, err := parents.SubmitWith(c, jobN(1), fleet.SubmitOptions{Group: "g"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := reserveAll(t, parents, 1)[0]
+		ch, err := fleet.StartChild(c, p, "kid", kids, jobN(2), fleet.SubmitOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, werr := fleet.AwaitChildren(c, p, "wait", time.Hour, ch)
+		if !errors.Is(werr, fleet.ErrSuspended) {
+			t.Fatalf("wait: %v", werr)
+		}
+		if err := p.Suspend(c, werr); err != nil {
+			t.Fatal(err)
+		}
+		k := reserveAll(t, kids, 1)[0]
+		if err := k.Ack(c); err != nil {
+			t.Fatal(err)
+		}
+		field := "\xffsig:\xffc:" + ch.ID
+		waitFor(t, 10*time.Second, func() bool { return e.stepFields(t, "seqpar", pid)[field] != "" }, "the child's end passed on")
+		ts, err := parents.Reserve(c, 1, 3*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ts) != 1 {
+			t.Fatalf("the child's end did not make its parent of a sequential group ready; its steps: %q", e.stepFields(t, "seqpar", pid))
+		}
+		if res, err := fleet.AwaitChildren(c, ts[0], "wait", time.Hour, ch); err != nil || len(res) != 1 || res[0].Status != fleet.TaskDone {
+			t.Fatalf("resumed wait: %+v, %v", res, err)
+		}
+	})
+}
