@@ -168,13 +168,17 @@ type run struct {
 	unknown    int // submits whose outcome is unknown (retried under new ids)
 	submitErrs map[string]int
 
+	sig          *signaller // the waiting tasks' signals (signals_test.go)
+	parkSamples  int        // samples of Redis for parked tasks holding a lease or a permit
+	parkedLeased []string   // what they found
+
 	flows        []flowRec // every flow the submitter tried (flows_test.go)
 	unknownFlows int       // flow submits whose outcome is unknown
 }
 
 func newRun(t *testing.T, s settings, tg target, srv *fleettest.Server, prefix string) *run {
 	r := &run{t: t, s: s, tg: tg, server: srv, prefix: prefix, rng: newRNG(s.seed),
-		deaths: map[string]int64{}, submitted: map[string]int{}, submitErrs: map[string]int{}}
+		deaths: map[string]int64{}, submitted: map[string]int{}, submitErrs: map[string]int{}, sig: newSignaller(s.seed + 5)}
 	if *flagDir != "" {
 		r.dir = filepath.Join(*flagDir, fmt.Sprintf("%s-%d", tg.name, s.seed))
 		if err := os.MkdirAll(r.dir, 0o755); err != nil {
@@ -308,10 +312,25 @@ func (r *run) do() {
 	direct := r.open(ctx, r.tg.url, nil)
 	defer direct.Close()
 	q := fleet.NewQueue[job](direct, queueName, queueOptions(s.lease, maxAttempts, 0, 0))
+	kq := fleet.NewQueue[job](direct, kidQueue, queueOptions(s.lease, maxAttempts, 0, 0))
+
+	// The waiting tasks' sender (through the submitter's proxy) and the
+	// sampler of parked tasks holding a lease or a permit, until the drain ends.
+	subDone := make(chan struct{}) // closed once the submitter is done
+	var waitsBG sync.WaitGroup
+	defer func() { cancel(); waitsBG.Wait() }() // on any way out, before the Fleets close
+	waitsBG.Go(func() {
+		r.sig.run(ctx, r, fleet.NewQueue[job](subF, queueName, queueOptions(s.lease, maxAttempts, 0, 0)), direct, subDone, func(id string) bool {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			_, ok := r.submitted[id]
+			return ok
+		})
+	})
+	waitsBG.Go(func() { r.sampleParked(ctx, direct) })
 
 	start := time.Now()
 	t0 := start.UnixMicro()
-	subDone := make(chan struct{})
 	go func() {
 		defer close(subDone)
 		flowsDone := make(chan struct{})
@@ -358,7 +377,9 @@ func (r *run) do() {
 	drained := false
 	for empty := 0; empty < 2 && drainCtx.Err() == nil; {
 		st, err := q.Stats(drainCtx)
-		if err == nil && st.Pending+st.InFlight+st.Scheduled == 0 && (s.flows == 0 || r.flowsDrained(drainCtx, direct)) {
+		kst, kerr := kq.Stats(drainCtx)
+		if err == nil && kerr == nil && st.Pending+st.InFlight+st.Scheduled+kst.Pending+kst.InFlight+kst.Scheduled == 0 &&
+			(s.flows == 0 || r.flowsDrained(drainCtx, direct)) {
 			empty++
 		} else {
 			empty = 0
@@ -375,6 +396,7 @@ func (r *run) do() {
 	elapsed := time.Since(start)
 	cancel()
 	<-subDone
+	waitsBG.Wait()
 	r.stopAll()
 	r.bg.Wait()
 
@@ -385,11 +407,17 @@ func (r *run) do() {
 		submitted: r.submitted}
 	w.stops = stopsOf(w.faults, w.deaths)
 	w.dead, w.left, w.permits = r.redisState(wctx, direct)
+	r.sig.mu.Lock()
+	w.waiters, w.signaled, w.sigRefused = r.sig.waiters, r.sig.signaled, r.sig.refused
+	sigRetries, sigOnRetry, sigUnsent, orphans, sleepers := r.sig.retries, r.sig.onRetry, len(r.sig.queue), len(r.sig.orphans), r.sig.sleepers
+	r.sig.mu.Unlock()
+	w.parkSamples, w.parkedLeased = r.parkSamples, r.parkedLeased
 	ev, err := readEvidence(filepath.Join(r.dir, "ev"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	rep := analyze(ev, w)
+	rep.SignalRetries, rep.SignalSentOnRetry, rep.Sleepers = sigRetries, sigOnRetry, sleepers
 	r.checkHistory(wctx, t, direct, rep)
 	frep, fbad := r.analyzeFlows(wctx, direct, ev)
 	t.Logf("%s after %v (seed %d); submit errors %v (outcome unknown: %d, resubmitted)\n%s%s",
@@ -420,6 +448,25 @@ func (r *run) do() {
 		r.tg.name, rep.StepRuns, rep.StepRecords, rep.StepMemoized, rep.StepReruns)
 	if rep.StepReruns+rep.StepWrong > 0 {
 		t.Errorf("%s: durable steps run again after their record came back %d, records with another result %d: want 0", r.tg.name, rep.StepReruns, rep.StepWrong)
+	}
+	t.Logf("%s: durable waits: %d tasks waited for a signal, %d slept; runs parked %d; signals sent %d (%d sends of unknown outcome sent again, %d of them found applied (ErrSignalSent, or the task ended); %d unsent; %d to tasks of lost submit replies), delivered %d; LOST %d, WRONG %d, REFUSED %d, TIMED OUT %d; resumed twice at once %d; parked and holding a lease or a group permit at once %d in %d samples",
+		r.tg.name, rep.Waiters, rep.Sleepers, rep.Parked, rep.SignalsSent, rep.SignalRetries, rep.SignalSentOnRetry, sigUnsent, orphans, rep.SignalsDelivered,
+		rep.SignalLost, rep.SignalWrong, rep.SignalRefused, rep.WaitTimedOut, rep.WaitOverlaps, rep.ParkedLeased, rep.ParkSamples)
+	if rep.SignalLost+rep.SignalWrong+rep.SignalRefused+rep.WaitTimedOut+rep.WaitOverlaps+rep.ParkedLeased > 0 {
+		t.Errorf("%s: durable waits: signals lost %d, wrong values %d, refused %d, waits timed out %d, parked tasks resumed twice at once %d, parked tasks holding a lease or a group permit %d: want all 0",
+			r.tg.name, rep.SignalLost, rep.SignalWrong, rep.SignalRefused, rep.WaitTimedOut, rep.WaitOverlaps, rep.ParkedLeased)
+	}
+	if rep.Parked == 0 || rep.SignalsDelivered == 0 || rep.ParkSamples == 0 {
+		t.Errorf("%s: durable waits: %d runs parked, %d signals delivered, %d samples: the wait checks say nothing", r.tg.name, rep.Parked, rep.SignalsDelivered, rep.ParkSamples)
+	}
+	t.Logf("%s: children: %d parents started %d children, %d of them acked; %d parents resumed with their results; LOST %d, STARTED TWICE %d, WRONG RESULTS %d, PARENTS STRANDED %d",
+		r.tg.name, rep.Parents, rep.Children, rep.ChildrenAcked, rep.ParentsResumed, rep.ChildLost, rep.ChildTwice, rep.ChildWrong, rep.ParentStranded)
+	if rep.ChildLost+rep.ChildTwice+rep.ChildWrong+rep.ParentStranded > 0 {
+		t.Errorf("%s: children: lost %d, a parent's children started twice %d, wrong results %d, parents stranded %d: want all 0",
+			r.tg.name, rep.ChildLost, rep.ChildTwice, rep.ChildWrong, rep.ParentStranded)
+	}
+	if rep.Parents == 0 || rep.ParentsResumed == 0 {
+		t.Errorf("%s: children: %d parents, %d resumed: the children's checks say nothing", r.tg.name, rep.Parents, rep.ParentsResumed)
 	}
 	if rep.Lost+rep.AckedTwice+rep.Overlaps+rep.BegunLate+rep.AckedButLeft+rep.GroupOver+rep.PermitsLeft > 0 {
 		t.Errorf("%s: lost %d, acked twice %d, overlapping runs %d (beyond %v), runs begun after their lease deadline %d, acked but left %d, groups over their limit %d, permits left %d: want all 0",
@@ -521,6 +568,19 @@ func (r *run) submit(ctx context.Context, f *fleet.Fleet) {
 		jobs[i].Fail = g.float() < 0.05
 		jobs[i].Die = g.float() < 0.02 // dead letters: their logs are kept (checkTaskLogs)
 	}
+	// Durable waits (signals_test.go), drawn apart so that the tasks'
+	// other draws stay those of the seed: 20% wait for a signal, 6%
+	// sleep 0.1-0.6 s first.
+	gw := newRNG(s.seed + 3)
+	for i := range jobs {
+		jobs[i].Wait = gw.float() < 0.2
+		if gw.float() < 0.06 {
+			jobs[i].NapMS = 100 + gw.intn(500)
+		}
+		if gw.float() < 0.06 { // and 6% start two children (children_test.go)
+			jobs[i].Kids = 2
+		}
+	}
 	opts := make([]fleet.SubmitOptions, s.tasks)
 	for i := range opts {
 		switch x := g.float(); {
@@ -544,6 +604,12 @@ func (r *run) submit(ctx context.Context, f *fleet.Fleet) {
 		for i, id := range ids {
 			r.submitted[id] = js[i].Seq
 			fmt.Fprintf(w, "%s %d\n", id, js[i].Seq)
+			if js[i].Wait {
+				r.sig.add(id, js[i].Seq)
+			}
+			if js[i].NapMS > 0 {
+				r.sig.slept()
+			}
 		}
 	}
 	failed := func(err error, n int) {
@@ -610,7 +676,7 @@ func errClass(err error) string {
 // scheduled or in flight, and the groups' permits still held.
 func (r *run) redisState(ctx context.Context, f *fleet.Fleet) (dead, left map[string]bool, permits int) {
 	dead, left = map[string]bool{}, map[string]bool{}
-	for _, name := range append([]string{queueName}, flowQueues[:]...) {
+	for _, name := range append([]string{queueName, kidQueue}, flowQueues[:]...) {
 		permits += r.queueState(ctx, f, name, dead, left)
 	}
 	return dead, left, permits

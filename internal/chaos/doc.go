@@ -47,6 +47,25 @@
 // submits made: the task still runs once, with the last acknowledged
 // payload.
 //
+// Durable waits (signals_test.go): a fifth of the tasks wait, after their
+// step, for a signal (fleet.WaitSignal), and some sleep first
+// (fleet.Sleep), parked meanwhile (W lines; a wait's value is a G line).
+// The parent sends each waiting task its signal through the submitter's
+// proxy (one send in four with a ctx of a few ms, which may end while the
+// script is in flight), sending again until a reply says it applied (nil,
+// ErrSignalSent, or, after an unknown outcome, that the task ended), and
+// samples Redis every 100 ms for a task parked in :scheduled while it
+// holds a lease in :processing. The suite fails unless signals lost
+// (confirmed sent, taken by no wait), waits that returned another value,
+// sends refused, waits timed out, overlapping runs of a task that parked
+// or took its signal (resumed twice at once), and parked tasks holding a
+// lease are all zero. And some tasks start two children on another queue
+// (fleet.StartChild; every worker process runs it too) and wait for them
+// (fleet.AwaitChildren), parked: the suite fails unless children lost,
+// parents whose runs started other children, waits with wrong results,
+// and parents stranded (their children ended, they did not) are all zero
+// (children_test.go).
+//
 // The single node is a redis-server of the suite's own (it restarts it),
 // with a proxy in front of every process. On the cluster no proxy can sit
 // in front (the cluster redirects clients past it) and the servers are

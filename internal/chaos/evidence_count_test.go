@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -95,5 +96,150 @@ func TestCounts(t *testing.T) {
 	}
 	if len(rep.Violations) != 8 { // a overlap, b late, a twice, e stuck, c and j lost, a's step re-run, b's step result
 		t.Errorf("%d violations, want 8:\n%s", len(rep.Violations), strings.Join(rep.Violations, "\n"))
+	}
+}
+
+// TestCountsWaits checks the counting of the durable waits on made-up
+// evidence: each of their violations (a signal lost, a wrong value, a
+// send refused, a wait timed out, a parked task resumed twice at once, a
+// parked task found leased) is found, and what is none is not counted.
+func TestCountsWaits(t *testing.T) {
+	ev := newEvidence()
+	lines := map[string][]string{
+		"w1.0": {
+			"B 0 100",
+			// a: parks at 1.05 s, woken, takes its signal (seq 1) at 2.1 s: fine.
+			"S w1.0.1 a 1 0 0 1000000 0 2000000 0", "W w1.0.1 a 1050000 wait", "E w1.0.1 a 1050000 1050001 wait 2000000 0 0", "F a 1050002 fleet:_suspended",
+			"S w1.0.2 a 1 0 0 2000000 0 3000000 0", "G w1.0.2 a 2100000 1", "E w1.0.2 a 2200000 2200001 ok 3000000 0 0", "A a 2200002",
+			// b: its signal was sent, yet its run went past the wait without it,
+			// and it was acked: lost.
+			"S w1.0.3 b 2 0 0 3000000 0 4000000 0", "W w1.0.3 b 3050000 wait", "E w1.0.3 b 3050000 3050001 wait 4000000 0 0",
+			"S w1.0.4 b 2 0 0 4000000 0 5000000 0", "E w1.0.4 b 4100000 4100001 ok 5000000 0 0", "A b 4100002",
+			// c: its wait returned another task's value.
+			"S w1.0.5 c 3 0 0 5000000 0 6000000 0", "G w1.0.5 c 5100000 2", "E w1.0.5 c 5200000 5200001 ok 6000000 0 0", "A c 5200002",
+			// d: parked, then resumed twice at once (w1 and w2, 7..8 s and 7.2..8.2 s).
+			"S w1.0.6 d 4 0 0 6000000 0 7000000 0", "W w1.0.6 d 6050000 sleep", "E w1.0.6 d 6050000 6050001 wait 7000000 0 0",
+			"S w1.0.7 d 4 0 0 7000000 0 9000000 0", "G w1.0.7 d 7050000 4", "E w1.0.7 d 8000000 8000001 ok 9000000 0 0", "A d 8000002",
+			// e: its wait timed out.
+			"S w1.0.8 e 5 0 0 9000000 0 10000000 0", "H w1.0.8 e 9100000 timeout", "E w1.0.8 e 9100000 9100001 waiterr:timeout 10000000 0 0",
+			// g: its send was refused.
+			"S w1.0.9 g 7 0 0 10000000 0 11000000 0", "W w1.0.9 g 10050000 wait", "E w1.0.9 g 10050000 10050001 wait 11000000 0 0",
+			// x: a task of a lost submit reply: the sweep's -1 is right.
+			"S w1.0.10 x 9 0 0 11000000 0 12000000 0", "G w1.0.10 x 11100000 -1", "E w1.0.10 x 11200000 11200001 ok 12000000 0 0", "A x 11200002",
+			// h: no wait (and no signal): nothing to count.
+			"S w1.0.11 h 8 0 0 12000000 0 13000000 0", "E w1.0.11 h 12100000 12100001 ok 13000000 0 0", "A h 12100002",
+			"X 50000000",
+		},
+		"w2.0": {
+			"S w2.0.1 d 4 0 1 7200000 0 9000000 0", "G w2.0.1 d 7250000 4", "E w2.0.1 d 8200000 8200001 ok 9000000 0 0",
+			"W w2.0.1 bogus 1 wait", // a W of another task's run: does not parse
+		},
+	}
+	for proc, ls := range lines {
+		for _, l := range ls {
+			ev.add(proc, l)
+		}
+	}
+	w := &world{
+		submitted:  map[string]int{"a": 1, "b": 2, "c": 3, "d": 4, "e": 5, "g": 7, "h": 8},
+		waiters:    map[string]int{"a": 1, "b": 2, "c": 3, "d": 4, "e": 5, "g": 7},
+		signaled:   map[string]int{"a": 1, "b": 2, "c": 3, "d": 4},
+		sigRefused: map[string]string{"g": "fleet: task not found"},
+		dead:       map[string]bool{}, left: map[string]bool{"e": true, "g": true},
+		deaths:      map[string]int64{},
+		parkSamples: 40, parkedLeased: []string{"task d at 06:00:00.000"},
+		margin: 100 * time.Millisecond, lease: time.Second,
+	}
+	w.stops = stopsOf(nil, w.deaths)
+	rep := analyze(ev, w)
+	got := map[string]int{"waiters": rep.Waiters, "parked": rep.Parked, "sent": rep.SignalsSent, "delivered": rep.SignalsDelivered,
+		"lost": rep.SignalLost, "wrong": rep.SignalWrong, "refused": rep.SignalRefused, "timedOut": rep.WaitTimedOut,
+		"waitOverlaps": rep.WaitOverlaps, "overlaps": rep.Overlaps, "samples": rep.ParkSamples, "parkedLeased": rep.ParkedLeased, "bad": len(ev.bad)}
+	want := map[string]int{"waiters": 6, "parked": 4, "sent": 4, "delivered": 2, // a and d
+		"lost": 1, "wrong": 1, "refused": 1, "timedOut": 1, "waitOverlaps": 1, "overlaps": 1, "samples": 40, "parkedLeased": 1, "bad": 1}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %d, want %d", k, got[k], v)
+		}
+	}
+	var waitV []string
+	for _, v := range rep.Violations {
+		if !strings.Contains(v, "stuck") && !strings.Contains(v, "still in Redis after the drain") {
+			waitV = append(waitV, v)
+		}
+	}
+	// b lost, c wrong, d overlap, e timed out, g refused, d parked and leased
+	for _, task := range []string{"task b", "task c", "task d", "task e", "task g"} {
+		if !slices.ContainsFunc(waitV, func(v string) bool { return strings.Contains(v, task) }) {
+			t.Errorf("no violation names %s:\n%s", task, strings.Join(waitV, "\n"))
+		}
+	}
+	for _, v := range rep.Violations {
+		if strings.Contains(v, "task a") || strings.Contains(v, "task x") || strings.Contains(v, "task h") {
+			t.Errorf("violation counted for a wait that went well: %s", v)
+		}
+	}
+	if len(waitV) != 6 {
+		t.Errorf("%d wait violations, want 6:\n%s", len(waitV), strings.Join(waitV, "\n"))
+	}
+}
+
+// TestCountsChildren checks the counting of the children on made-up
+// evidence: a child lost, a parent whose runs started other children, a
+// wait with wrong results, and a parent stranded are each found; a parent
+// that went well is not counted.
+func TestCountsChildren(t *testing.T) {
+	ev := newEvidence()
+	for _, l := range []string{
+		"B 0 100",
+		// p: children k1 k2, parked, resumed, acked: fine.
+		"S w1.0.1 p 1 0 0 1000000 0 2000000 0", "C w1.0.1 p k1 k2", "W w1.0.1 p 1100000 children", "E w1.0.1 p 1100000 1100001 wait 2000000 0 0",
+		"S w1.0.2 k1 1000010 0 1 1200000 0 2200000 0", "E w1.0.2 k1 1210000 1210001 ok 2200000 0 0", "A k1 1210002",
+		"S w1.0.3 k2 1000011 0 1 1200000 0 2200000 0", "E w1.0.3 k2 1220000 1220001 ok 2200000 0 0", "A k2 1220002",
+		"S w1.0.4 p 1 0 0 1300000 0 2300000 0", "C w1.0.4 p k1 k2", "J w1.0.4 p 1310000 ok", "E w1.0.4 p 1320000 1320001 ok 2300000 0 0", "A p 1320002",
+		// q: its second run started other children (k4 for k3); k4 never ran: lost.
+		"S w1.0.5 q 2 0 0 3000000 0 4000000 0", "C w1.0.5 q k3", "W w1.0.5 q 3100000 children", "E w1.0.5 q 3100000 3100001 wait 4000000 0 0",
+		"S w1.0.6 k3 1000020 0 1 3200000 0 4200000 0", "E w1.0.6 k3 3210000 3210001 ok 4200000 0 0", "A k3 3210002",
+		"S w1.0.7 q 2 0 0 3300000 0 4300000 0", "C w1.0.7 q k4", "W w1.0.7 q 3310000 children", "E w1.0.7 q 3310000 3310001 wait 4300000 0 0",
+		// r: its wait returned wrong results.
+		"S w1.0.8 r 3 0 0 5000000 0 6000000 0", "C w1.0.8 r k5", "J w1.0.8 r 5100000 bad:child_0", "E w1.0.8 r 5200000 5200001 ok 6000000 0 0", "A r 5200002",
+		"S w1.0.9 k5 1000030 0 1 4900000 0 5900000 0", "E w1.0.9 k5 4910000 4910001 ok 5900000 0 0", "A k5 4910002",
+		// s: its child ended, it stays parked: stranded.
+		"S w1.0.10 s 4 0 0 7000000 0 8000000 0", "C w1.0.10 s k6", "W w1.0.10 s 7100000 children", "E w1.0.10 s 7100000 7100001 wait 8000000 0 0",
+		"S w1.0.11 k6 1000040 0 1 7200000 0 8200000 0", "E w1.0.11 k6 7210000 7210001 ok 8200000 0 0", "A k6 7210002",
+		"C w1.0.99 s k7", // a C of a run never begun: does not parse
+		"X 50000000",
+	} {
+		ev.add("w1.0", l)
+	}
+	w := &world{
+		submitted: map[string]int{"p": 1, "q": 2, "r": 3, "s": 4},
+		dead:      map[string]bool{}, left: map[string]bool{"q": true, "s": true},
+		deaths: map[string]int64{}, margin: 100 * time.Millisecond, lease: time.Second,
+	}
+	w.stops = stopsOf(nil, w.deaths)
+	rep := analyze(ev, w)
+	got := map[string]int{"parents": rep.Parents, "children": rep.Children, "acked": rep.ChildrenAcked, "resumed": rep.ParentsResumed,
+		"lost": rep.ChildLost, "twice": rep.ChildTwice, "wrong": rep.ChildWrong, "stranded": rep.ParentStranded, "extra": rep.ExtraAcked, "bad": len(ev.bad)}
+	want := map[string]int{"parents": 4, "children": 6, "acked": 5, "resumed": 2,
+		"lost": 1, "twice": 1, "wrong": 1, "stranded": 1, "extra": 0, "bad": 1} // k4 lost; q waits for it: not stranded
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %d, want %d", k, got[k], v)
+		}
+	}
+	ev2 := newEvidence()
+	for _, l := range []string{"B 0 100", "S w1.0.1 p 1 0 0 1000000 0 2000000 0", "C w1.0.1 p k1", "W w1.0.1 p 1100000 children", "E w1.0.1 p 1100000 1100001 wait 2000000 0 0"} {
+		ev2.add("w1.0", l)
+	}
+	rep2 := analyze(ev2, &world{submitted: map[string]int{"p": 1}, dead: map[string]bool{}, left: map[string]bool{"p": true, "k1": true},
+		deaths: map[string]int64{}, margin: 100 * time.Millisecond, lease: time.Second})
+	if rep2.ChildLost != 1 || rep2.ParentStranded != 0 {
+		t.Errorf("a child left in Redis: lost %d, stranded %d; want 1, 0", rep2.ChildLost, rep2.ParentStranded)
+	}
+	for _, v := range rep.Violations {
+		if strings.Contains(v, "task p:") || strings.Contains(v, "task p ") {
+			t.Errorf("violation counted for a parent that went well: %s", v)
+		}
 	}
 }

@@ -63,14 +63,27 @@ type evidence struct {
 	// lines), and when a run had its record back (Q lines; proc is the
 	// result when it is not the task's seq).
 	effects, recorded map[string][]ackRec
-	procs             map[string]*procRec
-	bad               []string // lines that did not parse
+	// The durable waits (signals_test.go): the runs that parked their
+	// task (W lines: proc is the run, class sleep or wait), the values
+	// their waits returned (G lines), and the waits that failed (H lines).
+	parks    map[string][]failRec
+	got      map[string][]gotRec
+	waitErrs map[string][]failRec
+	// The children (children_test.go): the ids each run of a parent
+	// started (C lines), and its waits' verdicts (J lines: proc is the run).
+	kids  map[string][][]string
+	kidOf map[string]string // child -> parent
+	joins map[string][]failRec
+	procs map[string]*procRec
+	bad   []string // lines that did not parse
 }
 
 func newEvidence() *evidence {
 	return &evidence{runs: map[string]*runRec{}, byTask: map[string][]*runRec{}, acks: map[string][]ackRec{},
 		fails: map[string][]failRec{}, procs: map[string]*procRec{}, rels: map[string][]ackRec{},
-		effects: map[string][]ackRec{}, recorded: map[string][]ackRec{}}
+		effects: map[string][]ackRec{}, recorded: map[string][]ackRec{},
+		parks: map[string][]failRec{}, got: map[string][]gotRec{}, waitErrs: map[string][]failRec{},
+		kids: map[string][][]string{}, kidOf: map[string]string{}, joins: map[string][]failRec{}}
 }
 
 // readEvidence reads every *.log of dir (one per process incarnation, named
@@ -168,6 +181,32 @@ func (ev *evidence) add(proc, line string) {
 			got.proc = "result " + f[4]
 		}
 		ev.recorded[f[2]] = append(ev.recorded[f[2]], got)
+	case "C", "J":
+		r := ev.runs[f[1]]
+		if r == nil || r.task != f[2] || len(f) < 4 {
+			panic(f[0] + " without its S")
+		}
+		if f[0] == "J" {
+			ev.joins[f[2]] = append(ev.joins[f[2]], failRec{proc: f[1], at: n(3), class: f[4]})
+			break
+		}
+		ev.kids[f[2]] = append(ev.kids[f[2]], f[3:])
+		for _, k := range f[3:] {
+			ev.kidOf[k] = f[2]
+		}
+	case "W", "G", "H":
+		r := ev.runs[f[1]]
+		if r == nil || r.task != f[2] {
+			panic(f[0] + " without its S")
+		}
+		switch f[0] {
+		case "W":
+			ev.parks[f[2]] = append(ev.parks[f[2]], failRec{proc: f[1], at: n(3), class: f[4]})
+		case "G":
+			ev.got[f[2]] = append(ev.got[f[2]], gotRec{run: f[1], at: n(3), v: int(n(4))})
+		case "H":
+			ev.waitErrs[f[2]] = append(ev.waitErrs[f[2]], failRec{proc: f[1], at: n(3), class: f[4]})
+		}
 	default:
 		panic("unknown record")
 	}
@@ -190,9 +229,19 @@ type world struct {
 	phases    []phaseSpan
 	faults    []faultEvent
 	stops     map[string][][2]int64 // process incarnation -> when it was stopped (SIGSTOP to SIGCONT or death)
-	margin    time.Duration         // overlap beyond this counts
-	lease     time.Duration
-	t0        int64 // µs: times in the violations are shown from here
+	// The signals (signals_test.go): the waiting tasks (id -> seq), the
+	// signals the sender had confirmed (id -> the value sent: a nil reply,
+	// or ErrSignalSent to a retry), those refused for good (id -> why),
+	// and the samples of Redis that found a task parked (its body in
+	// :scheduled) while it held a lease (in :processing).
+	waiters      map[string]int
+	signaled     map[string]int
+	sigRefused   map[string]string
+	parkSamples  int
+	parkedLeased []string
+	margin       time.Duration // overlap beyond this counts
+	lease        time.Duration
+	t0           int64 // µs: times in the violations are shown from here
 }
 
 // figures are the counts of one phase (or of the whole run).
@@ -209,14 +258,16 @@ type report struct {
 	Lost, Stuck, AckedTwice, AckedButLeft, Overlaps   int
 	StepReruns, StepWrong                             int // a durable step's fn run after its record came back; a record with another result
 	StepRuns, StepRecords, StepMemoized               int // a durable step's fn runs; its records come back; those of runs that did not run its fn
-	BegunLate, BegunLateCtx, LivePastLease, Unended   int
-	CalledDead                                        int
-	GroupMost, GroupOver, PermitsLeft                 int // the most runs of one group at once; instants over groupLimit; permits held after the drain
-	MaxOverlap                                        time.Duration
-	Phases                                            []string
-	Per                                               map[string]*figures
-	Violations                                        []string
-	Notes                                             []string // runs live past their lease: not asserted
+	waitFigures
+	childFigures
+	BegunLate, BegunLateCtx, LivePastLease, Unended int
+	CalledDead                                      int
+	GroupMost, GroupOver, PermitsLeft               int // the most runs of one group at once; instants over groupLimit; permits held after the drain
+	MaxOverlap                                      time.Duration
+	Phases                                          []string
+	Per                                             map[string]*figures
+	Violations                                      []string
+	Notes                                           []string // runs live past their lease: not asserted
 }
 
 func (w *world) phaseAt(at int64) string {
@@ -329,6 +380,9 @@ func analyze(ev *evidence, w *world) *report {
 					continue
 				}
 				rep.Overlaps++
+				if len(ev.parks[id])+len(ev.got[id]) > 0 {
+					rep.WaitOverlaps++ // a task that parked or took a signal resumed twice at once
+				}
 				per(b.start).Overlaps++
 				rep.MaxOverlap = max(rep.MaxOverlap, time.Duration(ov)*time.Microsecond)
 				violate("task %s: runs overlapped by %v: %s on slot %d [%s .. %s, %s] and %s on slot %d [%s .. %s, %s]%s%s", id,
@@ -347,7 +401,7 @@ func analyze(ev *evidence, w *world) *report {
 		for _, a := range acks {
 			per(a.at).Acks++ // successful acks
 		}
-		if _, ok := w.submitted[id]; !ok {
+		if _, ok := w.submitted[id]; !ok && ev.kidOf[id] == "" {
 			rep.ExtraAcked++
 		}
 		if len(acks) > 1 {
@@ -422,6 +476,8 @@ func analyze(ev *evidence, w *world) *report {
 			}
 		}
 	}
+	w.waitCounts(ev, rep, violate)
+	w.childCounts(ev, rep, violate)
 	return rep
 }
 

@@ -56,6 +56,17 @@ type job struct {
 	WorkMS int  `json:"work_ms"` // how long the handler works
 	Fail   bool `json:"fail"`    // the first attempt fails (a nack)
 	Die    bool `json:"die"`     // every run that reaches its end fails for good (a dead letter)
+	// Wait makes the handler wait, after its step, for the signal
+	// signalName (fleet.WaitSignal), whose value the sender (the parent,
+	// through the submitter's proxy: signals_test.go) makes the task's
+	// seq; NapMS makes it sleep (fleet.Sleep) that long first. Both park
+	// the task (W lines) until it is woken; a wait's value is a G line.
+	Wait  bool `json:"wait,omitempty"`
+	NapMS int  `json:"nap_ms,omitempty"`
+	// Kids makes the handler start that many children on kidQueue
+	// (fleet.StartChild) and wait for them (fleet.AwaitChildren), parked,
+	// last: children_test.go.
+	Kids int `json:"kids,omitempty"`
 }
 
 func (c childConfig) queueOptions() fleet.QueueOptions {
@@ -200,7 +211,18 @@ func runWorker(ctx context.Context, c childConfig, f *fleet.Fleet, rec *recorder
 	if err := q.Err(); err != nil {
 		return err
 	}
-	h := &handler{rec: rec, run: fmt.Sprintf("%s.%d", c.Name, c.Inc)}
+	h := &handler{rec: rec, run: fmt.Sprintf("%s.%d", c.Name, c.Inc), kids: fleet.NewQueue[job](f, kidQueue, c.queueOptions())}
+	kw, err := startKidWorker(ctx, c, f, h, log)
+	if err != nil {
+		return err
+	}
+	if kw != nil {
+		defer func() {
+			stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = kw.Stop(stopCtx)
+		}()
+	}
 	if len(c.FlowQueues) > 0 {
 		fw, err := startFlowWorker(ctx, c, f, h, log)
 		if err != nil {
@@ -266,6 +288,7 @@ type handler struct {
 	rec  *recorder
 	run  string
 	runs atomic.Int64
+	kids *fleet.Queue[job] // the children's queue (children_test.go)
 }
 
 const step = 20 * time.Millisecond
@@ -310,6 +333,15 @@ func (h *handler) work(ctx context.Context, slot int, t *fleet.Task[job]) error 
 		// Q run task at_us result
 		rec.line("Q %s %s %d %d", run, t.ID, time.Now().UnixMicro(), seq)
 	}
+	// Then a durable sleep and a wait for a signal, when the task has them:
+	// a run that parks ends here (outcome "wait").
+	var park error
+	if serr == nil {
+		park = h.durableWaits(ctx, run, t)
+	}
+	if serr == nil && park == nil && t.Payload.Kids > 0 {
+		park = h.children(ctx, run, t)
+	}
 	work := time.Duration(t.Payload.WorkMS) * time.Millisecond
 	fail := t.Payload.Fail && t.Attempts == 0
 	if fail {
@@ -322,7 +354,7 @@ func (h *handler) work(ctx context.Context, slot int, t *fleet.Task[job]) error 
 	timer := time.NewTimer(0)
 	<-timer.C
 	defer timer.Stop()
-	for serr == nil {
+	for serr == nil && park == nil {
 		if ctx.Err() != nil {
 			err = context.Cause(ctx)
 			outcome = "ctx:" + word(err.Error())
@@ -346,8 +378,13 @@ func (h *handler) work(ctx context.Context, slot int, t *fleet.Task[job]) error 
 		case <-timer.C:
 		}
 	}
-	if serr != nil {
+	switch {
+	case serr != nil:
 		err, outcome = serr, "step:"+word(serr.Error())
+	case errors.Is(park, fleet.ErrSuspended):
+		err, outcome = park, "wait"
+	case park != nil:
+		err, outcome = park, "waiterr:"+word(park.Error())
 	}
 	end := time.Now()
 	// E run task last_live_us end_us outcome lease_deadline_us late_us end_mono_us
@@ -389,7 +426,7 @@ func runReserver(ctx context.Context, c childConfig, f *fleet.Fleet, rec *record
 	if err := q.Err(); err != nil {
 		return err
 	}
-	h := &handler{rec: rec, run: fmt.Sprintf("%s.%d", c.Name, c.Inc)}
+	h := &handler{rec: rec, run: fmt.Sprintf("%s.%d", c.Name, c.Inc), kids: fleet.NewQueue[job](f, kidQueue, c.queueOptions())}
 	margin := c.Lease / 10
 	var wg sync.WaitGroup
 	for range reserverLoops {
@@ -419,6 +456,13 @@ func runReserver(ctx context.Context, c childConfig, f *fleet.Fleet, rec *record
 					switch {
 					case herr == nil:
 						h.taskEnd(t.ID, t.Ack(ectx))
+					case errors.Is(herr, fleet.ErrSuspended):
+						// Parked as a worker parks it: uncounted, no lease held.
+						if serr := t.Suspend(ectx, herr); serr != nil {
+							h.taskEnd(t.ID, serr)
+						} else {
+							h.taskEnd(t.ID, herr) // an F line: parked, not acked
+						}
 					case errors.Is(herr, fleet.ErrLeaseLost) || ctx.Err() != nil:
 						_ = t.Release(ectx) // uncounted; ErrLeaseLost when a sweeper has it
 						h.taskEnd(t.ID, herr)
@@ -433,4 +477,49 @@ func runReserver(ctx context.Context, c childConfig, f *fleet.Fleet, rec *record
 	}
 	wg.Wait()
 	return nil
+}
+
+// signalName is the signal a waiting task waits for; waitTimeout bounds
+// its wait far past any run's drain, so that a lost signal leaves its task
+// parked (stuck) rather than timed out.
+const (
+	signalName  = "go"
+	waitTimeout = 10 * time.Minute
+)
+
+// durableWaits sleeps and waits as t's payload says, after its step: a
+// run that parks writes "W run task at_us sleep|wait" (it returns the
+// *SleepError for its worker to park the task), a wait that returns its
+// value "G run task at_us value", one that fails otherwise "H run task
+// at_us class" (class "timeout" for ErrWaitTimeout).
+func (h *handler) durableWaits(ctx context.Context, run string, t *fleet.Task[job]) error {
+	parked := func(err error, kind string) error {
+		if errors.Is(err, fleet.ErrSuspended) {
+			h.rec.line("W %s %s %d %s", run, t.ID, time.Now().UnixMicro(), kind)
+		} else {
+			h.rec.line("H %s %s %d %s", run, t.ID, time.Now().UnixMicro(), waitClass(err))
+		}
+		return err
+	}
+	if t.Payload.NapMS > 0 {
+		if err := fleet.Sleep(ctx, t, "nap", time.Duration(t.Payload.NapMS)*time.Millisecond); err != nil {
+			return parked(err, "sleep")
+		}
+	}
+	if !t.Payload.Wait {
+		return nil
+	}
+	v, err := fleet.WaitSignal[int](ctx, t, signalName, waitTimeout)
+	if err != nil {
+		return parked(err, "wait")
+	}
+	h.rec.line("G %s %s %d %d", run, t.ID, time.Now().UnixMicro(), v)
+	return nil
+}
+
+func waitClass(err error) string {
+	if errors.Is(err, fleet.ErrWaitTimeout) {
+		return "timeout"
+	}
+	return word(err.Error())
 }
