@@ -49,7 +49,10 @@ func TestChildrenAwaited(t *testing.T) {
 				}
 				res, err := fleet.AwaitChildren(ctx, t, "both", time.Minute, a, b)
 				if errors.Is(err, fleet.ErrSuspended) {
-					parked <- struct{}{}
+					select {
+					case parked <- struct{}{}:
+					default:
+					}
 					return err
 				}
 				ended <- end{res, err}
@@ -73,10 +76,14 @@ func TestChildrenAwaited(t *testing.T) {
 			t.Fatal(err)
 		}
 		var got end
+		stuck := func(id string) {
+			rec, err := parents.Lookup(c, id)
+			t.Fatalf("the parent did not resume after its children: %+v (%v); its steps: %q; runs %d", rec, err, e.stepFields(t, "parents", id), runs.Load())
+		}
 		select {
 		case got = <-ended:
 		case <-time.After(20 * time.Second):
-			t.Fatal("the parent did not resume after its children")
+			stuck(id1)
 		}
 		if got.err != nil || len(got.res) != 2 || got.res[0].Status != fleet.TaskDone || got.res[1].Status != fleet.TaskDone ||
 			got.res[0].Queue != "kids-a" || got.res[1].Queue != "kids-b" {
@@ -104,13 +111,14 @@ func TestChildrenAwaited(t *testing.T) {
 		}, "steps of %s deleted", id1)
 
 		// Parent 2: child b fails.
-		if _, err := parents.Submit(c, jobN(2)); err != nil {
+		id2, err := parents.Submit(c, jobN(2))
+		if err != nil {
 			t.Fatal(err)
 		}
 		select {
 		case got = <-ended:
 		case <-time.After(20 * time.Second):
-			t.Fatal("the parent did not resume after its failed child")
+			stuck(id2)
 		}
 		if !errors.Is(got.err, fleet.ErrDependencyFailed) || !errors.Is(got.err, fleet.ErrPermanent) || len(got.res) != 2 ||
 			got.res[0].Status != fleet.TaskDone || got.res[1].Status != fleet.TaskDead || got.res[1].Error == "" {

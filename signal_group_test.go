@@ -99,6 +99,9 @@ func TestChildEndWakesSequentialGroup(t *testing.T) {
 		if len(ts) != 1 {
 			t.Fatalf("the child's end did not make its parent of a sequential group ready; its steps: %q", e.stepFields(t, "seqpar", pid))
 		}
+		if again, err := fleet.StartChild(c, ts[0], "kid", kids, jobN(2), fleet.SubmitOptions{}); err != nil || again != ch {
+			t.Fatalf("the resumed run's child: %+v, %v", again, err)
+		}
 		if res, err := fleet.AwaitChildren(c, ts[0], "wait", time.Hour, ch); err != nil || len(res) != 1 || res[0].Status != fleet.TaskDone {
 			t.Fatalf("resumed wait: %+v, %v", res, err)
 		}

@@ -132,8 +132,13 @@ local function end_one(i)
       seq = group_limit(g, group_defaults(redis.call('GET', POLICY))).c == 1
       seq_limits[g] = seq
     end
-    if seq then
+    if seq and not ready then
       -- Sequential: back to the head, the permit held until it is due.
+      -- A parked one names its group beside its body, for a signal to
+      -- free the permit (queue_signal.lua).
+      if park and redis.call('EXISTS', STEPS .. id) == 1 then
+        redis.call('HSET', STEPS .. id, '\255park', later, '\255pg', g)
+      end
       running_done({id})
       redis.call('ZADD', GRUN .. g, now + d, id)
       redis.call('LPUSH', GROUP .. g, later)
@@ -146,7 +151,7 @@ local function end_one(i)
   end
   task_done(id, g)
   if ready then
-    enqueue(later, nil, now, false)
+    enqueue(later, nil, now, g ~= nil) -- a group's: back to its head, its order kept
     return DONE, ret
   end
   redis.call('ZADD', SCHEDULED, secs(now + d), later)

@@ -29,11 +29,22 @@ local id, name = ARGV[1], ARGV[2]
 local sk = STEPS .. id
 local field = '\255sig:' .. name
 local now = now_ms()
-local park = nil
+local park, pg = nil, nil
 local live = redis.call('ZSCORE', PROCESSING, id) ~= false
 if not live then
-  park = redis.call('HGET', sk, '\255park')
-  live = park and redis.call('ZSCORE', SCHEDULED, park) ~= false
+  local got = redis.call('HMGET', sk, '\255park', '\255pg')
+  park, pg = got[1], got[2]
+  if park and pg then
+    -- Parked in a sequential group: at (or near: a task of a higher
+    -- priority may go before it) its group's head, the group's permit
+    -- held for it until its time.
+    live = false
+    for _, b in ipairs(redis.call('LRANGE', GROUP .. pg, 0, 15)) do
+      if b == park then live = true break end
+    end
+  else
+    live = park and redis.call('ZSCORE', SCHEDULED, park) ~= false
+  end
   if not live then park = nil end
 end
 if ARGV[5] == 'child' then
@@ -79,8 +90,14 @@ end
 redis.call('HSET', sk, field, ARGV[3])
 keep_for(sk, ARGV[4])
 if park and sig_ready(sk) then
+  redis.call('HDEL', sk, '\255park', '\255pg')
+  if pg then
+    -- Free the permit it holds, and end the group's block for it.
+    redis.call('ZREM', GRUN .. pg, id)
+    if redis.call('HGET', GSTATE, pg) == 'c' then group_unblock(pg) else redis.call('INCR', SIGNAL) end
+    return {'woken'}
+  end
   redis.call('ZREM', SCHEDULED, park)
-  redis.call('HDEL', sk, '\255park')
   enqueue(park, nil, now, false)
   return {'woken'}
 end

@@ -145,6 +145,11 @@ func (r *Reservation) Park(ctx context.Context, after time.Duration) error {
 func (r *Reservation) snooze(ctx context.Context, after time.Duration, park bool) error {
 	after = max(after, 0)
 	err := r.finish(ctx, endSnooze, "snoozed before it ended", after, false, false, park)
+	if err == nil && park {
+		// A parked task whose awaited signal came while it ran is ready
+		// now (queue_end.lua): this process's idle reserves look.
+		r.core.WakeLocal()
+	}
 	if err == nil && after <= snoozeWake {
 		// Wake this process's reserves when the task is due: an idle
 		// fetcher would otherwise only find it at its next poll.
