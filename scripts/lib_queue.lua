@@ -87,6 +87,8 @@ end
 -- its steps (whose names never start with the byte 255):
 --   "\255park"        the body the task was parked with in SCHEDULED (a
 --                     Sleep, a wait), for a signal to find it
+--   "\255pg"          the sequential group at whose head it is parked
+--                     instead (its permit held), beside "\255park"
 --   "\255wait"        the names of the signals its run waits for, a JSON
 --                     array (a WaitSignal's one; AwaitChildren's, one per
 --                     child: "\255c:<child id>")
