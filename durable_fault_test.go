@@ -652,8 +652,9 @@ func TestSignalInFlightOutcomes(t *testing.T) {
 				t.Fatalf("the retry of an applied signal: %v, want ErrSignalSent", err)
 			}
 
-			// Never applied: its call stuck behind held replies, then cut.
-			p.HoldReplies()
+			// Never applied: its call held in the proxy (both ways), then
+			// cut before it reached the server.
+			p.Freeze()
 			sctx, cancel = context.WithTimeout(c, 150*time.Millisecond)
 			err = pq.Signal(sctx, two[1], "go", "held")
 			cancel()
