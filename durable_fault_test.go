@@ -73,10 +73,7 @@ func (h *waitingHandler) snapshot(id string) (runs, parked int, got []string) {
 // node only: no proxy can sit in front of a cluster (it redirects clients
 // past it).
 func TestSignalWhileWorkerCutOff(t *testing.T) {
-	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
-		if tg.Cluster {
-			t.Skip("no proxy can sit in front of a cluster")
-		}
+	redistest.EachSingle(t, func(t *testing.T, tg redistest.Target) {
 		t.Parallel()
 		e := open(t, tg)
 		c := ctx(t)

@@ -232,10 +232,7 @@ func TestFindByMetaPagingChurn(t *testing.T) {
 // TestFindByMetaSharded: each shard indexes its own tasks, and one walk
 // under one cursor lists them all, in id order, once.
 func TestFindByMetaSharded(t *testing.T) {
-	redistest.Each(t, func(t *testing.T, tg redistest.Target) {
-		if !tg.Tagged {
-			t.Skip("shards are the tagged layout's")
-		}
+	redistest.EachTagged(t, func(t *testing.T, tg redistest.Target) { // shards are the tagged layout's
 		t.Parallel()
 		e := open(t, tg)
 		c := ctx(t)

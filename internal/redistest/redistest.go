@@ -200,6 +200,29 @@ func Each(t *testing.T, fn func(t *testing.T, tg Target)) {
 	}
 }
 
+// EachSingle runs fn as a subtest on the two single-node targets: for a
+// test that puts a proxy (fleettest.Proxy) in front of its server, which
+// a cluster's redirects would go past.
+func EachSingle(t *testing.T, fn func(t *testing.T, tg Target)) {
+	t.Helper()
+	for _, tg := range Targets(t) {
+		if !tg.Cluster {
+			t.Run(tg.Name, func(t *testing.T) { fn(t, tg) })
+		}
+	}
+}
+
+// EachTagged runs fn as a subtest on the two targets of the tagged
+// layout: for what only that layout has (a queue's shards).
+func EachTagged(t *testing.T, fn func(t *testing.T, tg Target)) {
+	t.Helper()
+	for _, tg := range Targets(t) {
+		if tg.Tagged {
+			t.Run(tg.Name, func(t *testing.T) { fn(t, tg) })
+		}
+	}
+}
+
 // Client returns a plain rueidis client (no caching) on the target, closed
 // when the test ends: for arranging and asserting what is in Redis.
 func Client(tb testing.TB, tg Target) rueidis.Client {
