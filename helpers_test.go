@@ -3,6 +3,7 @@ package fleet_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"testing"
@@ -21,7 +22,12 @@ import (
 // no history unless a test asks (Options.HistoryFlush): many tests count
 // the commands a call sends, or read the keys it leaves, and a flush of the
 // history (history.go) could land in between. history_test.go turns it on.
+// A test binary started with FLEET_TEST_STEP_KILL_AT is a worker process
+// of TestStepKilledAtEachPoint instead.
 func TestMain(m *testing.M) {
+	if os.Getenv(stepKillAt) != "" {
+		os.Exit(runStepKiller())
+	}
 	fleet.SetDefaultHistoryFlush(-1)
 	redistest.Main(m)
 }

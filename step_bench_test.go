@@ -19,8 +19,9 @@ import (
 // ten pieces of work plainly ("plain") or as ten fleet.Steps ("steps",
 // each recorded: its task's first run). cmds/task and redis-µs/task are
 // the server's commands and CPU per task (submits excluded); the extra per
-// step is (steps - plain) / 10. A step costs one script call (its record),
-// and a run's first Step one more (the read of the recorded steps).
+// step is (steps - plain) / 10. A step costs one script call (its record);
+// a later run's first Step costs one more (the read of the recorded steps),
+// a first run's none.
 //
 //	go test -run '^$' -bench BenchmarkStepDrain -benchtime 5000x -count 3 .
 func BenchmarkStepDrain(b *testing.B) {
