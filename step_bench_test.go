@@ -17,9 +17,10 @@ import (
 // BenchmarkStepDrain: what durable steps cost, by turns in one run: b.N
 // tasks drained by a BatchWorker of 50 slots whose handler does the same
 // ten pieces of work plainly ("plain") or as ten fleet.Steps ("steps",
-// each recorded: its task's first run). cmds/task and redis-µs/task are
-// the server's commands and CPU per task (submits excluded); the extra per
-// step is (steps - plain) / 10. A step costs one script call (its record);
+// each recorded: its task's first run). cmds/task, scripts/task and
+// redis-µs/task are the server's commands (the scripts' own included),
+// the script calls sent, and its CPU per task (submits excluded); the
+// extra per step is (steps - plain) / 10. A step costs one script call (its record);
 // a later run's first Step costs one more (the read of the recorded steps),
 // a first run's none.
 //

@@ -40,7 +40,9 @@ func BenchmarkChunkDrain(b *testing.B) {
 
 // benchDrain submits b.N tasks to a queue with opts, then times their
 // drain by the worker that mk makes (BenchmarkChunkDrain,
-// BenchmarkTaskLogDrain).
+// BenchmarkTaskLogDrain, BenchmarkStepDrain). cmds/task counts every
+// command the server ran, the scripts' own commands included;
+// scripts/task the script calls (EVALSHA, EVAL) that clients sent.
 func benchDrain(b *testing.B, opts fleet.QueueOptions, mk func(f *fleet.Fleet, q *fleet.Queue[sealJob], onEnd func(string, error)) *fleet.Worker) {
 	ctx := context.Background()
 	srv, err := fleettest.StartServer(ctx, fleettest.Config{})
@@ -70,6 +72,7 @@ func benchDrain(b *testing.B, opts fleet.QueueOptions, mk func(f *fleet.Fleet, q
 		}
 	}
 	cmds0, rcpu0 := serverCounters(b, srv)
+	scripts0 := ownStats(b, srv).Calls
 	cpu0 := processCPU(b)
 	start := time.Now()
 	b.ResetTimer()
@@ -86,8 +89,10 @@ func benchDrain(b *testing.B, opts fleet.QueueOptions, mk func(f *fleet.Fleet, q
 	b.StopTimer()
 	took := time.Since(start)
 	cmds1, rcpu1 := serverCounters(b, srv)
+	scripts1 := ownStats(b, srv).Calls
 	b.ReportMetric(float64(b.N)/took.Seconds(), "tasks/s")
 	b.ReportMetric(float64((processCPU(b)-cpu0)/time.Nanosecond)/1000/float64(b.N), "client-µs/task")
 	b.ReportMetric((rcpu1-rcpu0)*1e6/float64(b.N), "redis-µs/task")
 	b.ReportMetric(float64(cmds1-cmds0)/float64(b.N), "cmds/task")
+	b.ReportMetric(float64(scripts1["evalsha"]+scripts1["eval"]-scripts0["evalsha"]-scripts0["eval"])/float64(b.N), "scripts/task")
 }
