@@ -79,11 +79,11 @@ var (
 		"rpush", "lpush", "linsert", "lpop", "rpop", "lmove", "lrem", "lset", "ltrim",
 		"zadd", "zrem", "zpopmin", "zremrangebyscore", "zremrangebyrank", "zremrangebylex",
 	}
-	// aclScripts runs fleet's Lua: EVALSHA first, EVAL on NOSCRIPT, and
-	// SCRIPT LOAD before a pipeline of scripts (a flow's submit).
-	aclScripts = []string{"evalsha", "eval", "evalsha_ro", "eval_ro", "script|load"}
+	// aclScripts runs fleet's Lua: EVALSHA first, EVAL on NOSCRIPT
+	// (internal/script; a pipeline of scripts too, so no SCRIPT LOAD).
+	aclScripts = []string{"evalsha", "eval", "evalsha_ro", "eval_ro"}
 	// aclScriptsRO runs only the read-only scripts.
-	aclScriptsRO = []string{"evalsha_ro", "eval_ro", "script|load"}
+	aclScriptsRO = []string{"evalsha_ro", "eval_ro"}
 	// aclPubSub is the event bus (Publish, Subscribe; sharded on a cluster).
 	aclPubSub = []string{
 		"publish", "spublish", "subscribe", "ssubscribe", "unsubscribe", "sunsubscribe",

@@ -591,9 +591,8 @@ func TestSignalCtxEndsInFlight(t *testing.T) {
 // in flight, made for sure on a server of the test's own behind a proxy:
 // its script ran while the server paused writes past the ctx (CLIENT
 // PAUSE WRITE: the EVALSHA waits on the server, then runs), so a retry
-// says ErrSignalSent; or its call never got past the proxy's held replies
-// (the script's SCRIPT LOAD, which rueidis's ExecMulti sends first, is
-// answered too late), so a retry applies. Either way the wait returns the
+// says ErrSignalSent; or its call never got past the proxy's held replies,
+// so a retry applies. Either way the wait returns the
 // value once, and a parked task is made ready once.
 func TestSignalInFlightOutcomes(t *testing.T) {
 	for _, layout := range []fleet.Layout{fleet.LayoutCompat, fleet.LayoutTagged} {

@@ -219,9 +219,8 @@ func (f *Fleet) flushHistoryOnce(ctx context.Context, sample bool) {
 }
 
 // sendHistory runs the batches' scripts, one after the other (one call
-// each: a queue's history is written every few seconds, and a lone call
-// costs no SCRIPT LOAD per node), and returns those that got no answer or
-// an error.
+// each: a queue's history is written every few seconds), and returns
+// those that got no answer or an error.
 func (f *Fleet) sendHistory(ctx context.Context, bs []histBatch) []histBatch {
 	var unsent []histBatch
 	for _, b := range bs {

@@ -579,15 +579,7 @@ func (q *queueCore) push(ctx context.Context, subs []submission) ([]string, []er
 	ids, refused := make([]string, len(subs)), make([]error, len(subs))
 	written := 0
 	var err error
-	// One shard (the common case) goes by EVALSHA alone: ExecMulti sends
-	// the whole script text (SCRIPT LOAD) to every node first, each call.
-	var results []rueidis.RedisResult
-	if len(execs) == 1 {
-		results = []rueidis.RedisResult{queueSubmitScript.Exec(ctx, q.fleet.client, execs[0].Keys, execs[0].Args)}
-	} else {
-		results = queueSubmitScript.ExecMulti(ctx, q.fleet.client, execs...)
-	}
-	for j, r := range results {
+	for j, r := range queueSubmitScript.ExecMulti(ctx, q.fleet.client, execs...) {
 		got, e := r.AsStrSlice()
 		if e == nil && len(got) != len(places[j]) {
 			e = unexpectedReply("submit", len(got))

@@ -3,8 +3,6 @@ package fleet
 import (
 	"embed"
 
-	"github.com/redis/rueidis"
-
 	"github.com/fleet-go/fleet/internal/engine"
 	"github.com/fleet-go/fleet/internal/script"
 )
@@ -35,9 +33,9 @@ func init() { engine.Link(linker) }
 
 // newScript loads scripts/<name>, a script of its own, with the blocks of
 // the libraries that it calls, directly or through another block: a script
-// names no library, it uses what it calls (script.Linker.Text). Exec sends
-// EVALSHA (EVALSHA_RO with script.ReadOnly) and falls back to EVAL on NOSCRIPT,
-// so SCRIPT FLUSH or a restarted server never breaks a call.
-func newScript(name string, opts ...script.Option) *rueidis.Lua {
+// names no library, it uses what it calls (script.Linker.Text). Exec and
+// ExecMulti send EVALSHA (EVALSHA_RO with script.ReadOnly) and fall back to
+// EVAL on NOSCRIPT, so SCRIPT FLUSH or a restarted server never breaks a call.
+func newScript(name string, opts ...script.Option) *script.Script {
 	return linker.New(name, opts...)
 }

@@ -71,14 +71,7 @@ func (q *queueCore) Signal(ctx context.Context, id, name string, v any) error {
 		execs[i] = rueidis.LuaExec{Keys: s.keys(s.key.Result + id), Args: []string{id, name, string(b), keep, ""}}
 	}
 	res := []string{"none"}
-	var replies []rueidis.RedisResult
-	if len(execs) == 1 {
-		// One shard: EVALSHA alone (ExecMulti loads the script first).
-		replies = []rueidis.RedisResult{queueSignalScript.Exec(ctx, q.fleet.client, execs[0].Keys, execs[0].Args)}
-	} else {
-		replies = queueSignalScript.ExecMulti(ctx, q.fleet.client, execs...)
-	}
-	for i, rr := range replies {
+	for i, rr := range queueSignalScript.ExecMulti(ctx, q.fleet.client, execs...) {
 		got, err := rr.AsStrSlice()
 		if err != nil {
 			return opErr(op, q.name, err)

@@ -1,28 +1,21 @@
 package engine
 
-import (
-	"crypto/sha1"
-	"encoding/hex"
-
-	"github.com/redis/rueidis"
-
-	"github.com/fleet-go/fleet/internal/script"
-)
+import "github.com/fleet-go/fleet/internal/script"
 
 // The queue scripts the engine runs (scripts/queue_*.lua), linked by Link.
 var (
-	queueReserveScript *rueidis.Lua
-	queueAckScript     *rueidis.Lua
-	queueAbandonScript *rueidis.Lua
-	queueEndScript     *rueidis.Lua
-	queueExtendScript  *rueidis.Lua
-	queueShardsScript  *rueidis.Lua
+	queueReserveScript *script.Script
+	queueAckScript     *script.Script
+	queueAbandonScript *script.Script
+	queueEndScript     *script.Script
+	queueExtendScript  *script.Script
+	queueShardsScript  *script.Script
 
 	// A Semaphore's scripts, on a sharded queue's fleet-wide permits
 	// (permit.go).
-	semAcquireScript *rueidis.Lua
-	semReleaseScript *rueidis.Lua
-	semExtendScript  *rueidis.Lua
+	semAcquireScript *script.Script
+	semReleaseScript *script.Script
+	semExtendScript  *script.Script
 
 	// reserveSHA is queue_reserve.lua's SHA1, for the EVALSHA that
 	// armedTake sends after CLIENT CACHING YES.
@@ -35,8 +28,7 @@ var (
 // before any core is made.
 func Link(l *script.Linker) {
 	queueReserveScript = l.New("queue_reserve.lua")
-	sum := sha1.Sum([]byte(l.Text("queue_reserve.lua")))
-	reserveSHA = hex.EncodeToString(sum[:])
+	reserveSHA = queueReserveScript.SHA1()
 	queueAckScript = l.New("queue_ack.lua")
 	queueAbandonScript = l.New("queue_abandon.lua")
 	queueEndScript = l.New("queue_end.lua")

@@ -13,8 +13,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-
-	"github.com/redis/rueidis"
 )
 
 // Option is an option of Linker.New.
@@ -83,18 +81,11 @@ func NewLinker(fsys fs.FS, dir string, libraries []string, generated map[string]
 	return l
 }
 
-// New returns the script name, linked (Text), as a rueidis script: its
-// Exec sends EVALSHA (EVALSHA_RO with ReadOnly) and falls back to EVAL on
-// NOSCRIPT, so SCRIPT FLUSH or a restarted server never breaks a call.
-func (l *Linker) New(name string, opts ...Option) *rueidis.Lua {
-	text := l.Text(name)
-	switch {
-	case slices.Contains(opts, ReadOnly):
-		return rueidis.NewLuaScriptReadOnly(text)
-	case slices.Contains(opts, Retryable):
-		return rueidis.NewLuaScriptRetryable(text)
-	}
-	return rueidis.NewLuaScript(text)
+// New returns the script name, linked (Text), as a Script: its Exec and
+// ExecMulti send EVALSHA (EVALSHA_RO with ReadOnly) and fall back to EVAL
+// on NOSCRIPT, so SCRIPT FLUSH or a restarted server never breaks a call.
+func (l *Linker) New(name string, opts ...Option) *Script {
+	return newScript(l.Text(name), slices.Contains(opts, ReadOnly), slices.Contains(opts, Retryable))
 }
 
 // Text returns the script name after the library blocks it calls, with
