@@ -331,6 +331,13 @@ func TestQueueCancelCutOffInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	awaitStarted(t, started, id)
+	// The server learns the cancel script first (a Cancel of no task): a
+	// server that lacked it would answer the paused EVALSHA with NOSCRIPT
+	// once the pause ends, and the script's text goes only under a live
+	// ctx, so the cancel would never apply.
+	if err := q.Cancel(ctx(t), "no-such-task"); !errors.Is(err, fleet.ErrTaskNotFound) {
+		t.Fatalf("Cancel of no task: %v; want ErrTaskNotFound", err)
+	}
 	if _, err := s.Cli(ctx(t), "client", "pause", "4000", "write"); err != nil {
 		t.Fatal(err)
 	}

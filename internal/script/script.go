@@ -40,8 +40,8 @@ func (s *Script) SHA1() string { return s.sha }
 // slot; a run that the server answered NOSCRIPT (a node that restarted,
 // or that never ran the script) did not run, and runs again through Exec
 // (EVALSHA, then EVAL with the script's text where the node still lacks
-// it, which teaches it the script: once per node). The results are in
-// multi's order.
+// it, which teaches it the script: once per node), while ctx lasts. The
+// results are in multi's order.
 //
 // rueidis's own Lua.ExecMulti first sends SCRIPT LOAD to every node the
 // client knows, a round trip (and, on a cluster, a call to each node) more
