@@ -314,7 +314,7 @@ func (q *Queue) take(ctx context.Context, req Req) (Reserved, error) {
 // Exec, which loads it, after the read: unarmed then.
 func (q *Queue) armedTake(ctx context.Context, ks, args []string) (raw []rueidis.RedisMessage, armed bool, pending int64, err error) {
 	c := q.env.Client
-	res := c.DoMulti(ctx, c.B().Evalsha().Sha1(reserveSHA).Numkeys(int64(len(ks))).Key(ks...).Arg(args...).Build(),
+	res := c.DoMulti(ctx, c.B().Evalsha().Sha1(queueReserveScript.SHA1()).Numkeys(int64(len(ks))).Key(ks...).Arg(args...).Build(),
 		c.B().ClientCaching().Yes().Build(), c.B().Llen().Key(q.key.Pending).Build())
 	raw, err = res[0].ToArray()
 	if e, ok := rueidis.IsRedisErr(err); ok && e.IsNoScript() {

@@ -16,10 +16,6 @@ var (
 	semAcquireScript *script.Script
 	semReleaseScript *script.Script
 	semExtendScript  *script.Script
-
-	// reserveSHA is queue_reserve.lua's SHA1, for the EVALSHA that
-	// armedTake sends after CLIENT CACHING YES.
-	reserveSHA string
 )
 
 // Link makes the engine's script handles with l, the linker of the
@@ -28,7 +24,6 @@ var (
 // before any core is made.
 func Link(l *script.Linker) {
 	queueReserveScript = l.New("queue_reserve.lua")
-	reserveSHA = queueReserveScript.SHA1()
 	queueAckScript = l.New("queue_ack.lua")
 	queueAbandonScript = l.New("queue_abandon.lua")
 	queueEndScript = l.New("queue_end.lua")

@@ -41,14 +41,17 @@ func (s *Script) SHA1() string { return s.sha }
 // or that never ran the script) did not run, and runs again through Exec
 // (EVALSHA, then EVAL with the script's text where the node still lacks
 // it, which teaches it the script: once per node), while ctx lasts. The
-// results are in multi's order.
+// results are in multi's order. A single run goes by Exec alone.
 //
 // rueidis's own Lua.ExecMulti first sends SCRIPT LOAD to every node the
 // client knows, a round trip (and, on a cluster, a call to each node) more
 // on every call.
 func (s *Script) ExecMulti(ctx context.Context, c rueidis.Client, multi ...rueidis.LuaExec) []rueidis.RedisResult {
-	if len(multi) == 0 {
+	switch len(multi) {
+	case 0:
 		return nil
+	case 1:
+		return []rueidis.RedisResult{s.Exec(ctx, c, multi[0].Keys, multi[0].Args)}
 	}
 	cmds := make(rueidis.Commands, len(multi))
 	for i, m := range multi {

@@ -121,6 +121,15 @@ func TestExecMulti(t *testing.T) {
 			if d := round(3); d["evalsha"] != 20 || d["eval"] != nodes || d["evalsha_ro"] != 20 || d["eval_ro"] != nodes || d["script|load"] != 0 {
 				t.Fatalf("calls after SCRIPT FLUSH: %v; want those of the first calls", d)
 			}
+			// A single run: one EVALSHA, no pipeline.
+			before := calls()
+			one := echo.ExecMulti(ctx, c, execs[0])
+			if got, err := one[0].AsStrSlice(); len(one) != 1 || err != nil || len(got) != 2 || got[1] != "0" {
+				t.Fatalf("a single run: %v", one)
+			}
+			if after := calls(); after["evalsha"]-before["evalsha"] != 1 || after["eval"] != before["eval"] {
+				t.Fatalf("a single run sent %d EVALSHA and %d EVAL; want one EVALSHA", after["evalsha"]-before["evalsha"], after["eval"]-before["eval"])
+			}
 			if got := echo.ExecMulti(ctx, c); got != nil {
 				t.Fatalf("no runs: %v", got)
 			}
