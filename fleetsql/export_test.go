@@ -11,3 +11,6 @@ func SetStepHook(f func(o *Outbox, step string)) {
 	}
 	stepHook.Store(&f)
 }
+
+// MigrateLockKey is the PostgreSQL advisory lock key Migrate holds for o.
+func MigrateLockKey(o *Outbox) int64 { return migrateLockKey(o.qTable) }

@@ -284,9 +284,14 @@ func isDupColumn(err error) bool { return isDBError(err, "42701", 1060) }
 
 // isDupTable reports what PostgreSQL answers a CREATE TABLE IF NOT EXISTS
 // whose table another session created at the same moment: duplicate_table
-// (42P07), or unique_violation (23505) on its row type in pg_type. (MySQL
-// takes a metadata lock: IF NOT EXISTS holds there.)
-func isDupTable(err error) bool { return isDBError(err, "42P07", 0) || isDBError(err, "23505", 0) }
+// (42P07), or, on its row type, unique_violation (23505) in pg_type or
+// duplicate_object (42710, "type ... already exists"). Migrate takes turns
+// under an advisory lock; these are for a Migrate beside an older
+// fleetsql's or MigrationSQL's statements run by a tool. (MySQL takes a
+// metadata lock: IF NOT EXISTS holds there.)
+func isDupTable(err error) bool {
+	return isDBError(err, "42P07", 0) || isDBError(err, "23505", 0) || isDBError(err, "42710", 0)
+}
 
 // isDBError reports whether err is PostgreSQL's error of SQLSTATE pgCode
 // or MySQL's error number myNumber.
@@ -306,7 +311,7 @@ func isDBError(err error, pgCode string, myNumber uint16) bool {
 // relay reads, in one query of each.
 func (o *Outbox) check(ctx context.Context) error {
 	for _, t := range []string{o.qTable, o.qDead} {
-		if err := o.hasColumns(ctx, t, `id, queue, payload, dedup_key, unique_ms, not_before_ms, created_at, options`); err != nil {
+		if err := hasColumns(ctx, o.db, t, `id, queue, payload, dedup_key, unique_ms, not_before_ms, created_at, options`); err != nil {
 			return o.tableErr("check tables", err)
 		}
 	}

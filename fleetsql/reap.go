@@ -179,7 +179,7 @@ func (o *Outbox) Reap(ctx context.Context, opts ReapOptions) error {
 	if err != nil {
 		return fmt.Errorf("fleetsql: reap: %w", err)
 	}
-	if err := o.hasColumns(ctx, o.qDone, doneCols); err != nil {
+	if err := hasColumns(ctx, o.db, o.qDone, doneCols); err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}

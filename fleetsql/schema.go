@@ -2,6 +2,9 @@ package fleetsql
 
 import (
 	"context"
+	"database/sql"
+	"database/sql/driver"
+	"hash/fnv"
 	"strings"
 )
 
@@ -70,17 +73,40 @@ func (o *Outbox) MigrationSQL() string {
 // application's inserts behind the relays' open transactions at every
 // run. On MySQL it adds the
 // column without IF NOT EXISTS and takes "duplicate column" (another
-// Migrate's) for done, which MariaDB and MySQL 8.0 both understand; so
-// several processes may upgrade the same tables at once.
+// Migrate's) for done, which MariaDB and MySQL 8.0 both understand. On
+// PostgreSQL it runs them on one connection holding a session advisory
+// lock named after the outbox's table, so Migrates of the same tables
+// take turns (a CREATE TABLE IF NOT EXISTS racing another can fail there
+// on the table's row type); the lock stops no Submit or relay. So several
+// processes may upgrade the same tables at once.
 //
 // A relay of version 1 relays the rows of an upgraded table without their
 // options: upgrade the tables first, then the relays, then the code that
 // submits with per-task options. A Submit or a relay of this version on a
 // table of version 1 fails with ErrNoTable, naming the migration.
 func (o *Outbox) Migrate(ctx context.Context) error {
+	conn, err := o.db.Conn(ctx)
+	if err != nil {
+		return o.tableErr("migrate", err)
+	}
+	defer conn.Close()
+	if o.dialect == PostgreSQL {
+		key := migrateLockKey(o.qTable)
+		if _, err := conn.ExecContext(ctx, `SELECT pg_advisory_lock($1)`, key); err != nil {
+			return o.tableErr("migrate", err)
+		}
+		defer func() {
+			// A ctx that ended, or a connection that broke, may leave the
+			// lock held: the connection is then discarded, which ends its
+			// session and the lock with it.
+			if _, err := conn.ExecContext(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, key); err != nil {
+				_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+			}
+		}()
+	}
 	for _, m := range o.migration() {
 		if m.column != "" {
-			err := o.hasColumns(ctx, m.table, m.column)
+			err := hasColumns(ctx, conn, m.table, m.column)
 			if err == nil {
 				continue
 			}
@@ -92,17 +118,31 @@ func (o *Outbox) Migrate(ctx context.Context) error {
 		if m.mysqlAlter != "" {
 			s = m.mysqlAlter
 		}
-		if _, err := o.db.ExecContext(ctx, s); err != nil && !isDupColumn(err) && !isDupTable(err) { // a column or table that another Migrate added meanwhile
+		if _, err := conn.ExecContext(ctx, s); err != nil && !isDupColumn(err) && !isDupTable(err) { // a column or table that another Migrate (of an older fleetsql, or MigrationSQL's statements) added meanwhile
 			return o.tableErr("migrate", err)
 		}
 	}
 	return nil
 }
 
+// migrateLockKey is the PostgreSQL advisory lock key of Migrate on the
+// outbox whose table is table (quoted): FNV-1a of "fleetsql migrate " and
+// the name, as a bigint.
+func migrateLockKey(table string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte("fleetsql migrate " + table))
+	return int64(h.Sum64())
+}
+
+// querier is what hasColumns reads through: the pool or one connection.
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
 // hasColumns returns nil when table (quoted) has columns (a list), and
 // the database's error (isNoColumn for a missing one) when not.
-func (o *Outbox) hasColumns(ctx context.Context, table, columns string) error {
-	rows, err := o.db.QueryContext(ctx, `SELECT `+columns+` FROM `+table+` WHERE 1 = 0`)
+func hasColumns(ctx context.Context, db querier, table, columns string) error {
+	rows, err := db.QueryContext(ctx, `SELECT `+columns+` FROM `+table+` WHERE 1 = 0`)
 	if err != nil {
 		return err
 	}
