@@ -92,15 +92,17 @@ func (o *Outbox) Migrate(ctx context.Context) error {
 	defer conn.Close()
 	if o.dialect == PostgreSQL {
 		key := migrateLockKey(o.qTable)
+		// A connection that may hold the lock and cannot say it let go (a
+		// lock granted as ctx ended, an unlock that failed) is discarded,
+		// which ends its session and the lock with it.
+		discard := func() { _ = conn.Raw(func(any) error { return driver.ErrBadConn }) }
 		if _, err := conn.ExecContext(ctx, `SELECT pg_advisory_lock($1)`, key); err != nil {
+			discard()
 			return o.tableErr("migrate", err)
 		}
 		defer func() {
-			// A ctx that ended, or a connection that broke, may leave the
-			// lock held: the connection is then discarded, which ends its
-			// session and the lock with it.
 			if _, err := conn.ExecContext(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, key); err != nil {
-				_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+				discard()
 			}
 		}()
 	}
